@@ -1,0 +1,37 @@
+/*
+ * util.h: small helpers shared by the controller, workerd and the SDK.
+ */
+#ifndef MUSTER_UTIL_H
+#define MUSTER_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Writes the current UTC time as "2026-11-21T14:00:00.123Z" into buf. */
+void util_now_iso(char *buf, size_t size);
+
+/* Milliseconds of CLOCK_MONOTONIC; for deadlines and durations only. */
+int64_t util_mono_ms(void);
+
+/* Fills out with len random characters of [a-z0-9] and a NUL (out holds len+1).
+ * Returns 0, or a negative muster error if the kernel's random source failed. */
+__attribute__((warn_unused_result)) int util_random_alnum(char *out, size_t len);
+
+/* Fills out with 2*nbytes random hex digits and a NUL. Same returns. */
+__attribute__((warn_unused_result)) int util_random_hex(char *out, size_t nbytes);
+
+/* Compares two NUL-terminated secrets in time that depends only on their
+ * lengths. Returns 1 if equal. */
+int util_secret_equal(const char *a, const char *b);
+
+/* Parses a whole decimal string into *out within [min, max].
+ * Returns 0, or MUSTER_E_INVALID if s is empty, has trailing junk or is out
+ * of range. */
+__attribute__((warn_unused_result)) int util_parse_long(const char *s, long min, long max,
+                                                        long *out);
+
+/* Same for a finite double. */
+__attribute__((warn_unused_result)) int util_parse_double(const char *s, double min,
+                                                          double max, double *out);
+
+#endif

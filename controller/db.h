@@ -1,0 +1,129 @@
+/*
+ * db.h: the controller's SQLite store.
+ *
+ * One connection, used only under the state lock (see state.h). SQL lives
+ * in migrations/ and in the prepared statements of db.c; no SQL is ever
+ * built from user data.
+ */
+#ifndef MUSTER_DB_H
+#define MUSTER_DB_H
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+struct db;
+
+/* One migration compiled into the binary (generated from migrations/). */
+struct db_migration {
+  const char *name;
+  const char *sql;
+};
+extern const struct db_migration db_migrations[];
+extern const int db_migration_count;
+
+/* A new worker row, as validated by the API. Strings are borrowed. */
+struct db_worker_new {
+  const char *id, *session, *name, *role;
+  double cpu, memory;
+  int nvidia_gpu;
+  const char *script, *code, *kernel;
+  const char *command_json, *args_json, *env_json, *secret_env_json;
+  const char *token, *master_ip, *backend;
+};
+
+/* Fields that a transition may set; NULL / -1 leaves a column as it is. */
+struct db_fields {
+  const char *ip_address, *hostname, *backend_ref, *failure, *bind_ip, *gpu_indices;
+  int exec_port, pid, exit_code, signal; /* -1: leave */
+  int set_running_at, set_finished_at, set_heartbeat;
+};
+#define DB_FIELDS_INIT {NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, 0, 0, 0}
+
+/* Opens (creating if needed) the database at path in WAL mode and applies
+ * every pending migration in one transaction. A database whose
+ * user_version is newer than this binary's migrations is refused with
+ * MUSTER_E_SCHEMA_TOO_NEW and a message in errbuf. On success *out is a new
+ * handle to be freed with db_close(). */
+__attribute__((warn_unused_result)) int db_open(const char *path, struct db **out,
+                                                char *errbuf, size_t errlen);
+
+/* Closes the handle; NULL is a no-op. */
+void db_close(struct db *db);
+
+int db_begin(struct db *db) __attribute__((warn_unused_result));
+int db_commit(struct db *db) __attribute__((warn_unused_result));
+void db_rollback(struct db *db);
+
+/* Inserts the session if it is new (the first master_ip is kept). */
+int db_session_touch(struct db *db, const char *name, const char *master_ip)
+    __attribute__((warn_unused_result));
+
+/* Inserts a worker in state scheduling, and its creation event. */
+int db_worker_insert(struct db *db, const struct db_worker_new *w)
+    __attribute__((warn_unused_result));
+
+/* Sets status (and the given fields) of worker id, and appends the event
+ * row (from -> to, detail). Call inside db_begin/db_commit. */
+int db_worker_transition(struct db *db, const char *id, const char *from, const char *to,
+                         const struct db_fields *f, const char *detail)
+    __attribute__((warn_unused_result));
+
+/* Sets fields without a state change (heartbeat time). */
+int db_worker_touch_heartbeat(struct db *db, const char *id)
+    __attribute__((warn_unused_result));
+
+/* The API's worker object for id: a new reference, or NULL if there is no
+ * such worker (or on error). */
+json_t *db_worker_json(struct db *db, const char *id);
+
+/* The API's worker objects, newest first, filtered by statuses (a JSON
+ * array of names, or NULL for all), session and role (NULL for any).
+ * Returns a new reference to an array, or NULL on error. */
+json_t *db_worker_list(struct db *db, const char *statuses_json, const char *session,
+                       const char *role);
+
+/* Facts the controller needs about a worker, copied out of the row. */
+struct db_worker_info {
+  char id[16];
+  char status[16];
+  char token[72];
+  char session[72];
+  char master_ip[48];
+  char bind_ip[48];
+  char gpu_indices[256];
+  char kernel[256];
+  double cpu, memory;
+  int nvidia_gpu;
+  long pid; /* -1 if none */
+  char *script, *code, *command_json, *args_json, *env_json, *secret_env_json;
+  char *name, *role;
+};
+
+/* Fills *out for worker id. Returns 0, MUSTER_E_NOT_FOUND, or another error.
+ * The heap strings in *out are freed by db_worker_info_cleanup(). */
+int db_worker_info(struct db *db, const char *id, struct db_worker_info *out)
+    __attribute__((warn_unused_result));
+void db_worker_info_cleanup(struct db_worker_info *info);
+
+/* Calls fn for every worker that is not in a terminal state, oldest first. */
+int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_info *w),
+                    void *arg) __attribute__((warn_unused_result));
+
+/* Appends to *out up to limit events with seq > since, as SSE records
+ * ("id: N\ndata: {...}\n\n"). *last is set to the last seq written.
+ * Returns the number of events, or a negative error. *out is malloc'ed
+ * (caller frees) and may be NULL when 0 is returned. */
+int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
+                    int64_t *last);
+
+/* Largest event seq (0 if none). */
+int64_t db_last_event_seq(struct db *db);
+
+/* Counts of workers per status, as a new JSON object {status: count}. */
+json_t *db_status_counts(struct db *db);
+
+/* The last SQLite error message, for logs. */
+const char *db_errmsg(struct db *db);
+
+#endif

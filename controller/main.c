@@ -1,0 +1,254 @@
+/* main.c: muster-controller's command line, start-up and shutdown. */
+#include "api.h"
+#include "log.h"
+#include "muster_errors.h"
+#include "state.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: muster-controller [options]\n"
+          "\n"
+          "Runs muster's REST API, keeps worker state in SQLite and starts workers\n"
+          "through a backend.\n"
+          "\n"
+          "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
+          "                            port 0 picks a free one)\n"
+          "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
+          "  --backend local           how workers are started (default local)\n"
+          "  --start-timeout S         fail workers not registered after S s (default 60)\n"
+          "  --heartbeat-timeout S     fail workers silent for S s (default 15)\n"
+          "  --heartbeat-interval S    how often workers heartbeat (default 2)\n"
+          "  --stop-grace S            SIGTERM to SIGKILL on stop (default 5)\n"
+          "  --cpus N                  cores the local backend hands out (default: all)\n"
+          "  --memory GIB              memory the local backend hands out (default: all)\n"
+          "  --gpus N                  GPUs the local backend hands out (default 0)\n"
+          "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
+          "  --web-dir DIR             the web UI's files\n"
+          "  --workdir DIR             where workers' scripts run (default: current dir)\n"
+          "  --http-threads N          HTTP thread pool size (default 4)\n"
+          "  -v, --verbose             log debug lines\n"
+          "  -h, --help                this text\n"
+          "  --version                 print the version\n");
+}
+
+static int parse_listen(const char *arg, struct ctl_config *cfg) {
+  const char *colon = strrchr(arg, ':');
+  long port;
+
+  if (!colon || (size_t)(colon - arg) >= sizeof(cfg->listen_host))
+    return MUSTER_E_INVALID;
+  if (util_parse_long(colon + 1, 0, 65535, &port) != 0)
+    return MUSTER_E_INVALID;
+  snprintf(cfg->listen_host, sizeof(cfg->listen_host), "%.*s", (int)(colon - arg), arg);
+  cfg->port = (int)port;
+  return 0;
+}
+
+/* Fills cfg from argv. Returns 0, 1 for --help/--version (exit 0), or
+ * MUSTER_E_INVALID after printing what was wrong. */
+static int parse_args(int argc, char **argv, struct ctl_config *cfg) {
+  char self[PATH_MAX];
+  ssize_t n;
+  const char *home = getenv("HOME");
+  struct sysinfo si;
+
+  memset(cfg, 0, sizeof(*cfg));
+  snprintf(cfg->listen_host, sizeof(cfg->listen_host), "127.0.0.1");
+  cfg->port = 8470;
+  snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s/.muster", home ? home : ".");
+  snprintf(cfg->backend, sizeof(cfg->backend), "local");
+  snprintf(cfg->web_dir, sizeof(cfg->web_dir), "%s", MUSTER_WEB_DIR);
+  if (!getcwd(cfg->workdir, sizeof(cfg->workdir)))
+    snprintf(cfg->workdir, sizeof(cfg->workdir), "/");
+  cfg->start_timeout_s = 60;
+  cfg->heartbeat_timeout_s = 15;
+  cfg->heartbeat_interval_s = 2;
+  cfg->stop_grace_s = 5;
+  cfg->cpus = (double)sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->memory = sysinfo(&si) == 0 ? (double)si.totalram * si.mem_unit / (1024.0 * 1024 * 1024) : 1;
+  cfg->gpus = 0;
+  cfg->http_threads = 4;
+  n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s/muster-workerd", dirname(self));
+  } else {
+    snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "muster-workerd");
+  }
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    long l;
+
+#define NEED_VALUE()                                                  \
+  do {                                                                \
+    if (!v) {                                                         \
+      fprintf(stderr, "muster-controller: %s needs a value\n", a);    \
+      return MUSTER_E_INVALID;                                        \
+    }                                                                 \
+    i++;                                                              \
+  } while (0)
+
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 1;
+    } else if (strcmp(a, "--version") == 0) {
+      printf("muster-controller %s\n", MUSTER_VERSION);
+      return 1;
+    } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+      log_verbosity = LOG_DEBUG;
+    } else if (strcmp(a, "--listen") == 0) {
+      NEED_VALUE();
+      bad = parse_listen(v, cfg);
+    } else if (strcmp(a, "--state-dir") == 0) {
+      NEED_VALUE();
+      bad = strlen(v) >= sizeof(cfg->state_dir) - 64;
+      snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", v);
+    } else if (strcmp(a, "--backend") == 0) {
+      NEED_VALUE();
+      bad = strcmp(v, "local") != 0;
+      if (bad) {
+        fprintf(stderr, "muster-controller: --backend: only \"local\" exists so far\n");
+        return MUSTER_E_INVALID;
+      }
+    } else if (strcmp(a, "--start-timeout") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0.1, 86400, &cfg->start_timeout_s);
+    } else if (strcmp(a, "--heartbeat-timeout") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0.5, 86400, &cfg->heartbeat_timeout_s);
+    } else if (strcmp(a, "--heartbeat-interval") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0.1, 3600, &cfg->heartbeat_interval_s);
+    } else if (strcmp(a, "--stop-grace") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0, 3600, &cfg->stop_grace_s);
+    } else if (strcmp(a, "--cpus") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0, 1e6, &cfg->cpus);
+    } else if (strcmp(a, "--memory") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0, 1e9, &cfg->memory);
+    } else if (strcmp(a, "--gpus") == 0) {
+      NEED_VALUE();
+      bad = util_parse_long(v, 0, 64, &l);
+      cfg->gpus = (int)l;
+    } else if (strcmp(a, "--http-threads") == 0) {
+      NEED_VALUE();
+      bad = util_parse_long(v, 1, 64, &l);
+      cfg->http_threads = (int)l;
+    } else if (strcmp(a, "--workerd") == 0) {
+      NEED_VALUE();
+      snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s", v);
+    } else if (strcmp(a, "--web-dir") == 0) {
+      NEED_VALUE();
+      snprintf(cfg->web_dir, sizeof(cfg->web_dir), "%s", v);
+    } else if (strcmp(a, "--workdir") == 0) {
+      NEED_VALUE();
+      snprintf(cfg->workdir, sizeof(cfg->workdir), "%s", v);
+    } else {
+      fprintf(stderr, "muster-controller: unknown option %s (see --help)\n", a);
+      return MUSTER_E_INVALID;
+    }
+    if (bad) {
+      fprintf(stderr, "muster-controller: %s: invalid value \"%s\"\n", a, v);
+      return MUSTER_E_INVALID;
+    }
+#undef NEED_VALUE
+  }
+  if (access(cfg->workerd_path, X_OK) != 0) {
+    fprintf(stderr, "muster-controller: cannot run the worker daemon %s: %s (see --workerd)\n",
+            cfg->workerd_path, strerror(errno));
+    return MUSTER_E_INVALID;
+  }
+  return 0;
+}
+
+/* Writes the controller's URL beside its token, so that clients on this
+ * host find it without any set-up. */
+static void write_url_file(void) {
+  char path[600], tmp[620];
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/url", g.cfg.state_dir);
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  f = fopen(tmp, "w");
+  if (!f)
+    return;
+  fprintf(f, "%s\n", g.controller_url);
+  if (fclose(f) == 0)
+    rename(tmp, path);
+}
+
+int main(int argc, char **argv) {
+  struct ctl_config cfg;
+  struct rlimit rl;
+  sigset_t set;
+  char err[512];
+  int rc, sig = 0;
+
+  log_set_program("muster-controller");
+  rc = parse_args(argc, argv, &cfg);
+  if (rc)
+    return rc > 0 ? 0 : 2;
+
+  /* Hundreds of workers keep a connection each. */
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  /* Every thread inherits this mask; the main thread takes the signals. */
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+  rc = state_init(&cfg, err, sizeof(err));
+  if (!rc)
+    rc = api_start(err, sizeof(err));
+  if (rc) {
+    LOG(LOG_ERROR, "%s", err);
+    state_cleanup();
+    return 1;
+  }
+  write_url_file();
+  rc = state_start_monitor();
+  if (rc) {
+    LOG(LOG_ERROR, "could not start the monitor thread");
+    api_stop();
+    state_cleanup();
+    return 1;
+  }
+  LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g cores, %g GiB, %d GPUs)",
+      g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
+  printf("muster-controller: listening on %s\n", g.controller_url);
+  fflush(stdout);
+
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+    ;
+  LOG(LOG_INFO, "signal %d: shutting down (workers keep running)", sig);
+  state_begin_shutdown();
+  /* Give woken connections a moment to send their last answers. */
+  usleep(100 * 1000);
+  state_stop_monitor();
+  api_stop();
+  state_cleanup();
+  return 0;
+}

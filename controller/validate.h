@@ -1,0 +1,52 @@
+/*
+ * validate.h: checks of REST request bodies, before anything is stored.
+ *
+ * Each function fills *field with the name of the offending field (a static
+ * string) and msg with a sentence naming it, and returns MUSTER_E_INVALID
+ * (422), MUSTER_E_MALFORMED (400) or MUSTER_E_CAPACITY (422).
+ */
+#ifndef MUSTER_VALIDATE_H
+#define MUSTER_VALIDATE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define LAUNCH_MAX_N 1024
+
+/* A validated launch request; every pointer is borrowed from the body. */
+struct launch_req {
+  long n;
+  double cpu, memory;
+  int nvidia_gpu;
+  const char *script, *code, *kernel, *role, *name, *session;
+  json_t *command;    /* array of strings, or NULL */
+  json_t *args;       /* array of strings, or NULL */
+  json_t *env;        /* object of strings, or NULL */
+  json_t *secret_env; /* object of strings, or NULL */
+};
+
+int validate_launch(json_t *body, struct launch_req *out, const char **field, char *msg,
+                    size_t msglen) __attribute__((warn_unused_result));
+
+/* The argument a kernel needs before inline code ("-c", "-e"), or NULL if
+ * the kernel is not known to take inline code. */
+const char *validate_kernel_code_flag(const char *kernel);
+
+/* A validated await request. ids is a new reference to an array of id
+ * strings (worker objects reduced to their "id"). */
+struct await_req {
+  json_t *ids;
+  int wait_for_completion;
+  double timeout_seconds;
+};
+
+int validate_await(json_t *body, struct await_req *out, const char **field, char *msg,
+                   size_t msglen) __attribute__((warn_unused_result));
+
+/* 1 if s looks like a worker id: "w-" and 10 of [a-z0-9]. */
+int validate_worker_id(const char *s);
+
+/* 1 if s is a session, role or similar name: 1..64 of [A-Za-z0-9_.-]. */
+int validate_name(const char *s);
+
+#endif

@@ -1,0 +1,13 @@
+# Writes OUT, a C file holding every migration in FILES as a string, in order.
+set(body "/* Generated from migrations/ by scripts/embed_migrations.cmake. */\n")
+string(APPEND body "#include \"db.h\"\n\nconst struct db_migration db_migrations[] = {\n")
+set(count 0)
+foreach(f IN LISTS FILES)
+  get_filename_component(name ${f} NAME)
+  file(READ ${f} hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "\\\\x\\1" escaped "${hex}")
+  string(APPEND body "  {\"${name}\", \"${escaped}\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\nconst int db_migration_count = ${count};\n")
+file(WRITE ${OUT} "${body}")

@@ -567,10 +567,12 @@ static enum MHD_Result h_await(struct MHD_Connection *c, struct req *rq) {
     } else {
       struct db_worker_info info;
       if (db_worker_info(g.db, id, &info) != 0) {
+        enum MHD_Result ret;
         state_unlock();
         waiter_free(wt);
-        json_decref(ar.ids);
-        return respond_error(c, MUSTER_E_NOT_FOUND, "ids", "there is no worker %s", id);
+        ret = respond_error(c, MUSTER_E_NOT_FOUND, "ids", "there is no worker %s", id);
+        json_decref(ar.ids); /* id points into it */
+        return ret;
       }
       if (ws_parse(info.status, &st) != 0)
         st = WS_FAILED;

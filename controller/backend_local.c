@@ -33,9 +33,12 @@ int backend_init(void) {
     return MUSTER_E_NOMEM;
   /* The controller's own muster/CML variables (its API token above all)
    * must not leak into workers; everything else is the worker's
-   * "image" environment: PATH, HOME, LANG. */
+   * "image" environment: PATH, HOME, LANG. The settings meant for workerd
+   * itself pass through. */
   for (char **e = environ; *e; e++)
-    if (strncmp(*e, "MUSTER_", 7) != 0 && strncmp(*e, "CDSW_", 5) != 0)
+    if ((strncmp(*e, "MUSTER_", 7) != 0 && strncmp(*e, "CDSW_", 5) != 0) ||
+        strncmp(*e, "MUSTER_ORPHAN_TIMEOUT=", 22) == 0 ||
+        strncmp(*e, "MUSTER_LOG_LEVEL=", 17) == 0)
       base_env[base_env_len++] = *e;
   return 0;
 }
@@ -237,4 +240,24 @@ void backend_signal(pid_t pgid, int sig) {
     LOG(LOG_WARN, "could not signal process group %d: %s", (int)pgid, strerror(errno));
 }
 
-int backend_alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+int backend_alive(pid_t pid) {
+  char path[64], buf[512];
+  const char *state;
+  FILE *f;
+  size_t n;
+
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+    return 0;
+  /* A workerd orphaned by a controller crash may linger as a zombie when
+   * nothing reaps orphans (a container's init, for one): dead all the same.
+   * The state follows the last ')' of /proc/PID/stat. */
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  f = fopen(path, "r");
+  if (!f)
+    return 1; /* no /proc: trust kill() */
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  state = strrchr(buf, ')');
+  return !(state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X'));
+}

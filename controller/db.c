@@ -124,8 +124,9 @@ static int apply_migrations(struct db *db, char *errbuf, size_t errlen) {
 
   if (version > db_migration_count) {
     snprintf(errbuf, errlen,
-             "the database is at schema version %d but this muster-controller knows only "
-             "up to %d; upgrade muster or use another --state-dir",
+             "the database was written by a newer muster (schema version %d; this "
+             "muster-controller knows versions up to %d): upgrade muster or use another "
+             "--state-dir; the database was left as it is",
              version, db_migration_count);
     return MUSTER_E_SCHEMA_TOO_NEW;
   }

@@ -1,0 +1,399 @@
+/* harness.c: see harness.h. */
+#include "harness.h"
+
+#include <check.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CTLS 4
+static struct ctl_proc *live[MAX_CTLS];
+static int atexit_set;
+
+double h_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+const char *h_str(json_t *obj, const char *key) {
+  return json_string_value(json_object_get(obj, key));
+}
+
+static int free_port(void) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+void h_write_exec(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
+/* Kills the worker processes of c: the test started them, through its
+ * controller, so the test ends them. */
+static void kill_workers(struct ctl_proc *c) {
+  char path[160];
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+
+  /* The controller may be down: read the pids from its database. */
+  snprintf(path, sizeof(path), "%s/muster.db", c->dir);
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, "SELECT backend_ref FROM workers WHERE backend_ref IS NOT NULL",
+                         -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      long pid = strtol((const char *)sqlite3_column_text(st, 0), NULL, 10);
+      if (pid > 1) {
+        kill(-(pid_t)pid, SIGKILL);
+        kill((pid_t)pid, SIGKILL);
+      }
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+static void stop_controller(struct ctl_proc *c, int sig) {
+  if (c->pid <= 0)
+    return;
+  kill(c->pid, sig);
+  for (int i = 0; i < 100; i++) {
+    if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
+      c->pid = 0;
+      return;
+    }
+    usleep(50 * 1000);
+  }
+  kill(c->pid, SIGKILL);
+  waitpid(c->pid, NULL, 0);
+  c->pid = 0;
+}
+
+/* Reaps the workers this process adopted as subreaper (their controller
+ * was killed), so that no zombie outlives the test. */
+static void reap_adopted(void) {
+  while (waitpid(-1, NULL, WNOHANG) > 0)
+    ;
+}
+
+static void cleanup_all(void) {
+  for (int i = 0; i < MAX_CTLS; i++)
+    if (live[i]) {
+      kill_workers(live[i]);
+      stop_controller(live[i], SIGTERM);
+      live[i] = NULL;
+    }
+  usleep(100 * 1000);
+  reap_adopted();
+}
+
+static void spawn(struct ctl_proc *c) {
+  char listen[64], workerd[512];
+  const char *argv[40];
+  int n = 0;
+
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", c->port);
+  snprintf(workerd, sizeof(workerd), "%s", MUSTER_WORKERD_BIN);
+  argv[n++] = MUSTER_CONTROLLER_BIN;
+  argv[n++] = "--listen";
+  argv[n++] = listen;
+  argv[n++] = "--state-dir";
+  argv[n++] = c->dir;
+  argv[n++] = "--http-threads";
+  argv[n++] = "4";
+  for (int i = 0; c->extra[i] && n < 36; i++)
+    argv[n++] = c->extra[i];
+  argv[n] = NULL;
+
+  c->pid = fork();
+  ck_assert_int_ge(c->pid, 0);
+  if (c->pid == 0) {
+    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    /* If the test process dies (a Check timeout), the controller goes too. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    setenv("MUSTER_ORPHAN_TIMEOUT", "60", 1);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+}
+
+static void wait_healthy(struct ctl_proc *c) {
+  double until = h_now() + 10;
+
+  while (h_now() < until) {
+    int st;
+    ck_assert_msg(waitpid(c->pid, &st, WNOHANG) == 0, "the controller exited at start; see %s",
+                  c->log);
+    if (h_http(c, "GET", "/api/v1/health", NULL, NULL, NULL, NULL) == 200)
+      return;
+    usleep(20 * 1000);
+  }
+  ck_abort_msg("the controller did not answer /api/v1/health within 10 s; see %s", c->log);
+}
+
+static void read_token(struct ctl_proc *c) {
+  char path[160];
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/token", c->dir);
+  f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(fgets(c->token, sizeof(c->token), f));
+  fclose(f);
+  c->token[strcspn(c->token, "\n")] = '\0';
+}
+
+void h_start(struct ctl_proc *c) {
+  if (!atexit_set) {
+    /* Workers orphaned by a killed controller become our children, not
+     * init's, and we reap them. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    atexit(cleanup_all);
+    atexit_set = 1;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+  }
+  if (!c->dir[0]) {
+    snprintf(c->dir, sizeof(c->dir), "/tmp/muster-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(c->dir));
+  }
+  if (!c->port)
+    c->port = free_port();
+  snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
+  snprintf(c->log, sizeof(c->log), "%s.controller.log", c->dir);
+  for (int i = 0; i < MAX_CTLS; i++)
+    if (!live[i] || live[i] == c) {
+      live[i] = c;
+      break;
+    }
+  spawn(c);
+  wait_healthy(c);
+  read_token(c);
+}
+
+void h_restart(struct ctl_proc *c) {
+  spawn(c);
+  wait_healthy(c);
+}
+
+void h_kill9(struct ctl_proc *c) {
+  kill(c->pid, SIGKILL);
+  waitpid(c->pid, NULL, 0);
+  c->pid = 0;
+}
+
+/* Fails the test if a sanitizer reported anything in the controller's or a
+ * workerd's log (a sanitized build prints there, not to the test). */
+static void assert_no_sanitizer_reports(struct ctl_proc *c) {
+  char cmd[512], hit[512] = "";
+  FILE *f;
+
+  snprintf(cmd, sizeof(cmd),
+           "grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' %s %s/workers/*.log "
+           "2>/dev/null | head -3",
+           c->log, c->dir);
+  f = popen(cmd, "r");
+  if (!f)
+    return;
+  if (!fgets(hit, sizeof(hit), f))
+    hit[0] = '\0';
+  pclose(f);
+  ck_assert_msg(hit[0] == '\0', "a sanitizer reported an error; see %s", hit);
+}
+
+void h_finish(struct ctl_proc *c) {
+  char cmd[400];
+
+  kill_workers(c);
+  stop_controller(c, SIGTERM);
+  assert_no_sanitizer_reports(c);
+  for (int i = 0; i < MAX_CTLS; i++)
+    if (live[i] == c)
+      live[i] = NULL;
+  usleep(100 * 1000);
+  reap_adopted();
+  snprintf(cmd, sizeof(cmd), "rm -rf %s %s", c->dir, c->log);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", c->dir);
+}
+
+struct buf {
+  char *data;
+  size_t len;
+};
+
+static size_t collect(char *p, size_t size, size_t n, void *arg) {
+  struct buf *b = arg;
+  char *grown = realloc(b->data, b->len + size * n + 1);
+
+  if (!grown)
+    return 0;
+  b->data = grown;
+  memcpy(b->data + b->len, p, size * n);
+  b->len += size * n;
+  b->data[b->len] = '\0';
+  return size * n;
+}
+
+long h_http(struct ctl_proc *c, const char *method, const char *path, const char *body,
+            const char *token, json_t **out, char **raw) {
+  CURL *curl = curl_easy_init();
+  struct curl_slist *hdrs = NULL;
+  struct buf b = {NULL, 0};
+  char url[512], auth[160];
+  long status = 0;
+
+  snprintf(url, sizeof(url), "%s%s", c->url, path);
+  curl_easy_setopt(curl, CURLOPT_URL, url);
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
+  if (token) {
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token[0] ? token : c->token);
+    hdrs = curl_slist_append(hdrs, auth);
+  }
+  if (body) {
+    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+  }
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hdrs);
+  if (curl_easy_perform(curl) == CURLE_OK)
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(hdrs);
+  curl_easy_cleanup(curl);
+  if (out)
+    *out = b.data ? json_loads(b.data, 0, NULL) : NULL;
+  if (raw)
+    *raw = b.data;
+  else
+    free(b.data);
+  return status;
+}
+
+json_t *h_launch(struct ctl_proc *c, const char *body) {
+  json_t *ans = NULL, *workers;
+  char *raw = NULL;
+  long st = h_http(c, "POST", "/api/v1/workers", body, "", &ans, &raw);
+
+  ck_assert_msg(st == 201, "launch %s answered %ld: %s", body, st, raw ? raw : "");
+  free(raw);
+  workers = json_incref(json_object_get(ans, "workers"));
+  json_decref(ans);
+  return workers;
+}
+
+json_t *h_await(struct ctl_proc *c, json_t *workers, int wfc, double timeout) {
+  json_t *ids = json_array(), *w, *ans = NULL, *body;
+  char *text;
+  size_t i;
+  long st;
+
+  json_array_foreach(workers, i, w) json_array_append(ids, json_object_get(w, "id"));
+  body = json_pack("{s:o, s:b, s:f}", "ids", ids, "wait_for_completion", wfc, "timeout_seconds",
+                   timeout);
+  text = json_dumps(body, 0);
+  json_decref(body);
+  st = h_http(c, "POST", "/api/v1/workers/await", text, "", &ans, NULL);
+  free(text);
+  ck_assert_int_eq(st, 200);
+  ck_assert_ptr_nonnull(ans);
+  return ans;
+}
+
+json_t *h_worker(struct ctl_proc *c, const char *id) {
+  char path[64];
+  json_t *w = NULL;
+
+  snprintf(path, sizeof(path), "/api/v1/workers/%s", id);
+  ck_assert_int_eq(h_http(c, "GET", path, NULL, "", &w, NULL), 200);
+  return w;
+}
+
+json_t *h_wait_status(struct ctl_proc *c, const char *id, const char *status, double timeout_s) {
+  double until = h_now() + timeout_s;
+  json_t *w = NULL;
+
+  do {
+    json_decref(w);
+    w = h_worker(c, id);
+    if (strcmp(h_str(w, "status"), status) == 0)
+      return w;
+    usleep(50 * 1000);
+  } while (h_now() < until);
+  ck_abort_msg("worker %s is %s, not %s, after %g s (failure: %s)", id, h_str(w, "status"),
+               status, timeout_s, h_str(w, "failure") ? h_str(w, "failure") : "none");
+  return NULL;
+}
+
+struct sse {
+  struct buf b;
+  int events;
+  int want;
+};
+
+static size_t sse_collect(char *p, size_t size, size_t n, void *arg) {
+  struct sse *s = arg;
+  size_t got = collect(p, size, n, &s->b);
+  const char *q = s->b.data;
+
+  s->events = 0;
+  while (q && (q = strstr(q, "\ndata: ")) != NULL) {
+    s->events++;
+    q++;
+  }
+  /* Returning less than given ends the transfer: we have enough. */
+  return s->events >= s->want ? 0 : got;
+}
+
+int h_sse(struct ctl_proc *c, long since, int want, long timeout_ms, char **raw) {
+  CURL *curl = curl_easy_init();
+  struct curl_slist *hdrs = NULL;
+  struct sse s = {{NULL, 0}, 0, want};
+  char url[256], auth[160];
+
+  snprintf(url, sizeof(url), "%s/api/v1/events?since=%ld", c->url, since);
+  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
+  hdrs = curl_slist_append(hdrs, auth);
+  curl_easy_setopt(curl, CURLOPT_URL, url);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, sse_collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &s);
+  curl_easy_perform(curl);
+  curl_slist_free_all(hdrs);
+  curl_easy_cleanup(curl);
+  *raw = s.b.data ? s.b.data : strdup("");
+  return s.events;
+}

@@ -1,0 +1,72 @@
+/*
+ * harness.h: black-box test helpers. They start the real muster-controller
+ * (and through it real muster-workerd processes) on a free loopback port,
+ * talk to it over HTTP with libcurl, and clean up only what they started,
+ * by pid, even when an assertion fails (an atexit handler).
+ */
+#ifndef MUSTER_HARNESS_H
+#define MUSTER_HARNESS_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+struct ctl_proc {
+  pid_t pid;
+  int port;
+  char dir[96];
+  char url[64];
+  char token[96];
+  char log[160];
+  const char *extra[16]; /* extra controller arguments, NULL-terminated */
+};
+
+/* Starts a controller with a fresh state directory (or c->dir if set) on
+ * c->port (a free one if 0) and waits until /api/v1/health answers (10 s at
+ * most). Fails the test on error. */
+void h_start(struct ctl_proc *c);
+
+/* Restarts a controller on the same port and state directory. */
+void h_restart(struct ctl_proc *c);
+
+/* kill -9 of the controller (its workers keep running). */
+void h_kill9(struct ctl_proc *c);
+
+/* Kills every worker process the controller started (from backend_ref),
+ * stops the controller and removes its state directory. */
+void h_finish(struct ctl_proc *c);
+
+/* One HTTP call. token NULL sends no Authorization header; "" sends the
+ * controller's token. Returns the status; *out (if given) gets the parsed
+ * JSON answer (new reference, NULL if not JSON), *raw (if given) the body
+ * (malloc'ed). */
+long h_http(struct ctl_proc *c, const char *method, const char *path, const char *body,
+            const char *token, json_t **out, char **raw);
+
+/* Launches with body, asserts 201, returns the new reference to the
+ * workers array. */
+json_t *h_launch(struct ctl_proc *c, const char *body);
+
+/* POST /workers/await for every worker of arr; returns the answer. */
+json_t *h_await(struct ctl_proc *c, json_t *workers, int wait_for_completion, double timeout);
+
+/* The worker object of id (new reference). */
+json_t *h_worker(struct ctl_proc *c, const char *id);
+
+/* Waits up to timeout_s for worker id to reach status; returns it (new ref). */
+json_t *h_wait_status(struct ctl_proc *c, const char *id, const char *status, double timeout_s);
+
+/* Reads GET /api/v1/events?since=since until it holds want events or
+ * timeout_ms passes. Returns the number of events read; *raw gets the text
+ * (malloc'ed). */
+int h_sse(struct ctl_proc *c, long since, int want, long timeout_ms, char **raw);
+
+/* Monotonic seconds. */
+double h_now(void);
+
+/* Writes an executable file (a fake workerd or a script) and returns its
+ * path (static buffer per call site is the caller's). */
+void h_write_exec(const char *path, const char *text);
+
+const char *h_str(json_t *obj, const char *key);
+
+#endif

@@ -1,0 +1,163 @@
+/* check_validate.c: launch and await bodies are checked field by field. */
+#include "muster_errors.h"
+#include "validate.h"
+
+#include <check.h>
+#include <string.h>
+
+static int launch(const char *text, const char **field, char *msg, size_t msglen) {
+  struct launch_req lr;
+  json_t *body = json_loads(text, 0, NULL);
+  int rc;
+
+  ck_assert_ptr_nonnull(body);
+  rc = validate_launch(body, &lr, field, msg, msglen);
+  json_decref(body);
+  return rc;
+}
+
+#define EXPECT_FIELD(text, code, name)                               \
+  do {                                                               \
+    const char *field = NULL;                                        \
+    char msg[512];                                                   \
+    ck_assert_int_eq(launch(text, &field, msg, sizeof(msg)), code);  \
+    ck_assert_ptr_nonnull(field);                                    \
+    ck_assert_str_eq(field, name);                                   \
+    ck_assert_ptr_nonnull(strstr(msg, name));                        \
+  } while (0)
+
+START_TEST(defaults_are_those_of_design) {
+  struct launch_req lr;
+  const char *field;
+  char msg[256];
+  json_t *body = json_loads("{\"n\": 3}", 0, NULL);
+
+  ck_assert_int_eq(validate_launch(body, &lr, &field, msg, sizeof(msg)), 0);
+  ck_assert_int_eq(lr.n, 3);
+  ck_assert(lr.cpu == 1 && lr.memory == 1 && lr.nvidia_gpu == 0);
+  ck_assert_str_eq(lr.kernel, "python3");
+  ck_assert_str_eq(lr.session, "default");
+  ck_assert_str_eq(lr.role, "worker");
+  ck_assert_ptr_null(lr.script);
+  json_decref(body);
+}
+END_TEST
+
+START_TEST(bad_fields_are_named) {
+  EXPECT_FIELD("{}", MUSTER_E_INVALID, "n");
+  EXPECT_FIELD("{\"n\": 0}", MUSTER_E_INVALID, "n");
+  EXPECT_FIELD("{\"n\": 1025}", MUSTER_E_INVALID, "n");
+  EXPECT_FIELD("{\"n\": 1.5}", MUSTER_E_INVALID, "n");
+  EXPECT_FIELD("{\"n\": \"2\"}", MUSTER_E_INVALID, "n");
+  EXPECT_FIELD("{\"n\": 1, \"cpu\": -0.5}", MUSTER_E_INVALID, "cpu");
+  EXPECT_FIELD("{\"n\": 1, \"cpu\": \"1\"}", MUSTER_E_INVALID, "cpu");
+  EXPECT_FIELD("{\"n\": 1, \"memory\": -1}", MUSTER_E_INVALID, "memory");
+  EXPECT_FIELD("{\"n\": 1, \"nvidia_gpu\": -1}", MUSTER_E_INVALID, "nvidia_gpu");
+  EXPECT_FIELD("{\"n\": 1, \"script\": 5}", MUSTER_E_INVALID, "script");
+  EXPECT_FIELD("{\"n\": 1, \"args\": [1]}", MUSTER_E_INVALID, "args");
+  EXPECT_FIELD("{\"n\": 1, \"env\": {\"A\": 1}}", MUSTER_E_INVALID, "env");
+  EXPECT_FIELD("{\"n\": 1, \"env\": {\"A-B\": \"x\"}}", MUSTER_E_INVALID, "env");
+  EXPECT_FIELD("{\"n\": 1, \"secret_env\": []}", MUSTER_E_INVALID, "secret_env");
+  EXPECT_FIELD("{\"n\": 1, \"command\": []}", MUSTER_E_INVALID, "command");
+  EXPECT_FIELD("{\"n\": 1, \"session\": \"a b\"}", MUSTER_E_INVALID, "session");
+  EXPECT_FIELD("{\"n\": 1, \"role\": \"\"}", MUSTER_E_INVALID, "role");
+  EXPECT_FIELD("{\"n\": 1, \"kernel\": \"py thon\"}", MUSTER_E_INVALID, "kernel");
+  EXPECT_FIELD("{\"n\": 1, \"code\": \"x\", \"kernel\": \"java\"}", MUSTER_E_INVALID, "kernel");
+  EXPECT_FIELD("{\"n\": 1, \"script\": \"a.py\", \"command\": [\"x\"]}", MUSTER_E_INVALID,
+               "command");
+}
+END_TEST
+
+START_TEST(unknown_fields_are_refused) {
+  const char *field = NULL;
+  char msg[512];
+
+  ck_assert_int_eq(launch("{\"n\": 1, \"memroy\": 2}", &field, msg, sizeof(msg)),
+                   MUSTER_E_INVALID);
+  ck_assert_ptr_nonnull(strstr(msg, "memroy"));
+}
+END_TEST
+
+START_TEST(cml_empty_strings_mean_absent) {
+  const char *field = NULL;
+  char msg[512];
+
+  ck_assert_int_eq(launch("{\"n\": 1, \"script\": \"\", \"code\": \"print(1)\"}", &field, msg,
+                          sizeof(msg)),
+                   0);
+  ck_assert_int_eq(launch("{\"n\": 1, \"code\": \"!echo hi\", \"kernel\": \"java\"}", &field, msg,
+                          sizeof(msg)),
+                   0);
+}
+END_TEST
+
+START_TEST(kernels_and_their_code_flags) {
+  ck_assert_str_eq(validate_kernel_code_flag("python3"), "-c");
+  ck_assert_str_eq(validate_kernel_code_flag("/usr/bin/python3.11"), "-c");
+  ck_assert_str_eq(validate_kernel_code_flag("bash"), "-c");
+  ck_assert_str_eq(validate_kernel_code_flag("node"), "-e");
+  ck_assert_ptr_null(validate_kernel_code_flag("java"));
+}
+END_TEST
+
+START_TEST(await_bodies) {
+  struct await_req ar;
+  const char *field;
+  char msg[256];
+  json_t *b;
+
+  b = json_loads("{\"ids\": [\"w-abcdefghij\", {\"id\": \"w-0123456789\"}]}", 0, NULL);
+  ck_assert_int_eq(validate_await(b, &ar, &field, msg, sizeof(msg)), 0);
+  ck_assert_int_eq(json_array_size(ar.ids), 2);
+  ck_assert_str_eq(json_string_value(json_array_get(ar.ids, 1)), "w-0123456789");
+  ck_assert_int_eq(ar.wait_for_completion, 1);
+  ck_assert(ar.timeout_seconds == 60);
+  json_decref(ar.ids);
+  json_decref(b);
+
+  b = json_loads("{\"ids\": [\"nope\"]}", 0, NULL);
+  ck_assert_int_eq(validate_await(b, &ar, &field, msg, sizeof(msg)), MUSTER_E_INVALID);
+  ck_assert_str_eq(field, "ids");
+  json_decref(b);
+
+  b = json_loads("{\"ids\": [], \"timeout_seconds\": -1}", 0, NULL);
+  ck_assert_int_eq(validate_await(b, &ar, &field, msg, sizeof(msg)), MUSTER_E_INVALID);
+  ck_assert_str_eq(field, "timeout_seconds");
+  json_decref(b);
+
+  b = json_loads("{\"ids\": [], \"wait_for_completion\": 1}", 0, NULL);
+  ck_assert_int_eq(validate_await(b, &ar, &field, msg, sizeof(msg)), MUSTER_E_INVALID);
+  ck_assert_str_eq(field, "wait_for_completion");
+  json_decref(b);
+}
+END_TEST
+
+START_TEST(worker_ids) {
+  ck_assert(validate_worker_id("w-3kf9x2m1qa"));
+  ck_assert(!validate_worker_id("w-3kf9x2m1q"));
+  ck_assert(!validate_worker_id("w-3KF9X2M1QA"));
+  ck_assert(!validate_worker_id("x-3kf9x2m1qa"));
+  ck_assert(!validate_worker_id(NULL));
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("validate");
+  TCase *tc = tcase_create("bodies");
+  SRunner *sr;
+  int failed;
+
+  tcase_add_test(tc, defaults_are_those_of_design);
+  tcase_add_test(tc, bad_fields_are_named);
+  tcase_add_test(tc, unknown_fields_are_refused);
+  tcase_add_test(tc, cml_empty_strings_mean_absent);
+  tcase_add_test(tc, kernels_and_their_code_flags);
+  tcase_add_test(tc, await_bodies);
+  tcase_add_test(tc, worker_ids);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

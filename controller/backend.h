@@ -37,6 +37,10 @@ void backend_adopt_locked(struct lw *w, const char *bind_ip, const char *gpu_ind
 /* Gives back w's cores, memory, GPUs and address. */
 void backend_release_locked(struct lw *w);
 
+/* Tells the backend that child pid was reaped. Returns 1 if it was the
+ * backend's own (the fork server), 0 if it may be a worker. */
+int backend_reaped_locked(pid_t pid);
+
 /* Sends sig to w's process group (no-op without one). */
 void backend_signal(pid_t pgid, int sig);
 

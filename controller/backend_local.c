@@ -3,15 +3,20 @@
 
 #include "log.h"
 #include "muster_errors.h"
+#include "util.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -19,6 +24,14 @@ extern char **environ;
 #define IP_SLOTS (254 * 254)
 
 static unsigned char ip_used[IP_SLOTS];
+
+/* The fork server (muster-workerd --zygote), see workerd.c. -1 when there
+ * is none: then each worker is started with posix_spawn. */
+static int zygote_fd = -1;
+static pid_t zygote_pid;
+static int64_t zygote_retry_ms;
+
+static void zygote_close(void);
 static int ip_next; /* round-robin start, so an address is not reused at once */
 static char **base_env;
 static size_t base_env_len;
@@ -44,6 +57,7 @@ int backend_init(void) {
 }
 
 void backend_cleanup(void) {
+  zygote_close();
   free(base_env);
   base_env = NULL;
   base_env_len = 0;
@@ -157,12 +171,134 @@ void backend_adopt_locked(struct lw *w, const char *bind_ip, const char *gpu_ind
   reserve(w);
 }
 
+/* Fills the spawn attributes every workerd gets: its own session, so that
+ * it outlives a controller restart and can be signalled as a group with its
+ * script; default signal handling, since the controller ignores SIGPIPE. */
+static void spawn_attr_init(posix_spawnattr_t *attr) {
+  sigset_t none, defaults;
+
+  posix_spawnattr_init(attr);
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGCHLD);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGHUP);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setsigdefault(attr, &defaults);
+  posix_spawnattr_setflags(attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+}
+
+static void zygote_close(void) {
+  if (zygote_fd >= 0)
+    close(zygote_fd);
+  if (zygote_pid > 0)
+    kill(zygote_pid, SIGKILL); /* reaped by the monitor */
+  zygote_fd = -1;
+  zygote_pid = 0;
+  zygote_retry_ms = util_mono_ms() + 10000;
+}
+
+/* Starts the fork server; on failure workers are simply spawned. */
+static void zygote_start(void) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  char logpath[1100];
+  char *argv[] = {g.cfg.workerd_path, "--zygote", NULL};
+  int sv[2], rc;
+
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return;
+  snprintf(logpath, sizeof(logpath), "%s/workers/zygote.log", g.cfg.state_dir);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  spawn_attr_init(&attr);
+  rc = posix_spawn(&zygote_pid, g.cfg.workerd_path, &fa, &attr, argv, base_env);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(sv[1]);
+  if (rc != 0) {
+    LOG(LOG_WARN, "could not start the workerd fork server (%s); spawning each worker",
+        strerror(rc));
+    close(sv[0]);
+    zygote_pid = 0;
+    zygote_retry_ms = util_mono_ms() + 10000;
+    return;
+  }
+  zygote_fd = sv[0];
+  {
+    struct pollfd p = {.fd = zygote_fd, .events = POLLIN};
+    pid_t hello = -1;
+    if (poll(&p, 1, 2000) != 1 || recv(zygote_fd, &hello, sizeof(hello), 0) != sizeof(hello) ||
+        hello != 0) {
+      /* Not a fork server (a --workerd that predates it, or a wrapper):
+       * spawn every worker, and do not try again. */
+      LOG(LOG_INFO, "%s is not a fork server; spawning each worker", g.cfg.workerd_path);
+      zygote_close();
+      zygote_retry_ms = INT64_MAX;
+      return;
+    }
+  }
+  LOG(LOG_DEBUG, "workerd fork server started (pid %d)", (int)zygote_pid);
+}
+
+/* Asks the fork server for a worker. Returns 0 with *pid set, or an error
+ * after which the caller spawns the worker itself. */
+static int zygote_spawn(const char *const *vars, int nvars, pid_t *pid) {
+  char req[4096];
+  size_t len = 0;
+  struct pollfd p;
+  pid_t answer;
+
+  if (zygote_fd < 0 && zygote_retry_ms != INT64_MAX && util_mono_ms() >= zygote_retry_ms)
+    zygote_start();
+  if (zygote_fd < 0)
+    return MUSTER_E_BACKEND;
+  for (int i = 0; i < nvars; i++) {
+    size_t n = strlen(vars[i]) + 1;
+    if (len + n > sizeof(req))
+      return MUSTER_E_BACKEND;
+    memcpy(req + len, vars[i], n);
+    len += n;
+  }
+  if (send(zygote_fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
+    goto broken;
+  p.fd = zygote_fd;
+  p.events = POLLIN;
+  if (poll(&p, 1, 5000) != 1 || recv(zygote_fd, &answer, sizeof(answer), 0) != sizeof(answer))
+    goto broken;
+  if (answer <= 0) {
+    LOG(LOG_WARN, "the workerd fork server could not fork: %s", strerror(-answer));
+    return MUSTER_E_BACKEND;
+  }
+  *pid = answer;
+  return 0;
+
+broken:
+  LOG(LOG_WARN, "the workerd fork server stopped answering; restarting it later");
+  zygote_close();
+  return MUSTER_E_BACKEND;
+}
+
+int backend_reaped_locked(pid_t pid) {
+  if (pid != zygote_pid || pid <= 0)
+    return 0;
+  LOG(LOG_WARN, "the workerd fork server exited; restarting it later");
+  zygote_pid = 0;
+  zygote_close();
+  return 1;
+}
+
 int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_indices,
                          size_t gpulen, char *err, size_t errlen) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
-  sigset_t none, defaults;
-  char logpath[1100];
+  char logpath[1100], env_log[1200];
   char env_url[200], env_id[64], env_token[128], env_ip[64];
   char **envp = NULL;
   char *argv[] = {g.cfg.workerd_path, NULL};
@@ -200,28 +336,21 @@ int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_in
   envp[base_env_len + 3] = env_ip;
 
   snprintf(logpath, sizeof(logpath), "%s/workers/%s.log", g.cfg.state_dir, w->id);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_init(&attr);
-  /* Its own session, so that the worker outlives a controller restart and
-   * the whole worker (workerd and script) can be signalled as a group; and
-   * default signal handling, since the controller ignores SIGPIPE. */
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGCHLD);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGHUP);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  rc = posix_spawn(&pid, g.cfg.workerd_path, &fa, &attr, argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  snprintf(env_log, sizeof(env_log), "MUSTER_LOG_FILE=%s", logpath);
+  {
+    const char *vars[] = {env_url, env_id, env_token, env_ip, env_log};
+    rc = zygote_spawn(vars, 5, &pid);
+  }
+  if (rc != 0) {
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    spawn_attr_init(&attr);
+    rc = posix_spawn(&pid, g.cfg.workerd_path, &fa, &attr, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+  }
   free(envp);
   if (rc != 0) {
     snprintf(err, errlen, "could not start %s: %s", g.cfg.workerd_path, strerror(rc));

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -213,6 +214,10 @@ int main(int argc, char **argv) {
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   signal(SIGPIPE, SIG_IGN);
+  /* Workers forked by the fork server (and anything a worker leaves
+   * behind) are re-parented to us, so that we reap them and see at once
+   * when one dies. */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   /* Every thread inherits this mask; the main thread takes the signals. */
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

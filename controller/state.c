@@ -532,6 +532,8 @@ static void reap_children_locked(void) {
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
     char why[200];
 
+    if (backend_reaped_locked(pid))
+      continue;
     for (struct lw *w = g.head; w; w = w->next) {
       if (w->pid != pid)
         continue;
@@ -693,6 +695,9 @@ int state_start_monitor(void) {
 
 void state_stop_monitor(void) {
   state_lock();
+  /* Stopped workers still in their grace period are ended now: nobody
+   * would be left to do it. */
+  run_kills_locked(INT64_MAX);
   g.stopping_monitor = 1;
   pthread_cond_signal(&g.kick);
   state_unlock();

@@ -1408,6 +1408,11 @@ __attribute__((warn_unused_result)) static int finish(void) {
     goto out;
   }
   backoff_init(&b);
+  /* A worker ended by SIGTERM is most often being stopped by the controller,
+   * which knows the outcome already: a short try is enough. The long one is
+   * for a command that ended by itself, whose result must not be lost. */
+  if (wd.stop_signal)
+    b.give_up_ms = util_mono_ms() + 10 * 1000;
   for (;;) {
     if (streams_flush_all() == 0) {
       rc = http_post("exit", true, body, strlen(body), &status);
@@ -1422,7 +1427,7 @@ __attribute__((warn_unused_result)) static int finish(void) {
     }
     rc = backoff_wait(&b, false);
     if (rc) {
-      LOG(LOG_ERROR, "could not report the exit within 10 minutes; giving up");
+      LOG(LOG_ERROR, "could not report the exit in time; giving up");
       goto out;
     }
   }
@@ -1464,22 +1469,13 @@ static void cleanup(void) {
   explicit_bzero(wd.token, sizeof(wd.token));
 }
 
-int main(int argc, char **argv) {
+/* Runs one worker: reads its configuration from the environment, registers,
+ * runs its command and reports how it ended. curl_global_init() must have
+ * been called. Returns the process's exit code. */
+static int worker_main(void) {
   int code = 1;
   int rc;
 
-  log_set_program("muster-workerd");
-  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-    printf("muster-workerd %s\n", MUSTER_VERSION);
-    return 0;
-  }
-  if (argc != 1) {
-    fprintf(stderr,
-            "usage: muster-workerd\n"
-            "Started by the muster controller's backend, configured by MUSTER_CONTROLLER_URL,\n"
-            "MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN and optionally MUSTER_BIND_IP.\n");
-    return 2;
-  }
   std_fds_ensure();
   log_level_from_env();
   wd.listen_fd = wd.sig_read_fd = -1;
@@ -1490,10 +1486,6 @@ int main(int argc, char **argv) {
   wd.kill_at_ms = INT64_MAX;
   wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
 
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    LOG(LOG_ERROR, "cannot initialise libcurl");
-    return 1;
-  }
   rc = config_load();
   if (rc == 0)
     rc = signals_install();
@@ -1501,7 +1493,6 @@ int main(int argc, char **argv) {
     rc = http_init();
   if (rc)
     goto out;
-
   if (!wd.ip[0]) {
     struct backoff b;
 
@@ -1551,6 +1542,142 @@ int main(int argc, char **argv) {
 out:
   group_terminate();
   cleanup();
+  return code;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fork server                                                              */
+
+/* Starts one worker from a request of the controller's local backend: req
+ * holds n bytes of NUL-terminated "NAME=value" strings, the worker's
+ * settings, and MUSTER_LOG_FILE, where its output goes. The worker is
+ * forked twice so that it is not our child: its parent exits at once and
+ * the controller, a child subreaper, adopts it and reaps it, exactly as if
+ * it had started it itself. Returns the worker's pid or -errno. */
+static pid_t zygote_fork(int sock, char *req, size_t n) {
+  int pfd[2];
+  pid_t mid, pid = -EAGAIN;
+  ssize_t got;
+
+  if (pipe2(pfd, O_CLOEXEC) != 0)
+    return -errno;
+  mid = fork();
+  if (mid < 0) {
+    int e = errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return -e;
+  }
+  if (mid == 0) {
+    pid_t w;
+
+    close(sock);
+    close(pfd[0]);
+    w = fork();
+    if (w == 0) {
+      const char *logfile = NULL;
+      int fd;
+
+      close(pfd[1]);
+      setsid();
+      for (size_t off = 0; off < n;) {
+        char *kv = req + off;
+        size_t len = strnlen(kv, n - off);
+        char *eq = memchr(kv, '=', len);
+
+        /* req[n] is NUL, so the last string is terminated too. */
+        off += len + 1;
+        if (!eq)
+          continue;
+        *eq = '\0';
+        if (strcmp(kv, "MUSTER_LOG_FILE") == 0)
+          logfile = eq + 1;
+        else
+          setenv(kv, eq + 1, 1);
+      }
+      fd = open("/dev/null", O_RDONLY);
+      if (fd >= 0 && fd != 0) {
+        dup2(fd, 0);
+        close(fd);
+      }
+      fd = logfile ? open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (fd > 2)
+          close(fd);
+      }
+      _exit(worker_main());
+    }
+    if (w < 0)
+      w = -errno;
+    if (write(pfd[1], &w, sizeof(w)) != (ssize_t)sizeof(w))
+      _exit(1);
+    _exit(0);
+  }
+  close(pfd[1]);
+  got = read(pfd[0], &pid, sizeof(pid));
+  close(pfd[0]);
+  while (waitpid(mid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  return got == (ssize_t)sizeof(pid) ? pid : -EIO;
+}
+
+/* muster-workerd --zygote: a fork server for the controller's local
+ * backend. Loading libcurl and its dozens of libraries costs several
+ * milliseconds of CPU per exec; forked from this warm process, a worker
+ * starts in a fraction of that. Requests come as datagrams on fd 3 (a
+ * SOCK_SEQPACKET socket); each gets the pid (or -errno) back. It ends when
+ * the controller closes the socket; the workers it started live on. */
+static int zygote_main(void) {
+  char req[16384];
+  int sock = 3;
+
+  pid_t hello = 0;
+
+  signal(SIGPIPE, SIG_IGN);
+  /* Says it is ready (and is a fork server at all). */
+  if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) < 0)
+    return 1;
+  for (;;) {
+    ssize_t n = recv(sock, req, sizeof(req) - 1, 0);
+    pid_t pid;
+
+    if (n == 0)
+      return 0;
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno == ECONNRESET ? 0 : 1;
+    }
+    req[n] = '\0';
+    pid = zygote_fork(sock, req, (size_t)n);
+    if (send(sock, &pid, sizeof(pid), MSG_NOSIGNAL) < 0)
+      return 0;
+  }
+}
+
+int main(int argc, char **argv) {
+  int code;
+
+  log_set_program("muster-workerd");
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("muster-workerd %s\n", MUSTER_VERSION);
+    return 0;
+  }
+  if (argc > 2 || (argc == 2 && strcmp(argv[1], "--zygote") != 0)) {
+    fprintf(stderr,
+            "usage: muster-workerd [--zygote]\n"
+            "Started by the muster controller's backend, configured by MUSTER_CONTROLLER_URL,\n"
+            "MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN and optionally MUSTER_BIND_IP.\n"
+            "--zygote serves the local backend as a fork server on fd 3.\n");
+    return 2;
+  }
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    LOG(LOG_ERROR, "cannot initialise libcurl");
+    return 1;
+  }
+  code = argc == 2 ? zygote_main() : worker_main();
   curl_global_cleanup();
   return code;
 }

@@ -443,6 +443,70 @@ START_TEST(restart_after_kill9_keeps_state_and_reattaches_workers) {
 }
 END_TEST
 
+START_TEST(a_script_killed_by_a_signal_is_a_failure_naming_it) {
+  json_t *workers, *ans, *f;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"code\": \"!kill -9 $$\"}");
+  ans = h_await(&ctl, workers, 1, 20);
+  f = json_array_get(json_object_get(ans, "failures"), 0);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_str_eq(h_str(f, "status"), "failed");
+  ck_assert_int_eq(json_integer_value(json_object_get(f, "signal")), 9);
+  ck_assert_msg(strstr(h_str(f, "failure"), "killed by signal 9") != NULL, "failure: %s",
+                h_str(f, "failure"));
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+START_TEST(gpus_are_handed_out_as_distinct_indices) {
+  json_t *workers, *ans, *blocked, *w;
+  char path[96], *out0 = NULL, *out1 = NULL;
+
+  fresh();
+  ctl.extra[0] = "--gpus";
+  ctl.extra[1] = "2";
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 2, \"cpu\": 0.1, \"nvidia_gpu\": 1, \"code\": "
+                           "\"!echo gpu=$CUDA_VISIBLE_DEVICES n=$MUSTER_NVIDIA_GPU; sleep 2\"}");
+  /* Both GPUs are taken: a third worker wanting one waits. */
+  blocked = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"nvidia_gpu\": 1}");
+  ans = h_await(&ctl, blocked, 0, 0.5);
+  ck_assert(json_is_true(json_object_get(ans, "timed_out")));
+  json_decref(ans);
+  ans = h_await(&ctl, workers, 1, 20);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 2);
+  json_decref(ans);
+  w = json_array_get(workers, 0);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", h_str(w, "id"));
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out0), 200);
+  w = json_array_get(workers, 1);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", h_str(w, "id"));
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out1), 200);
+  ck_assert_msg((strcmp(out0, "gpu=0 n=1\n") == 0 && strcmp(out1, "gpu=1 n=1\n") == 0) ||
+                    (strcmp(out0, "gpu=1 n=1\n") == 0 && strcmp(out1, "gpu=0 n=1\n") == 0),
+                "GPU assignments: %s / %s", out0, out1);
+  free(out0);
+  free(out1);
+  /* Once they finished, the waiting one gets a GPU. */
+  ans = h_await(&ctl, blocked, 0, 20);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  json_decref(ans);
+  /* Three GPUs can never fit two. */
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"nvidia_gpu\": 3}", "",
+                          &ans, NULL),
+                   422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "nvidia_gpu");
+  json_decref(ans);
+  json_decref(blocked);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 START_TEST(events_stream_live_transitions_in_order) {
   json_t *workers;
   char *events = NULL, want[160];
@@ -502,6 +566,8 @@ int main(void) {
   tcase_add_test(tc, a_killed_workerd_is_reported_at_once);
   tcase_add_test(tc, restart_after_kill9_keeps_state_and_reattaches_workers);
   tcase_add_test(tc, events_stream_live_transitions_in_order);
+  tcase_add_test(tc, a_script_killed_by_a_signal_is_a_failure_naming_it);
+  tcase_add_test(tc, gpus_are_handed_out_as_distinct_indices);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

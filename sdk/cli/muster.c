@@ -1,0 +1,913 @@
+/* muster.c: the muster command-line tool. It uses only libmuster's public
+ * API (muster.h), as curl's tool uses only libcurl's. */
+#include "muster.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Exit codes. */
+enum { EXIT_OK = 0, EXIT_WORKERS = 1, EXIT_USAGE = 2, EXIT_CONTROLLER = 3 };
+
+#define MAX_IDS 65536
+
+static const char *opt_url, *opt_token;
+
+static const char usage_main[] =
+    "usage: muster [--url URL] [--token TOKEN] COMMAND [ARGS]\n"
+    "\n"
+    "Launch, await and stop muster workers.\n"
+    "\n"
+    "commands:\n"
+    "  launch     start workers (idle, or running a script, code or command)\n"
+    "  await      wait until workers run (--running) or end (--completion)\n"
+    "  ps, ls     list workers\n"
+    "  show       show workers in full\n"
+    "  stop       stop workers\n"
+    "  logs       print (or follow) a worker's output\n"
+    "\n"
+    "The controller is found from --url/--token, MUSTER_URL/MUSTER_TOKEN, or the\n"
+    "state directory of the local controller ($MUSTER_STATE_DIR, default ~/.muster).\n"
+    "Run 'muster COMMAND --help' for a command's options.\n"
+    "\n"
+    "exit codes: 0 all good, 1 some workers failed or timed out, 2 usage error,\n"
+    "            3 controller unreachable or refused the request\n";
+
+static const char usage_launch[] =
+    "usage: muster launch [options] [-- COMMAND [ARGS...]]\n"
+    "\n"
+    "Starts workers and prints their ids, one per line.\n"
+    "\n"
+    "  -n N              how many workers (default 1)\n"
+    "  --cpu C           cores each (fractional; default 1)\n"
+    "  --memory G        GiB each (default 1)\n"
+    "  --gpu K           GPUs each (default 0)\n"
+    "  --script FILE     run FILE with the kernel\n"
+    "  --code STR        run inline code with the kernel ('!cmd' runs a shell command)\n"
+    "  --kernel K        interpreter for --script/--code (default python3)\n"
+    "  -- CMD ARGS       run a command directly\n"
+    "  --arg A           an argument for the script (repeatable)\n"
+    "  --env K=V         environment variable (repeatable)\n"
+    "  --secret-env K=V  environment variable never shown back (repeatable)\n"
+    "  --role R          role name (default worker)\n"
+    "  --name N          a name for the workers\n"
+    "  --session S       session (default $MUSTER_SESSION or default)\n"
+    "  --json            print the workers as JSON\n"
+    "\n"
+    "Without --script, --code or a command, the workers are idle until stopped.\n";
+
+static const char usage_await[] =
+    "usage: muster await [--running | --completion] [--timeout S] [--json] ID... | -\n"
+    "\n"
+    "Waits until every worker runs (--running) or has ended (--completion, the\n"
+    "default), or the timeout passes (default 60 s; 0: none). '-' reads the ids\n"
+    "from standard input (muster launch -n 4 | muster await --running -).\n"
+    "Exits 0 if every worker got there, 1 if any failed, stopped or timed out.\n";
+
+static const char usage_ps[] =
+    "usage: muster ps [-a] [--session S] [--status S]... [--role R] [--json]\n"
+    "\n"
+    "Lists workers, newest first: the live ones, or all with -a.\n";
+
+static const char usage_show[] = "usage: muster show [--json] ID...\n\nShows workers in full.\n";
+
+static const char usage_stop[] =
+    "usage: muster stop ID... | --all [--session S]\n"
+    "\n"
+    "Stops workers: the ones named, or with --all every live worker of the\n"
+    "session (default $MUSTER_SESSION or default).\n";
+
+static const char usage_logs[] =
+    "usage: muster logs [-f] [--stderr] ID\n"
+    "\n"
+    "Prints a worker's output; -f follows it until the worker ends.\n";
+
+static int usage_error(const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int usage_error(const char *usage, const char *fmt, ...) {
+  va_list ap;
+
+  fputs("muster: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n\n%s", usage);
+  return EXIT_USAGE;
+}
+
+/* Reports a failed call and returns the exit code for it. */
+static int call_failed(muster_client *c, int rc) {
+  const char *msg = muster_client_errmsg(c);
+  const char *field = muster_client_errfield(c);
+
+  fprintf(stderr, "muster: %s: %s", muster_error_name(rc), msg && *msg ? msg : muster_strerror(rc));
+  if (field)
+    fprintf(stderr, " (field: %s)", field);
+  fputc('\n', stderr);
+  return EXIT_CONTROLLER;
+}
+
+static int connect_client(muster_client **c) {
+  int rc;
+
+  if (opt_url || opt_token) {
+    const char *url = opt_url ? opt_url : getenv("MUSTER_URL");
+    const char *token = opt_token ? opt_token : getenv("MUSTER_TOKEN");
+    if (!url || !token) {
+      fprintf(stderr, "muster: --url and --token go together (or set MUSTER_URL and "
+                      "MUSTER_TOKEN)\n");
+      return EXIT_USAGE;
+    }
+    rc = muster_client_new(url, token, c);
+  } else {
+    rc = muster_client_new_default(c);
+  }
+  if (rc == MUSTER_E_UNREACHABLE) {
+    fprintf(stderr, "muster: no controller found: set MUSTER_URL and MUSTER_TOKEN, pass --url "
+                    "and --token, or start one (bash scripts/run.sh starts a local one)\n");
+    return EXIT_CONTROLLER;
+  }
+  if (rc == MUSTER_E_UNAUTHORIZED) {
+    fprintf(stderr, "muster: no API token: set MUSTER_TOKEN or pass --token (the local "
+                    "controller keeps it in its state directory's token file)\n");
+    return EXIT_CONTROLLER;
+  }
+  if (rc) {
+    fprintf(stderr, "muster: bad --url or --token: %s\n", muster_strerror(rc));
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+static const char *session_default(void) {
+  const char *s = getenv("MUSTER_SESSION");
+  return s && *s ? s : NULL;
+}
+
+/* ---- output ---- */
+
+static void json_str(FILE *f, const char *s) {
+  if (!s) {
+    fputs("null", f);
+    return;
+  }
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void print_worker_json(const muster_worker *w) {
+  printf("{\"id\": ");
+  json_str(stdout, w->id);
+  printf(", \"status\": \"%s\", \"session\": ", muster_status_name(w->status));
+  json_str(stdout, w->session);
+  printf(", \"name\": ");
+  json_str(stdout, w->name);
+  printf(", \"role\": ");
+  json_str(stdout, w->role);
+  printf(", \"cpu\": %g, \"memory\": %g, \"nvidia_gpu\": %d, \"ip_address\": ", w->cpu, w->memory,
+         w->nvidia_gpu);
+  json_str(stdout, w->ip_address);
+  printf(", \"exec_port\": ");
+  if (w->exec_port)
+    printf("%d", w->exec_port);
+  else
+    printf("null");
+  printf(", \"exit_code\": ");
+  if (w->has_exit_code)
+    printf("%d", w->exit_code);
+  else
+    printf("null");
+  printf(", \"failure\": ");
+  json_str(stdout, w->failure);
+  printf(", \"created_at\": ");
+  json_str(stdout, w->created_at);
+  printf(", \"running_at\": ");
+  json_str(stdout, w->running_at);
+  printf(", \"finished_at\": ");
+  json_str(stdout, w->finished_at);
+  printf("}");
+}
+
+static void print_list_json(const muster_worker_list *l) {
+  printf("[");
+  for (size_t i = 0; i < l->count; i++) {
+    printf(i ? ",\n " : "");
+    print_worker_json(&l->items[i]);
+  }
+  printf("]\n");
+}
+
+/* Seconds since an ISO time of the controller, or -1. */
+static double age_of(const char *iso) {
+  struct tm tm;
+  char *end;
+  time_t t;
+
+  if (!iso)
+    return -1;
+  memset(&tm, 0, sizeof(tm));
+  end = strptime(iso, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end)
+    return -1;
+  t = timegm(&tm);
+  return difftime(time(NULL), t);
+}
+
+static void fmt_age(double s, char *buf, size_t size) {
+  if (s < 0)
+    snprintf(buf, size, "-");
+  else if (s < 120)
+    snprintf(buf, size, "%.0fs", s);
+  else if (s < 7200)
+    snprintf(buf, size, "%.0fm", s / 60);
+  else if (s < 172800)
+    snprintf(buf, size, "%.0fh", s / 3600);
+  else
+    snprintf(buf, size, "%.0fd", s / 86400);
+}
+
+static void print_table(const muster_worker_list *l) {
+  printf("%-12s  %-10s  %-8s  %-10s  %-15s  %5s  %6s  %3s  %5s  %4s  %s\n", "ID", "STATUS", "ROLE",
+         "NAME", "IP", "CPU", "MEM", "GPU", "AGE", "EXIT", "FAILURE");
+  for (size_t i = 0; i < l->count; i++) {
+    const muster_worker *w = &l->items[i];
+    char age[16], code[16];
+
+    fmt_age(age_of(w->created_at), age, sizeof(age));
+    if (w->has_exit_code)
+      snprintf(code, sizeof(code), "%d", w->exit_code);
+    else if (w->signal)
+      snprintf(code, sizeof(code), "sig%d", w->signal);
+    else
+      snprintf(code, sizeof(code), "-");
+    printf("%-12s  %-10s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %3d  %5s  %4s  %s\n", w->id,
+           muster_status_name(w->status), w->role ? w->role : "-", w->name ? w->name : "-",
+           w->ip_address ? w->ip_address : "-", w->cpu, w->memory, w->nvidia_gpu, age, code,
+           w->failure ? w->failure : "");
+  }
+}
+
+static void print_show(const muster_worker *w) {
+  printf("id:          %s\n", w->id);
+  printf("status:      %s\n", muster_status_name(w->status));
+  if (w->failure)
+    printf("failure:     %s\n", w->failure);
+  printf("session:     %s\n", w->session ? w->session : "-");
+  printf("role:        %s\n", w->role ? w->role : "-");
+  printf("name:        %s\n", w->name ? w->name : "-");
+  printf("resources:   %g cores, %g GiB, %d GPUs\n", w->cpu, w->memory, w->nvidia_gpu);
+  if (w->script)
+    printf("script:      %s %s\n", w->kernel ? w->kernel : "", w->script);
+  if (w->code)
+    printf("code:        %s\n", w->code);
+  printf("ip_address:  %s\n", w->ip_address ? w->ip_address : "-");
+  printf("hostname:    %s\n", w->hostname ? w->hostname : "-");
+  if (w->exec_port)
+    printf("exec_port:   %d\n", w->exec_port);
+  printf("backend:     %s %s\n", w->backend ? w->backend : "-",
+         w->backend_ref ? w->backend_ref : "");
+  if (w->has_exit_code)
+    printf("exit_code:   %d\n", w->exit_code);
+  if (w->signal)
+    printf("signal:      %d\n", w->signal);
+  printf("created_at:  %s\n", w->created_at ? w->created_at : "-");
+  printf("running_at:  %s\n", w->running_at ? w->running_at : "-");
+  printf("finished_at: %s\n", w->finished_at ? w->finished_at : "-");
+}
+
+/* ---- argument helpers ---- */
+
+static int parse_double(const char *s, double min, double *out) {
+  char *end;
+  double v;
+
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < min)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_int(const char *s, long min, long max, long *out) {
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < min || v > max)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+struct strv {
+  const char **v;
+  size_t n, cap;
+};
+
+static int strv_push(struct strv *s, const char *x) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 16;
+    const char **v = realloc(s->v, cap * sizeof(*v));
+    if (!v)
+      return -1;
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = x;
+  return 0;
+}
+
+/* Reads whitespace-separated ids from stdin into ids (the strings are
+ * kept in *store, freed by the caller). */
+static int read_ids_stdin(struct strv *ids, char **store) {
+  size_t cap = 0, len = 0;
+  char *buf = NULL;
+  int ch;
+
+  while ((ch = getchar()) != EOF) {
+    if (len + 2 > cap) {
+      char *grown;
+      cap = cap ? cap * 2 : 4096;
+      if (cap > (size_t)MAX_IDS * 16)
+        return -1;
+      grown = realloc(buf, cap);
+      if (!grown)
+        return -1;
+      buf = grown;
+    }
+    buf[len++] = (char)ch;
+  }
+  if (!buf)
+    return 0;
+  buf[len] = '\0';
+  *store = buf;
+  /* Whitespace-separated words, cut in place. */
+  for (char *p = buf; *p;) {
+    p += strspn(p, " \t\r\n");
+    if (!*p)
+      break;
+    if (strv_push(ids, p) != 0)
+      return -1;
+    p += strcspn(p, " \t\r\n");
+    if (*p)
+      *p++ = '\0';
+  }
+  return 0;
+}
+
+/* ---- commands ---- */
+
+static int cmd_launch(int argc, char **argv) {
+  muster_launch_opts o;
+  struct strv env = {0}, secret = {0}, args = {0};
+  int as_json = 0, rc, code = EXIT_OK;
+  muster_client *c = NULL;
+  muster_worker_list ws = {0};
+  char script_abs[PATH_MAX];
+  long l;
+  double d;
+
+  muster_launch_opts_init(&o);
+  o.session = session_default();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VALUE()                                                  \
+  do {                                                           \
+    if (!v) {                                                    \
+      code = usage_error(usage_launch, "%s needs a value", a);   \
+      goto out;                                                  \
+    }                                                            \
+    i++;                                                         \
+  } while (0)
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_launch, stdout);
+      goto out;
+    } else if (strcmp(a, "-n") == 0) {
+      VALUE();
+      if (parse_int(v, 1, 1024, &l) != 0) {
+        code = usage_error(usage_launch, "-n must be a whole number from 1 to 1024, not \"%s\"", v);
+        goto out;
+      }
+      o.n = (int)l;
+    } else if (strcmp(a, "--cpu") == 0 || strcmp(a, "--memory") == 0) {
+      VALUE();
+      if (parse_double(v, 0, &d) != 0) {
+        code = usage_error(usage_launch, "%s must be a number >= 0, not \"%s\"", a, v);
+        goto out;
+      }
+      if (a[2] == 'c')
+        o.cpu = d;
+      else
+        o.memory = d;
+    } else if (strcmp(a, "--gpu") == 0) {
+      VALUE();
+      if (parse_int(v, 0, 64, &l) != 0) {
+        code = usage_error(usage_launch, "--gpu must be a whole number from 0 to 64, not \"%s\"", v);
+        goto out;
+      }
+      o.nvidia_gpu = (int)l;
+    } else if (strcmp(a, "--script") == 0) {
+      VALUE();
+      /* The controller runs scripts in its own directory: a script given
+       * relative to here is passed as an absolute path. */
+      o.script = realpath(v, script_abs) ? script_abs : v;
+    } else if (strcmp(a, "--code") == 0) {
+      VALUE();
+      o.code = v;
+    } else if (strcmp(a, "--kernel") == 0) {
+      VALUE();
+      o.kernel = v;
+    } else if (strcmp(a, "--arg") == 0) {
+      VALUE();
+      strv_push(&args, v);
+    } else if (strcmp(a, "--env") == 0 || strcmp(a, "--secret-env") == 0) {
+      VALUE();
+      if (!strchr(v, '=') || v[0] == '=') {
+        code = usage_error(usage_launch, "%s takes NAME=value, not \"%s\"", a, v);
+        goto out;
+      }
+      strv_push(a[2] == 'e' ? &env : &secret, v);
+    } else if (strcmp(a, "--role") == 0) {
+      VALUE();
+      o.role = v;
+    } else if (strcmp(a, "--name") == 0) {
+      VALUE();
+      o.name = v;
+    } else if (strcmp(a, "--session") == 0) {
+      VALUE();
+      o.session = v;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--") == 0) {
+      if (i + 1 >= argc) {
+        code = usage_error(usage_launch, "-- must be followed by a command");
+        goto out;
+      }
+      o.command = (const char *const *)&argv[i + 1];
+      o.ncommand = (size_t)(argc - i - 1);
+      break;
+    } else {
+      code = usage_error(usage_launch, "unknown option %s", a);
+      goto out;
+    }
+#undef VALUE
+  }
+  if (!!o.script + !!o.code + !!o.ncommand > 1) {
+    code = usage_error(usage_launch, "give at most one of --script, --code and -- COMMAND");
+    goto out;
+  }
+  o.env = env.v;
+  o.nenv = env.n;
+  o.secret_env = secret.v;
+  o.nsecret_env = secret.n;
+  o.args = args.v;
+  o.nargs = args.n;
+  if ((code = connect_client(&c)))
+    goto out;
+  rc = muster_launch(c, &o, &ws);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  if (as_json)
+    print_list_json(&ws);
+  else
+    for (size_t i = 0; i < ws.count; i++)
+      printf("%s\n", ws.items[i].id);
+out:
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  free(env.v);
+  free(secret.v);
+  free(args.v);
+  return code;
+}
+
+/* Live progress of an await, on a terminal: a thread follows the event
+ * stream and redraws one line, e.g. "3/4 running, 1 failed". */
+struct progress {
+  muster_client *c;
+  const char *const *ids;
+  size_t n;
+  muster_status *st;
+  int wfc;
+  int64_t since;
+  pthread_t thread;
+};
+
+static void progress_draw(struct progress *p) {
+  size_t counts[MUSTER_STATUS_UNKNOWN + 1] = {0};
+  char line[256];
+  size_t len = 0;
+
+  for (size_t i = 0; i < p->n; i++)
+    counts[p->st[i]]++;
+  len += (size_t)snprintf(line + len, sizeof(line) - len, "%zu/%zu %s",
+                          p->wfc ? counts[MUSTER_SUCCEEDED] : counts[MUSTER_RUNNING], p->n,
+                          p->wfc ? "succeeded" : "running");
+  for (int s = 0; s <= MUSTER_STATUS_UNKNOWN && len < sizeof(line); s++) {
+    if (!counts[s] || s == (p->wfc ? MUSTER_SUCCEEDED : MUSTER_RUNNING) || s == MUSTER_STATUS_UNKNOWN)
+      continue;
+    len += (size_t)snprintf(line + len, sizeof(line) - len, ", %zu %s", counts[s],
+                            muster_status_name((muster_status)s));
+  }
+  fprintf(stderr, "\r\033[K%s", line);
+  fflush(stderr);
+}
+
+static int progress_event(void *arg, const muster_event *e) {
+  struct progress *p = arg;
+
+  for (size_t i = 0; i < p->n; i++)
+    if (strcmp(p->ids[i], e->worker_id) == 0) {
+      p->st[i] = e->to;
+      progress_draw(p);
+    }
+  return 0;
+}
+
+static void *progress_main(void *arg) {
+  struct progress *p = arg;
+
+  progress_draw(p);
+  if (muster_events(p->c, p->since, progress_event, p) != 0)
+    return NULL;
+  return NULL;
+}
+
+/* Starts the progress line: reads the workers' current statuses and the
+ * event seq of that moment, then follows from there. Best effort. */
+static int progress_start(struct progress *p, const char *const *ids, size_t n, int wfc) {
+  muster_worker_list all = {0};
+
+  memset(p, 0, sizeof(*p));
+  p->ids = ids;
+  p->n = n;
+  p->wfc = wfc;
+  p->st = calloc(n + 1, sizeof(*p->st));
+  if (!p->st || muster_client_new_default(&p->c) != 0 ||
+      muster_list(p->c, 0, NULL, NULL, &all, &p->since) != 0)
+    goto fail;
+  for (size_t i = 0; i < n; i++) {
+    p->st[i] = MUSTER_STATUS_UNKNOWN;
+    for (size_t k = 0; k < all.count; k++)
+      if (strcmp(all.items[k].id, ids[i]) == 0)
+        p->st[i] = all.items[k].status;
+  }
+  muster_worker_list_free(&all);
+  if (pthread_create(&p->thread, NULL, progress_main, p) != 0)
+    goto fail;
+  return 0;
+fail:
+  muster_worker_list_free(&all);
+  muster_client_free(p->c);
+  free(p->st);
+  p->c = NULL;
+  p->st = NULL;
+  return -1;
+}
+
+static void progress_stop(struct progress *p) {
+  if (!p->c)
+    return;
+  muster_client_cancel(p->c);
+  pthread_join(p->thread, NULL);
+  fprintf(stderr, "\r\033[K");
+  muster_client_free(p->c);
+  free(p->st);
+}
+
+static int cmd_await(int argc, char **argv) {
+  struct strv ids = {0};
+  muster_await_result r = {0};
+  muster_client *c = NULL;
+  struct progress prog = {0};
+  double timeout = 60;
+  int wfc = 1, as_json = 0, from_stdin = 0, rc, code = EXIT_OK, show_progress;
+  char *store = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_await, stdout);
+      goto out;
+    } else if (strcmp(a, "--running") == 0) {
+      wfc = 0;
+    } else if (strcmp(a, "--completion") == 0) {
+      wfc = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--timeout") == 0) {
+      if (i + 1 >= argc || parse_double(argv[i + 1], 0, &timeout) != 0) {
+        code = usage_error(usage_await, "--timeout needs a number of seconds >= 0");
+        goto out;
+      }
+      i++;
+    } else if (strcmp(a, "-") == 0) {
+      from_stdin = 1;
+    } else if (a[0] == '-') {
+      code = usage_error(usage_await, "unknown option %s", a);
+      goto out;
+    } else {
+      strv_push(&ids, a);
+    }
+  }
+  if (from_stdin && read_ids_stdin(&ids, &store) != 0) {
+    code = usage_error(usage_await, "could not read ids from standard input");
+    goto out;
+  }
+  if (ids.n == 0) {
+    code = usage_error(usage_await, "name the workers to await (or '-' to read their ids)");
+    goto out;
+  }
+  if ((code = connect_client(&c)))
+    goto out;
+  show_progress = isatty(2) && !opt_url && !opt_token;
+  if (show_progress)
+    progress_start(&prog, ids.v, ids.n, wfc);
+  rc = muster_await(c, ids.v, ids.n, wfc, timeout, &r);
+  if (show_progress)
+    progress_stop(&prog);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  if (as_json) {
+    printf("{\"workers\": ");
+    print_list_json(&r.workers);
+    printf(", \"failures\": ");
+    print_list_json(&r.failures);
+    printf(", \"timed_out\": %s}\n", r.timed_out ? "true" : "false");
+  } else {
+    for (size_t i = 0; i < r.workers.count; i++)
+      printf("%s  %s  %s\n", r.workers.items[i].id, muster_status_name(r.workers.items[i].status),
+             r.workers.items[i].ip_address ? r.workers.items[i].ip_address : "-");
+    for (size_t i = 0; i < r.failures.count; i++) {
+      const muster_worker *w = &r.failures.items[i];
+      printf("%s  %s  %s%s%s\n", w->id, muster_status_name(w->status),
+             w->ip_address ? w->ip_address : "-", w->failure ? "  " : "",
+             w->failure ? w->failure : "");
+    }
+  }
+  if (r.timed_out)
+    fprintf(stderr, "muster: timed out after %g s waiting for %zu of %zu workers to %s\n", timeout,
+            r.failures.count, ids.n, wfc ? "end" : "run");
+  else if (r.failures.count)
+    fprintf(stderr, "muster: %zu of %zu workers did not %s\n", r.failures.count, ids.n,
+            wfc ? "succeed" : "reach running");
+  code = r.failures.count || r.timed_out ? EXIT_WORKERS : EXIT_OK;
+out:
+  muster_await_result_free(&r);
+  muster_client_free(c);
+  free(ids.v);
+  free(store);
+  return code;
+}
+
+static int cmd_ps(int argc, char **argv) {
+  unsigned statuses = 0;
+  const char *session = NULL, *role = NULL;
+  int all = 0, as_json = 0, rc, code = EXIT_OK;
+  muster_client *c = NULL;
+  muster_worker_list ws = {0};
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_ps, stdout);
+      goto out;
+    } else if (strcmp(a, "-a") == 0 || strcmp(a, "--all") == 0) {
+      all = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if ((strcmp(a, "--session") == 0 || strcmp(a, "--role") == 0 ||
+                strcmp(a, "--status") == 0) && v) {
+      i++;
+      if (a[2] == 's' && a[3] == 'e')
+        session = v;
+      else if (a[2] == 'r')
+        role = v;
+      else {
+        int s;
+        for (s = 0; s < MUSTER_STATUS_UNKNOWN; s++)
+          if (strcmp(v, muster_status_name((muster_status)s)) == 0)
+            break;
+        if (s == MUSTER_STATUS_UNKNOWN) {
+          code = usage_error(usage_ps, "--status must be scheduling, starting, running, "
+                                       "succeeded, failed or stopped, not \"%s\"", v);
+          goto out;
+        }
+        statuses |= 1u << s;
+      }
+    } else {
+      code = usage_error(usage_ps, "unknown option or missing value: %s", a);
+      goto out;
+    }
+  }
+  if (!statuses && !all)
+    statuses = 1u << MUSTER_SCHEDULING | 1u << MUSTER_STARTING | 1u << MUSTER_RUNNING;
+  if ((code = connect_client(&c)))
+    goto out;
+  rc = muster_list(c, statuses, session, role, &ws, NULL);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  if (as_json)
+    print_list_json(&ws);
+  else
+    print_table(&ws);
+out:
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  return code;
+}
+
+static int cmd_show(int argc, char **argv) {
+  int as_json = 0, n = 0, code = EXIT_OK;
+  muster_client *c = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage_show, stdout);
+      return EXIT_OK;
+    }
+    if (strcmp(argv[i], "--json") == 0)
+      as_json = 1;
+    else if (argv[i][0] == '-')
+      return usage_error(usage_show, "unknown option %s", argv[i]);
+    else
+      n++;
+  }
+  if (!n)
+    return usage_error(usage_show, "name the workers to show");
+  if ((code = connect_client(&c)))
+    return code;
+  for (int i = 1, shown = 0; i < argc; i++) {
+    muster_worker w;
+    int rc;
+    if (argv[i][0] == '-')
+      continue;
+    rc = muster_get(c, argv[i], &w);
+    if (rc) {
+      code = call_failed(c, rc);
+      break;
+    }
+    if (shown++)
+      printf(as_json ? "\n" : "\n");
+    if (as_json) {
+      print_worker_json(&w);
+      printf("\n");
+    } else {
+      print_show(&w);
+    }
+    muster_worker_cleanup(&w);
+  }
+  muster_client_free(c);
+  return code;
+}
+
+static int cmd_stop(int argc, char **argv) {
+  struct strv ids = {0};
+  const char *session = session_default();
+  int all = 0, rc, code = EXIT_OK;
+  muster_client *c = NULL;
+  muster_worker_list ws = {0};
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_stop, stdout);
+      goto out;
+    } else if (strcmp(a, "--all") == 0) {
+      all = 1;
+    } else if (strcmp(a, "--session") == 0 && i + 1 < argc) {
+      session = argv[++i];
+    } else if (a[0] == '-') {
+      code = usage_error(usage_stop, "unknown option or missing value: %s", a);
+      goto out;
+    } else {
+      strv_push(&ids, a);
+    }
+  }
+  if (!all && ids.n == 0) {
+    code = usage_error(usage_stop, "name the workers to stop, or give --all");
+    goto out;
+  }
+  if (all && ids.n) {
+    code = usage_error(usage_stop, "give either ids or --all, not both");
+    goto out;
+  }
+  if ((code = connect_client(&c)))
+    goto out;
+  rc = muster_stop(c, ids.v, ids.n, session, &ws);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  for (size_t i = 0; i < ws.count; i++)
+    printf("%s  %s\n", ws.items[i].id, muster_status_name(ws.items[i].status));
+out:
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  free(ids.v);
+  return code;
+}
+
+static int write_out(void *arg, const char *data, size_t len) {
+  (void)arg;
+  if (fwrite(data, 1, len, stdout) != len)
+    return 1;
+  fflush(stdout);
+  return 0;
+}
+
+static int cmd_logs(int argc, char **argv) {
+  const char *id = NULL;
+  int follow = 0, rc, code;
+  muster_stream stream = MUSTER_STDOUT;
+  muster_client *c = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_logs, stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "-f") == 0 || strcmp(a, "--follow") == 0) {
+      follow = 1;
+    } else if (strcmp(a, "--stderr") == 0) {
+      stream = MUSTER_STDERR;
+    } else if (a[0] == '-') {
+      return usage_error(usage_logs, "unknown option %s", a);
+    } else if (id) {
+      return usage_error(usage_logs, "name one worker");
+    } else {
+      id = a;
+    }
+  }
+  if (!id)
+    return usage_error(usage_logs, "name the worker whose output to print");
+  if ((code = connect_client(&c)))
+    return code;
+  rc = muster_logs(c, id, stream, 0, follow, write_out, NULL);
+  if (rc)
+    code = call_failed(c, rc);
+  muster_client_free(c);
+  return code;
+}
+
+int main(int argc, char **argv) {
+  int i = 1;
+
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage_main, stdout);
+      return EXIT_OK;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("muster %s\n", MUSTER_VERSION);
+      return EXIT_OK;
+    } else if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {
+      opt_url = argv[++i];
+    } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+      opt_token = argv[++i];
+    } else {
+      return usage_error(usage_main, "unknown option or missing value: %s", argv[i]);
+    }
+  }
+  if (i >= argc)
+    return usage_error(usage_main, "a command is needed");
+  argc -= i;
+  argv += i;
+  if (strcmp(argv[0], "launch") == 0)
+    return cmd_launch(argc, argv);
+  if (strcmp(argv[0], "await") == 0)
+    return cmd_await(argc, argv);
+  if (strcmp(argv[0], "ps") == 0 || strcmp(argv[0], "ls") == 0)
+    return cmd_ps(argc, argv);
+  if (strcmp(argv[0], "show") == 0)
+    return cmd_show(argc, argv);
+  if (strcmp(argv[0], "stop") == 0)
+    return cmd_stop(argc, argv);
+  if (strcmp(argv[0], "logs") == 0)
+    return cmd_logs(argc, argv);
+  return usage_error(usage_main, "unknown command \"%s\"", argv[0]);
+}

@@ -1,0 +1,563 @@
+"""muster: launch, await and stop workers from a notebook.
+
+A stdlib-only client for the muster controller's REST API (see DESIGN.md).
+It mirrors the workers API of Cloudera CML's ``cdsw`` module, so that code
+written for CML runs unchanged after one import::
+
+    import muster as cdsw
+
+    workers = cdsw.launch_workers(n=2, cpu=0.2, memory=0.5,
+                                  code="print('Hello from a worker')")
+    done = cdsw.await_workers(workers, wait_for_completion=True)
+    for w in done["workers"]:
+        print(w["id"], w["ip_address"])
+    cdsw.stop_workers()
+
+Where the controller is (the same rules as the ``muster`` command line tool):
+
+- URL: ``MUSTER_URL``, else the file ``url`` in the controller's state
+  directory (``MUSTER_STATE_DIR``, default ``~/.muster``);
+- token: ``MUSTER_TOKEN``, else the file ``token`` in that directory;
+- session: ``MUSTER_SESSION``, else ``"default"``.
+
+Every failure raises :class:`MusterError`, whose ``code`` is the REST error
+name (``invalid_value``, ``unauthorized``, ``not_found``, ...),
+``unreachable`` when no controller answers, or ``protocol_error`` when the
+answer is not what the API promises.
+"""
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+
+__all__ = [
+    "MusterError",
+    "Client",
+    "configure",
+    "default_client",
+    "launch_workers",
+    "await_workers",
+    "stop_workers",
+    "list_workers",
+    "get_worker",
+    "worker_logs",
+]
+
+__version__ = "0.1.0"
+
+DEFAULT_SESSION = "default"
+DEFAULT_TIMEOUT = 30.0
+"""Seconds one HTTP call may take (await adds its own timeout to this)."""
+
+_CLIENT_TIMEOUT = object()  # "use the client's timeout"
+
+_HOW_TO_START = (
+    "Start one with `muster-controller` (it writes its URL and token to "
+    "~/.muster, or with --state-dir DIR to DIR: then set MUSTER_STATE_DIR=DIR), "
+    "or set MUSTER_URL and MUSTER_TOKEN to reach a running controller"
+)
+
+
+class MusterError(Exception):
+    """An error from the muster controller, or on the way to it.
+
+    Attributes:
+        code: the REST error name, e.g. ``"invalid_value"``, ``"unauthorized"``,
+            ``"not_found"``; ``"unreachable"`` when no controller answered,
+            ``"timeout"`` when it did not answer in time, ``"protocol_error"``
+            when its answer was not the JSON the API promises.
+        message: the sentence saying what was wrong.
+        field: the request field the error is about, or ``None``.
+        status: the HTTP status of the answer, or ``None`` if there was none.
+    """
+
+    def __init__(self, code, message, field=None, status=None):
+        self.code = code
+        self.message = message
+        self.field = field
+        self.status = status
+        super().__init__(self.__str__())
+
+    def __str__(self):
+        s = "%s: %s" % (self.code, self.message)
+        if self.field:
+            s += " (field: %s)" % self.field
+        return s
+
+    def __repr__(self):
+        return "MusterError(code=%r, message=%r, field=%r, status=%r)" % (
+            self.code, self.message, self.field, self.status)
+
+
+def _state_dir():
+    d = os.environ.get("MUSTER_STATE_DIR")
+    if d:
+        return d
+    return os.path.join(os.path.expanduser("~"), ".muster")
+
+
+def _read_small_file(path):
+    """The stripped content of path, or None if it is missing or empty."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            s = f.read(4096).strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise MusterError("io_error", "could not read %s: %s" % (path, e.strerror or e))
+    return s or None
+
+
+def _worker_id(w, what="ids"):
+    """The id of w, a worker id string or a worker dict."""
+    if isinstance(w, str) and w:
+        return w
+    if isinstance(w, dict):
+        wid = w.get("id")
+        if isinstance(wid, str) and wid:
+            return wid
+        raise MusterError("invalid_value",
+                          "a worker dict must carry its \"id\" (got keys %s)"
+                          % sorted(w.keys()), field=what)
+    raise MusterError("invalid_value",
+                      "a worker must be given as its id string or as the worker "
+                      "dict (got %s %r)" % (type(w).__name__, w), field=what)
+
+
+def _worker_ids(ws, what="ids"):
+    """Ids of ws: one id/dict, or a list/tuple of them (nested lists flattened)."""
+    if isinstance(ws, (str, dict)):
+        return [_worker_id(ws, what)]
+    out = []
+    try:
+        items = list(ws)
+    except TypeError:
+        raise MusterError("invalid_value",
+                          "expected a worker id, a worker dict or a list of them "
+                          "(got %s)" % type(ws).__name__, field=what)
+    for w in items:
+        if isinstance(w, (list, tuple)):
+            out.extend(_worker_ids(w, what))
+        else:
+            out.append(_worker_id(w, what))
+    return out
+
+
+class Client:
+    """A connection to one muster controller.
+
+    ``Client()`` finds the controller as the ``muster`` command line tool
+    does: ``url`` from ``MUSTER_URL`` or the file ``$MUSTER_STATE_DIR/url``
+    (default state directory ``~/.muster``), ``token`` from ``MUSTER_TOKEN``
+    or ``$MUSTER_STATE_DIR/token``, ``session`` from ``MUSTER_SESSION`` or
+    ``"default"``. Arguments given explicitly win over the environment.
+
+    Parameters:
+        url (str): the controller, e.g. ``"http://127.0.0.1:8470"``.
+        token (str): the API token (the controller's ``token`` file).
+        session (str): the session that launched workers belong to, and that
+            :meth:`stop_workers` with no ids and :meth:`list_workers` act on.
+        timeout (float): seconds one call may take (await adds its own).
+
+    Raises:
+        MusterError: ``unreachable`` if no controller URL can be found.
+    """
+
+    def __init__(self, url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT):
+        state_dir = _state_dir()
+        if not url:
+            url = os.environ.get("MUSTER_URL") or None
+        if not url:
+            url = _read_small_file(os.path.join(state_dir, "url"))
+        if not url:
+            raise MusterError(
+                "unreachable",
+                "no muster controller was found: MUSTER_URL is not set and %s "
+                "does not exist. %s." % (os.path.join(state_dir, "url"), _HOW_TO_START))
+        if token is None:
+            token = os.environ.get("MUSTER_TOKEN") or None
+        if token is None:
+            token = _read_small_file(os.path.join(state_dir, "token"))
+        if not session:
+            session = os.environ.get("MUSTER_SESSION") or DEFAULT_SESSION
+
+        url = url.strip().rstrip("/")
+        if "://" not in url:
+            url = "http://" + url
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise MusterError("invalid_value",
+                              "the controller URL must look like http://HOST:PORT "
+                              "(got %r)" % url, field="url")
+        self.url = url
+        self.token = token
+        self.session = session
+        self.timeout = timeout
+        self._parsed = parsed
+
+    def __repr__(self):
+        return "Client(url=%r, session=%r)" % (self.url, self.session)
+
+    # --- transport -------------------------------------------------------
+
+    def _request(self, method, path, body=None, query=None, timeout=_CLIENT_TIMEOUT,
+                 want="json"):
+        """One HTTP call; the decoded JSON (or text) answer, or MusterError."""
+        p = self._parsed
+        full = (p.path or "") + path
+        if query:
+            full += "?" + urllib.parse.urlencode(query, doseq=True)
+        headers = {"Accept": "application/json" if want == "json" else "text/plain",
+                   "User-Agent": "muster-python/" + __version__}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if timeout is _CLIENT_TIMEOUT:
+            timeout = self.timeout
+        conn_cls = (http.client.HTTPSConnection if p.scheme == "https"
+                    else http.client.HTTPConnection)
+        conn = conn_cls(p.hostname, p.port, timeout=timeout)
+        try:
+            try:
+                conn.request(method, full, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except socket.timeout:
+                raise MusterError("timeout",
+                                  "the muster controller at %s did not answer %s %s "
+                                  "within %s s" % (self.url, method, path, timeout))
+            except (OSError, http.client.HTTPException) as e:
+                why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                       or type(e).__name__)
+                raise MusterError("unreachable",
+                                  "could not reach the muster controller at %s (%s): "
+                                  "is it running? %s." % (self.url, why, _HOW_TO_START))
+        finally:
+            conn.close()
+
+        status = resp.status
+        if status >= 400:
+            raise self._error_from(status, raw, method, path)
+        if want == "text":
+            return raw.decode("utf-8", errors="replace")
+        if status == 204 or not raw:
+            return None
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise MusterError("protocol_error",
+                              "%s %s answered %d with a body that is not JSON: %r"
+                              % (method, path, status, raw[:200]), status=status)
+
+    def _error_from(self, status, raw, method, path):
+        try:
+            err = json.loads(raw.decode("utf-8"))["error"]
+            code, message = err["code"], err["message"]
+            field = err.get("field")
+            if not isinstance(code, str) or not isinstance(message, str):
+                raise TypeError
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+            return MusterError("protocol_error",
+                               "%s %s answered HTTP %d with a body that is not a muster "
+                               "error: %r" % (method, path, status, raw[:200]),
+                               status=status)
+        if code == "unauthorized" and not self.token:
+            message += (" (no API token was found: set MUSTER_TOKEN, or MUSTER_STATE_DIR "
+                        "to the controller's state directory)")
+        return MusterError(code, message, field=field, status=status)
+
+    @staticmethod
+    def _expect(answer, key, method, path):
+        if not isinstance(answer, dict) or not isinstance(answer.get(key), list):
+            raise MusterError("protocol_error",
+                              "%s %s answered without a %r list: %r"
+                              % (method, path, key, answer))
+        return answer[key]
+
+    # --- the API -----------------------------------------------------------
+
+    def health(self):
+        """The controller's health: ``{"status": "ok", "version", "workers"}``."""
+        return self._request("GET", "/api/v1/health")
+
+    def launch_workers(self, n, cpu, memory, nvidia_gpu=0, kernel="python3", script="",
+                       code="", env={}, args=None, secret_env=None, command=None,
+                       role=None, name=None, session=None):
+        """Launches worker engines.
+
+        Each worker runs ``script`` (a file, run with ``kernel``), or
+        ``code`` (inline source run with ``kernel``; code starting with
+        ``!`` runs as a shell command), or ``command`` (an argv); with none
+        of the three it is an idle worker that stays running until stopped.
+
+        Parameters:
+            n (int): the number of workers to launch (1..1024).
+            cpu (float): CPU cores for each worker (fractional allowed).
+            memory (float): memory in GB for each worker.
+            nvidia_gpu (int, optional): GPUs for each worker. Default 0.
+            kernel (str, optional): the interpreter of ``script`` / ``code``:
+                ``"python3"`` (default), ``"bash"``, ``"sh"``, or any program
+                on the PATH.
+            script (str, optional): the script file each worker runs.
+            code (str, optional): the source each worker runs (instead of
+                ``script``).
+            env (dict, optional): environment variables for the workers.
+            args (list of str, optional): arguments of the script, code or
+                command.
+            secret_env (dict, optional): environment variables that reach the
+                workers but are never shown back (only their names are).
+            command (list of str, optional): an argv run directly.
+            role (str, optional): a role label (default ``"worker"``).
+            name (str, optional): a name for the workers.
+            session (str, optional): the session they belong to (default: the
+                client's session).
+
+        Returns:
+            list of dict: the launched workers, as the REST API describes
+            them (``id``, ``status``, ``ip_address``, ...). Their
+            ``ip_address`` is known once :func:`await_workers` says they are
+            running.
+
+        Raises:
+            MusterError: e.g. ``invalid_value`` naming the field, or
+            ``exceeds_capacity`` for a request that could never fit.
+        """
+        body = {"n": n, "cpu": cpu, "memory": memory, "nvidia_gpu": nvidia_gpu}
+        if kernel is not None:
+            body["kernel"] = kernel
+        if script:
+            body["script"] = script
+        if code:
+            body["code"] = code
+        if command is not None:
+            body["command"] = command
+        if args is not None:
+            body["args"] = args
+        if env:
+            body["env"] = env
+        if secret_env:
+            body["secret_env"] = secret_env
+        if role is not None:
+            body["role"] = role
+        if name is not None:
+            body["name"] = name
+        body["session"] = session or self.session
+        answer = self._request("POST", "/api/v1/workers", body)
+        return self._expect(answer, "workers", "POST", "/api/v1/workers")
+
+    def await_workers(self, ids, wait_for_completion=True, timeout_seconds=60):
+        """Waits for workers to come up, or to finish.
+
+        Parameters:
+            ids: the workers: a list of worker ids or of worker dicts (as
+                returned by :func:`launch_workers`), or a single one.
+            wait_for_completion (bool, optional): if True (default), wait
+                until every worker has finished; if False, until every one is
+                running (its ``ip_address`` known) or has finished.
+            timeout_seconds (int, optional): give up after this many seconds
+                (default 60; 0 waits without limit). Workers still pending
+                then are not stopped.
+
+        Returns:
+            dict: ``{"workers": [...], "failures": [...], "timed_out": bool}``.
+            ``workers`` holds the workers that reached the target (running,
+            or succeeded with ``wait_for_completion``); ``failures`` every
+            other one: failed, stopped, finished before it ran, or still
+            pending when the timeout hit.
+
+        Raises:
+            MusterError: e.g. ``not_found`` for an unknown id.
+        """
+        body = {"ids": _worker_ids(ids), "wait_for_completion": bool(wait_for_completion),
+                "timeout_seconds": timeout_seconds}
+        sock_timeout = None
+        if isinstance(timeout_seconds, (int, float)) and not isinstance(timeout_seconds, bool) \
+                and timeout_seconds > 0:
+            sock_timeout = float(timeout_seconds) + 30.0
+        elif timeout_seconds != 0:
+            sock_timeout = self.timeout  # the server refuses the value at once
+        answer = self._request("POST", "/api/v1/workers/await", body, timeout=sock_timeout)
+        path = "/api/v1/workers/await"
+        return {"workers": self._expect(answer, "workers", "POST", path),
+                "failures": self._expect(answer, "failures", "POST", path),
+                "timed_out": bool(answer.get("timed_out", False))}
+
+    def stop_workers(self, *worker_id):
+        """Stops workers.
+
+        Parameters:
+            *worker_id: the workers to stop, as ids or worker dicts (a list
+                of them is accepted too). With none, every live worker of
+                the client's session is stopped.
+
+        Returns:
+            list of dict: the workers, now stopped (or already finished).
+        """
+        ids = _worker_ids(worker_id, "worker_id") if worker_id else []
+        body = {"ids": ids} if ids else {"session": self.session}
+        answer = self._request("POST", "/api/v1/workers/stop", body)
+        return self._expect(answer, "workers", "POST", "/api/v1/workers/stop")
+
+    def list_workers(self, status=None, role=None, all_sessions=False):
+        """Lists the workers of the client's session, newest first.
+
+        Parameters:
+            status (str or list of str, optional): only workers in these
+                states (``"scheduling"``, ``"starting"``, ``"running"``,
+                ``"succeeded"``, ``"failed"``, ``"stopped"``).
+            role (str, optional): only workers with this role.
+            all_sessions (bool, optional): list the workers of every session.
+
+        Returns:
+            list of dict: the workers.
+        """
+        query = []
+        if not all_sessions:
+            query.append(("session", self.session))
+        if status:
+            for s in ([status] if isinstance(status, str) else status):
+                query.append(("status", s))
+        if role:
+            query.append(("role", role))
+        answer = self._request("GET", "/api/v1/workers", query=query)
+        return self._expect(answer, "workers", "GET", "/api/v1/workers")
+
+    def get_worker(self, worker_id):
+        """Returns one worker (a dict), given its id or its worker dict."""
+        wid = _worker_id(worker_id, "id")
+        answer = self._request("GET", "/api/v1/workers/" + urllib.parse.quote(wid, safe=""))
+        if not isinstance(answer, dict) or "id" not in answer:
+            raise MusterError("protocol_error", "GET of worker %s answered %r" % (wid, answer))
+        return answer
+
+    def worker_logs(self, worker_id, stream="stdout", offset=None):
+        """Returns what a worker wrote to ``stream`` (``"stdout"`` or ``"stderr"``).
+
+        Parameters:
+            worker_id: the worker's id, or its dict.
+            stream (str, optional): ``"stdout"`` (default) or ``"stderr"``.
+            offset (int, optional): skip this many bytes of the log.
+
+        Returns:
+            str: the log, decoded as UTF-8.
+        """
+        wid = _worker_id(worker_id, "id")
+        query = [("stream", stream)]
+        if offset is not None:
+            query.append(("offset", str(offset)))
+        return self._request("GET", "/api/v1/workers/%s/logs" % urllib.parse.quote(wid, safe=""),
+                             query=query, want="text")
+
+
+# --- module-level functions, as in CML's cdsw module -------------------------
+
+_default_client = None
+
+
+def configure(url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT):
+    """Sets the client the module functions use, and returns it.
+
+    Arguments left out are found as :class:`Client` finds them (environment,
+    then the controller's state directory).
+    """
+    global _default_client
+    _default_client = Client(url=url, token=token, session=session, timeout=timeout)
+    return _default_client
+
+
+def default_client():
+    """The client the module functions use, created at first use from the
+    environment (see :class:`Client`)."""
+    global _default_client
+    if _default_client is None:
+        _default_client = Client()
+    return _default_client
+
+
+def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="",
+                   env={}, args=None, secret_env=None, command=None, role=None, name=None,
+                   session=None):
+    """Launches worker engines.
+
+    Parameters:
+        n (int): the number of workers to launch.
+        cpu (float): CPU cores for each worker.
+        memory (float): memory in GB for each worker.
+        nvidia_gpu (int, optional): GPUs for each worker. Default 0.
+        kernel (str, optional): the kernel/interpreter of ``script`` or
+            ``code``. Default ``"python3"``.
+        script (str, optional): the script each worker runs.
+        code (str, optional): the source each worker runs, instead of a
+            script (``!`` first: a shell command).
+        env (dict, optional): environment variables for the workers.
+        args, secret_env, command, role, name, session: muster extras, see
+            :meth:`Client.launch_workers`.
+
+    Returns:
+        list of dict: the launched workers (``id``, ``status``, ...).
+    """
+    return default_client().launch_workers(
+        n, cpu, memory, nvidia_gpu=nvidia_gpu, kernel=kernel, script=script, code=code,
+        env=env, args=args, secret_env=secret_env, command=command, role=role, name=name,
+        session=session)
+
+
+def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
+    """Waits for workers to either reach the running state or complete.
+
+    Parameters:
+        ids: a list of worker ids or worker dicts (or a single one).
+        wait_for_completion (bool, optional): wait until they finish (True,
+            default) or only until they are running (False).
+        timeout_seconds (int, optional): seconds to wait at most; 0 means no
+            limit. Default 60.
+
+    Returns:
+        dict: ``{"workers": [...], "failures": [...], "timed_out": bool}``:
+        the workers that reached the target state (running, or succeeded),
+        and the ones that did not (failed, stopped, or still pending at the
+        timeout).
+    """
+    return default_client().await_workers(ids, wait_for_completion=wait_for_completion,
+                                          timeout_seconds=timeout_seconds)
+
+
+def stop_workers(*worker_id):
+    """Stops workers.
+
+    Parameters:
+        *worker_id: the ids (or dicts) of the workers to stop. With none,
+            every live worker of the current session is stopped.
+
+    Returns:
+        list of dict: the stopped workers.
+    """
+    return default_client().stop_workers(*worker_id)
+
+
+def list_workers(status=None, role=None, all_sessions=False):
+    """Returns all workers of the current session (newest first).
+
+    Parameters:
+        status, role (optional): filters; see :meth:`Client.list_workers`.
+        all_sessions (bool, optional): include other sessions' workers.
+
+    Returns:
+        list of dict: the workers.
+    """
+    return default_client().list_workers(status=status, role=role, all_sessions=all_sessions)
+
+
+def get_worker(worker_id):
+    """Returns one worker (a dict), given its id or its dict."""
+    return default_client().get_worker(worker_id)
+
+
+def worker_logs(worker_id, stream="stdout", offset=None):
+    """Returns the ``stdout`` (default) or ``stderr`` log of a worker as a str."""
+    return default_client().worker_logs(worker_id, stream=stream, offset=offset)

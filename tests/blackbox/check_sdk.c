@@ -1,0 +1,360 @@
+/* check_sdk.c: libmuster against a real controller: typed results, error
+ * mapping, streams and discovery. */
+#include "harness.h"
+#include "muster.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct ctl_proc ctl;
+static muster_client *cl;
+
+static void up(void) {
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--cpus";
+  ctl.extra[1] = "8";
+  h_start(&ctl);
+  ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &cl), 0);
+}
+
+static void down(void) {
+  muster_client_free(cl);
+  cl = NULL;
+  h_finish(&ctl);
+}
+
+static void ids_of(const muster_worker_list *l, const char **ids) {
+  for (size_t i = 0; i < l->count; i++)
+    ids[i] = l->items[i].id;
+}
+
+START_TEST(launch_returns_typed_workers) {
+  muster_launch_opts o;
+  muster_worker_list ws;
+  const char *env[] = {"A=1", "B=two"};
+
+  up();
+  muster_launch_opts_init(&o);
+  o.n = 3;
+  o.cpu = 0.25;
+  o.memory = 0.5;
+  o.name = "trio";
+  o.role = "ps";
+  o.session = "sdk";
+  o.env = env;
+  o.nenv = 2;
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  ck_assert_int_eq(ws.count, 3);
+  for (size_t i = 0; i < ws.count; i++) {
+    const muster_worker *w = &ws.items[i];
+    ck_assert_int_eq(strlen(w->id), 12);
+    ck_assert(strncmp(w->id, "w-", 2) == 0);
+    ck_assert(w->status == MUSTER_SCHEDULING || w->status == MUSTER_STARTING);
+    ck_assert(w->cpu == 0.25 && w->memory == 0.5 && w->nvidia_gpu == 0);
+    ck_assert_str_eq(w->name, "trio");
+    ck_assert_str_eq(w->role, "ps");
+    ck_assert_str_eq(w->session, "sdk");
+    ck_assert_ptr_null(w->ip_address);
+    ck_assert(!w->has_exit_code);
+  }
+  muster_worker_list_free(&ws);
+  muster_worker_list_free(&ws); /* a second free is harmless */
+  down();
+}
+END_TEST
+
+START_TEST(await_running_then_completion) {
+  muster_launch_opts o;
+  muster_worker_list ws, bad;
+  muster_await_result r;
+  const char *ids[4];
+
+  up();
+  muster_launch_opts_init(&o);
+  o.n = 2;
+  o.cpu = 0.1;
+  o.code = "import time; time.sleep(0.5)";
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  ids_of(&ws, ids);
+  ck_assert_int_eq(muster_await(cl, ids, 2, 0, 20, &r), 0);
+  ck_assert_int_eq(r.timed_out, 0);
+  ck_assert_int_eq(r.failures.count, 0);
+  ck_assert_int_eq(r.workers.count, 2);
+  ck_assert(r.workers.items[0].status == MUSTER_RUNNING);
+  ck_assert_ptr_nonnull(r.workers.items[0].ip_address);
+  ck_assert_ptr_nonnull(r.workers.items[1].ip_address);
+  ck_assert_str_ne(r.workers.items[0].ip_address, r.workers.items[1].ip_address);
+  ck_assert_int_gt(r.workers.items[0].exec_port, 0);
+  muster_await_result_free(&r);
+
+  o.n = 1;
+  o.code = "import sys; sys.exit(3)";
+  ck_assert_int_eq(muster_launch(cl, &o, &bad), 0);
+  ids[2] = bad.items[0].id;
+  ck_assert_int_eq(muster_await(cl, ids, 3, 1, 20, &r), 0);
+  ck_assert_int_eq(r.workers.count, 2);
+  ck_assert_int_eq(r.failures.count, 1);
+  ck_assert(r.failures.items[0].status == MUSTER_FAILED);
+  ck_assert(r.failures.items[0].has_exit_code);
+  ck_assert_int_eq(r.failures.items[0].exit_code, 3);
+  ck_assert_ptr_nonnull(strstr(r.failures.items[0].failure, "code 3"));
+  muster_await_result_free(&r);
+  muster_worker_list_free(&ws);
+  muster_worker_list_free(&bad);
+  down();
+}
+END_TEST
+
+START_TEST(get_list_and_stop) {
+  muster_launch_opts o;
+  muster_worker_list a, b, l, stopped;
+  muster_worker w;
+  muster_await_result r;
+  const char *ids[3];
+  int64_t seq = -1;
+
+  up();
+  muster_launch_opts_init(&o);
+  o.n = 2;
+  o.cpu = 0.1;
+  o.session = "one";
+  ck_assert_int_eq(muster_launch(cl, &o, &a), 0);
+  o.n = 1;
+  o.session = "two";
+  o.role = "ps";
+  ck_assert_int_eq(muster_launch(cl, &o, &b), 0);
+  ids_of(&a, ids);
+  ids[2] = b.items[0].id;
+  ck_assert_int_eq(muster_await(cl, ids, 3, 0, 20, &r), 0);
+  muster_await_result_free(&r);
+
+  ck_assert_int_eq(muster_get(cl, ids[0], &w), 0);
+  ck_assert_str_eq(w.id, ids[0]);
+  ck_assert(w.status == MUSTER_RUNNING);
+  ck_assert_str_eq(w.backend, "local");
+  ck_assert_ptr_nonnull(w.running_at);
+  muster_worker_cleanup(&w);
+
+  ck_assert_int_eq(muster_list(cl, 0, "one", NULL, &l, &seq), 0);
+  ck_assert_int_eq(l.count, 2);
+  /* 3 workers x (created, starting, running) = 9 events so far. */
+  ck_assert_int_eq(seq, 9);
+  muster_worker_list_free(&l);
+  ck_assert_int_eq(muster_list(cl, 0, NULL, "ps", &l, NULL), 0);
+  ck_assert_int_eq(l.count, 1);
+  ck_assert_str_eq(l.items[0].id, ids[2]);
+  muster_worker_list_free(&l);
+
+  /* Stop by id, then every live worker of a session. */
+  ck_assert_int_eq(muster_stop(cl, &ids[0], 1, NULL, &stopped), 0);
+  ck_assert_int_eq(stopped.count, 1);
+  ck_assert(stopped.items[0].status == MUSTER_STOPPED);
+  muster_worker_list_free(&stopped);
+  ck_assert_int_eq(muster_stop(cl, NULL, 0, "one", &stopped), 0);
+  ck_assert_int_eq(stopped.count, 1);
+  ck_assert_str_eq(stopped.items[0].id, ids[1]);
+  muster_worker_list_free(&stopped);
+  ck_assert_int_eq(muster_list(cl, 1u << MUSTER_RUNNING, NULL, NULL, &l, NULL), 0);
+  ck_assert_int_eq(l.count, 1);
+  ck_assert_str_eq(l.items[0].id, ids[2]);
+  muster_worker_list_free(&l);
+  ck_assert_int_eq(muster_list(cl, 1u << MUSTER_STOPPED, NULL, NULL, &l, NULL), 0);
+  ck_assert_int_eq(l.count, 2);
+  muster_worker_list_free(&l);
+  muster_worker_list_free(&a);
+  muster_worker_list_free(&b);
+  down();
+}
+END_TEST
+
+struct text {
+  char buf[8192];
+  size_t len;
+  int stop_after;
+  int calls;
+};
+
+static int gather(void *arg, const char *data, size_t len) {
+  struct text *t = arg;
+
+  if (t->len + len >= sizeof(t->buf))
+    len = sizeof(t->buf) - 1 - t->len;
+  memcpy(t->buf + t->len, data, len);
+  t->len += len;
+  t->buf[t->len] = '\0';
+  t->calls++;
+  return t->stop_after && t->calls >= t->stop_after;
+}
+
+START_TEST(logs_plain_and_followed) {
+  muster_launch_opts o;
+  muster_worker_list ws;
+  struct text t = {.len = 0};
+  double t0;
+
+  up();
+  muster_launch_opts_init(&o);
+  o.cpu = 0.1;
+  o.kernel = "bash";
+  o.code = "for i in 1 2 3; do echo out $i; echo err $i >&2; sleep 0.3; done";
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  t0 = h_now();
+  ck_assert_int_eq(muster_logs(cl, ws.items[0].id, MUSTER_STDOUT, 0, 1, gather, &t), 0);
+  ck_assert_msg(h_now() - t0 < 15, "follow did not end with the worker");
+  ck_assert_str_eq(t.buf, "out 1\nout 2\nout 3\n");
+  memset(&t, 0, sizeof(t));
+  ck_assert_int_eq(muster_logs(cl, ws.items[0].id, MUSTER_STDERR, 4, 0, gather, &t), 0);
+  ck_assert_str_eq(t.buf, "1\nerr 2\nerr 3\n");
+  memset(&t, 0, sizeof(t));
+  ck_assert_int_eq(muster_logs(cl, "w-0000000000", MUSTER_STDOUT, 0, 0, gather, &t),
+                   MUSTER_E_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(muster_client_errmsg(cl), "w-0000000000"));
+  muster_worker_list_free(&ws);
+  down();
+}
+END_TEST
+
+struct seen {
+  int n, want;
+  char to[16][16];
+};
+
+static int count_events(void *arg, const muster_event *e) {
+  struct seen *s = arg;
+
+  if (s->n < 16)
+    snprintf(s->to[s->n], sizeof(s->to[0]), "%s", muster_status_name(e->to));
+  ck_assert_int_eq(e->seq, s->n + 1);
+  ck_assert_ptr_nonnull(e->at);
+  s->n++;
+  return s->n >= s->want;
+}
+
+static void *cancel_later(void *arg) {
+  usleep(300 * 1000);
+  muster_client_cancel(arg);
+  return NULL;
+}
+
+START_TEST(events_follow_and_cancel) {
+  muster_launch_opts o;
+  muster_worker_list ws;
+  struct seen s = {0, 4, {{0}}};
+  pthread_t th;
+  double t0;
+  int rc;
+
+  up();
+  muster_launch_opts_init(&o);
+  o.cpu = 0.1;
+  o.code = "!true";
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  ck_assert_int_eq(muster_events(cl, 0, count_events, &s), 0);
+  ck_assert_int_eq(s.n, 4);
+  ck_assert_str_eq(s.to[0], "scheduling");
+  ck_assert_str_eq(s.to[1], "starting");
+  ck_assert_str_eq(s.to[2], "running");
+  ck_assert_str_eq(s.to[3], "succeeded");
+  /* Nothing more happens: only a cancel from another thread ends it. */
+  s.want = 100;
+  t0 = h_now();
+  pthread_create(&th, NULL, cancel_later, cl);
+  rc = muster_events(cl, 4, count_events, &s);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(rc, MUSTER_E_SHUTTING_DOWN);
+  ck_assert_msg(h_now() - t0 < 3, "cancel took %.2f s", h_now() - t0);
+  ck_assert_int_eq(s.n, 4);
+  muster_worker_list_free(&ws);
+  down();
+}
+END_TEST
+
+START_TEST(errors_map_back_to_the_table) {
+  muster_launch_opts o;
+  muster_worker_list ws;
+  muster_worker w;
+  muster_client *bad;
+  const char *badenv[] = {"NOEQUALS"};
+
+  up();
+  muster_launch_opts_init(&o);
+  o.n = 0;
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), MUSTER_E_INVALID);
+  ck_assert_str_eq(muster_client_errfield(cl), "n");
+  ck_assert_ptr_nonnull(strstr(muster_client_errmsg(cl), "between 1 and 1024"));
+  o.n = 1;
+  o.cpu = 1e6;
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), MUSTER_E_CAPACITY);
+  ck_assert_str_eq(muster_client_errfield(cl), "cpu");
+  o.cpu = 1;
+  o.env = badenv;
+  o.nenv = 1;
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), MUSTER_E_INVALID);
+  ck_assert_str_eq(muster_client_errfield(cl), "env");
+  ck_assert_int_eq(muster_get(cl, "w-0000000000", &w), MUSTER_E_NOT_FOUND);
+  ck_assert_int_eq(muster_get(cl, "nonsense", &w), MUSTER_E_INVALID);
+  ck_assert_int_eq(muster_get(cl, NULL, &w), MUSTER_E_INVALID);
+
+  ck_assert_int_eq(muster_client_new(ctl.url, "wrong-token", &bad), 0);
+  ck_assert_int_eq(muster_list(bad, 0, NULL, NULL, &ws, NULL), MUSTER_E_UNAUTHORIZED);
+  muster_client_free(bad);
+  ck_assert_int_eq(muster_client_new("http://127.0.0.1:1", "tok", &bad), 0);
+  ck_assert_int_eq(muster_get(bad, "w-0000000000", &w), MUSTER_E_UNREACHABLE);
+  ck_assert_ptr_nonnull(strstr(muster_client_errmsg(bad), "127.0.0.1:1"));
+  muster_client_free(bad);
+  ck_assert_int_eq(muster_client_new("ftp://x", "tok", &bad), MUSTER_E_INVALID);
+  ck_assert_ptr_null(bad);
+  muster_client_free(NULL);
+  muster_worker_list_free(NULL);
+  muster_await_result_free(NULL);
+  down();
+}
+END_TEST
+
+START_TEST(default_client_discovers_the_local_controller) {
+  muster_client *c = NULL;
+  muster_worker_list ws;
+
+  up();
+  unsetenv("MUSTER_URL");
+  unsetenv("MUSTER_TOKEN");
+  setenv("MUSTER_STATE_DIR", ctl.dir, 1);
+  ck_assert_int_eq(muster_client_new_default(&c), 0);
+  ck_assert_str_eq(muster_client_url(c), ctl.url);
+  ck_assert_int_eq(muster_list(c, 0, NULL, NULL, &ws, NULL), 0);
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  setenv("MUSTER_STATE_DIR", "/nonexistent-muster-dir", 1);
+  ck_assert_int_eq(muster_client_new_default(&c), MUSTER_E_UNREACHABLE);
+  setenv("MUSTER_URL", ctl.url, 1);
+  setenv("MUSTER_TOKEN", ctl.token, 1);
+  ck_assert_int_eq(muster_client_new_default(&c), 0);
+  muster_client_free(c);
+  down();
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("sdk");
+  TCase *tc = tcase_create("libmuster");
+  SRunner *sr;
+  int failed;
+
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, launch_returns_typed_workers);
+  tcase_add_test(tc, await_running_then_completion);
+  tcase_add_test(tc, get_list_and_stop);
+  tcase_add_test(tc, logs_plain_and_followed);
+  tcase_add_test(tc, events_follow_and_cancel);
+  tcase_add_test(tc, errors_map_back_to_the_table);
+  tcase_add_test(tc, default_client_discovers_the_local_controller);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

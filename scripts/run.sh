@@ -25,37 +25,31 @@ if ! curl -sf "$url/api/v1/health" >/dev/null 2>&1; then
   done
   curl -sf "$url/api/v1/health" >/dev/null || { echo "the controller did not start; see $state/controller.log" >&2; exit 1; }
 fi
-token=$(cat "$state/token")
-auth="Authorization: Bearer $token"
-api() { curl -sS --max-time 120 -H "$auth" -H 'Content-Type: application/json' "$@"; }
+export MUSTER_STATE_DIR=$state
+muster=$root/build/muster
 
-echo "== launch 2 workers (0.5 cores, 0.5 GiB each), each running a short Python script"
-launched=$(api -X POST "$url/api/v1/workers" -d '{
-  "n": 2, "cpu": 0.5, "memory": 0.5, "name": "hello", "session": "demo",
-  "code": "import os, socket; print(\"worker\", os.environ[\"CDSW_ENGINE_ID\"], \"at\", os.environ[\"CDSW_IP_ADDRESS\"], \"on\", socket.gethostname())"
-}')
-ids=$(jq -c '[.workers[].id]' <<<"$launched")
-echo "$launched" | jq -r '.workers[] | "  \(.id)  \(.status)"'
+echo "== muster launch: 2 workers (0.5 cores, 0.5 GiB each) running a short Python script"
+ids=$("$muster" launch -n 2 --cpu 0.5 --memory 0.5 --name hello --session demo --code \
+  'import os, socket; print("worker", os.environ["CDSW_ENGINE_ID"], "at", os.environ["CDSW_IP_ADDRESS"], "on", socket.gethostname())')
+echo "$ids" | sed 's/^/  /'
 
-echo "== await them (until they finish, 60 s at most)"
-result=$(api -X POST "$url/api/v1/workers/await" -d "{\"ids\": $ids, \"wait_for_completion\": true, \"timeout_seconds\": 60}")
-echo "$result" | jq -r '.workers[] | "  \(.id)  \(.status)  ip \(.ip_address)  exit \(.exit_code)"'
-echo "$result" | jq -r '.failures[] | "  FAILED \(.id)  \(.status)  \(.failure)"'
+echo "== muster await --completion (60 s at most)"
+status=0
+echo "$ids" | "$muster" await --completion --timeout 60 - | sed 's/^/  /' || status=1
 
-echo "== their logs"
-for id in $(jq -r '.[]' <<<"$ids"); do
-  api "$url/api/v1/workers/$id/logs" | sed 's/^/  /'
+echo "== muster logs"
+for id in $ids; do
+  "$muster" logs "$id" | sed 's/^/  /'
 done
 
-echo "== an idle worker (the kind that mpirun borrows), awaited until running, then stopped"
-idle=$(api -X POST "$url/api/v1/workers" -d '{"n": 1, "cpu": 0.5, "memory": 0.5, "session": "demo"}')
-iid=$(jq -r '.workers[0].id' <<<"$idle")
-api -X POST "$url/api/v1/workers/await" -d "{\"ids\": [\"$iid\"], \"wait_for_completion\": false, \"timeout_seconds\": 30}" \
-  | jq -r '.workers[] | "  \(.id)  \(.status)  ip \(.ip_address)  exec port \(.exec_port)"'
-api -X POST "$url/api/v1/workers/stop" -d '{"session": "demo"}' | jq -r '.workers[] | "  \(.id)  \(.status)"'
+echo "== an idle worker (the kind mpirun borrows): launch, await --running, ps, stop"
+iid=$("$muster" launch --cpu 0.5 --memory 0.5 --session demo)
+"$muster" await --running --timeout 30 "$iid" | sed 's/^/  /'
+"$muster" ps --session demo | sed 's/^/  /'
+"$muster" stop --all --session demo | sed 's/^/  /'
 
 echo
 echo "The controller keeps running at $url (token in $state/token)."
+echo "Try: MUSTER_STATE_DIR=$state $muster ps -a"
 echo "Stop it with: kill \$(pgrep -f 'muster-controller --listen $listen')"
-failed=$(jq '.failures | length' <<<"$result")
-[ "$failed" -eq 0 ]
+exit $status

@@ -5,7 +5,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
-      check libsubunit-dev python3 iproute2 procps)
+      check libsubunit-dev python3 iproute2 procps
+      jupyter-nbconvert python3-ipykernel)
 
 missing=()
 for p in "${pkgs[@]}"; do

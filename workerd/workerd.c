@@ -806,6 +806,10 @@ __attribute__((warn_unused_result)) static int register_worker(void) {
     goto out;
   }
   backoff_init(&b);
+  /* A controller that never answers is no better while registering than
+   * later: the orphan timeout bounds this wait too. */
+  if (b.give_up_ms > util_mono_ms() + wd.orphan_ms)
+    b.give_up_ms = util_mono_ms() + wd.orphan_ms;
   for (;;) {
     rc = http_post("register", true, body, strlen(body), &status);
     if (rc == 0 && status == 200)

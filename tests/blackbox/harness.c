@@ -104,8 +104,8 @@ static void reap_adopted(void) {
 static void cleanup_all(void) {
   for (int i = 0; i < MAX_CTLS; i++)
     if (live[i]) {
-      kill_workers(live[i]);
       stop_controller(live[i], SIGTERM);
+      kill_workers(live[i]);
       live[i] = NULL;
     }
   usleep(100 * 1000);
@@ -140,6 +140,9 @@ static void spawn(struct ctl_proc *c) {
       dup2(fd, 1);
       dup2(fd, 2);
     }
+    /* Check's own files and pipes are not the controller's business. */
+    for (int k = 3; k < 1024; k++)
+      close(k);
     setenv("MUSTER_ORPHAN_TIMEOUT", "60", 1);
     execv(argv[0], (char *const *)argv);
     _exit(127);
@@ -232,8 +235,10 @@ static void assert_no_sanitizer_reports(struct ctl_proc *c) {
 void h_finish(struct ctl_proc *c) {
   char cmd[400];
 
-  kill_workers(c);
+  /* The controller first: once it is gone it starts nothing more, so the
+   * database names every worker process there is to end. */
   stop_controller(c, SIGTERM);
+  kill_workers(c);
   assert_no_sanitizer_reports(c);
   for (int i = 0; i < MAX_CTLS; i++)
     if (live[i] == c)

@@ -1,0 +1,427 @@
+"""Tests of sdk/python/muster.py against a real muster controller.
+
+The module starts build/muster-controller itself (the build directory comes
+from MUSTER_BUILD_DIR, default /work/main/build) on a free 127.0.0.1 port with
+a fresh state directory and --cpus 8, and at the end stops every worker it
+launched, SIGTERMs the controller and kills, by process group, any workerd it
+started that is still alive.
+
+    MUSTER_BUILD_DIR=build python3 -m unittest -v tests/python/test_muster.py
+"""
+
+import http.server
+import inspect
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from unittest import mock
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+
+import muster  # noqa: E402
+import muster as cdsw  # noqa: E402  (the CML spelling)
+
+BUILD_DIR = os.environ.get("MUSTER_BUILD_DIR", "/work/main/build")
+CONTROLLER_BIN = os.path.join(BUILD_DIR, "muster-controller")
+
+# The controller of this module, and every worker the tests launched.
+CTL = {"proc": None, "state_dir": None, "url": None, "token": None, "log": None}
+LAUNCHED = {}  # id -> last worker dict seen (for backend_ref)
+
+
+def _note(workers):
+    for w in workers:
+        if isinstance(w, dict) and w.get("id"):
+            old = LAUNCHED.get(w["id"]) or {}
+            if w.get("backend_ref") or not old.get("backend_ref"):
+                LAUNCHED[w["id"]] = w
+    return workers
+
+
+def _controller_log():
+    try:
+        with open(CTL["log"], "r", errors="replace") as f:
+            return f.read()[-4000:]
+    except (OSError, TypeError):
+        return "(no controller log)"
+
+
+def setUpModule():
+    if not os.access(CONTROLLER_BIN, os.X_OK):
+        raise RuntimeError(
+            "%s is not an executable: build muster first, or point MUSTER_BUILD_DIR "
+            "at the build directory" % CONTROLLER_BIN)
+    state_dir = tempfile.mkdtemp(prefix="muster-pytest-")
+    CTL["state_dir"] = state_dir
+    CTL["log"] = os.path.join(state_dir, "controller.log")
+    with open(CTL["log"], "wb") as log:
+        # Port 0: the controller binds a free port itself (no race) and
+        # writes the address it got to STATE_DIR/url.
+        CTL["proc"] = subprocess.Popen(
+            [CONTROLLER_BIN, "--listen", "127.0.0.1:0", "--state-dir", state_dir,
+             "--cpus", "8", "--workdir", state_dir],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    url_file = os.path.join(state_dir, "url")
+    token_file = os.path.join(state_dir, "token")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if CTL["proc"].poll() is not None:
+            raise RuntimeError("muster-controller exited with %s:\n%s"
+                               % (CTL["proc"].returncode, _controller_log()))
+        if os.path.exists(url_file) and os.path.exists(token_file):
+            try:
+                with open(url_file) as uf, open(token_file) as tf:
+                    c = muster.Client(url=uf.read().strip(), token=tf.read().strip())
+                if c.health().get("status") == "ok":
+                    CTL["url"], CTL["token"] = c.url, c.token
+                    return
+            except muster.MusterError:
+                pass
+        time.sleep(0.05)  # the controller is starting: nothing to await yet
+    tearDownModule()
+    raise RuntimeError("muster-controller did not come up in 15 s:\n" + _controller_log())
+
+
+def _children_of(pid):
+    """Pids whose parent is pid (the controller's workerds and fork server)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "r") as f:
+                stat = f.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(name))
+    return out
+
+
+def _is_our_workerd_group(pid):
+    """True if pid is (or was) a workerd this test's controller started.
+
+    A pid that no longer exists is still safe to signal as a process group:
+    Linux never hands out a pid that is in use as a process group id, so the
+    group is either ours or empty."""
+    try:
+        with open("/proc/%d/stat" % pid, "r") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            return True
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return b"muster-workerd" in f.read()
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        return False
+
+
+def tearDownModule():
+    proc = CTL["proc"]
+    pids = set()
+    if CTL["url"]:
+        c = muster.Client(url=CTL["url"], token=CTL["token"])
+        try:
+            if LAUNCHED:
+                _note(c.stop_workers(*LAUNCHED.keys()))
+            _note(c.list_workers(all_sessions=True))
+        except muster.MusterError as e:
+            sys.stderr.write("teardown: %s\n" % e)
+    for w in LAUNCHED.values():
+        ref = w.get("backend_ref")
+        if ref and str(ref).isdigit():
+            pids.add(int(ref))
+    if proc is not None:
+        pids.update(_children_of(proc.pid))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    for pid in sorted(pids):
+        if pid > 1 and _is_our_workerd_group(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    if CTL["state_dir"] and not os.environ.get("MUSTER_KEEP_STATE"):
+        shutil.rmtree(CTL["state_dir"], ignore_errors=True)
+
+
+class MusterTestCase(unittest.TestCase):
+    maxDiff = None
+
+    def client(self, session, token=None):
+        return muster.Client(url=CTL["url"], token=token or CTL["token"], session=session)
+
+    def launch(self, c, *args, **kw):
+        """c.launch_workers(...), remembered for the cleanup."""
+        ws = _note(c.launch_workers(*args, **kw))
+        ids = [w["id"] for w in ws]
+        self.addCleanup(lambda: _note(c.stop_workers(*ids)))
+        return ws
+
+    def env(self, **values):
+        """Replaces the MUSTER_* environment for this test (None unsets)."""
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        for k, v in values.items():
+            if v is not None:
+                clean[k] = v
+        patcher = mock.patch.dict(os.environ, clean, clear=True)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        # The module functions' default client is made from the environment.
+        self.addCleanup(setattr, muster, "_default_client", None)
+        muster._default_client = None
+
+
+class CmlBlogFlow(MusterTestCase):
+    def test_launch_two_await_completion_and_read_logs(self):
+        # As in the CML blog post, through the module functions and the
+        # environment a CML session would have.
+        self.env(MUSTER_URL=CTL["url"], MUSTER_TOKEN=CTL["token"], MUSTER_SESSION="blog")
+        workers = _note(cdsw.launch_workers(
+            n=2, cpu=0.2, memory=0.5,
+            code="import os; print('Hello from', os.environ['CDSW_IP_ADDRESS'])"))
+        self.addCleanup(lambda: _note(cdsw.stop_workers(*workers)))
+        self.assertEqual(len(workers), 2)
+        for w in workers:
+            self.assertRegex(w["id"], r"^w-[a-z0-9]{10}$")
+            self.assertEqual(w["session"], "blog")
+            self.assertEqual(w["cpu"], 0.2)
+            self.assertEqual(w["memory"], 0.5)
+            self.assertEqual(w["kernel"], "python3")
+            self.assertIsNone(w["script"])
+        done = cdsw.await_workers(workers, wait_for_completion=True, timeout_seconds=30)
+        _note(done["workers"])
+        self.assertEqual(done["failures"], [])
+        self.assertFalse(done["timed_out"])
+        self.assertEqual(sorted(w["id"] for w in done["workers"]),
+                         sorted(w["id"] for w in workers))
+        for w in done["workers"]:
+            self.assertEqual(w["status"], "succeeded")
+            self.assertEqual(w["exit_code"], 0)
+            self.assertEqual(cdsw.worker_logs(w["id"]), "Hello from %s\n" % w["ip_address"])
+            self.assertEqual(cdsw.worker_logs(w, stream="stderr"), "")
+        self.assertEqual(sorted(w["id"] for w in cdsw.list_workers()),
+                         sorted(w["id"] for w in workers))
+        self.assertEqual(cdsw.get_worker(workers[0])["status"], "succeeded")
+
+
+class AwaitRunning(MusterTestCase):
+    def test_idle_workers_come_up_with_distinct_ips(self):
+        c = self.client("running")
+        workers = self.launch(c, 2, 0.2, 0.5)  # CML's positional n, cpu, memory
+        self.assertTrue(all(w["code"] is None and w["command"] is None for w in workers))
+        up = c.await_workers([w["id"] for w in workers], wait_for_completion=False,
+                             timeout_seconds=30)
+        _note(up["workers"])
+        self.assertEqual(up["failures"], [])
+        self.assertFalse(up["timed_out"])
+        self.assertEqual(len(up["workers"]), 2)
+        ips = [w["ip_address"] for w in up["workers"]]
+        self.assertTrue(all(w["status"] == "running" for w in up["workers"]))
+        self.assertTrue(all(ip and ip.startswith("127.") for ip in ips), ips)
+        self.assertEqual(len(set(ips)), 2, ips)
+        # Stop them by passing the dicts, as returned.
+        stopped = c.stop_workers(*up["workers"])
+        self.assertEqual(sorted(w["id"] for w in stopped), sorted(w["id"] for w in workers))
+        self.assertTrue(all(w["status"] == "stopped" for w in stopped), stopped)
+
+    def test_await_single_id_and_socket_timeout_beyond_server_timeout(self):
+        # Fill the 8 cores, so the next worker stays in `scheduling`.
+        c = self.client("capacity")
+        big = self.launch(c, 1, 8, 0.5)[0]
+        up = c.await_workers(big, wait_for_completion=False, timeout_seconds=30)
+        self.assertEqual([w["id"] for w in up["workers"]], [big["id"]])
+        waiting = self.launch(c, 1, 1, 0.5)[0]
+        # The client's own call timeout is shorter than the server's await:
+        # await must still get the server's answer.
+        c.timeout = 0.3
+        self.addCleanup(setattr, c, "timeout", muster.DEFAULT_TIMEOUT)
+        t0 = time.monotonic()
+        r = c.await_workers(waiting["id"], wait_for_completion=False, timeout_seconds=1)
+        elapsed = time.monotonic() - t0
+        self.assertTrue(r["timed_out"])
+        self.assertEqual(r["workers"], [])
+        self.assertEqual([(w["id"], w["status"]) for w in r["failures"]],
+                         [(waiting["id"], "scheduling")])
+        self.assertGreaterEqual(elapsed, 0.9)
+        self.assertLess(elapsed, 5)
+
+
+class Failures(MusterTestCase):
+    def test_failing_code_lands_in_failures_with_exit_code(self):
+        c = self.client("failing")
+        ws = self.launch(c, n=1, cpu=0.2, memory=0.5, code="import sys; sys.exit(3)")
+        r = c.await_workers(ws, timeout_seconds=30)
+        _note(r["failures"])
+        self.assertEqual(r["workers"], [])
+        self.assertFalse(r["timed_out"])
+        self.assertEqual(len(r["failures"]), 1)
+        f = r["failures"][0]
+        self.assertEqual(f["id"], ws[0]["id"])
+        self.assertEqual(f["status"], "failed")
+        self.assertEqual(f["exit_code"], 3)
+        self.assertTrue(f["failure"])
+
+
+class Stop(MusterTestCase):
+    def test_stop_without_ids_stops_the_sessions_live_workers_only(self):
+        mine = self.client("stopper")
+        other = self.client("bystander")
+        ws = self.launch(mine, 2, 0.2, 0.5)
+        keep = self.launch(other, 1, 0.2, 0.5)
+        up = mine.await_workers(ws + keep, wait_for_completion=False, timeout_seconds=30)
+        self.assertEqual(len(up["workers"]), 3, up)
+        _note(up["workers"])
+        stopped = mine.stop_workers()
+        self.assertEqual(sorted(w["id"] for w in stopped), sorted(w["id"] for w in ws))
+        self.assertTrue(all(w["status"] == "stopped" for w in stopped), stopped)
+        self.assertEqual(other.get_worker(keep[0]["id"])["status"], "running")
+        listed = mine.list_workers()
+        self.assertEqual(sorted(w["id"] for w in listed), sorted(w["id"] for w in ws))
+        self.assertEqual([w["id"] for w in mine.list_workers(status="running")], [])
+        self.assertIn(keep[0]["id"], [w["id"] for w in mine.list_workers(all_sessions=True)])
+        # A list of dicts, as launch_workers returned it, is accepted too.
+        self.assertEqual([w["status"] for w in other.stop_workers(keep)], ["stopped"])
+
+
+class _NotJson(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<html>not muster</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class Errors(MusterTestCase):
+    def test_n_zero_is_invalid_value_naming_n(self):
+        with self.assertRaises(muster.MusterError) as cm:
+            self.client("errors").launch_workers(n=0, cpu=1, memory=1)
+        e = cm.exception
+        self.assertEqual((e.code, e.field, e.status), ("invalid_value", "n", 422))
+        self.assertTrue(e.message)
+        self.assertEqual(str(e), "invalid_value: %s (field: n)" % e.message)
+
+    def test_negative_cpu_message(self):
+        with self.assertRaises(cdsw.MusterError) as cm:
+            self.client("errors").launch_workers(1, -1, 1)
+        self.assertEqual(str(cm.exception),
+                         "invalid_value: cpu must be a number >= 0 (got -1) (field: cpu)")
+
+    def test_bad_token_is_unauthorized(self):
+        with self.assertRaises(muster.MusterError) as cm:
+            self.client("errors", token="not-the-token").list_workers()
+        self.assertEqual((cm.exception.code, cm.exception.status), ("unauthorized", 401))
+
+    def test_unknown_worker_is_not_found(self):
+        with self.assertRaises(muster.MusterError) as cm:
+            self.client("errors").get_worker("w-zzzzzzzzzz")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
+
+    def test_bad_worker_argument_is_refused_before_sending(self):
+        with self.assertRaises(muster.MusterError) as cm:
+            self.client("errors").stop_workers(42)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("invalid_value", None))
+
+    def test_nobody_listening_is_unreachable(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nothing listens there now
+        with self.assertRaises(muster.MusterError) as cm:
+            muster.Client(url="http://127.0.0.1:%d" % port, token="x").list_workers()
+        self.assertEqual(cm.exception.code, "unreachable")
+        self.assertIsNone(cm.exception.status)
+        self.assertIn("MUSTER_URL", cm.exception.message)
+
+    def test_a_non_json_answer_is_a_protocol_error(self):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotJson)
+        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t.start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        with self.assertRaises(muster.MusterError) as cm:
+            muster.Client(url="http://127.0.0.1:%d" % srv.server_address[1],
+                          token="x").list_workers()
+        self.assertEqual((cm.exception.code, cm.exception.status), ("protocol_error", 200))
+
+
+class Discovery(MusterTestCase):
+    def test_from_state_dir(self):
+        self.env(MUSTER_STATE_DIR=CTL["state_dir"], MUSTER_SESSION="disc")
+        c = muster.Client()
+        self.assertEqual((c.url, c.token, c.session), (CTL["url"], CTL["token"], "disc"))
+        self.assertEqual(cdsw.list_workers(), [])  # the module's default client
+        self.assertEqual(muster.default_client().session, "disc")
+
+    def test_environment_wins_over_state_dir(self):
+        self.env(MUSTER_STATE_DIR=CTL["state_dir"], MUSTER_URL="http://127.0.0.1:9",
+                 MUSTER_TOKEN="tok")
+        c = muster.Client()
+        self.assertEqual((c.url, c.token, c.session), ("http://127.0.0.1:9", "tok", "default"))
+
+    def test_no_controller_anywhere_is_unreachable(self):
+        home = tempfile.mkdtemp(prefix="muster-pytest-home-")
+        self.addCleanup(shutil.rmtree, home, True)
+        self.env(HOME=home)  # no MUSTER_*: the default ~/.muster, which is empty
+        with self.assertRaises(muster.MusterError) as cm:
+            cdsw.launch_workers(1, 1, 1)
+        e = cm.exception
+        self.assertEqual(e.code, "unreachable")
+        self.assertIn(os.path.join(home, ".muster", "url"), e.message)
+        self.assertIn("muster-controller", e.message)
+        self.assertIn("MUSTER_URL", e.message)
+
+
+class CdswCompatibility(unittest.TestCase):
+    def test_cml_signatures(self):
+        # cdsw.launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3",
+        #                     script="", code="", env={})
+        p = list(inspect.signature(cdsw.launch_workers).parameters.values())
+        self.assertEqual([(x.name, x.default) for x in p[:8]],
+                         [("n", inspect.Parameter.empty), ("cpu", inspect.Parameter.empty),
+                          ("memory", inspect.Parameter.empty), ("nvidia_gpu", 0),
+                          ("kernel", "python3"), ("script", ""), ("code", ""), ("env", {})])
+        p = list(inspect.signature(cdsw.await_workers).parameters.values())
+        self.assertEqual([(x.name, x.default) for x in p],
+                         [("ids", inspect.Parameter.empty), ("wait_for_completion", True),
+                          ("timeout_seconds", 60)])
+        p = list(inspect.signature(cdsw.stop_workers).parameters.values())
+        self.assertEqual([(x.name, x.kind) for x in p],
+                         [("worker_id", inspect.Parameter.VAR_POSITIONAL)])
+        # CML's list_workers() takes no argument: muster's extras all have defaults.
+        self.assertTrue(all(x.default is not inspect.Parameter.empty for x in
+                            inspect.signature(cdsw.list_workers).parameters.values()))
+        for name in ("launch_workers", "await_workers", "stop_workers", "list_workers",
+                     "get_worker", "worker_logs", "Client", "MusterError"):
+            self.assertTrue(getattr(cdsw, name).__doc__, name + " has no docstring")
+
+    def test_stdlib_only(self):
+        with open(muster.__file__) as f:
+            src = f.read()
+        imports = {line.split()[1].split(".")[0] for line in src.splitlines()
+                   if line.startswith(("import ", "from "))}
+        self.assertLessEqual(imports, {"http", "json", "os", "socket", "urllib"}, imports)
+
+
+if __name__ == "__main__":
+    unittest.main()

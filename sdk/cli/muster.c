@@ -154,56 +154,8 @@ static const char *session_default(void) {
 
 /* ---- output ---- */
 
-static void json_str(FILE *f, const char *s) {
-  if (!s) {
-    fputs("null", f);
-    return;
-  }
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
-static void print_worker_json(const muster_worker *w) {
-  printf("{\"id\": ");
-  json_str(stdout, w->id);
-  printf(", \"status\": \"%s\", \"session\": ", muster_status_name(w->status));
-  json_str(stdout, w->session);
-  printf(", \"name\": ");
-  json_str(stdout, w->name);
-  printf(", \"role\": ");
-  json_str(stdout, w->role);
-  printf(", \"cpu\": %g, \"memory\": %g, \"nvidia_gpu\": %d, \"ip_address\": ", w->cpu, w->memory,
-         w->nvidia_gpu);
-  json_str(stdout, w->ip_address);
-  printf(", \"exec_port\": ");
-  if (w->exec_port)
-    printf("%d", w->exec_port);
-  else
-    printf("null");
-  printf(", \"exit_code\": ");
-  if (w->has_exit_code)
-    printf("%d", w->exit_code);
-  else
-    printf("null");
-  printf(", \"failure\": ");
-  json_str(stdout, w->failure);
-  printf(", \"created_at\": ");
-  json_str(stdout, w->created_at);
-  printf(", \"running_at\": ");
-  json_str(stdout, w->running_at);
-  printf(", \"finished_at\": ");
-  json_str(stdout, w->finished_at);
-  printf("}");
-}
+/* The worker object exactly as the controller sent it. */
+static void print_worker_json(const muster_worker *w) { fputs(w->json ? w->json : "null", stdout); }
 
 static void print_list_json(const muster_worker_list *l) {
   printf("[");
@@ -565,13 +517,21 @@ static int progress_start(struct progress *p, const char *const *ids, size_t n, 
   p->wfc = wfc;
   p->st = calloc(n + 1, sizeof(*p->st));
   if (!p->st || muster_client_new_default(&p->c) != 0 ||
-      muster_list(p->c, 0, NULL, NULL, &all, &p->since) != 0)
+      muster_list(p->c, 1u << MUSTER_SCHEDULING | 1u << MUSTER_STARTING | 1u << MUSTER_RUNNING,
+                  NULL, NULL, &all, &p->since) != 0)
     goto fail;
   for (size_t i = 0; i < n; i++) {
     p->st[i] = MUSTER_STATUS_UNKNOWN;
     for (size_t k = 0; k < all.count; k++)
       if (strcmp(all.items[k].id, ids[i]) == 0)
         p->st[i] = all.items[k].status;
+    /* Not live: it has ended already; ask how (a few at most, usually). */
+    if (p->st[i] == MUSTER_STATUS_UNKNOWN && i < 64) {
+      muster_worker w;
+      if (muster_get(p->c, ids[i], &w) == 0)
+        p->st[i] = w.status;
+      muster_worker_cleanup(&w);
+    }
   }
   muster_worker_list_free(&all);
   if (pthread_create(&p->thread, NULL, progress_main, p) != 0)
@@ -762,6 +722,8 @@ static int cmd_show(int argc, char **argv) {
     return usage_error(usage_show, "name the workers to show");
   if ((code = connect_client(&c)))
     return code;
+  if (as_json && n > 1)
+    printf("[");
   for (int i = 1, shown = 0; i < argc; i++) {
     muster_worker w;
     int rc;
@@ -772,16 +734,17 @@ static int cmd_show(int argc, char **argv) {
       code = call_failed(c, rc);
       break;
     }
-    if (shown++)
-      printf(as_json ? "\n" : "\n");
     if (as_json) {
+      printf(shown++ ? ",\n " : "");
       print_worker_json(&w);
-      printf("\n");
     } else {
+      printf(shown++ ? "\n" : "");
       print_show(&w);
     }
     muster_worker_cleanup(&w);
   }
+  if (as_json)
+    printf(n > 1 ? "]\n" : "\n");
   muster_client_free(c);
   return code;
 }

@@ -66,6 +66,7 @@ typedef struct muster_worker {
   int signal;     /* 0 if none */
   char *failure;  /* the sentence saying why it failed, or NULL */
   char *created_at, *running_at, *finished_at, *last_heartbeat;
+  char *json; /* the whole worker object as the controller sent it */
 } muster_worker;
 
 typedef struct muster_worker_list {
@@ -187,9 +188,11 @@ typedef int (*muster_event_cb)(void *arg, const muster_event *e);
 int muster_events(muster_client *c, int64_t since, muster_event_cb cb,
                   void *arg) MUSTER_WARN_UNUSED;
 
-/* Makes a muster_events() or followed muster_logs() running in another
- * thread on c return (with MUSTER_E_SHUTTING_DOWN) within about a second.
- * The only call that may be made on a client from another thread. */
+/* Makes a call running in another thread on c (a followed muster_logs(),
+ * muster_events(), an await) return at once with MUSTER_E_SHUTTING_DOWN,
+ * and every later call on c too: a cancelled client is only good for
+ * muster_client_free(). The only call that may be made on a client from
+ * another thread. */
 void muster_client_cancel(muster_client *c);
 
 #ifdef __cplusplus

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /* Answers are capped: a controller (or something pretending to be one)
  * cannot make the client allocate without bound. */
@@ -23,7 +25,12 @@ struct muster_client {
   char errmsg[1024];
   char errfield[64];
   int has_errfield;
-  volatile int cancel;
+  int cancel; /* sticky: once set, every call returns at once */
+  /* The socket of the transfer in progress, so that a cancel from another
+   * thread can wake it at once (libcurl looks at its progress callback only
+   * about once a second on an idle stream). */
+  pthread_mutex_t sock_lock;
+  curl_socket_t sock;
 };
 
 struct buf {
@@ -79,7 +86,67 @@ const char *muster_client_errfield(const muster_client *c) {
 }
 const char *muster_client_url(const muster_client *c) { return c->url; }
 void muster_client_set_timeout(muster_client *c, double seconds) { c->timeout_s = seconds; }
-void muster_client_cancel(muster_client *c) { __atomic_store_n(&c->cancel, 1, __ATOMIC_SEQ_CST); }
+void muster_client_cancel(muster_client *c) {
+  __atomic_store_n(&c->cancel, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_lock(&c->sock_lock);
+  if (c->sock != CURL_SOCKET_BAD)
+    shutdown(c->sock, SHUT_RDWR);
+  pthread_mutex_unlock(&c->sock_lock);
+}
+
+static int cancelled(muster_client *c) { return __atomic_load_n(&c->cancel, __ATOMIC_SEQ_CST); }
+
+static int progress_cb(void *arg, curl_off_t a, curl_off_t b, curl_off_t c2, curl_off_t d) {
+  muster_client *c = arg;
+
+  (void)a;
+  (void)b;
+  (void)c2;
+  (void)d;
+  return cancelled(c) ? 1 : 0;
+}
+
+
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a) {
+  muster_client *c = arg;
+  curl_socket_t fd;
+
+  (void)purpose;
+  if (cancelled(c))
+    return CURL_SOCKET_BAD;
+  fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  pthread_mutex_lock(&c->sock_lock);
+  c->sock = fd;
+  pthread_mutex_unlock(&c->sock_lock);
+  return fd;
+}
+
+static int close_socket(void *arg, curl_socket_t fd) {
+  muster_client *c = arg;
+
+  pthread_mutex_lock(&c->sock_lock);
+  if (c->sock == fd)
+    c->sock = CURL_SOCKET_BAD;
+  pthread_mutex_unlock(&c->sock_lock);
+  return close(fd);
+}
+
+/* Options every transfer of c gets. */
+static void common_opts(muster_client *c, const char *url, struct curl_slist *hdrs, char *cerr) {
+  curl_easy_setopt(c->curl, CURLOPT_URL, url);
+  curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c->curl, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, cerr);
+  curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(c->curl, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  curl_easy_setopt(c->curl, CURLOPT_OPENSOCKETDATA, c);
+  curl_easy_setopt(c->curl, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
+  curl_easy_setopt(c->curl, CURLOPT_CLOSESOCKETDATA, c);
+  curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, progress_cb);
+  curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
+}
 
 int muster_client_new(const char *url, const char *token, muster_client **out) {
   muster_client *c;
@@ -93,6 +160,8 @@ int muster_client_new(const char *url, const char *token, muster_client **out) {
   c = calloc(1, sizeof(*c));
   if (!c)
     return MUSTER_E_NOMEM;
+  pthread_mutex_init(&c->sock_lock, NULL);
+  c->sock = CURL_SOCKET_BAD;
   c->url = strdup(url);
   c->curl = curl_easy_init();
   if (!c->url || !c->curl) {
@@ -151,6 +220,7 @@ void muster_client_free(muster_client *c) {
     return;
   if (c->curl)
     curl_easy_cleanup(c->curl);
+  pthread_mutex_destroy(&c->sock_lock);
   free(c->url);
   free(c);
 }
@@ -176,15 +246,6 @@ static size_t collect(char *p, size_t size, size_t n, void *arg) {
   return add;
 }
 
-static int progress_cb(void *arg, curl_off_t a, curl_off_t b, curl_off_t c2, curl_off_t d) {
-  muster_client *c = arg;
-
-  (void)a;
-  (void)b;
-  (void)c2;
-  (void)d;
-  return __atomic_load_n(&c->cancel, __ATOMIC_SEQ_CST) ? 1 : 0;
-}
 
 /* Maps an error answer (status >= 400, body b) to a muster error. */
 static int answer_error(muster_client *c, long status, const struct buf *b) {
@@ -239,20 +300,16 @@ static int http(muster_client *c, const struct call *k) {
   int rc = 0;
 
   clear_error(c);
-  __atomic_store_n(&c->cancel, 0, __ATOMIC_SEQ_CST);
+  if (cancelled(c))
+    return set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
   if (snprintf(url, sizeof(url), "%s%s", c->url, k->path) >= (int)sizeof(url))
     return set_error(c, MUSTER_E_INVALID, NULL, "the request URL is too long");
   curl_easy_reset(c->curl);
   hdrs = curl_slist_append(hdrs, c->auth);
   if (k->body)
     hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-  curl_easy_setopt(c->curl, CURLOPT_URL, url);
+  common_opts(c, url, hdrs, cerr);
   curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, k->method);
-  curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c->curl, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, cerr);
-  curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   if (k->timeout_s > 0)
     curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)(k->timeout_s * 1000));
   if (k->body) {
@@ -263,14 +320,11 @@ static int http(muster_client *c, const struct call *k) {
   curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(c->curl, CURLOPT_HEADERFUNCTION, header_cb);
   curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, k->hdr_seq);
-  curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, progress_cb);
-  curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
 
   cc = curl_easy_perform(c->curl);
   curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
   curl_slist_free_all(hdrs);
-  if (cc == CURLE_ABORTED_BY_CALLBACK) {
+  if (cc == CURLE_ABORTED_BY_CALLBACK || (cc != CURLE_OK && cancelled(c))) {
     rc = set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
   } else if (cc == CURLE_WRITE_ERROR && b.too_big) {
     rc = set_error(c, MUSTER_E_TOO_LARGE, NULL, "the controller's answer is larger than 256 MiB");
@@ -310,6 +364,7 @@ static void worker_from_json(json_t *o, muster_worker *w) {
   json_t *v;
 
   memset(w, 0, sizeof(*w));
+  w->json = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   snprintf(w->id, sizeof(w->id), "%s",
            json_string_value(json_object_get(o, "id")) ? json_string_value(json_object_get(o, "id"))
                                                        : "");
@@ -357,6 +412,7 @@ void muster_worker_cleanup(muster_worker *w) {
   free(w->running_at);
   free(w->finished_at);
   free(w->last_heartbeat);
+  free(w->json);
   memset(w, 0, sizeof(*w));
 }
 
@@ -664,21 +720,14 @@ static int http_stream(muster_client *c, const char *path, curl_write_callback w
   int rc = 0;
 
   clear_error(c);
-  __atomic_store_n(&c->cancel, 0, __ATOMIC_SEQ_CST);
+  if (cancelled(c))
+    return set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
   snprintf(url, sizeof(url), "%s%s", c->url, path);
   curl_easy_reset(c->curl);
   hdrs = curl_slist_append(hdrs, c->auth);
-  curl_easy_setopt(c->curl, CURLOPT_URL, url);
-  curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c->curl, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, cerr);
-  curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  common_opts(c, url, hdrs, cerr);
   curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, stream_dispatch);
   curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &s);
-  curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, progress_cb);
-  curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
   /* The controller sends a keep-alive every 15 s on event streams, so a
    * minute of silence there means it is gone. A followed log may be quiet
    * for as long as the worker is (silence_s 0). */
@@ -693,7 +742,7 @@ static int http_stream(muster_client *c, const char *path, curl_write_callback w
     rc = answer_error(c, status, &err);
   else if (cc == CURLE_WRITE_ERROR && *stopped)
     rc = 0;
-  else if (cc == CURLE_ABORTED_BY_CALLBACK)
+  else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc != CURLE_OK && cancelled(c)))
     rc = set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
   else if (cc != CURLE_OK && status == 0)
     rc = set_error(c, MUSTER_E_UNREACHABLE, NULL, "could not reach the controller at %s: %s",

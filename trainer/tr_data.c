@@ -1,0 +1,183 @@
+/* tr_data.c: see tr_data.h. */
+#include "tr_data.h"
+
+#include "muster_errors.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+uint64_t tr_rand_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+float tr_rand_uniform(uint64_t *state) {
+  return (float)(tr_rand_next(state) >> 40) * (1.0f / 16777216.0f);
+}
+
+void tr_epoch_order(uint64_t seed, int epoch, int n, int *perm) {
+  uint64_t st = seed * 0x2545f4914f6cdd1dULL + (uint64_t)epoch * 0x9e3779b97f4a7c15ULL + 1;
+
+  for (int i = 0; i < n; i++)
+    perm[i] = i;
+  /* Fisher-Yates. */
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)(tr_rand_next(&st) % (uint64_t)(i + 1));
+    int t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}
+
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads a whole IDX file into *buf (malloc'ed) after checking its header:
+ * magic 0x0000 08 ndims, then ndims big-endian sizes, then the bytes. */
+static int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf,
+                    char *err, size_t errlen) {
+  unsigned char head[16];
+  size_t want = 1, hl = 4 + 4 * (size_t)ndims;
+  struct stat st;
+  FILE *f = fopen(path, "rb");
+
+  *buf = NULL;
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return MUSTER_E_IO;
+  }
+  if (fread(head, 1, hl, f) != hl) {
+    snprintf(err, errlen, "%s: truncated IDX header", path);
+    goto bad;
+  }
+  if (head[0] != 0 || head[1] != 0 || head[2] != 0x08 || head[3] != ndims) {
+    snprintf(err, errlen,
+             "%s: not an IDX file of unsigned bytes with %d dimensions (magic %02x%02x%02x%02x, "
+             "expected 000008%02x)",
+             path, ndims, head[0], head[1], head[2], head[3], ndims);
+    goto bad;
+  }
+  for (int i = 0; i < ndims; i++) {
+    dims[i] = be32(head + 4 + 4 * i);
+    if (dims[i] == 0 || dims[i] > 100000000u) {
+      snprintf(err, errlen, "%s: dimension %d is %u", path, i, dims[i]);
+      goto bad;
+    }
+    want *= dims[i];
+  }
+  if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size != hl + want) {
+    snprintf(err, errlen, "%s: %s: the header promises %zu bytes of data, the file has %lld",
+             path, (size_t)st.st_size < hl + want ? "truncated" : "trailing bytes", want,
+             (long long)st.st_size - (long long)hl);
+    goto bad;
+  }
+  *buf = malloc(want);
+  if (!*buf || fread(*buf, 1, want, f) != want) {
+    snprintf(err, errlen, "%s: could not read %zu bytes", path, want);
+    free(*buf);
+    *buf = NULL;
+    goto bad;
+  }
+  fclose(f);
+  return 0;
+bad:
+  fclose(f);
+  return MUSTER_E_INVALID;
+}
+
+int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err, size_t errlen) {
+  char ipath[1100], lpath[1100];
+  uint32_t idims[3], ldims[1];
+  unsigned char *img = NULL, *lab = NULL;
+  int rc;
+
+  memset(d, 0, sizeof(*d));
+  snprintf(ipath, sizeof(ipath), "%s/%s-images-idx3-ubyte", dir, train ? "train" : "t10k");
+  snprintf(lpath, sizeof(lpath), "%s/%s-labels-idx1-ubyte", dir, train ? "train" : "t10k");
+  rc = read_idx(ipath, 3, idims, &img, err, errlen);
+  if (!rc)
+    rc = read_idx(lpath, 1, ldims, &lab, err, errlen);
+  if (!rc && idims[0] != ldims[0]) {
+    snprintf(err, errlen, "%s has %u images but %s has %u labels", ipath, idims[0], lpath,
+             ldims[0]);
+    rc = MUSTER_E_INVALID;
+  }
+  if (rc)
+    goto out;
+  d->n = (int)idims[0];
+  d->dim = (int)(idims[1] * idims[2]);
+  d->classes = 10;
+  d->x = malloc((size_t)d->n * d->dim * sizeof(float));
+  d->y = malloc((size_t)d->n);
+  if (!d->x || !d->y) {
+    rc = MUSTER_E_NOMEM;
+    snprintf(err, errlen, "out of memory for %d images", d->n);
+    goto out;
+  }
+  for (size_t i = 0; i < (size_t)d->n * d->dim; i++)
+    d->x[i] = img[i] * (1.0f / 255.0f);
+  for (int i = 0; i < d->n; i++) {
+    if (lab[i] > 9) {
+      snprintf(err, errlen, "%s: label %d of sample %d is not a digit", lpath, lab[i], i);
+      rc = MUSTER_E_INVALID;
+      goto out;
+    }
+    d->y[i] = lab[i];
+  }
+out:
+  free(img);
+  free(lab);
+  if (rc)
+    tr_data_cleanup(d);
+  return rc;
+}
+
+int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data *d) {
+  uint64_t st = seed ^ 0x5eed5eed5eedULL;
+  float *centers;
+
+  memset(d, 0, sizeof(*d));
+  if (n <= 0 || dim <= 0 || classes < 2 || classes > 255)
+    return MUSTER_E_INVALID;
+  d->n = n;
+  d->dim = dim;
+  d->classes = classes;
+  d->x = malloc((size_t)n * dim * sizeof(float));
+  d->y = malloc((size_t)n);
+  centers = malloc((size_t)classes * dim * sizeof(float));
+  if (!d->x || !d->y || !centers) {
+    free(centers);
+    tr_data_cleanup(d);
+    return MUSTER_E_NOMEM;
+  }
+  /* One random centre per class, samples around it: learnable, but not
+   * trivially (the noise overlaps the classes). */
+  for (size_t i = 0; i < (size_t)classes * dim; i++)
+    centers[i] = tr_rand_uniform(&st);
+  for (int i = 0; i < n; i++) {
+    int c = (int)(tr_rand_next(&st) % (uint64_t)classes);
+    d->y[i] = (uint8_t)c;
+    for (int j = 0; j < dim; j++) {
+      float v = centers[(size_t)c * dim + j] + 0.6f * (tr_rand_uniform(&st) - 0.5f);
+      d->x[(size_t)i * dim + j] = v < 0 ? 0 : v > 1 ? 1 : v;
+    }
+  }
+  free(centers);
+  return 0;
+}
+
+void tr_data_cleanup(struct tr_data *d) {
+  if (!d)
+    return;
+  free(d->x);
+  free(d->y);
+  memset(d, 0, sizeof(*d));
+}

@@ -1,0 +1,43 @@
+/*
+ * tr_data.h: training data for muster-train: MNIST IDX files, or a
+ * generated synthetic set for benchmarks.
+ */
+#ifndef MUSTER_TR_DATA_H
+#define MUSTER_TR_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tr_data {
+  int n;       /* samples */
+  int dim;     /* features per sample */
+  int classes; /* labels are 0..classes-1 */
+  float *x;    /* n x dim, row-major, pixels scaled to [0, 1] */
+  uint8_t *y;  /* n labels */
+};
+
+/* Loads the MNIST set in dir: train (train-images-idx3-ubyte,
+ * train-labels-idx1-ubyte) or test (t10k-...). A wrong magic number, wrong
+ * dimensions, a count mismatch or a truncated file is refused with a
+ * sentence naming the file in err. Returns 0 or a negative muster error;
+ * *d is freed with tr_data_cleanup(). */
+int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Generates n samples of dim features in classes separable-with-noise
+ * classes, deterministically from seed. */
+int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data *d)
+    __attribute__((warn_unused_result));
+
+void tr_data_cleanup(struct tr_data *d);
+
+/* The sample order of an epoch: a permutation of 0..n-1 that depends only
+ * on (seed, epoch), so every rank of a run draws the same global batches. */
+void tr_epoch_order(uint64_t seed, int epoch, int n, int *perm);
+
+/* A small, fast, seedable generator (splitmix64). */
+uint64_t tr_rand_next(uint64_t *state);
+/* Uniform in [0, 1). */
+float tr_rand_uniform(uint64_t *state);
+
+#endif

@@ -1,0 +1,353 @@
+/* tr_main.c: muster-train's command line and mode dispatch. */
+#include "tr_run.h"
+
+#include "muster_errors.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: muster-train --mode single|allreduce|ps [--sync|--async] [--device cpu|cuda]\n"
+          "                    [--data DIR | --synthetic N] [--layers 784,256,128,10]\n"
+          "                    [--epochs E | --steps S] [--batch B] [--lr L] [--momentum M]\n"
+          "                    [--seed S] [--checkpoint PATH] [--resume PATH] [--threads T]\n"
+          "                    [--quiet] [--dump-params PATH] [--io-timeout S]\n"
+          "\n"
+          "Trains a multi-layer perceptron (ReLU, softmax cross-entropy, SGD with momentum)\n"
+          "data-parallel: single (one process), allreduce (under mpirun: one fused\n"
+          "MPI_Allreduce or ncclAllReduce per step) or ps (parameter servers over TCP; the\n"
+          "cluster comes from TF_CONFIG). --batch is the global batch: every mode with the\n"
+          "same batch computes the same steps, to float rounding.\n"
+          "\n"
+          "  --data DIR      the four MNIST IDX files (default %s)\n"
+          "  --synthetic N   N generated samples instead (benchmarks)\n"
+          "  --epochs E      passes over the data (default 5); --steps S: S steps instead\n"
+          "  --batch B       global batch (default 128)\n"
+          "  --lr L          learning rate (default 0.05); --momentum M (default 0.9)\n"
+          "  --threads T     BLAS threads per process (default 1)\n"
+          "\n"
+          "The last line of output is a JSON summary.\n",
+          MUSTER_DATA_DIR);
+}
+
+static int bad(const char *opt, const char *v, const char *want) {
+  fprintf(stderr, "muster-train: %s: \"%s\" is not %s\n", opt, v ? v : "", want);
+  return 2;
+}
+
+static int parse_long(const char *s, long min, long max, long *out) {
+  char *end;
+  long v;
+
+  if (!s)
+    return -1;
+  errno = 0;
+  v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < min || v > max)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_float(const char *s, double min, double max, float *out) {
+  char *end;
+  double v;
+
+  if (!s)
+    return -1;
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < min || v > max)
+    return -1;
+  *out = (float)v;
+  return 0;
+}
+
+static int parse_layers(const char *s, struct tr_opts *o) {
+  o->nsizes = 0;
+  while (s && *s) {
+    char *end;
+    long v;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || v < 1 || v > 65536 || o->nsizes > TR_MAX_LAYERS)
+      return -1;
+    o->sizes[o->nsizes++] = (int)v;
+    if (*end == ',')
+      end++;
+    else if (*end)
+      return -1;
+    s = end;
+  }
+  return o->nsizes >= 2 ? 0 : -1;
+}
+
+/* Fills o from argv; returns 0, or an exit code (0 after --help is 1). */
+static int parse_args(int argc, char **argv, struct tr_opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->mode = TR_SINGLE;
+  o->device = TR_CPU;
+  o->sync = 1;
+  snprintf(o->data_dir, sizeof(o->data_dir), "%s", MUSTER_DATA_DIR);
+  parse_layers("784,256,128,10", o);
+  o->epochs = 5;
+  o->batch = 128;
+  o->lr = 0.05f;
+  o->momentum = 0.9f;
+  o->seed = 1;
+  o->threads = 1;
+  o->io_timeout_s = 10;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long l;
+    float f;
+
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return -1;
+    } else if (strcmp(a, "--sync") == 0) {
+      o->sync = 1;
+    } else if (strcmp(a, "--async") == 0) {
+      o->sync = 0;
+    } else if (strcmp(a, "--quiet") == 0) {
+      o->quiet = 1;
+    } else if (!v) {
+      fprintf(stderr, "muster-train: %s needs a value (see --help)\n", a);
+      return 2;
+    } else if (strcmp(a, "--mode") == 0) {
+      i++;
+      if (strcmp(v, "single") == 0)
+        o->mode = TR_SINGLE;
+      else if (strcmp(v, "allreduce") == 0)
+        o->mode = TR_ALLREDUCE;
+      else if (strcmp(v, "ps") == 0)
+        o->mode = TR_PS;
+      else
+        return bad(a, v, "single, allreduce or ps");
+    } else if (strcmp(a, "--device") == 0) {
+      i++;
+      if (strcmp(v, "cpu") == 0)
+        o->device = TR_CPU;
+      else if (strcmp(v, "cuda") == 0)
+        o->device = TR_CUDA;
+      else
+        return bad(a, v, "cpu or cuda");
+    } else if (strcmp(a, "--data") == 0) {
+      i++;
+      snprintf(o->data_dir, sizeof(o->data_dir), "%s", v);
+    } else if (strcmp(a, "--synthetic") == 0) {
+      i++;
+      if (parse_long(v, 1, 10000000, &l))
+        return bad(a, v, "a number of samples (1 to 10000000)");
+      o->synthetic = (int)l;
+    } else if (strcmp(a, "--layers") == 0) {
+      i++;
+      if (parse_layers(v, o))
+        return bad(a, v, "a list of 2 to 17 layer sizes like 784,256,128,10");
+    } else if (strcmp(a, "--epochs") == 0) {
+      i++;
+      if (parse_long(v, 1, 100000, &l))
+        return bad(a, v, "a number of epochs (1 to 100000)");
+      o->epochs = (int)l;
+    } else if (strcmp(a, "--steps") == 0) {
+      i++;
+      if (parse_long(v, 1, 1000000000L, &l))
+        return bad(a, v, "a number of steps (>= 1)");
+      o->steps = l;
+    } else if (strcmp(a, "--batch") == 0) {
+      i++;
+      if (parse_long(v, 1, 65536, &l))
+        return bad(a, v, "a batch size (1 to 65536)");
+      o->batch = (int)l;
+    } else if (strcmp(a, "--lr") == 0) {
+      i++;
+      if (parse_float(v, 0, 100, &f))
+        return bad(a, v, "a learning rate (0 to 100)");
+      o->lr = f;
+    } else if (strcmp(a, "--momentum") == 0) {
+      i++;
+      if (parse_float(v, 0, 0.9999, &f))
+        return bad(a, v, "a momentum in [0, 1)");
+      o->momentum = f;
+    } else if (strcmp(a, "--seed") == 0) {
+      i++;
+      if (parse_long(v, 0, 0x7fffffffL, &l))
+        return bad(a, v, "a seed (0 to 2^31-1)");
+      o->seed = (uint64_t)l;
+    } else if (strcmp(a, "--threads") == 0) {
+      i++;
+      if (parse_long(v, 1, 256, &l))
+        return bad(a, v, "a thread count (1 to 256)");
+      o->threads = (int)l;
+    } else if (strcmp(a, "--io-timeout") == 0) {
+      i++;
+      if (parse_float(v, 0.1, 3600, &f))
+        return bad(a, v, "a number of seconds");
+      o->io_timeout_s = f;
+    } else if (strcmp(a, "--checkpoint") == 0) {
+      i++;
+      snprintf(o->checkpoint, sizeof(o->checkpoint), "%s", v);
+    } else if (strcmp(a, "--resume") == 0) {
+      i++;
+      snprintf(o->resume, sizeof(o->resume), "%s", v);
+    } else if (strcmp(a, "--dump-params") == 0) {
+      i++;
+      snprintf(o->dump_params, sizeof(o->dump_params), "%s", v);
+    } else {
+      fprintf(stderr, "muster-train: unknown option %s (see --help)\n", a);
+      return 2;
+    }
+  }
+  return 0;
+}
+
+/* The test set of a synthetic run: the same classes, other samples. */
+static int synthetic_split(const struct tr_opts *o, struct tr_data *train, struct tr_data *test) {
+  int ntest = o->synthetic / 6 > 0 ? o->synthetic / 6 : 1, rc;
+  struct tr_data all;
+
+  rc = tr_data_synthetic(o->synthetic + ntest, o->sizes[0], o->sizes[o->nsizes - 1], o->seed,
+                         &all);
+  if (rc)
+    return rc;
+  *train = all;
+  train->n = o->synthetic;
+  test->n = ntest;
+  test->dim = all.dim;
+  test->classes = all.classes;
+  test->x = malloc((size_t)ntest * all.dim * sizeof(float));
+  test->y = malloc((size_t)ntest);
+  if (!test->x || !test->y)
+    return MUSTER_E_NOMEM;
+  memcpy(test->x, all.x + (size_t)o->synthetic * all.dim, (size_t)ntest * all.dim * sizeof(float));
+  memcpy(test->y, all.y + o->synthetic, (size_t)ntest);
+  return 0;
+}
+
+/* OpenBLAS settles its kernels and its thread pool when it is loaded, before
+ * main. Two things are fixed here by running again, once, with the right
+ * environment (a user's own OPENBLAS_* settings always win):
+ * - on CPUs newer than it knows (a recent Xeon with a generic model name)
+ *   it falls back to SSE3 kernels at a quarter of the speed: if the CPU has
+ *   AVX-512 or AVX2 and OpenBLAS chose something weaker, OPENBLAS_CORETYPE;
+ * - its pthread build starts a thread per core whatever
+ *   openblas_set_num_threads() says later, and idle ones spin, stealing the
+ *   core another rank needs: OPENBLAS_NUM_THREADS = --threads. */
+static void blas_setup(char **argv, int threads) {
+  static const char *const weak[] = {"prescott", "core2",   "penryn", "dunnington", "nehalem",
+                                     "atom",     "katmai",  "northwood", "banias", "sandybridge",
+                                     "unknown"};
+  const char *core = openblas_get_corename(), *want = NULL;
+  char nthreads[16];
+  int again = 0, is_weak = 0;
+
+  if (getenv("MUSTER_TRAIN_REEXEC"))
+    return;
+  if (!getenv("OPENBLAS_NUM_THREADS")) {
+    snprintf(nthreads, sizeof(nthreads), "%d", threads);
+    setenv("OPENBLAS_NUM_THREADS", nthreads, 1);
+    again = 1;
+  }
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    want = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    want = "Haswell";
+  for (size_t i = 0; core && i < sizeof(weak) / sizeof(weak[0]); i++)
+    is_weak |= strcasecmp(core, weak[i]) == 0;
+  if (want && core && strcmp(want, "SkylakeX") == 0 && strcasecmp(core, "haswell") == 0)
+    is_weak = 1;
+  if (want && is_weak && !getenv("OPENBLAS_CORETYPE")) {
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    again = 1;
+  }
+  if (!again)
+    return;
+  setenv("MUSTER_TRAIN_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  /* If that failed, carry on as we are. */
+}
+
+int main(int argc, char **argv) {
+  struct tr_opts o;
+  struct tr_data train = {0}, test = {0};
+  struct tr_mlp m;
+  struct tr_result r;
+  char err[600];
+  int code, rc;
+
+  code = parse_args(argc, argv, &o);
+  if (code)
+    return code < 0 ? 0 : code;
+  blas_setup(argv, o.threads);
+  openblas_set_num_threads(o.threads);
+
+  if (o.synthetic) {
+    rc = synthetic_split(&o, &train, &test);
+    if (rc) {
+      fprintf(stderr, "muster-train: could not make %d synthetic samples: %s\n", o.synthetic,
+              muster_strerror(rc));
+      return 1;
+    }
+  } else {
+    rc = tr_data_load_mnist(o.data_dir, 1, &train, err, sizeof(err));
+    if (!rc)
+      rc = tr_data_load_mnist(o.data_dir, 0, &test, err, sizeof(err));
+    if (rc) {
+      fprintf(stderr, "muster-train: %s\n(the MNIST files come from scripts/setup.sh; or give "
+                      "--data DIR or --synthetic N)\n",
+              err);
+      tr_data_cleanup(&train);
+      return 2;
+    }
+  }
+  if (o.sizes[0] != train.dim || o.sizes[o.nsizes - 1] < train.classes) {
+    fprintf(stderr,
+            "muster-train: --layers: the first layer must have %d units (the data's features) "
+            "and the last at least %d (its classes); got %d and %d\n",
+            train.dim, train.classes, o.sizes[0], o.sizes[o.nsizes - 1]);
+    code = 2;
+    goto out;
+  }
+  if (tr_steps_per_epoch(train.n, o.batch) < 1) {
+    fprintf(stderr, "muster-train: --batch %d is larger than the %d training samples\n", o.batch,
+            train.n);
+    code = 2;
+    goto out;
+  }
+  if (tr_mlp_init(&m, o.sizes, o.nsizes, o.batch, o.seed) != 0) {
+    fprintf(stderr, "muster-train: out of memory for the network\n");
+    code = 1;
+    goto out;
+  }
+  memset(&r, 0, sizeof(r));
+  r.report = 1;
+  if (o.device == TR_CUDA)
+    code = tr_run_cuda(&o, &m, &train, &test, &r, &argc, &argv);
+  else if (o.mode == TR_SINGLE)
+    code = tr_run_single(&o, &m, &train, &test, &r);
+  else if (o.mode == TR_ALLREDUCE)
+    code = tr_run_allreduce(&o, &m, &train, &test, &r, &argc, &argv);
+  else
+    code = tr_run_ps(&o, &m, &train, &test, &r);
+  if (code == 0 && r.report) {
+    if (o.dump_params[0] && o.device == TR_CPU && tr_dump_params(o.dump_params, &m) != 0) {
+      fprintf(stderr, "muster-train: could not write %s\n", o.dump_params);
+      code = 1;
+    }
+    tr_print_summary(&r);
+  }
+  tr_mlp_cleanup(&m);
+out:
+  tr_data_cleanup(&train);
+  tr_data_cleanup(&test);
+  return code;
+}

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
           "  --synthetic N   N generated samples instead (benchmarks)\n"
           "  --epochs E      passes over the data (default 5); --steps S: S steps instead\n"
           "  --batch B       global batch (default 128)\n"
-          "  --lr L          learning rate (default 0.05); --momentum M (default 0.9)\n"
+          "  --lr L          learning rate (default 0.1); --momentum M (default 0.9)\n"
           "  --threads T     BLAS threads per process (default 1)\n"
           "\n"
           "The last line of output is a JSON summary.\n",
@@ -99,7 +99,7 @@ static int parse_args(int argc, char **argv, struct tr_opts *o) {
   parse_layers("784,256,128,10", o);
   o->epochs = 5;
   o->batch = 128;
-  o->lr = 0.05f;
+  o->lr = 0.1f;
   o->momentum = 0.9f;
   o->seed = 1;
   o->threads = 1;

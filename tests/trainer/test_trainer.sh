@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# muster-train as a user runs it: modes agree, MNIST is learnt, checkpoints
+# resume exactly, bad data is refused with a clear error, a dead parameter
+# server ends its workers. Usage: test_trainer.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=${1:-build}
+src=${2:-.}
+train=$build/muster-train
+data=$src/data/mnist
+tmp=$(mktemp -d /tmp/muster-trainer-test-XXXXXX)
+pids=()
+pass=0
+fail=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI's own allocations are not ours to judge in a sanitized build.
+export LSAN_OPTIONS=${LSAN_OPTIONS:-}${LSAN_OPTIONS:+:}suppressions=$src/tests/trainer/lsan.supp
+mpirun=(mpirun -np 2 --oversubscribe --bind-to none)
+
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { echo "ok - $*"; pass=$((pass + 1)); }
+not_ok() { echo "not ok - $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else not_ok "$what"; fi; }
+
+# The JSON summary (the last line) field $2 of output file $1.
+field() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+
+# Max abs difference of two raw float32 parameter dumps.
+maxdiff() {
+  python3 - "$1" "$2" <<'PY'
+import array, sys
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
+b = array.array('f'); b.frombytes(open(sys.argv[2], 'rb').read())
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+print(max(abs(x - y) for x, y in zip(a, b)))
+PY
+}
+le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
+ge() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+
+[ -x "$train" ] || { echo "not ok - $train is not built"; echo "0 passed, 1 failed"; exit 1; }
+[ -s "$data/train-images-idx3-ubyte" ] || { echo "not ok - no MNIST in $data (scripts/setup.sh fetches it)"; echo "0 passed, 1 failed"; exit 1; }
+
+# --- allreduce (2 ranks) and single agree after 50 steps at the same global batch
+"$train" --steps 50 --batch 64 --quiet --dump-params "$tmp/single.bin" > "$tmp/single.out" 2>&1
+"${mpirun[@]}" "$train" --mode allreduce --steps 50 --batch 64 --quiet \
+  --dump-params "$tmp/ar.bin" > "$tmp/ar.out" 2>&1
+if [ -s "$tmp/single.bin" ] && [ -s "$tmp/ar.bin" ]; then
+  d=$(maxdiff "$tmp/single.bin" "$tmp/ar.bin")
+  check "allreduce(2) matches single after 50 steps (max abs weight difference $d <= 1e-4)" le "$d" 1e-4
+  check "allreduce reports 2 ranks and 50 steps" test "$(field "$tmp/ar.out" ranks)/$(field "$tmp/ar.out" steps)" = 2/50
+else
+  not_ok "allreduce vs single: a run failed: $(tail -3 "$tmp/single.out" "$tmp/ar.out")"
+fi
+
+# --- parameter servers, --sync, 1 PS + 2 workers, match single too
+ps_run() { # $1 = extra args ; runs 1 PS + 2 workers on loopback, waits for all
+  local port=$((20000 + RANDOM % 20000)) cluster i
+  cluster="{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\"]}"
+  TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
+    "$train" --mode ps "$@" > "$tmp/ps.out" 2>&1 &
+  ps_pid=$!; pids+=("$ps_pid")
+  for i in 0 1; do
+    TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+      "$train" --mode ps "$@" > "$tmp/w$i.out" 2>&1 &
+    eval "w${i}_pid=$!"; pids+=("$!")
+  done
+}
+ps_run --sync --steps 50 --batch 64 --quiet --dump-params "$tmp/ps.bin"
+wait "$w0_pid"; w0=$?; wait "$w1_pid"; w1=$?; wait "$ps_pid"; psr=$?
+if [ $w0 -eq 0 ] && [ $w1 -eq 0 ] && [ $psr -eq 0 ] && [ -s "$tmp/ps.bin" ]; then
+  d=$(maxdiff "$tmp/single.bin" "$tmp/ps.bin")
+  check "PS --sync (1 PS, 2 workers) matches single after 50 steps (max abs difference $d <= 1e-4)" le "$d" 1e-4
+else
+  not_ok "PS --sync run failed (worker0 $w0, worker1 $w1, ps $psr): $(tail -2 "$tmp/w0.out" "$tmp/ps.out")"
+fi
+
+# --- a killed parameter server ends its workers, non-zero, within 10 s, naming it
+ps_run --sync --epochs 50 --batch 64 --quiet
+sleep 1.5
+kill -KILL "$ps_pid"
+t0=$(date +%s.%N)
+wait "$w0_pid"; w0=$?; wait "$w1_pid"; w1=$?
+took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
+check "workers exit non-zero when their PS is killed (exit codes $w0, $w1)" test $w0 -ne 0 -a $w1 -ne 0
+check "...within 10 s (took $took s)" le "$took" 10
+check "...and say which PS failed" grep -qi "ps 0" "$tmp/w0.out"
+
+# --- MNIST: >= 97.5 % test accuracy within 5 epochs, single and allreduce(2)
+"$train" --epochs 5 > "$tmp/mnist1.out" 2>&1
+acc=$(field "$tmp/mnist1.out" test_accuracy 2>/dev/null || echo 0)
+check "single reaches $acc >= 0.975 test accuracy on MNIST in 5 epochs" ge "$acc" 0.975
+check "single prints one progress line per epoch" test "$(grep -c '^epoch ' "$tmp/mnist1.out")" -eq 5
+"${mpirun[@]}" "$train" --mode allreduce --epochs 5 > "$tmp/mnist2.out" 2>&1
+acc=$(field "$tmp/mnist2.out" test_accuracy 2>/dev/null || echo 0)
+check "allreduce(2) reaches $acc >= 0.975 test accuracy on MNIST in 5 epochs" ge "$acc" 0.975
+check "allreduce prints one summary for the job" test "$(grep -c '^{"mode"' "$tmp/mnist2.out")" -eq 1
+
+# --- resume after a checkpoint gives the loss of an uninterrupted run
+"$train" --epochs 2 --quiet > "$tmp/full.out" 2>&1
+"$train" --epochs 1 --quiet --checkpoint "$tmp/ck" > /dev/null 2>&1
+"$train" --epochs 2 --quiet --resume "$tmp/ck" > "$tmp/resumed.out" 2>&1
+a=$(field "$tmp/full.out" final_loss 2>/dev/null || echo x); b=$(field "$tmp/resumed.out" final_loss 2>/dev/null || echo y)
+check "resumed run's final loss $b equals the uninterrupted run's $a" test "$a" = "$b"
+check "the resumed run did only the second epoch's steps" test "$(field "$tmp/resumed.out" steps)" -eq 468
+check "no temporary checkpoint file is left behind" test -z "$(ls "$tmp" | grep 'ck.tmp')"
+
+# --- bad data is refused with a clear error naming the file
+mkdir -p "$tmp/bad"
+cp "$data"/* "$tmp/bad/"
+head -c 1000000 "$data/train-images-idx3-ubyte" > "$tmp/bad/train-images-idx3-ubyte"
+"$train" --data "$tmp/bad" --steps 1 > "$tmp/trunc.out" 2>&1; rc=$?
+check "a truncated IDX file: exit 2 (got $rc)" test $rc -eq 2
+check "...saying it is truncated and naming the file" grep -q "train-images-idx3-ubyte: truncated" "$tmp/trunc.out"
+cp "$data/train-images-idx3-ubyte" "$tmp/bad/"
+printf '\x00\x00\x09\x03' | dd of="$tmp/bad/train-labels-idx1-ubyte" bs=1 count=4 conv=notrunc 2>/dev/null
+"$train" --data "$tmp/bad" --steps 1 > "$tmp/magic.out" 2>&1; rc=$?
+check "a garbled magic number: exit 2 (got $rc)" test $rc -eq 2
+check "...saying what the magic should be" grep -q "train-labels-idx1-ubyte: not an IDX file" "$tmp/magic.out"
+"$train" --data "$tmp/nowhere" --steps 1 > "$tmp/none.out" 2>&1; rc=$?
+check "a missing data directory: exit 2 and a hint to run setup" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'scripts/setup.sh' '$tmp/none.out'"
+"$train" --layers 100,10 --steps 1 > "$tmp/layers.out" 2>&1; rc=$?
+check "--layers not matching the data: exit 2 naming the sizes" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'must have 784 units' '$tmp/layers.out'"
+"$train" --batch 0 > "$tmp/batch.out" 2>&1; rc=$?
+check "--batch 0: exit 2" test $rc -eq 2
+
+# --- synthetic data learns too (the benchmarks use it)
+"$train" --synthetic 6000 --epochs 2 --quiet > "$tmp/syn.out" 2>&1
+acc=$(field "$tmp/syn.out" test_accuracy 2>/dev/null || echo 0)
+check "synthetic data is learnable ($acc >= 0.9)" ge "$acc" 0.9
+
+# --- CUDA: where no GPU is present, a clear refusal (the GPU checks skip)
+"$train" --device cuda --steps 1 > "$tmp/cuda.out" 2>&1; rc=$?
+if [ $rc -eq 3 ] && grep -q -- "--device cuda: no CUDA device\|built without CUDA" "$tmp/cuda.out"; then
+  ok "--device cuda without a GPU says so and exits 3"
+  echo "# skipped: CUDA results against CPU (relative error <= 1e-3) need a GPU, and none is present here"
+elif [ $rc -eq 0 ]; then
+  "$train" --device cuda --steps 50 --batch 64 --quiet --dump-params "$tmp/cuda.bin" > /dev/null 2>&1
+  d=$(maxdiff "$tmp/single.bin" "$tmp/cuda.bin")
+  check "CUDA matches the CPU after 50 steps (max abs difference $d <= 1e-3)" le "$d" 1e-3
+else
+  not_ok "--device cuda: exit $rc: $(tail -2 "$tmp/cuda.out")"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -37,6 +37,33 @@ static void usage(FILE *f) {
           MUSTER_DATA_DIR);
 }
 
+/* --bench-sgemm N: the single-thread rate of an N x N x N cblas_sgemm, the
+ * compute bound that bench/trainer compares the training rate with. */
+static int bench_sgemm(int n) {
+  float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
+  double t0, t, flops = 2.0 * n * n * n;
+  long it = 0;
+
+  if (!a || !b || !c)
+    return 1;
+  for (size_t i = 0; i < (size_t)n * n; i++) {
+    a[i] = (float)(i % 7) * 0.1f;
+    b[i] = (float)(i % 5) * 0.1f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+  t0 = tr_now();
+  do {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    it++;
+  } while ((t = tr_now() - t0) < 1.0);
+  printf("{\"sgemm_n\": %d, \"gflops\": %.2f, \"kernel\": \"%s\"}\n", n, flops * it / t / 1e9,
+         openblas_get_corename());
+  free(a);
+  free(b);
+  free(c);
+  return 0;
+}
+
 static int bad(const char *opt, const char *v, const char *want) {
   fprintf(stderr, "muster-train: %s: \"%s\" is not %s\n", opt, v ? v : "", want);
   return 2;
@@ -191,6 +218,16 @@ static int parse_args(int argc, char **argv, struct tr_opts *o) {
       if (parse_float(v, 0.1, 3600, &f))
         return bad(a, v, "a number of seconds");
       o->io_timeout_s = f;
+    } else if (strcmp(a, "--bench-sgemm") == 0) {
+      i++;
+      if (parse_long(v, 16, 8192, &l))
+        return bad(a, v, "a matrix size (16 to 8192)");
+      o->bench_sgemm = (int)l;
+    } else if (strcmp(a, "--bench-allreduce") == 0) {
+      i++;
+      if (parse_long(v, 1, 1L << 28, &l))
+        return bad(a, v, "a number of floats");
+      o->bench_allreduce = l;
     } else if (strcmp(a, "--checkpoint") == 0) {
       i++;
       snprintf(o->checkpoint, sizeof(o->checkpoint), "%s", v);
@@ -288,6 +325,10 @@ int main(int argc, char **argv) {
   if (code)
     return code < 0 ? 0 : code;
   blas_setup(argv, o.threads);
+  if (o.bench_sgemm)
+    return bench_sgemm(o.bench_sgemm);
+  if (o.bench_allreduce)
+    return tr_bench_allreduce(o.bench_allreduce, &argc, &argv);
   openblas_set_num_threads(o.threads);
 
   if (o.synthetic) {

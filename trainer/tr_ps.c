@@ -203,8 +203,7 @@ static int cluster_from_env(struct ps_cluster *cl, char *err, size_t errlen) {
   }
   root = json_loads(env, 0, &jerr);
   if (!root) {
-    snprintf(err, errlen, "TF_CONFIG is not valid JSON (%s at column %d)", jerr.text,
-             jerr.column);
+    snprintf(err, errlen, "TF_CONFIG is not valid JSON (%s at column %d)", jerr.text, jerr.column);
     return -1;
   }
   cluster = json_object_get(root, "cluster");
@@ -214,8 +213,8 @@ static int cluster_from_env(struct ps_cluster *cl, char *err, size_t errlen) {
     goto out;
   }
   if (parse_addr_list(json_object_get(cluster, "ps"), "ps", &cl->ps, &cl->nps, err, errlen) ||
-      parse_addr_list(json_object_get(cluster, "worker"), "worker", &cl->worker, &cl->nworkers,
-                      err, errlen))
+      parse_addr_list(json_object_get(cluster, "worker"), "worker", &cl->worker, &cl->nworkers, err,
+                      errlen))
     goto out;
   type = json_object_get(task, "type");
   index = json_object_get(task, "index");
@@ -453,7 +452,7 @@ static int pump(struct net *nt, int mode, int drain, double timeout_s, const cha
 
   for (;;) {
     int64_t now = util_mono_ms(), next = -1;
-    int all = 1, any = 0, txleft = 0, done, r;
+    int all = 1, any = 0, txleft = 0, done, r, failed = 0;
 
     for (int i = 0; i < nt->n; i++) {
       struct conn *c = &nt->c[i];
@@ -501,11 +500,20 @@ static int pump(struct net *nt, int mode, int drain, double timeout_s, const cha
       snprintf(err, errlen, "poll failed: %s", strerror(errno));
       return -1;
     }
+    /* Peers that fail in the same round are all named: which of them died
+     * first (and took the others with it) cannot be told from here. */
     for (int i = 0; i < nt->n && r > 0; i++) {
       struct conn *c = &nt->c[i];
       short re = nt->pfd[i].revents;
+      size_t at;
       if (c->fd < 0 || !re)
         continue;
+      if (failed) {
+        if (!(re & (POLLERR | POLLHUP | POLLRDHUP)))
+          continue;
+        snprintf(why, sizeof why, "closed the connection");
+        goto fail;
+      }
       if ((re & POLLOUT) && conn_send(c, why, sizeof why) != 0)
         goto fail;
       if ((re & (POLLIN | POLLERR | POLLHUP | POLLRDHUP)) && c->want_rx && !c->ready) {
@@ -534,9 +542,14 @@ static int pump(struct net *nt, int mode, int drain, double timeout_s, const cha
       }
       continue;
     fail:
-      snprintf(err, errlen, "%s %s %s", c->name, why, when);
-      return -1;
+      if (!failed)
+        snprintf(err, errlen, "%s %s %s", c->name, why, when);
+      else if ((at = strlen(err)) + 1 < errlen)
+        snprintf(err + at, errlen - at, "; %s %s too", c->name, why);
+      failed = 1;
     }
+    if (failed)
+      return -1;
   }
 }
 
@@ -569,12 +582,11 @@ static void fill_hello(struct ps_hello *h, const struct tr_opts *o, const struct
 
 /* Compares a worker's HELLO with ours; fills why with the first difference.
  * Returns 0 when they agree. */
-static int hello_differs(const struct ps_hello *a, const struct ps_hello *b, char *why,
-                         size_t n) {
-#define CMP(f, fmt)                                                                             \
-  if (a->f != b->f) {                                                                           \
-    snprintf(why, n, #f " is " fmt " on the worker but " fmt " on the ps", a->f, b->f);        \
-    return 1;                                                                                   \
+static int hello_differs(const struct ps_hello *a, const struct ps_hello *b, char *why, size_t n) {
+#define CMP(f, fmt)                                                                                \
+  if (a->f != b->f) {                                                                              \
+    snprintf(why, n, #f " is " fmt " on the worker but " fmt " on the ps", a->f, b->f);            \
+    return 1;                                                                                      \
   }
   CMP(nworkers, "%" PRIu32)
   CMP(nps, "%" PRIu32)
@@ -613,7 +625,10 @@ static int ps_listen(const struct ps_addr *a, const char *name, char *err, size_
       continue;
     }
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRNOTAVAIL) {
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      if (listen(fd, 128) == 0)
+        break;
+    } else if (errno == EADDRNOTAVAIL) {
       /* Behind NAT the spec's address may not be ours: take the port on
        * every address instead. */
       struct sockaddr_storage any;
@@ -623,12 +638,12 @@ static int ps_listen(const struct ps_addr *a, const char *name, char *err, size_
         ((struct sockaddr_in *)&any)->sin_addr.s_addr = htonl(INADDR_ANY);
       else if (ai->ai_family == AF_INET6)
         ((struct sockaddr_in6 *)&any)->sin6_addr = in6addr_any;
-      fprintf(stderr, "muster-train: %s is not an address of this host; listening on port %s of "
-                      "every address\n", a->host, a->port);
+      fprintf(stderr,
+              "muster-train: %s is not an address of this host; listening on port %s of "
+              "every address\n",
+              a->host, a->port);
       if (bind(fd, (struct sockaddr *)&any, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
         break;
-    } else if (listen(fd, 128) == 0) {
-      break;
     }
     e = errno;
     close(fd);
@@ -636,7 +651,7 @@ static int ps_listen(const struct ps_addr *a, const char *name, char *err, size_
   }
   freeaddrinfo(res);
   if (fd < 0) {
-    snprintf(err, errlen, "%s cannot listen on %s: %s", name, a->text, strerror(e));
+    snprintf(err, errlen, "%s cannot listen: %s", name, strerror(e));
     return -1;
   }
   sock_setup(fd);
@@ -813,8 +828,8 @@ static int run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps
     rc = 2;
     goto out;
   }
-  e = ps_accept_workers(lfd, &nt, cl, &mine, (len + 2) * sizeof(float),
-                        (len + 2) * sizeof(float), startup_s, tmo, err, sizeof err);
+  e = ps_accept_workers(lfd, &nt, cl, &mine, (len + 2) * sizeof(float), (len + 2) * sizeof(float),
+                        startup_s, tmo, err, sizeof err);
   close(lfd);
   lfd = -1;
   if (e != 0) {
@@ -1042,8 +1057,9 @@ static int run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr
   tr_shard(B, w, K, &lo_row, &hi_row);
   rows = hi_row - lo_row;
   if (rows > m->max_batch) {
-    fprintf(stderr, "muster-train: worker %d's shard of %d rows exceeds the network's batch of %d\n",
-            w, rows, m->max_batch);
+    fprintf(stderr,
+            "muster-train: worker %d's shard of %d rows exceeds the network's batch of %d\n", w,
+            rows, m->max_batch);
     return 2;
   }
   x = malloc((size_t)(rows ? rows : 1) * (size_t)train->dim * sizeof *x);
@@ -1237,12 +1253,16 @@ int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *t
   spe = tr_steps_per_epoch(train->n, o->batch);
   steps = total_steps(o, train);
   if (o->batch < cl.nworkers) {
-    fprintf(stderr, "muster-train: the global batch (%d) must have a row for each of the %d "
-                    "workers\n", o->batch, cl.nworkers);
+    fprintf(stderr,
+            "muster-train: the global batch (%d) must have a row for each of the %d "
+            "workers\n",
+            o->batch, cl.nworkers);
     rc = 2;
   } else if (spe < 1 || steps < 1) {
-    fprintf(stderr, "muster-train: nothing to train: %d samples, a global batch of %d and %ld "
-                    "steps\n", train->n, o->batch, steps);
+    fprintf(stderr,
+            "muster-train: nothing to train: %d samples, a global batch of %d and %ld "
+            "steps\n",
+            train->n, o->batch, steps);
     rc = 2;
   } else {
     startup_s = (PS_CONNECT_WINDOW_S > oo.io_timeout_s ? PS_CONNECT_WINDOW_S : oo.io_timeout_s) +

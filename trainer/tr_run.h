@@ -32,6 +32,8 @@ struct tr_opts {
   int quiet;              /* no per-epoch lines */
   char dump_params[1024]; /* --dump-params PATH: final parameters, raw floats (tests) */
   double io_timeout_s;    /* ps: every socket wait (default 10) */
+  int bench_sgemm;        /* --bench-sgemm N: measure, print, exit */
+  long bench_allreduce;   /* --bench-allreduce FLOATS: measure, print, exit */
 };
 
 /* What a run reports in its last line. */
@@ -89,6 +91,10 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
                   const struct tr_data *test, struct tr_result *r);
 int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                      const struct tr_data *test, struct tr_result *r, int *argc, char ***argv);
+/* --bench-allreduce: the time of a bare MPI_Allreduce of n floats (under
+ * mpirun), the reference for the trainer's per-step exchange. */
+int tr_bench_allreduce(long n, int *argc, char ***argv);
+
 /* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.c). */
 int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
               const struct tr_data *test, struct tr_result *r);

@@ -26,6 +26,9 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    # As muster-train does: subnormal floats flushed to zero (otherwise the
+    # decaying momentum of never-used weights slows every step).
+    torch.set_flush_denormal(True)
     torch.manual_seed(1)
     x = torch.from_numpy(load(args.data + "/train-images-idx3-ubyte"))
     y = torch.from_numpy(np.fromfile(args.data + "/train-labels-idx1-ubyte", dtype=np.uint8)[8:]

@@ -33,6 +33,7 @@ struct tr_opts {
   char dump_params[1024]; /* --dump-params PATH: final parameters, raw floats (tests) */
   double io_timeout_s;    /* ps: every socket wait (default 10) */
   int bench_sgemm;        /* --bench-sgemm N: measure, print, exit */
+  int bench_step_gemms;   /* --bench-step-gemms B: measure, print, exit */
   long bench_allreduce;   /* --bench-allreduce FLOATS: measure, print, exit */
 };
 

@@ -471,6 +471,22 @@ out:
   return ret;
 }
 
+/* ---- GET /api/v1/sessions/{name} ---- */
+
+static enum MHD_Result h_session(struct MHD_Connection *c, const char *name) {
+  json_t *o;
+
+  if (!validate_name(name))
+    return respond_error(c, MUSTER_E_NOT_FOUND, "name", "\"%.64s\" is not a session name", name);
+  state_lock();
+  o = db_session_json(g.db, name);
+  state_unlock();
+  if (!o)
+    return respond_error(c, MUSTER_E_NOT_FOUND, "name",
+                         "there is no session %s (a session exists once it has launched)", name);
+  return respond_json(c, MHD_HTTP_OK, o);
+}
+
 /* ---- POST /api/v1/workers/await ---- */
 
 /* Builds await's answer from the workers' current rows. Called locked. */
@@ -753,6 +769,15 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
   answer = json_pack("{s:f, s:o, s:o, s:s}", "heartbeat_interval_seconds",
                      g.cfg.heartbeat_interval_s, "command", worker_command(&info), "env",
                      worker_env(&info, ip), "cwd", g.cfg.workdir);
+  {
+    /* The session's exec credential: the worker checks it on every exec
+     * request (docs/exec-protocol.md). */
+    json_t *sess = db_session_json(g.db, info.session);
+    json_t *tok = json_object_get(sess, "exec_token");
+    if (json_is_string(tok))
+      json_object_set(answer, "exec_token", tok);
+    json_decref(sess);
+  }
   db_worker_info_cleanup(&info);
   state_unlock();
   json_decref(body);
@@ -1265,6 +1290,8 @@ static enum MHD_Result route(struct MHD_Connection *c, struct req *rq, const cha
     return post ? h_stop(c, rq) : respond_error(c, MUSTER_E_METHOD, NULL, "use POST");
   if (strcmp(url, "/api/v1/events") == 0)
     return get ? h_events(c) : respond_error(c, MUSTER_E_METHOD, NULL, "use GET");
+  if (strncmp(url, "/api/v1/sessions/", 17) == 0)
+    return get ? h_session(c, url + 17) : respond_error(c, MUSTER_E_METHOD, NULL, "use GET");
   if (strncmp(url, prefix, sizeof(prefix) - 1) == 0) {
     const char *rest = url + sizeof(prefix) - 1;
     char id[16];

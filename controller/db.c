@@ -24,6 +24,7 @@ enum {
   ST_EVENTS_SINCE,
   ST_LAST_SEQ,
   ST_COUNTS,
+  ST_SESSION_GET,
   ST_COUNT_
 };
 
@@ -41,8 +42,10 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_SESSION_TOUCH] = "INSERT INTO sessions(name, master_ip, created_at) VALUES (?1, ?2, ?3) "
-                         "ON CONFLICT(name) DO NOTHING",
+    [ST_SESSION_TOUCH] = "INSERT INTO sessions(name, master_ip, created_at, exec_token) "
+                         "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO NOTHING",
+    [ST_SESSION_GET] = "SELECT name, master_ip, created_at, exec_token FROM sessions "
+                       "WHERE name = ?1",
     [ST_WORKER_INSERT] =
         "INSERT INTO workers(id, session, name, role, status, cpu, memory, nvidia_gpu, "
         "script, code, command, kernel, args, env, secret_env, token, master_ip, backend, "
@@ -79,6 +82,8 @@ struct db {
   sqlite3 *conn;
   sqlite3_stmt *st[ST_COUNT_];
 };
+
+static json_t *col_text(sqlite3_stmt *s, int i);
 
 /* Returns the cached statement i, reset and with its bindings cleared. */
 static sqlite3_stmt *stmt(struct db *db, int i) {
@@ -233,13 +238,32 @@ const char *db_errmsg(struct db *db) { return sqlite3_errmsg(db->conn); }
 
 int db_session_touch(struct db *db, const char *name, const char *master_ip) {
   sqlite3_stmt *s = stmt(db, ST_SESSION_TOUCH);
-  char now[32];
+  char now[32], token[64];
 
+  if (util_random_hex(token, 24) != 0)
+    return MUSTER_E_IO;
   util_now_iso(now, sizeof(now));
   bind_text_or_null(s, 1, name);
   bind_text_or_null(s, 2, master_ip);
   bind_text_or_null(s, 3, now);
+  bind_text_or_null(s, 4, token); /* used only if the session is new */
   return exec_stmt(s);
+}
+
+json_t *db_session_json(struct db *db, const char *name) {
+  sqlite3_stmt *s = stmt(db, ST_SESSION_GET);
+  json_t *o = NULL;
+
+  bind_text_or_null(s, 1, name);
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    o = json_object();
+    json_object_set_new(o, "name", col_text(s, 0));
+    json_object_set_new(o, "master_ip", col_text(s, 1));
+    json_object_set_new(o, "created_at", col_text(s, 2));
+    json_object_set_new(o, "exec_token", col_text(s, 3));
+  }
+  sqlite3_reset(s);
+  return o;
 }
 
 static int event_insert(struct db *db, const char *id, const char *at, const char *from,

@@ -55,9 +55,15 @@ int db_begin(struct db *db) __attribute__((warn_unused_result));
 int db_commit(struct db *db) __attribute__((warn_unused_result));
 void db_rollback(struct db *db);
 
-/* Inserts the session if it is new (the first master_ip is kept). */
+/* Inserts the session if it is new (the first master_ip is kept), with a
+ * new random exec token. */
 int db_session_touch(struct db *db, const char *name, const char *master_ip)
     __attribute__((warn_unused_result));
+
+/* The session name as {"name", "master_ip", "created_at", "exec_token"}:
+ * a new reference, or NULL if there is none. The exec token is a secret
+ * for the session's holders of the API token and its workers. */
+json_t *db_session_json(struct db *db, const char *name);
 
 /* Inserts a worker in state scheduling, and its creation event. */
 int db_worker_insert(struct db *db, const struct db_worker_new *w)

@@ -247,6 +247,35 @@ START_TEST(stop_ends_the_worker_and_its_processes) {
 }
 END_TEST
 
+START_TEST(sessions_hand_out_the_exec_token_to_clients_only) {
+  json_t *workers, *s1 = NULL, *s2 = NULL, *w;
+  char *text;
+
+  fresh();
+  h_start(&ctl);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/sessions/nb", NULL, "", NULL, NULL), 404);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"session\": \"nb\"}");
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/sessions/nb", NULL, NULL, NULL, NULL), 401);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/sessions/nb", NULL, "", &s1, NULL), 200);
+  ck_assert_str_eq(h_str(s1, "name"), "nb");
+  ck_assert_int_eq(strlen(h_str(s1, "exec_token")), 48);
+  /* A second launch in the session keeps its token. */
+  json_decref(h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"session\": \"nb\"}"));
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/sessions/nb", NULL, "", &s2, NULL), 200);
+  ck_assert_str_eq(h_str(s1, "exec_token"), h_str(s2, "exec_token"));
+  /* Worker objects never carry it. */
+  w = h_worker(&ctl, h_str(json_array_get(workers, 0), "id"));
+  text = json_dumps(w, 0);
+  ck_assert_ptr_null(strstr(text, h_str(s1, "exec_token")));
+  free(text);
+  json_decref(w);
+  json_decref(s1);
+  json_decref(s2);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 START_TEST(tokens_are_required) {
   json_t *ans = NULL, *workers, *w;
   char path[96], auth_body[256];
@@ -561,6 +590,7 @@ int main(void) {
   tcase_add_test(tc, await_times_out_on_a_worker_blocked_in_scheduling);
   tcase_add_test(tc, stop_ends_the_worker_and_its_processes);
   tcase_add_test(tc, tokens_are_required);
+  tcase_add_test(tc, sessions_hand_out_the_exec_token_to_clients_only);
   tcase_add_test(tc, bad_requests_name_what_was_wrong);
   tcase_add_test(tc, lost_heartbeats_fail_the_worker);
   tcase_add_test(tc, a_killed_workerd_is_reported_at_once);

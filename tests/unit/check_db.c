@@ -189,6 +189,34 @@ START_TEST(events_since_formats_sse) {
 }
 END_TEST
 
+START_TEST(upgrade_from_version_1_keeps_data_and_adds_exec_tokens) {
+  struct db *db;
+  json_t *sess;
+  char q[64];
+
+  /* A database as the first release left it. */
+  ck_assert_int_eq(sql_exec(db_migrations[0].sql), SQLITE_OK);
+  ck_assert_int_eq(sql_exec("INSERT INTO sessions(name, master_ip, created_at) "
+                            "VALUES ('old', '10.0.0.1', 'then'); PRAGMA user_version = 1;"),
+                   SQLITE_OK);
+  db = open_ok();
+  snprintf(q, sizeof(q), "PRAGMA user_version");
+  ck_assert_int_eq(sql_int(q), db_migration_count);
+  sess = db_session_json(db, "old");
+  ck_assert_ptr_nonnull(sess);
+  ck_assert_str_eq(json_string_value(json_object_get(sess, "master_ip")), "10.0.0.1");
+  ck_assert_int_eq(strlen(json_string_value(json_object_get(sess, "exec_token"))), 48);
+  json_decref(sess);
+  /* New sessions get their own token. */
+  insert(db, "w-aaaaaaaaaa");
+  sess = db_session_json(db, "s");
+  ck_assert_int_eq(strlen(json_string_value(json_object_get(sess, "exec_token"))), 48);
+  json_decref(sess);
+  ck_assert_ptr_null(db_session_json(db, "nope"));
+  db_close(db);
+}
+END_TEST
+
 START_TEST(state_machine_table) {
   /* DESIGN.md's transitions, and nothing else. */
   for (int a = 0; a < WS_COUNT_; a++)
@@ -215,6 +243,7 @@ int main(void) {
   tcase_add_test(tc, database_guards_terminal_states_and_events);
   tcase_add_test(tc, events_since_formats_sse);
   tcase_add_test(tc, state_machine_table);
+  tcase_add_test(tc, upgrade_from_version_1_keeps_data_and_adds_exec_tokens);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

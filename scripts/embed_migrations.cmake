@@ -1,4 +1,5 @@
 # Writes OUT, a C file holding every migration in FILES as a string, in order.
+string(REPLACE "|" ";" FILES "${FILES}")
 set(body "/* Generated from migrations/ by scripts/embed_migrations.cmake. */\n")
 string(APPEND body "#include \"db.h\"\n\nconst struct db_migration db_migrations[] = {\n")
 set(count 0)

@@ -32,6 +32,9 @@ static const char usage_main[] =
     "  show       show workers in full\n"
     "  stop       stop workers\n"
     "  logs       print (or follow) a worker's output\n"
+    "  exec       run a command inside a worker (stdin/stdout relayed; no SSH)\n"
+    "  run        launch a cluster, train across it (ps, allreduce, exec), stop it\n"
+    "  rsh        Open MPI's rsh agent on the exec channel (used by muster run)\n"
     "\n"
     "The controller is found from --url/--token, MUSTER_URL/MUSTER_TOKEN, or the\n"
     "state directory of the local controller ($MUSTER_STATE_DIR, default ~/.muster).\n"
@@ -88,6 +91,37 @@ static const char usage_logs[] =
     "usage: muster logs [-f] [--stderr] ID\n"
     "\n"
     "Prints a worker's output; -f follows it until the worker ends.\n";
+
+static const char usage_exec[] =
+    "usage: muster exec [-n] [--env K=V]... [--cwd DIR] ID -- COMMAND [ARGS...]\n"
+    "\n"
+    "Runs a command inside a running worker through its exec channel (no SSH),\n"
+    "relaying standard input (unless -n), output and the exit code.\n";
+
+static const char usage_rsh[] =
+    "usage: muster rsh [options] HOST COMMAND...\n"
+    "\n"
+    "Open MPI's rsh agent (--mca plm_rsh_agent \"muster rsh\"): runs COMMAND (a shell\n"
+    "command line) in the worker whose address is HOST, through its exec channel,\n"
+    "relaying standard input and output for as long as it runs. HOST's exec port\n"
+    "and the token come from MUSTER_EXEC_HOSTS and MUSTER_EXEC_TOKEN (set by muster\n"
+    "run), or else from the controller. Options before HOST are ignored.\n";
+
+static const char usage_run[] =
+    "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
+    "                  [--memory G] [--gpu K] [--port P] [--timeout S] [--session S]\n"
+    "                  -- COMMAND [ARGS...]\n"
+    "\n"
+    "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
+    "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
+    "  allreduce  as mpirun -np N -H <workers> COMMAND here, the MPI daemons\n"
+    "             starting inside the workers through their exec channels\n"
+    "  exec       on every worker, with MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
+    "             LOCAL_RANK (torchrun's) and TF_CONFIG\n"
+    "Output comes prefixed with role and index. When any worker fails the rest are\n"
+    "stopped and the failure is reported; every worker is stopped at the end.\n"
+    "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
+    "the wait for the workers to start.\n";
 
 static int usage_error(const char *usage, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -838,6 +872,282 @@ static int cmd_logs(int argc, char **argv) {
   return code;
 }
 
+static int cmd_exec(int argc, char **argv) {
+  struct strv env = {0};
+  const char *id = NULL, *cwd = NULL;
+  int no_stdin = 0, code = EXIT_OK, exit_code, rc, i;
+  muster_client *c = NULL;
+  muster_exec_target t;
+  muster_exec_opts o;
+  char err[600];
+
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_exec, stdout);
+      goto out;
+    } else if (strcmp(a, "-n") == 0) {
+      no_stdin = 1;
+    } else if (strcmp(a, "--env") == 0 && i + 1 < argc && strchr(argv[i + 1], '=')) {
+      strv_push(&env, argv[++i]);
+    } else if (strcmp(a, "--cwd") == 0 && i + 1 < argc) {
+      cwd = argv[++i];
+    } else if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    } else if (a[0] == '-') {
+      code = usage_error(usage_exec, "unknown option or missing value: %s", a);
+      goto out;
+    } else if (!id) {
+      id = a;
+    } else {
+      break;
+    }
+  }
+  if (!id || i >= argc) {
+    code = usage_error(usage_exec, "name a worker and a command (muster exec ID -- CMD)");
+    goto out;
+  }
+  if ((code = connect_client(&c)))
+    goto out;
+  rc = muster_exec_target_get(c, id, &t);
+  if (rc == MUSTER_E_CONFLICT) {
+    fprintf(stderr, "muster: worker %s is not running (its status says so: muster show %s)\n", id,
+            id);
+    code = EXIT_WORKERS;
+    goto out;
+  }
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  muster_exec_opts_init(&o);
+  o.argv = (const char *const *)&argv[i];
+  o.argc = (size_t)(argc - i);
+  o.env = env.v;
+  o.nenv = env.n;
+  o.cwd = cwd;
+  o.stdin_fd = no_stdin ? -1 : 0;
+  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
+  if (rc) {
+    fprintf(stderr, "muster: %s\n", err);
+    code = rc == MUSTER_E_NOT_FOUND ? 127 : EXIT_CONTROLLER;
+    goto out;
+  }
+  if (err[0])
+    fprintf(stderr, "muster: %s\n", err);
+  code = exit_code;
+out:
+  muster_client_free(c);
+  free(env.v);
+  return code;
+}
+
+/* Finds host's exec port and token: from muster run's environment, or
+ * from the controller (the running worker with that address). */
+static int rsh_target(const char *host, muster_exec_target *t) {
+  const char *hosts = getenv("MUSTER_EXEC_HOSTS"), *token = getenv("MUSTER_EXEC_TOKEN");
+  muster_client *c = NULL;
+  muster_worker_list ws = {0};
+  int rc;
+
+  memset(t, 0, sizeof(*t));
+  if (hosts && token) {
+    size_t hl = strlen(host);
+    for (const char *p = hosts; p && *p;) {
+      if (strncmp(p, host, hl) == 0 && p[hl] == ':') {
+        snprintf(t->host, sizeof(t->host), "%s", host);
+        t->port = (int)strtol(p + hl + 1, NULL, 10);
+        snprintf(t->token, sizeof(t->token), "%s", token);
+        snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", host);
+        return 0;
+      }
+      p = strchr(p, ',');
+      if (p)
+        p++;
+    }
+  }
+  if ((rc = connect_client(&c)))
+    return rc;
+  rc = muster_list(c, 1u << MUSTER_RUNNING, NULL, NULL, &ws, NULL);
+  if (rc) {
+    rc = call_failed(c, rc);
+    goto out;
+  }
+  rc = EXIT_CONTROLLER;
+  for (size_t i = 0; i < ws.count; i++)
+    if (ws.items[i].ip_address && strcmp(ws.items[i].ip_address, host) == 0) {
+      rc = muster_exec_target_get(c, ws.items[i].id, t);
+      if (rc)
+        rc = call_failed(c, rc);
+      goto out;
+    }
+  fprintf(stderr, "muster rsh: no running worker has the address %s\n", host);
+out:
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  return rc;
+}
+
+static int cmd_rsh(int argc, char **argv) {
+  muster_exec_target t;
+  muster_exec_opts o;
+  const char *sh[3] = {"/bin/sh", "-c", NULL};
+  char *line = NULL, err[600];
+  size_t len = 0;
+  int i = 1, exit_code, rc;
+
+  if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fputs(usage_rsh, stdout);
+    return EXIT_OK;
+  }
+  /* ssh-style options (-x, -l user, ...) mean nothing here. */
+  while (i < argc && argv[i][0] == '-')
+    i += strcmp(argv[i], "-l") == 0 || strcmp(argv[i], "-p") == 0 ? 2 : 1;
+  if (i + 1 >= argc)
+    return usage_error(usage_rsh, "a host and a command are needed");
+  if ((rc = rsh_target(argv[i], &t)))
+    return rc;
+  /* Like ssh: the words form one shell command line. */
+  for (int k = i + 1; k < argc; k++)
+    len += strlen(argv[k]) + 1;
+  line = calloc(len + 1, 1);
+  if (!line)
+    return EXIT_CONTROLLER;
+  for (int k = i + 1; k < argc; k++) {
+    strncat(line, argv[k], len - strlen(line));
+    if (k + 1 < argc)
+      strncat(line, " ", len - strlen(line));
+  }
+  sh[2] = line;
+  muster_exec_opts_init(&o);
+  o.argv = sh;
+  o.argc = 3;
+  o.stdin_fd = 0;
+  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
+  free(line);
+  if (rc) {
+    fprintf(stderr, "muster rsh: %s\n", err);
+    return 255; /* what ssh says when it cannot connect */
+  }
+  return exit_code;
+}
+
+static void run_output(void *arg, const char *role, int index, muster_stream stream,
+                       const char *line, size_t len) {
+  FILE *f = stream == MUSTER_STDERR ? stderr : stdout;
+
+  (void)arg;
+  if (strcmp(role, "mpirun") == 0)
+    fprintf(f, "%.*s\n", (int)len, line);
+  else
+    fprintf(f, "[%s-%d] %.*s\n", role, index, (int)len, line);
+  fflush(f);
+}
+
+static int cmd_run(int argc, char **argv) {
+  muster_run_opts o;
+  muster_run_result r;
+  muster_client *c = NULL;
+  char agent[PATH_MAX + 8], self[PATH_MAX];
+  int code = EXIT_OK, rc, i;
+  long l;
+  double d;
+  ssize_t n;
+
+  muster_run_opts_init(&o);
+  o.session = session_default();
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_run, stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    } else if (!v) {
+      return usage_error(usage_run, "%s needs a value", a);
+    } else if (strcmp(a, "--mode") == 0) {
+      i++;
+      if (strcmp(v, "ps") == 0)
+        o.mode = MUSTER_RUN_PS;
+      else if (strcmp(v, "allreduce") == 0)
+        o.mode = MUSTER_RUN_ALLREDUCE;
+      else if (strcmp(v, "exec") == 0)
+        o.mode = MUSTER_RUN_EXEC;
+      else
+        return usage_error(usage_run, "--mode must be ps, allreduce or exec, not \"%s\"", v);
+    } else if (strcmp(a, "--workers") == 0 || strcmp(a, "--ps") == 0 ||
+               strcmp(a, "--gpu") == 0 || strcmp(a, "--port") == 0) {
+      i++;
+      if (parse_int(v, strcmp(a, "--workers") == 0 ? 1 : 0, strcmp(a, "--port") == 0 ? 65535 : 1024,
+                    &l) != 0)
+        return usage_error(usage_run, "%s must be a whole number, not \"%s\"", a, v);
+      if (a[2] == 'w')
+        o.n_workers = (int)l;
+      else if (a[3] == 's')
+        o.n_ps = (int)l;
+      else if (a[2] == 'g')
+        o.nvidia_gpu = (int)l;
+      else
+        o.port = (int)l;
+    } else if (strcmp(a, "--cpu") == 0 || strcmp(a, "--memory") == 0 ||
+               strcmp(a, "--timeout") == 0) {
+      i++;
+      if (parse_double(v, 0, &d) != 0)
+        return usage_error(usage_run, "%s must be a number >= 0, not \"%s\"", a, v);
+      if (a[2] == 'c')
+        o.cpu = d;
+      else if (a[2] == 'm')
+        o.memory = d;
+      else
+        o.timeout_seconds = d;
+    } else if (strcmp(a, "--session") == 0) {
+      i++;
+      o.session = v;
+    } else {
+      return usage_error(usage_run, "unknown option %s", a);
+    }
+  }
+  if (i >= argc)
+    return usage_error(usage_run, "give the command after --");
+  if (o.mode == MUSTER_RUN_PS && o.n_ps < 1)
+    return usage_error(usage_run, "--mode ps needs --ps K (one or more parameter servers)");
+  if (o.mode != MUSTER_RUN_PS && o.n_ps)
+    return usage_error(usage_run, "--ps goes with --mode ps only");
+  o.argv = (const char *const *)&argv[i];
+  o.argc = (size_t)(argc - i);
+  o.on_output = run_output;
+  /* The rsh agent is this very program. */
+  n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    snprintf(agent, sizeof(agent), "%s rsh", self);
+    o.rsh_agent = agent;
+  }
+  if ((code = connect_client(&c)))
+    return code;
+  rc = muster_run_cluster(c, &o, &r);
+  if (rc) {
+    code = call_failed(c, rc);
+    muster_client_free(c);
+    return code;
+  }
+  if (r.exit_code == 0) {
+    fprintf(stderr, "muster run: succeeded (%d workers%s; %.2f s to start, %.2f s to run)\n",
+            o.n_workers, o.mode == MUSTER_RUN_PS ? " and parameter servers" : "", r.start_s,
+            r.run_s);
+  } else {
+    fprintf(stderr, "muster run: FAILED: %s\n", r.failure[0] ? r.failure : "unknown reason");
+    code = EXIT_WORKERS;
+  }
+  fprintf(stderr, "muster run: the workers were stopped; the web UI is at %s/\n",
+          muster_client_url(c));
+  muster_run_result_free(&r);
+  muster_client_free(c);
+  return code;
+}
+
 int main(int argc, char **argv) {
   int i = 1;
 
@@ -872,5 +1182,11 @@ int main(int argc, char **argv) {
     return cmd_stop(argc, argv);
   if (strcmp(argv[0], "logs") == 0)
     return cmd_logs(argc, argv);
+  if (strcmp(argv[0], "exec") == 0)
+    return cmd_exec(argc, argv);
+  if (strcmp(argv[0], "rsh") == 0)
+    return cmd_rsh(argc, argv);
+  if (strcmp(argv[0], "run") == 0)
+    return cmd_run(argc, argv);
   return usage_error(usage_main, "unknown command \"%s\"", argv[0]);
 }

@@ -195,6 +195,99 @@ int muster_events(muster_client *c, int64_t since, muster_event_cb cb,
  * another thread. */
 void muster_client_cancel(muster_client *c);
 
+/* ---- exec: run a command inside a worker (docs/exec-protocol.md) ---- */
+
+/* Where and how to reach one worker's exec channel. */
+typedef struct muster_exec_target {
+  char host[64];  /* the worker's ip_address */
+  int port;       /* its exec_port */
+  char token[128];/* its session's exec token */
+  char worker_id[16];
+} muster_exec_target;
+
+/* Copies session's exec token (a secret: for exec requests only) into buf. */
+int muster_session_exec_token(muster_client *c, const char *session, char *buf,
+                              size_t size) MUSTER_WARN_UNUSED;
+
+/* Looks up worker id's address and its session's exec token. */
+int muster_exec_target_get(muster_client *c, const char *id,
+                           muster_exec_target *out) MUSTER_WARN_UNUSED;
+
+typedef struct muster_exec_opts {
+  const char *const *argv; /* the command, argc entries */
+  size_t argc;
+  const char *const *env;  /* "NAME=value" on top of the worker's environment */
+  size_t nenv;
+  const char *cwd;         /* NULL: the worker's working directory */
+  int stdin_fd;            /* relayed to the command; -1: none (closed at once) */
+  /* Output: handed to the callbacks if set, else written to the fds (-1:
+   * dropped). */
+  int stdout_fd, stderr_fd;
+  muster_data_cb on_stdout, on_stderr;
+  void *arg;
+  const volatile int *cancel; /* if set and it becomes non-zero, the command is ended */
+} muster_exec_opts;
+
+/* Fills o with: no stdin, output to our own stdout/stderr. */
+void muster_exec_opts_init(muster_exec_opts *o);
+
+/* Runs a command in the worker at t and waits for it. *exit_code gets its
+ * exit code, or 128 + the signal that killed it. Returns 0 when the command
+ * ran (whatever its exit code), MUSTER_E_UNREACHABLE if the worker could not
+ * be reached or the connection broke, MUSTER_E_FORBIDDEN if the worker
+ * refused the token, MUSTER_E_NOT_FOUND if the program does not exist
+ * there. errbuf gets a sentence. Needs no client: it talks to the worker. */
+int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
+                   char *errbuf, size_t errlen) MUSTER_WARN_UNUSED;
+
+/* ---- run_cluster: launch, build the cluster spec, train, stop ---- */
+
+typedef enum muster_run_mode {
+  MUSTER_RUN_PS,        /* the command on every PS and worker, with TF_CONFIG */
+  MUSTER_RUN_ALLREDUCE, /* mpirun in this session, orted started through exec */
+  MUSTER_RUN_EXEC       /* the command on every worker, torchrun-style variables */
+} muster_run_mode;
+
+/* A line of a process's output (without its newline): role "ps", "worker"
+ * or "mpirun", index, stream. Called from several threads, one at a time. */
+typedef void (*muster_run_output_cb)(void *arg, const char *role, int index,
+                                     muster_stream stream, const char *line, size_t len);
+
+typedef struct muster_run_opts {
+  muster_run_mode mode;
+  int n_workers, n_ps;
+  double cpu, memory;
+  int nvidia_gpu;       /* per training worker (PS get none) */
+  int port;             /* the cluster spec's port (default 2222) */
+  double timeout_seconds; /* for the workers to be running (default 60) */
+  const char *const *argv; /* the command, argc entries */
+  size_t argc;
+  const char *session;  /* NULL: a new session of its own, "run-<random>" */
+  const char *rsh_agent; /* allreduce: the rsh agent command (default "muster rsh") */
+  muster_run_output_cb on_output;
+  void *arg;
+} muster_run_opts;
+
+typedef struct muster_run_result {
+  int exit_code;          /* 0 only if the training succeeded */
+  char failed_worker[16]; /* the worker that failed first, or "" */
+  char failure[1024];     /* why, in a sentence ("" on success) */
+  char *summary;          /* the last line worker 0 / rank 0 printed (malloc'ed), or NULL */
+  double start_s;         /* launch to all running */
+  double run_s;           /* the command, start to end */
+} muster_run_result;
+
+void muster_run_opts_init(muster_run_opts *o);
+void muster_run_result_free(muster_run_result *r);
+
+/* Launches n_ps + n_workers idle workers, awaits them, runs the command as
+ * the mode says, streams its output to on_output, stops the rest as soon as
+ * one fails, and stops every worker at the end. Returns 0 when it got as far
+ * as running (see r->exit_code and r->failure), or an error of the
+ * controller (launch refused, unreachable). */
+int muster_run_cluster(muster_client *c, const muster_run_opts *o,
+                       muster_run_result *r) MUSTER_WARN_UNUSED;
+
 #ifdef __cplusplus
 }
 #endif

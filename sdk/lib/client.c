@@ -1,4 +1,5 @@
 /* client.c: libmuster, see muster.h. */
+#include "internal.h"
 #include "muster.h"
 
 #include <curl/curl.h>
@@ -845,4 +846,30 @@ int muster_events(muster_client *c, int64_t since, muster_event_cb cb, void *arg
   rc = http_stream(c, path, events_write, &e, &e.stopped, 60);
   free(e.rec);
   return rc;
+}
+
+int muster_session_exec_token(muster_client *c, const char *session, char *buf, size_t size) {
+  char path[160];
+  json_t *ans = NULL;
+  const char *tok;
+  int rc;
+
+  if (!session || strlen(session) > 64)
+    return set_error(c, MUSTER_E_INVALID, "session", "not a session name");
+  snprintf(path, sizeof(path), "/api/v1/sessions/%s", session);
+  rc = json_call(c, "GET", path, NULL, c->timeout_s, &ans);
+  if (!rc) {
+    tok = json_string_value(json_object_get(ans, "exec_token"));
+    if (!tok || strlen(tok) >= size)
+      rc = set_error(c, MUSTER_E_PROTOCOL, NULL, "the session has no exec token");
+    else
+      snprintf(buf, size, "%s", tok);
+  }
+  json_decref(ans);
+  return rc;
+}
+
+/* For run.c: a second client for the same controller (internal). */
+const char *muster_client_token_(const muster_client *c) {
+  return c->auth + strlen("Authorization: Bearer ");
 }

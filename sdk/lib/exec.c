@@ -1,0 +1,290 @@
+/* exec.c: the client of a worker's exec channel; see docs/exec-protocol.md. */
+#include "muster.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define FRAME_MAX (1024 * 1024)
+#define OUT_MAX (4 * 1024 * 1024)
+
+void muster_exec_opts_init(muster_exec_opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->stdin_fd = -1;
+  o->stdout_fd = 1;
+  o->stderr_fd = 2;
+}
+
+int muster_exec_target_get(muster_client *c, const char *id, muster_exec_target *out) {
+  muster_worker w;
+  int rc;
+
+  memset(out, 0, sizeof(*out));
+  rc = muster_get(c, id, &w);
+  if (rc)
+    return rc;
+  if (w.status != MUSTER_RUNNING || !w.ip_address || !w.exec_port) {
+    rc = MUSTER_E_CONFLICT;
+  } else {
+    snprintf(out->host, sizeof(out->host), "%s", w.ip_address);
+    out->port = w.exec_port;
+    snprintf(out->worker_id, sizeof(out->worker_id), "%s", w.id);
+    rc = muster_session_exec_token(c, w.session ? w.session : "default", out->token,
+                                   sizeof(out->token));
+  }
+  muster_worker_cleanup(&w);
+  return rc;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+struct outbuf {
+  char *data;
+  size_t len, cap;
+};
+
+static int out_frame(struct outbuf *o, char type, const void *payload, size_t n) {
+  if (o->len + 5 + n > o->cap) {
+    size_t cap = o->cap ? o->cap : 65536;
+    char *grown;
+    while (cap < o->len + 5 + n)
+      cap *= 2;
+    grown = realloc(o->data, cap);
+    if (!grown)
+      return -1;
+    o->data = grown;
+    o->cap = cap;
+  }
+  o->data[o->len] = type;
+  o->data[o->len + 1] = (char)(n >> 24);
+  o->data[o->len + 2] = (char)(n >> 16);
+  o->data[o->len + 3] = (char)(n >> 8);
+  o->data[o->len + 4] = (char)n;
+  if (n)
+    memcpy(o->data + o->len + 5, payload, n);
+  o->len += 5 + n;
+  return 0;
+}
+
+static int connect_to(const muster_exec_target *t, char *err, size_t errlen) {
+  struct addrinfo hints, *res = NULL;
+  char port[16];
+  int fd = -1, one = 1, gai;
+
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(port, sizeof(port), "%d", t->port);
+  gai = getaddrinfo(t->host, port, &hints, &res);
+  if (gai) {
+    snprintf(err, errlen, "cannot resolve %s: %s", t->host, gai_strerror(gai));
+    return -1;
+  }
+  fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    snprintf(err, errlen, "cannot reach worker %s at %s:%d: %s", t->worker_id, t->host, t->port,
+             strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    freeaddrinfo(res);
+    return -1;
+  }
+  freeaddrinfo(res);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+static char *hello(const muster_exec_target *t, const muster_exec_opts *o) {
+  json_t *h = json_object(), *argv = json_array(), *env = json_object();
+  char *text;
+
+  for (size_t i = 0; i < o->argc; i++)
+    json_array_append_new(argv, json_string(o->argv[i] ? o->argv[i] : ""));
+  for (size_t i = 0; i < o->nenv; i++) {
+    const char *eq = strchr(o->env[i], '=');
+    char key[257];
+    if (!eq || eq == o->env[i] || (size_t)(eq - o->env[i]) >= sizeof(key))
+      continue;
+    memcpy(key, o->env[i], (size_t)(eq - o->env[i]));
+    key[eq - o->env[i]] = '\0';
+    json_object_set_new(env, key, json_string(eq + 1));
+  }
+  json_object_set_new(h, "token", json_string(t->token));
+  json_object_set_new(h, "argv", argv);
+  json_object_set_new(h, "env", env);
+  json_object_set_new(h, "cwd", o->cwd ? json_string(o->cwd) : json_null());
+  text = json_dumps(h, JSON_COMPACT);
+  json_decref(h);
+  return text;
+}
+
+static int deliver(const muster_exec_opts *o, int is_err, const char *p, size_t n) {
+  muster_data_cb cb = is_err ? o->on_stderr : o->on_stdout;
+  int fd = is_err ? o->stderr_fd : o->stdout_fd;
+
+  if (cb)
+    return cb(o->arg, p, n) ? -1 : 0;
+  if (fd >= 0 && write_all(fd, p, n) != 0)
+    return -1;
+  return 0;
+}
+
+int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
+                   char *err, size_t errlen) {
+  struct outbuf out = {0};
+  char *in = NULL, *h = NULL;
+  size_t inlen = 0;
+  int fd, stdin_open = o->stdin_fd >= 0, rc = MUSTER_E_UNREACHABLE, done = 0;
+
+  *exit_code = -1;
+  err[0] = '\0';
+  if (o->argc == 0) {
+    snprintf(err, errlen, "no command given");
+    return MUSTER_E_INVALID;
+  }
+  fd = connect_to(t, err, errlen);
+  if (fd < 0)
+    return MUSTER_E_UNREACHABLE;
+  h = hello(t, o);
+  in = malloc(FRAME_MAX + 5);
+  if (!h || !in || out_frame(&out, 'H', h, strlen(h)) != 0) {
+    snprintf(err, errlen, "out of memory");
+    rc = MUSTER_E_NOMEM;
+    goto out;
+  }
+  if (!stdin_open && out_frame(&out, 'I', NULL, 0) != 0)
+    goto out;
+
+  while (!done) {
+    struct pollfd p[2];
+    int np = 1;
+
+    if (o->cancel && *o->cancel) {
+      snprintf(err, errlen, "cancelled");
+      rc = MUSTER_E_SHUTTING_DOWN;
+      goto out;
+    }
+    p[0].fd = fd;
+    p[0].events = POLLIN | (out.len ? POLLOUT : 0);
+    p[0].revents = 0;
+    /* Read our stdin only while the worker keeps up. */
+    if (stdin_open && out.len < OUT_MAX) {
+      p[1].fd = o->stdin_fd;
+      p[1].events = POLLIN;
+      p[1].revents = 0;
+      np = 2;
+    }
+    if (poll(p, (nfds_t)np, o->cancel ? 200 : -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      snprintf(err, errlen, "poll: %s", strerror(errno));
+      goto out;
+    }
+    if (np == 2 && p[1].revents) {
+      char buf[65536];
+      ssize_t n = read(o->stdin_fd, buf, sizeof(buf));
+      if (n > 0) {
+        if (out_frame(&out, 'I', buf, (size_t)n) != 0)
+          goto out;
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        stdin_open = 0;
+        if (out_frame(&out, 'I', NULL, 0) != 0)
+          goto out;
+      }
+    }
+    if (p[0].revents & POLLOUT) {
+      ssize_t w = send(fd, out.data, out.len, MSG_NOSIGNAL);
+      if (w > 0) {
+        memmove(out.data, out.data + w, out.len - (size_t)w);
+        out.len -= (size_t)w;
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        snprintf(err, errlen, "the connection to worker %s (%s:%d) broke: %s", t->worker_id,
+                 t->host, t->port, strerror(errno));
+        goto out;
+      }
+    }
+    if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t n = recv(fd, in + inlen, FRAME_MAX + 5 - inlen, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        snprintf(err, errlen, "the connection to worker %s (%s:%d) closed before the command "
+                              "ended%s%s",
+                 t->worker_id, t->host, t->port, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+        goto out;
+      }
+      if (n < 0)
+        continue;
+      inlen += (size_t)n;
+      /* Handle every complete frame. */
+      for (;;) {
+        size_t plen;
+        if (inlen < 5)
+          break;
+        plen = (size_t)(unsigned char)in[1] << 24 | (size_t)(unsigned char)in[2] << 16 |
+               (size_t)(unsigned char)in[3] << 8 | (unsigned char)in[4];
+        if (plen > FRAME_MAX) {
+          snprintf(err, errlen, "worker %s sent a frame of %zu bytes", t->worker_id, plen);
+          rc = MUSTER_E_PROTOCOL;
+          goto out;
+        }
+        if (inlen < 5 + plen)
+          break;
+        if (in[0] == 'O' || in[0] == 'E') {
+          if (deliver(o, in[0] == 'E', in + 5, plen) != 0) {
+            snprintf(err, errlen, "the output could not be delivered");
+            rc = MUSTER_E_IO;
+            goto out;
+          }
+        } else if (in[0] == 'X') {
+          json_t *x = json_loadb(in + 5, plen, 0, NULL);
+          json_t *code = json_object_get(x, "exit_code"), *sig = json_object_get(x, "signal");
+          const char *why = json_string_value(json_object_get(x, "error"));
+          if (json_is_integer(code))
+            *exit_code = (int)json_integer_value(code);
+          else if (json_is_integer(sig))
+            *exit_code = 128 + (int)json_integer_value(sig);
+          rc = 0;
+          if (why) {
+            snprintf(err, errlen, "worker %s: %s", t->worker_id, why);
+            if (strstr(why, "token") || strstr(why, "unauthorized"))
+              rc = MUSTER_E_FORBIDDEN;
+            else if (*exit_code == 127)
+              rc = MUSTER_E_NOT_FOUND;
+          }
+          json_decref(x);
+          done = 1;
+          break;
+        }
+        memmove(in, in + 5 + plen, inlen - 5 - plen);
+        inlen -= 5 + plen;
+      }
+    }
+  }
+out:
+  close(fd);
+  free(out.data);
+  free(in);
+  free(h);
+  return rc;
+}

@@ -1,0 +1,604 @@
+/* run.c: muster_run_cluster(), see muster.h. */
+#include "internal.h"
+#include "muster.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define LINE_MAX_BYTES (64 * 1024)
+
+void muster_run_opts_init(muster_run_opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->mode = MUSTER_RUN_ALLREDUCE;
+  o->n_workers = 2;
+  o->cpu = 1;
+  o->memory = 1;
+  o->port = 2222;
+  o->timeout_seconds = 60;
+}
+
+void muster_run_result_free(muster_run_result *r) {
+  if (!r)
+    return;
+  free(r->summary);
+  r->summary = NULL;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One process of the run: a PS or worker (through exec) or mpirun. */
+struct proc {
+  struct run *run;
+  const char *role;
+  int index;
+  muster_exec_target target;
+  char *env[8];
+  size_t nenv;
+  char line[2][LINE_MAX_BYTES];
+  size_t linelen[2];
+  int exit_code;
+  int rc;
+  char err[512];
+  pthread_t thread;
+  int started;
+};
+
+struct run {
+  const muster_run_opts *o;
+  muster_run_result *r;
+  pthread_mutex_t lock;
+  volatile int cancel;
+  pid_t mpirun;
+  char *last_line; /* of worker 0 / rank 0 */
+  muster_worker_list ps, workers;
+  char exec_token[128];
+};
+
+/* Records the first failure only. */
+static void fail(struct run *run, const char *worker, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail(struct run *run, const char *worker, const char *fmt, ...) {
+  va_list ap;
+
+  pthread_mutex_lock(&run->lock);
+  if (!run->r->failure[0]) {
+    va_start(ap, fmt);
+    vsnprintf(run->r->failure, sizeof(run->r->failure), fmt, ap);
+    va_end(ap);
+    snprintf(run->r->failed_worker, sizeof(run->r->failed_worker), "%s", worker ? worker : "");
+  }
+  run->cancel = 1;
+  if (run->mpirun > 0)
+    kill(run->mpirun, SIGTERM);
+  pthread_mutex_unlock(&run->lock);
+}
+
+/* Hands out complete lines of a process's output, remembering worker 0's /
+ * rank 0's last stdout line (the trainer's summary). */
+static void emit(struct proc *p, int is_err, const char *data, size_t len) {
+  struct run *run = p->run;
+  size_t *n = &p->linelen[is_err];
+  char *buf = p->line[is_err];
+
+  for (size_t i = 0; i < len; i++) {
+    int full = *n == LINE_MAX_BYTES - 1;
+    if (data[i] != '\n' && !full) {
+      buf[(*n)++] = data[i];
+      continue;
+    }
+    buf[*n] = '\0';
+    pthread_mutex_lock(&run->lock);
+    if (run->o->on_output)
+      run->o->on_output(run->o->arg, p->role, p->index, is_err ? MUSTER_STDERR : MUSTER_STDOUT,
+                        buf, *n);
+    if (!is_err && strcmp(p->role, "ps") != 0) {
+      const char *text = buf;
+      /* mpirun --tag-output: "[1,0]<stdout>:line" is rank 0's line. */
+      if (strcmp(p->role, "mpirun") == 0) {
+        const char *tag = strstr(buf, "<stdout>:");
+        text = strncmp(buf, "[1,0]", 5) == 0 && tag ? tag + 9 : NULL;
+      } else if (p->index != 0) {
+        text = NULL;
+      }
+      if (text && *text) {
+        free(run->last_line);
+        run->last_line = strdup(text);
+      }
+    }
+    pthread_mutex_unlock(&run->lock);
+    *n = 0;
+    if (full && data[i] != '\n')
+      buf[(*n)++] = data[i];
+  }
+}
+
+static void flush_lines(struct proc *p) {
+  if (p->linelen[0])
+    emit(p, 0, "\n", 1);
+  if (p->linelen[1])
+    emit(p, 1, "\n", 1);
+}
+
+static int on_out(void *arg, const char *d, size_t n) {
+  emit(arg, 0, d, n);
+  return 0;
+}
+
+static int on_err(void *arg, const char *d, size_t n) {
+  emit(arg, 1, d, n);
+  return 0;
+}
+
+static void *exec_main(void *arg) {
+  struct proc *p = arg;
+  muster_exec_opts eo;
+
+  muster_exec_opts_init(&eo);
+  eo.argv = p->run->o->argv;
+  eo.argc = p->run->o->argc;
+  eo.env = (const char *const *)p->env;
+  eo.nenv = p->nenv;
+  eo.on_stdout = on_out;
+  eo.on_stderr = on_err;
+  eo.arg = p;
+  eo.cancel = &p->run->cancel;
+  p->rc = muster_exec_at(&p->target, &eo, &p->exit_code, p->err, sizeof(p->err));
+  flush_lines(p);
+  return NULL;
+}
+
+/* Follows the event stream and fails the run when one of its workers fails
+ * or is stopped by someone else. */
+struct monitor {
+  struct run *run;
+  muster_client *c;
+  int64_t since;
+  muster_client *main_client;
+};
+
+static int watch(void *arg, const muster_event *e) {
+  struct monitor *m = arg;
+  struct run *run = m->run;
+  muster_worker_list *lists[2] = {&run->ps, &run->workers};
+
+  if (e->to != MUSTER_FAILED && e->to != MUSTER_STOPPED)
+    return run->cancel;
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < lists[k]->count; i++)
+      if (strcmp(lists[k]->items[i].id, e->worker_id) == 0 && !run->cancel) {
+        muster_worker w;
+        char why[600] = "";
+        if (muster_get(m->c, e->worker_id, &w) == 0) {
+          snprintf(why, sizeof(why), "%s", w.failure ? w.failure : muster_status_name(w.status));
+          muster_worker_cleanup(&w);
+        }
+        fail(run, e->worker_id, "%s %zu (%s) %s: %s", k ? "worker" : "ps", i, e->worker_id,
+             e->to == MUSTER_FAILED ? "failed" : "was stopped", why);
+      }
+  return run->cancel;
+}
+
+static void *monitor_main(void *arg) {
+  struct monitor *m = arg;
+
+  if (muster_events(m->c, m->since, watch, m) != 0 && !m->run->cancel)
+    fail(m->run, NULL, "lost the controller's event stream: %s", muster_client_errmsg(m->c));
+  return NULL;
+}
+
+static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xasprintf(const char *fmt, ...) {
+  va_list ap;
+  char *s = NULL;
+
+  va_start(ap, fmt);
+  if (vasprintf(&s, fmt, ap) < 0)
+    s = NULL;
+  va_end(ap);
+  return s;
+}
+
+/* TF_CONFIG for task (type, index) of cluster (a JSON object). */
+static char *tf_config(json_t *cluster, const char *type, int index) {
+  json_t *t = json_pack("{s:O, s:{s:s, s:i}}", "cluster", cluster, "task", "type", type,
+                        "index", index);
+  char *s = json_dumps(t, JSON_COMPACT);
+  json_decref(t);
+  return s;
+}
+
+struct relay {
+  struct proc *p;
+  int fd;
+  int is_err;
+};
+
+/* Copies mpirun's output (one of its two pipes) into lines. */
+static void *relay_main(void *arg) {
+  struct relay *r = arg;
+  char buf[65536];
+  ssize_t n;
+
+  while ((n = read(r->fd, buf, sizeof(buf))) != 0) {
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    emit(r->p, r->is_err, buf, (size_t)n);
+  }
+  return NULL;
+}
+
+/* Runs mpirun here, with -H the workers' addresses and muster's rsh agent,
+ * so that its daemons start inside the workers through their exec channel. */
+static void run_allreduce(struct run *run, const char *master) {
+  const muster_run_opts *o = run->o;
+  const char *agent = o->rsh_agent ? o->rsh_agent : "muster rsh";
+  char *hosts = NULL, *exec_hosts = NULL, np[16];
+  char *argv[160];
+  char *own[6] = {0};
+  char **envp = NULL;
+  size_t nenv = 0, off = 0;
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, n = 0, status = 0;
+  posix_spawn_file_actions_t fa;
+  pthread_t t_out, t_err;
+  struct proc p;
+  struct relay ro, re;
+
+  memset(&p, 0, sizeof(p));
+  p.run = run;
+  p.role = "mpirun";
+  for (size_t i = 0; i < run->workers.count; i++) {
+    const muster_worker *w = &run->workers.items[i];
+    char *h = xasprintf("%s%s%s", hosts ? hosts : "", hosts ? "," : "", w->ip_address);
+    char *e = xasprintf("%s%s%s:%d", exec_hosts ? exec_hosts : "", exec_hosts ? "," : "",
+                        w->ip_address, w->exec_port);
+    free(hosts);
+    free(exec_hosts);
+    hosts = h;
+    exec_hosts = e;
+  }
+  snprintf(np, sizeof(np), "%zu", run->workers.count);
+  argv[n++] = "mpirun";
+  if (geteuid() == 0)
+    argv[n++] = "--allow-run-as-root";
+  argv[n++] = "-np";
+  argv[n++] = np;
+  argv[n++] = "-H";
+  argv[n++] = hosts;
+  argv[n++] = "--mca";
+  argv[n++] = "plm_rsh_agent";
+  argv[n++] = (char *)agent;
+  argv[n++] = "--tag-output";
+  argv[n++] = "--bind-to";
+  argv[n++] = "none";
+  argv[n++] = "-x";
+  argv[n++] = "MASTER_ADDR";
+  argv[n++] = "-x";
+  argv[n++] = "MASTER_PORT";
+  argv[n++] = "-x";
+  argv[n++] = "WORLD_SIZE";
+  for (size_t i = 0; i < o->argc && n < 150; i++)
+    argv[n++] = (char *)o->argv[i];
+  argv[n] = NULL;
+
+  /* The agent learns each host's exec port and the session's token from
+   * the environment, instead of asking the controller for every daemon. */
+  own[0] = xasprintf("MUSTER_EXEC_HOSTS=%s", exec_hosts ? exec_hosts : "");
+  own[1] = xasprintf("MUSTER_EXEC_TOKEN=%s", run->exec_token);
+  own[2] = xasprintf("MASTER_ADDR=%s", master);
+  own[3] = xasprintf("MASTER_PORT=%d", o->port);
+  own[4] = xasprintf("WORLD_SIZE=%zu", run->workers.count);
+  for (char **e = environ; *e; e++)
+    nenv++;
+  envp = calloc(nenv + 6, sizeof(*envp));
+  if (!envp || !hosts || !own[4] || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    fail(run, NULL, "could not prepare mpirun: %s", strerror(errno));
+    goto out;
+  }
+  for (char **e = environ; *e; e++)
+    if (strncmp(*e, "MUSTER_EXEC_", 12) != 0 && strncmp(*e, "MASTER_ADDR=", 12) != 0 &&
+        strncmp(*e, "MASTER_PORT=", 12) != 0 && strncmp(*e, "WORLD_SIZE=", 11) != 0)
+      envp[off++] = *e;
+  for (int i = 0; i < 5; i++)
+    envp[off++] = own[i];
+  envp[off] = NULL;
+
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  pthread_mutex_lock(&run->lock);
+  if (!run->cancel && posix_spawnp(&run->mpirun, "mpirun", &fa, NULL, argv, envp) != 0) {
+    run->mpirun = 0;
+    pthread_mutex_unlock(&run->lock);
+    posix_spawn_file_actions_destroy(&fa);
+    fail(run, NULL, "could not start mpirun (is Open MPI installed?)");
+    goto out;
+  }
+  pthread_mutex_unlock(&run->lock);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  close(err[1]);
+  out[1] = err[1] = -1;
+  if (run->mpirun <= 0)
+    goto out;
+
+  ro = (struct relay){&p, out[0], 0};
+  re = (struct relay){&p, err[0], 1};
+  pthread_create(&t_out, NULL, relay_main, &ro);
+  pthread_create(&t_err, NULL, relay_main, &re);
+  while (waitpid(run->mpirun, &status, 0) < 0 && errno == EINTR)
+    ;
+  pthread_mutex_lock(&run->lock);
+  run->mpirun = 0;
+  pthread_mutex_unlock(&run->lock);
+  pthread_join(t_out, NULL);
+  pthread_join(t_err, NULL);
+  flush_lines(&p);
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    fail(run, NULL, "mpirun exited with code %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    fail(run, NULL, "mpirun was killed by signal %d", WTERMSIG(status));
+out:
+  for (int i = 0; i < 2; i++) {
+    if (out[i] >= 0)
+      close(out[i]);
+    if (err[i] >= 0)
+      close(err[i]);
+  }
+  for (int i = 0; i < 6; i++)
+    free(own[i]);
+  free(envp);
+  free(hosts);
+  free(exec_hosts);
+}
+
+/* Runs the command on every PS and worker through their exec channels, and
+ * waits for the workers (PS processes are ended when the workers are done,
+ * as a TensorFlow PS never ends by itself). */
+static void run_exec_all(struct run *run, const char *master, json_t *cluster) {
+  const muster_run_opts *o = run->o;
+  size_t nps = run->ps.count, nw = run->workers.count;
+  struct proc *procs = calloc(nps + nw, sizeof(*procs));
+  char *spec = json_dumps(cluster, JSON_COMPACT);
+
+  if (!procs || !spec) {
+    fail(run, NULL, "out of memory");
+    goto out;
+  }
+  for (size_t k = 0; k < nps + nw; k++) {
+    struct proc *p = &procs[k];
+    int is_ps = k < nps;
+    const muster_worker *w = is_ps ? &run->ps.items[k] : &run->workers.items[k - nps];
+    char *tf;
+
+    p->run = run;
+    p->role = is_ps ? "ps" : "worker";
+    p->index = (int)(is_ps ? k : k - nps);
+    snprintf(p->target.host, sizeof(p->target.host), "%s", w->ip_address);
+    p->target.port = w->exec_port;
+    snprintf(p->target.token, sizeof(p->target.token), "%s", run->exec_token);
+    snprintf(p->target.worker_id, sizeof(p->target.worker_id), "%s", w->id);
+    tf = tf_config(cluster, p->role, p->index);
+    p->env[p->nenv++] = xasprintf("TF_CONFIG=%s", tf ? tf : "");
+    p->env[p->nenv++] = xasprintf("MUSTER_CLUSTER=%s", tf ? tf : "");
+    free(tf);
+    p->env[p->nenv++] = xasprintf("MASTER_ADDR=%s", master);
+    p->env[p->nenv++] = xasprintf("MASTER_PORT=%d", o->port);
+    p->env[p->nenv++] = xasprintf("WORLD_SIZE=%zu", nw);
+    p->env[p->nenv++] = xasprintf("RANK=%d", is_ps ? -1 : p->index);
+    p->env[p->nenv++] = xasprintf("LOCAL_RANK=0");
+  }
+  for (size_t k = 0; k < nps + nw; k++)
+    procs[k].started = pthread_create(&procs[k].thread, NULL, exec_main, &procs[k]) == 0;
+  /* The workers decide the outcome. */
+  for (size_t k = nps; k < nps + nw; k++) {
+    struct proc *p = &procs[k];
+    if (!p->started)
+      continue;
+    pthread_join(p->thread, NULL);
+    p->started = 0;
+    if (p->rc && !run->cancel)
+      fail(run, p->target.worker_id, "worker %d (%s): %s", p->index, p->target.worker_id, p->err);
+    else if (!p->rc && p->exit_code != 0)
+      fail(run, p->target.worker_id, "worker %d (%s) exited with code %d", p->index,
+           p->target.worker_id, p->exit_code);
+  }
+  /* Done (or failed): the parameter servers go too. */
+  run->cancel = 1;
+  for (size_t k = 0; k < nps; k++)
+    if (procs[k].started)
+      pthread_join(procs[k].thread, NULL);
+out:
+  for (size_t k = 0; procs && k < nps + nw; k++)
+    for (size_t i = 0; i < procs[k].nenv; i++)
+      free(procs[k].env[i]);
+  free(procs);
+  free(spec);
+}
+
+static int ids_of(const muster_worker_list *l, const char ***ids) {
+  *ids = calloc(l->count + 1, sizeof(**ids));
+  if (!*ids)
+    return -1;
+  for (size_t i = 0; i < l->count; i++)
+    (*ids)[i] = l->items[i].id;
+  return 0;
+}
+
+/* Launches n workers of role; appends an error to run on failure. */
+static int launch_role(muster_client *c, struct run *run, const char *role, int n, int gpu,
+                       const char *session, muster_worker_list *out) {
+  muster_launch_opts lo;
+
+  out->count = 0;
+  out->items = NULL;
+  if (n == 0)
+    return 0;
+  muster_launch_opts_init(&lo);
+  lo.n = n;
+  lo.cpu = run->o->cpu;
+  lo.memory = run->o->memory;
+  lo.nvidia_gpu = gpu;
+  lo.role = role;
+  lo.name = role;
+  lo.session = session;
+  return muster_launch(c, &lo, out);
+}
+
+int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
+  struct run run;
+  struct monitor mon;
+  pthread_t mon_thread;
+  int mon_started = 0, rc;
+  char session[72], master[64];
+  const char **ids = NULL;
+  muster_await_result ar;
+  muster_worker_list all = {0};
+  json_t *cluster = NULL, *ps = json_array(), *wk = json_array();
+  double t0 = now_s();
+
+  memset(r, 0, sizeof(*r));
+  memset(&run, 0, sizeof(run));
+  memset(&ar, 0, sizeof(ar));
+  r->exit_code = 1;
+  run.o = o;
+  run.r = r;
+  pthread_mutex_init(&run.lock, NULL);
+  if (o->n_workers < 1 || o->n_ps < 0 || o->argc == 0 || (o->mode != MUSTER_RUN_PS && o->n_ps)) {
+    rc = MUSTER_E_INVALID;
+    goto out;
+  }
+  if (o->session) {
+    snprintf(session, sizeof(session), "%s", o->session);
+  } else {
+    /* A session of its own: "stop every live worker of the session" at the
+     * end touches nothing else. */
+    unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
+    snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
+  }
+  rc = launch_role(c, &run, "ps", o->mode == MUSTER_RUN_PS ? o->n_ps : 0, 0, session, &run.ps);
+  if (!rc)
+    rc = launch_role(c, &run, "worker", o->n_workers, o->nvidia_gpu, session, &run.workers);
+  if (rc)
+    goto out;
+
+  /* Await every one running; fail fast with the failures. */
+  all.count = run.ps.count + run.workers.count;
+  all.items = calloc(all.count + 1, sizeof(*all.items));
+  if (!all.items) {
+    rc = MUSTER_E_NOMEM;
+    goto out;
+  }
+  memcpy(all.items, run.ps.items, run.ps.count * sizeof(*all.items));
+  memcpy(all.items + run.ps.count, run.workers.items, run.workers.count * sizeof(*all.items));
+  rc = ids_of(&all, &ids);
+  free(all.items);
+  all.items = NULL;
+  if (rc) {
+    rc = MUSTER_E_NOMEM;
+    goto stop;
+  }
+  rc = muster_await(c, ids, run.ps.count + run.workers.count, 0, o->timeout_seconds, &ar);
+  if (rc)
+    goto stop;
+  if (ar.failures.count) {
+    const muster_worker *f = &ar.failures.items[0];
+    fail(&run, f->id, "%s %s did not start: %s", f->role ? f->role : "worker", f->id,
+         ar.timed_out && !muster_status_terminal(f->status)
+             ? "still not running when the timeout passed"
+             : (f->failure ? f->failure : muster_status_name(f->status)));
+    goto stop;
+  }
+  /* The running workers, with their addresses, in launch order. */
+  for (size_t k = 0; k < ar.workers.count; k++) {
+    muster_worker *w = &ar.workers.items[k];
+    muster_worker_list *l = w->role && strcmp(w->role, "ps") == 0 ? &run.ps : &run.workers;
+    for (size_t i = 0; i < l->count; i++)
+      if (strcmp(l->items[i].id, w->id) == 0) {
+        muster_worker tmp = l->items[i];
+        l->items[i] = *w;
+        *w = tmp;
+      }
+  }
+  r->start_s = now_s() - t0;
+  if (muster_session_exec_token(c, session, run.exec_token, sizeof(run.exec_token)) != 0) {
+    fail(&run, NULL, "could not get the session's exec token: %s", muster_client_errmsg(c));
+    goto stop;
+  }
+  for (size_t i = 0; i < run.ps.count; i++)
+    json_array_append_new(ps, json_sprintf("%s:%d", run.ps.items[i].ip_address, o->port));
+  for (size_t i = 0; i < run.workers.count; i++)
+    json_array_append_new(wk, json_sprintf("%s:%d", run.workers.items[i].ip_address, o->port));
+  cluster = json_pack("{s:O, s:O}", "ps", ps, "worker", wk);
+  snprintf(master, sizeof(master), "%s", run.workers.items[0].ip_address);
+
+  /* Watch for failures while the command runs. */
+  memset(&mon, 0, sizeof(mon));
+  mon.run = &run;
+  mon.since = 0;
+  if (muster_client_new(muster_client_url(c), muster_client_token_(c), &mon.c) == 0) {
+    muster_worker_list none;
+    if (muster_list(mon.c, 1u << MUSTER_FAILED, session, NULL, &none, &mon.since) == 0)
+      muster_worker_list_free(&none);
+    mon_started = pthread_create(&mon_thread, NULL, monitor_main, &mon) == 0;
+  }
+
+  t0 = now_s();
+  if (o->mode == MUSTER_RUN_ALLREDUCE)
+    run_allreduce(&run, master);
+  else
+    run_exec_all(&run, master, cluster);
+  r->run_s = now_s() - t0;
+  if (!r->failure[0])
+    r->exit_code = 0;
+
+stop:
+  run.cancel = 1;
+  if (mon_started) {
+    muster_client_cancel(mon.c);
+    pthread_join(mon_thread, NULL);
+  }
+  muster_client_free(mon.c);
+  /* Every worker of the run goes, whatever happened. */
+  if (run.ps.count || run.workers.count) {
+    muster_worker_list stopped;
+    if (muster_stop(c, NULL, 0, session, &stopped) == 0)
+      muster_worker_list_free(&stopped);
+  }
+  r->summary = run.last_line;
+  run.last_line = NULL;
+  if (rc == 0 || r->failure[0])
+    rc = 0;
+out:
+  muster_await_result_free(&ar);
+  muster_worker_list_free(&run.ps);
+  muster_worker_list_free(&run.workers);
+  free(ids);
+  free(run.last_line);
+  json_decref(cluster);
+  json_decref(ps);
+  json_decref(wk);
+  pthread_mutex_destroy(&run.lock);
+  return rc;
+}

@@ -435,6 +435,77 @@ class Client:
             raise MusterError("protocol_error", "GET of worker %s answered %r" % (wid, answer))
         return answer
 
+    def run_cluster(self, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
+                    timeout_seconds=60, mode=None, command=None, port=2222, output=None):
+        """Launches a cluster, trains across it and stops it, as CML's
+        ``cdsw_tensorflow_utils.run_cluster`` did (with no shared file system
+        and no SSH).
+
+        ``mode`` is ``"ps"`` (the default when ``n_ps`` > 0: the command runs on
+        every parameter server and worker with ``TF_CONFIG``), ``"allreduce"``
+        (``mpirun`` here, the MPI daemons started inside the workers) or
+        ``"exec"`` (the command on every worker with torchrun's ``MASTER_ADDR``,
+        ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``). The command is
+        ``python3 worker_script`` or ``command`` (a list).
+
+        Output is printed as it comes, prefixed with role and index (or handed
+        to ``output(line)``). Returns ``{"exit_code": 0, "summary": <the last
+        line of worker 0 / rank 0, parsed if JSON>}``; raises
+        :class:`MusterError` (code ``"training_failed"``) naming the worker
+        that failed and why. The workers are stopped in every case.
+
+        It runs the ``muster`` command line tool (``muster run``): from
+        ``MUSTER_CLI``, beside this file's build, or on the PATH.
+        """
+        import subprocess
+        import shutil
+
+        if command is None:
+            if not worker_script:
+                raise MusterError("invalid_value", "give worker_script or command", "worker_script")
+            command = ["python3", worker_script]
+        if isinstance(command, str):
+            raise MusterError("invalid_value", "command must be a list of strings", "command")
+        if mode is None:
+            mode = "ps" if n_ps else "allreduce"
+        if mode not in ("ps", "allreduce", "exec"):
+            raise MusterError("invalid_value", "mode must be ps, allreduce or exec", "mode")
+        here = os.path.dirname(os.path.abspath(__file__))
+        cli = os.environ.get("MUSTER_CLI") or next(
+            (c for c in (os.path.join(here, "..", "..", "build", "muster"),) if os.access(c, os.X_OK)),
+            None) or shutil.which("muster")
+        if not cli:
+            raise MusterError("unreachable", "the muster command line tool was not found: set "
+                              "MUSTER_CLI or put muster on the PATH")
+        args = [cli, "run", "--mode", mode, "--workers", str(int(n_workers)), "--cpu", str(cpu),
+                "--memory", str(memory), "--gpu", str(int(nvidia_gpu)), "--port", str(int(port)),
+                "--timeout", str(timeout_seconds)]
+        if mode == "ps":
+            args += ["--ps", str(int(n_ps))]
+        args += ["--"] + [str(a) for a in command]
+        env = dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.token,
+                   MUSTER_SESSION=self.session)
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1)
+        last, failure = None, None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            (output or print)(line)
+            if line.startswith("muster run: FAILED: "):
+                failure = line[len("muster run: FAILED: "):]
+            elif line.startswith("[worker-0] ") or line.startswith("[1,0]<stdout>:"):
+                last = line.split("] ", 1)[1] if line.startswith("[worker-0]") else line.split(":", 1)[1]
+        code = proc.wait()
+        if code != 0:
+            raise MusterError("training_failed", failure or "muster run exited with code %d" % code)
+        summary = last
+        if last:
+            try:
+                summary = json.loads(last)
+            except ValueError:
+                pass
+        return {"exit_code": 0, "summary": summary}
+
     def worker_logs(self, worker_id, stream="stdout", offset=None):
         """Returns what a worker wrote to ``stream`` (``"stdout"`` or ``"stderr"``).
 
@@ -561,3 +632,11 @@ def get_worker(worker_id):
 def worker_logs(worker_id, stream="stdout", offset=None):
     """Returns the ``stdout`` (default) or ``stderr`` log of a worker as a str."""
     return default_client().worker_logs(worker_id, stream=stream, offset=offset)
+
+
+def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
+                timeout_seconds=60, mode=None, command=None, port=2222, output=None):
+    """Launches a cluster, trains across it, stops it: see
+    :meth:`Client.run_cluster` (CML's ``cdsw_tensorflow_utils.run_cluster``)."""
+    return default_client().run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu, worker_script,
+                                         timeout_seconds, mode, command, port, output)

@@ -6,6 +6,7 @@
 #include "util.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -364,9 +365,48 @@ int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_in
   return 0;
 }
 
+/* Signals every process whose session is sid. A worker's workerd leads its
+ * own session; the commands it runs for the exec channel have process groups
+ * of their own (so that one can be signalled alone) but stay in the
+ * session, so this is how "the whole worker" is reached. */
+static void signal_session(pid_t sid, int sig) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+
+  if (!d)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    char path[64], buf[512], *p;
+    long pid, session;
+    FILE *f;
+    size_t n;
+
+    if (e->d_name[0] < '1' || e->d_name[0] > '9')
+      continue;
+    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+    f = fopen(path, "r");
+    if (!f)
+      continue;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* pid (comm) state ppid pgrp session ...; comm may hold spaces. */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %*d %*d %ld", &session) != 1 || session != sid)
+      continue;
+    pid = strtol(e->d_name, NULL, 10);
+    if (pid > 1)
+      kill((pid_t)pid, sig);
+  }
+  closedir(d);
+}
+
 void backend_signal(pid_t pgid, int sig) {
-  if (pgid > 1 && kill(-pgid, sig) != 0 && errno != ESRCH)
+  if (pgid <= 1)
+    return;
+  if (kill(-pgid, sig) != 0 && errno != ESRCH)
     LOG(LOG_WARN, "could not signal process group %d: %s", (int)pgid, strerror(errno));
+  signal_session(pgid, sig);
 }
 
 int backend_alive(pid_t pid) {

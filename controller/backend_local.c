@@ -376,7 +376,7 @@ static void signal_session(pid_t sid, int sig) {
   if (!d)
     return;
   while ((e = readdir(d)) != NULL) {
-    char path[64], buf[512], *p;
+    char path[300], buf[512], *p;
     long pid, session;
     FILE *f;
     size_t n;

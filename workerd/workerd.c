@@ -3,10 +3,13 @@
  *
  * It registers the worker's address with the controller, runs the worker's
  * command, ships the command's stdout and stderr to the controller, sends
- * heartbeats, and reports how the command ended.
+ * heartbeats, and reports how the command ended. It also serves the exec
+ * channel (docs/exec-protocol.md): the launching session runs commands in
+ * the worker through it, as it would through SSH.
  *
- * It is single-threaded: one poll() loop over the command's two output pipes
- * and a self-pipe that turns SIGCHLD, SIGTERM and SIGINT into readable bytes.
+ * It is single-threaded: one poll() loop over the command's two output pipes,
+ * the exec channel's sockets and pipes, and a self-pipe that turns SIGCHLD,
+ * SIGTERM and SIGINT into readable bytes.
  * HTTP calls are blocking (libcurl easy interface, one handle reused for
  * keep-alive); each is bounded by a 10 s timeout, and while one runs the
  * command simply fills its pipes and waits, which is the back-pressure we want.
@@ -32,6 +35,8 @@
 #include <jansson.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -139,6 +145,7 @@ static struct {
   size_t argc;
   char **envp;
   char *cwd;
+  char *exec_token; /* a secret: never logged; NULL = exec refused */
 
   /* The command and how it ended. */
   pid_t child;
@@ -152,6 +159,7 @@ static struct {
   /* Stopping. */
   bool stopping; /* a stop was decided; mode says how to end */
   bool finish;   /* leave the main loop now (idle worker, failed start) */
+  bool ending;   /* the main loop is winding down the exec channel to leave */
   enum finish_mode mode;
   int stop_signal;    /* SIGTERM or SIGINT if that is why we stop, else 0 */
   int64_t kill_at_ms; /* when to send SIGKILL; INT64_MAX once sent */
@@ -360,7 +368,8 @@ out:
 
 /* Opens the exec channel's listening socket on wd.ip, port 0, and records the
  * port the kernel chose in wd.exec_port. The socket (wd.listen_fd, closed by
- * main) stays open for the daemon's life; nothing is accepted on it yet.
+ * cleanup()) stays open for the daemon's life; the main loop accepts on it
+ * (see "The exec channel").
  * Returns 0, MUSTER_E_INVALID if wd.ip is not a numeric address, or
  * MUSTER_E_IO (logged). */
 __attribute__((warn_unused_result)) static int exec_listen(void) {
@@ -380,7 +389,8 @@ __attribute__((warn_unused_result)) static int exec_listen(void) {
     rc = MUSTER_E_INVALID;
     goto out;
   }
-  wd.listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /* Non-blocking: the main loop accepts until EAGAIN. */
+  wd.listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (wd.listen_fd < 0) {
     LOG(LOG_ERROR, "cannot create the exec socket: %s", strerror(errno));
     goto out;
@@ -652,14 +662,16 @@ static void strv_free(char **v) {
 }
 
 /* Reads the assignment in the register answer (ans: borrowed reference) into
- * wd.hb_interval_ms, wd.argv, wd.envp and wd.cwd, which main frees. Types
- * are checked strictly, since a command run from a mangled answer could do
- * anything. Returns 0, MUSTER_E_PROTOCOL (logged) or MUSTER_E_NOMEM. */
+ * wd.hb_interval_ms, wd.argv, wd.envp, wd.cwd and wd.exec_token, which
+ * cleanup() frees. Types are checked strictly, since a command run from a
+ * mangled answer could do anything. Returns 0, MUSTER_E_PROTOCOL (logged) or
+ * MUSTER_E_NOMEM. */
 __attribute__((warn_unused_result)) static int assignment_parse(json_t *ans) {
   json_t *hb = json_object_get(ans, "heartbeat_interval_seconds");
   json_t *cmd = json_object_get(ans, "command");
   json_t *env = json_object_get(ans, "env");
   json_t *cwd = json_object_get(ans, "cwd");
+  json_t *xtok = json_object_get(ans, "exec_token");
   const char *key;
   json_t *val;
   size_t i;
@@ -770,6 +782,21 @@ __attribute__((warn_unused_result)) static int assignment_parse(json_t *ans) {
       goto out;
     }
     if (!(wd.cwd = strdup(json_string_value(cwd)))) {
+      rc = MUSTER_E_NOMEM;
+      goto out;
+    }
+  }
+
+  /* Absent or null until the controller hands one out: exec is then refused.
+   * Its value is never logged, not even when it is malformed. */
+  if (xtok && !json_is_null(xtok)) {
+    if (!json_is_string(xtok) || json_string_length(xtok) == 0 ||
+        json_string_length(xtok) > WD_TOKEN_MAX ||
+        strlen(json_string_value(xtok)) != json_string_length(xtok)) {
+      LOG(LOG_ERROR, "exec_token is not a non-empty string of at most %d characters", WD_TOKEN_MAX);
+      goto out;
+    }
+    if (!(wd.exec_token = strdup(json_string_value(xtok)))) {
       rc = MUSTER_E_NOMEM;
       goto out;
     }
@@ -1029,25 +1056,49 @@ __attribute__((warn_unused_result)) static int streams_flush_all(void) {
 /* ------------------------------------------------------------------------ */
 /* The command                                                              */
 
+/* What a child runs, prepared entirely before fork(): argv and envp are
+ * NULL-terminated; cwd may be NULL (stay where workerd is). */
+struct child_spec {
+  int in_fd, out_fd, err_fd; /* become the command's fds 0, 1 and 2 */
+  int status_fd;             /* close-on-exec pipe for a struct exec_status */
+  char *const *argv;
+  char **envp;
+  const char *cwd;
+  bool own_group; /* exec commands: own process group, killed with workerd */
+  pid_t parent;   /* with own_group: workerd's pid, taken before fork() */
+};
+
 /* Runs in the child after fork(): wires the standard streams, resets the
- * signals, enters cwd, sets the environment to the one prepared from the
- * register answer and
- * executes the command. On failure it sends the stage and errno through
- * status_fd and exits 127; the parent writes the sentence. It calls no
- * malloc (the environment is swapped by pointer, not rebuilt with setenv),
- * because libcurl may have left a resolver thread behind that held a lock. */
-__attribute__((noreturn)) static void child_run(int in_fd, int out_fd, int err_fd, int status_fd) {
+ * signals, enters cwd, sets the environment to the prepared one and executes
+ * the command. On failure it sends the stage and errno through status_fd and
+ * exits 127; the parent writes the sentence. It calls no malloc (the
+ * environment is swapped by pointer, not rebuilt with setenv), because
+ * libcurl may have left a resolver thread behind that held a lock. */
+__attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   struct exec_status st = {STAGE_SETUP, 0};
   struct sigaction dfl;
   sigset_t none;
   ssize_t n;
 
-  if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
+  /* Both sides call setpgid, so that the group exists before either the
+   * parent signals it or the command starts children. */
+  if (cs->own_group && setpgid(0, 0) != 0) {
     st.err = errno;
     goto fail;
   }
-  /* Nothing of ours (libcurl's socket, the exec socket, the pipes' other ends)
-   * may leak into the command; the status pipe is close-on-exec already. */
+  /* An exec command must not outlive a workerd that was killed outright
+   * (SIGKILL, a crash): no one would relay or reap it. */
+  if (cs->own_group && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    st.err = errno;
+    goto fail;
+  }
+  if (dup2(cs->in_fd, 0) < 0 || dup2(cs->out_fd, 1) < 0 || dup2(cs->err_fd, 2) < 0) {
+    st.err = errno;
+    goto fail;
+  }
+  /* Nothing of ours (libcurl's socket, the exec sockets, the pipes' other
+   * ends) may leak into the command; the status pipe is close-on-exec
+   * already. */
   if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     long max = sysconf(_SC_OPEN_MAX);
     if (max < 0 || max > 65536)
@@ -1064,20 +1115,23 @@ __attribute__((noreturn)) static void child_run(int in_fd, int out_fd, int err_f
     sigaction(sig, &dfl, NULL); /* fails harmlessly for SIGKILL, SIGSTOP */
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
+  /* workerd died between fork() and prctl(): the death signal missed us. */
+  if (cs->own_group && getppid() != cs->parent)
+    _exit(127);
 
-  if (wd.cwd && chdir(wd.cwd) != 0) {
+  if (cs->cwd && chdir(cs->cwd) != 0) {
     st.stage = STAGE_CHDIR;
     st.err = errno;
     goto fail;
   }
   /* execvp searches the PATH of the environment it runs in, which is now the
    * assigned one, as with clearenv() and setenv(). */
-  environ = wd.envp;
-  execvp(wd.argv[0], wd.argv);
+  environ = cs->envp;
+  execvp(cs->argv[0], cs->argv);
   st.stage = STAGE_EXEC;
   st.err = errno;
 fail:
-  n = write(status_fd, &st, sizeof(st));
+  n = write(cs->status_fd, &st, sizeof(st));
   (void)n;
   _exit(127);
 }
@@ -1122,8 +1176,16 @@ __attribute__((warn_unused_result)) static int command_start(void) {
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);
   pid = fork();
-  if (pid == 0)
-    child_run(devnull, outp[1], errp[1], statp[1]);
+  if (pid == 0) {
+    struct child_spec cs = {.in_fd = devnull,
+                            .out_fd = outp[1],
+                            .err_fd = errp[1],
+                            .status_fd = statp[1],
+                            .argv = wd.argv,
+                            .envp = wd.envp,
+                            .cwd = wd.cwd};
+    child_run(&cs);
+  }
   saved = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);
   if (pid < 0) {
@@ -1218,6 +1280,1010 @@ static void stop_begin(enum finish_mode mode, int signo, int64_t now) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The exec channel                                                         */
+
+/*
+ * docs/exec-protocol.md is the contract. One TCP connection runs one command:
+ * the client sends a hello (token, argv, env, cwd), then stdin (I) and
+ * signals (K); we send the command's stdout (O) and stderr (E) as they come,
+ * then its exit (X), and close.
+ *
+ * Every connection lives in the main poll loop, with its socket, the
+ * command's three pipes and its deadlines. Flow control both ways, with fixed
+ * bounds: the command's output pipes are not read while the connection holds
+ * EX_OUT_HIGH unsent bytes, and the socket is not read while the last stdin
+ * frame (at most 1 MiB) has not gone into the command's stdin pipe. So a
+ * client that stops reading stalls its command, as a full terminal would,
+ * and costs at most about 2 MiB.
+ *
+ * A connection's life: EX_HELLO (waiting for the hello, 10 s at most) ->
+ * EX_RUNNING (the command runs; it ends when the command has exited and its
+ * output pipes reached end of file, or 2 s after its exit) -> EX_CLOSING (X
+ * queued; send what is left, shut our side, read until the client closes,
+ * so that unread input never turns the close into a reset that could destroy
+ * the X on its way) -> freed. A client gone before the X turns the connection
+ * into EX_ORPHAN: its command's process group gets SIGTERM, SIGKILL 2 s
+ * later, and the record lives until the command is reaped.
+ */
+
+#define EX_CONN_MAX 64            /* concurrent connections (commands) */
+#define EX_SPARE 16               /* more records, for refusals on their way */
+#define EX_FRAME_MAX (1u << 20)   /* largest frame payload, both ways */
+#define EX_HDR 5                  /* type byte + 4-byte big-endian length */
+#define EX_HELLO_MS 10000         /* from accept to a complete hello */
+#define EX_OUT_HIGH (1u << 20)    /* stop reading the command's output here */
+#define EX_READ_CHUNK (64u << 10) /* one read from a pipe: one O/E frame */
+#define EX_KILL_GRACE_MS 2000     /* SIGTERM to SIGKILL for exec commands */
+#define EX_DRAIN_MS 2000          /* reading output pipes after the exit */
+#define EX_LINGER_MS 2000         /* waiting for the client to close after X */
+#define EX_STALL_MS 60000         /* a client that reads nothing of its X */
+#define EX_STOP_MS 5000           /* workerd's stop: longest wait for exec */
+#define EX_READS_PER_WAKE 16      /* reads per descriptor per poll round */
+#define EX_NAME_MAX 200           /* bytes of argv[0] in logs and errors */
+#define EX_POLL_MAX ((EX_CONN_MAX + EX_SPARE) * 4 + 1)
+/* The hard bound of an output buffer: EX_OUT_HIGH plus what one round of
+ * reads may add past it. */
+#define EX_OUT_CAP (EX_OUT_HIGH + 4 * EX_READ_CHUNK)
+
+enum ex_state {
+  EX_HELLO,   /* waiting for the hello */
+  EX_RUNNING, /* the command was started: relaying */
+  EX_CLOSING, /* X queued: flushing, then waiting for the client to close */
+  EX_ORPHAN   /* the client is gone: killing and reaping the command */
+};
+
+/* One exec connection and its command. */
+struct ex_conn {
+  enum ex_state state;
+  int sock; /* -1 once released */
+  char peer[INET6_ADDRSTRLEN + 8];
+  char name[EX_NAME_MAX + 1]; /* argv[0], cut at a character, for the logs */
+  int64_t deadline_ms;        /* HELLO: the hello is due; CLOSING: give up */
+
+  /* The frame being read: its header, then its payload (in_len + 1 bytes,
+   * so that a hello can be NUL-terminated). */
+  unsigned char hdr[EX_HDR];
+  size_t hdr_got;
+  unsigned char *in;
+  size_t in_len, in_got;
+
+  /* Frames to send, back to back, from out[out_start] on. */
+  unsigned char *out;
+  size_t out_start, out_len, out_cap;
+  bool shut;     /* CLOSING: everything was sent and our side shut down */
+  bool peer_eof; /* CLOSING: the client closed its side */
+
+  /* The command; pid is also its process group. */
+  pid_t pid;              /* 0 before it started */
+  bool exited;            /* reaped; wait_status is valid */
+  int wait_status;        /* -1 if it was lost */
+  int64_t drain_until_ms; /* valid once exited */
+  int64_t kill_at_ms;     /* SIGKILL to the group; INT64_MAX if none due */
+  const char *stop_error; /* the X's error if workerd's stop killed it */
+  int stdin_fd, out_fd, err_fd;
+  unsigned char *pend; /* an I payload not yet all in the stdin pipe */
+  size_t pend_len, pend_off;
+
+  /* Where this round's pollfds are; -1 where none. */
+  int at_sock, at_in, at_out, at_err;
+};
+
+static struct {
+  struct ex_conn *conns[EX_CONN_MAX + EX_SPARE];
+  size_t n;
+  bool stopping; /* workerd is ending: refuse, kill, wind down */
+  int64_t stop_deadline_ms;
+  int64_t accept_after_ms; /* accept() ran out of descriptors: pause */
+  int at_listen;
+} ex;
+
+/* Length of the longest prefix of s, at most max bytes, that does not cut a
+ * UTF-8 sequence (the hello's strings are valid UTF-8, checked by Jansson). */
+static size_t utf8_prefix(const char *s, size_t max) {
+  size_t n = strlen(s);
+
+  if (n <= max)
+    return n;
+  n = max;
+  while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+    n--;
+  return n;
+}
+
+/* Makes room for need more bytes at the end of c's output buffer, growing it
+ * (up to EX_OUT_CAP) or moving its contents to the front. Returns where they
+ * go, or NULL if out of memory or past the cap (which flow control makes
+ * impossible: see EX_OUT_HIGH). */
+static unsigned char *ex_out_room(struct ex_conn *c, size_t need) {
+  size_t cap;
+  unsigned char *p;
+
+  if (c->out_len + need > EX_OUT_CAP)
+    return NULL;
+  if (c->out_start + c->out_len + need <= c->out_cap)
+    return c->out + c->out_start + c->out_len;
+  if (c->out_len + need <= c->out_cap && c->out_start > 0) {
+    memmove(c->out, c->out + c->out_start, c->out_len);
+    c->out_start = 0;
+    return c->out + c->out_len;
+  }
+  if (c->out_start > 0) {
+    memmove(c->out, c->out + c->out_start, c->out_len);
+    c->out_start = 0;
+  }
+  cap = c->out_cap ? c->out_cap : 4096;
+  while (cap < c->out_len + need)
+    cap *= 2;
+  if (cap > EX_OUT_CAP)
+    cap = EX_OUT_CAP;
+  p = realloc(c->out, cap);
+  if (!p)
+    return NULL;
+  c->out = p;
+  c->out_cap = cap;
+  return c->out + c->out_len;
+}
+
+/* Writes a frame header for type and len at h. */
+static void ex_hdr_put(unsigned char *h, char type, size_t len) {
+  h[0] = (unsigned char)type;
+  h[1] = (unsigned char)(len >> 24);
+  h[2] = (unsigned char)(len >> 16);
+  h[3] = (unsigned char)(len >> 8);
+  h[4] = (unsigned char)len;
+}
+
+/* Queues one frame (len <= EX_FRAME_MAX) on c. Returns 0 or MUSTER_E_NOMEM. */
+__attribute__((warn_unused_result)) static int ex_queue(struct ex_conn *c, char type,
+                                                        const void *data, size_t len) {
+  unsigned char *w = ex_out_room(c, EX_HDR + len);
+
+  if (!w)
+    return MUSTER_E_NOMEM;
+  ex_hdr_put(w, type, len);
+  if (len)
+    memcpy(w + EX_HDR, data, len);
+  c->out_len += EX_HDR + len;
+  return 0;
+}
+
+/* Builds the payload of an X frame: code and signo are -1 for null, error is
+ * NULL for null. Returns a new string (free()), or NULL if out of memory. */
+static char *ex_exit_json(int code, int signo, const char *error) {
+  json_t *o =
+      json_pack("{s:o, s:o, s:o}", "exit_code", code >= 0 ? json_integer(code) : json_null(),
+                "signal", signo >= 0 ? json_integer(signo) : json_null(), "error",
+                error ? json_string(error) : json_null());
+  char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+  json_decref(o);
+  return s;
+}
+
+/* Closes the command's pipes and drops unwritten stdin. */
+static void ex_pipes_close(struct ex_conn *c) {
+  fd_close(&c->stdin_fd);
+  fd_close(&c->out_fd);
+  fd_close(&c->err_fd);
+  free(c->pend);
+  c->pend = NULL;
+  c->pend_len = c->pend_off = 0;
+}
+
+/* Closes c's socket and frees its buffers; the record itself stays while its
+ * command needs reaping. */
+static void ex_sock_release(struct ex_conn *c) {
+  fd_close(&c->sock);
+  free(c->in);
+  free(c->out);
+  c->in = c->out = NULL;
+  c->in_len = c->in_got = c->hdr_got = 0;
+  c->out_start = c->out_len = c->out_cap = 0;
+}
+
+/* Ends c's exchange with X: queues it, closes the pipes and moves to
+ * EX_CLOSING. code and signo are -1 for null; error (NULL for null) is a
+ * sentence for the client. If even the X cannot be queued, the socket is
+ * released, which the client sees as a lost connection. */
+static void ex_finish(struct ex_conn *c, int code, int signo, const char *error, int64_t now) {
+  char *x = ex_exit_json(code, signo, error);
+
+  ex_pipes_close(c);
+  free(c->in);
+  c->in = NULL;
+  c->in_len = c->in_got = c->hdr_got = 0;
+  c->state = EX_CLOSING;
+  c->deadline_ms = now + EX_STALL_MS;
+  if (!x || ex_queue(c, 'X', x, strlen(x)) != 0) {
+    LOG(LOG_ERROR, "exec from %s: out of memory for the exit frame", c->peer);
+    ex_sock_release(c);
+  }
+  free(x);
+}
+
+/* Refuses c's request (nothing runs): X with exit code code and error. */
+static void ex_refuse(struct ex_conn *c, int code, const char *error, int64_t now) {
+  LOG(LOG_WARN, "exec from %s refused: %s", c->peer, error);
+  ex_finish(c, code, -1, error, now);
+}
+
+/* Sends c's queued frames until the socket is full. Returns 0, or
+ * MUSTER_E_IO when the client is gone (connection reset or closed). */
+__attribute__((warn_unused_result)) static int ex_flush(struct ex_conn *c, int64_t now) {
+  while (c->out_len > 0) {
+    ssize_t n = send(c->sock, c->out + c->out_start, c->out_len, MSG_NOSIGNAL);
+
+    if (n > 0) {
+      c->out_start += (size_t)n;
+      c->out_len -= (size_t)n;
+      if (c->state == EX_CLOSING)
+        c->deadline_ms = now + EX_STALL_MS;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    return MUSTER_E_IO;
+  }
+  c->out_start = 0;
+  return 0;
+}
+
+/* Sends sig to c's command's process group if the command is still there. */
+static void ex_signal(struct ex_conn *c, int sig) {
+  if (c->pid > 0 && !c->exited)
+    kill(-c->pid, sig);
+}
+
+/* The client is gone (or broke the protocol) before its X: the command's
+ * group gets SIGTERM now and SIGKILL 2 s later, and the record stays as an
+ * orphan until the command is reaped. why is for the log. */
+static void ex_disconnect(struct ex_conn *c, const char *why, int64_t now) {
+  ex_sock_release(c);
+  ex_pipes_close(c);
+  if (c->state == EX_RUNNING && c->pid > 0 && !c->exited) {
+    LOG(LOG_INFO, "exec from %s: %s; terminating %s", c->peer, why, c->name);
+    ex_signal(c, SIGTERM);
+    if (c->kill_at_ms == INT64_MAX)
+      c->kill_at_ms = now + EX_KILL_GRACE_MS;
+  } else if (c->state == EX_RUNNING && c->pid > 0) {
+    /* The command exited but something it started still holds its output
+     * pipes: that group is about to be reaped, not kept. */
+    LOG(LOG_DEBUG, "exec from %s: %s after the command exited", c->peer, why);
+    kill(-c->pid, SIGKILL);
+  } else if (c->state != EX_CLOSING) {
+    LOG(LOG_DEBUG, "exec from %s: %s", c->peer, why);
+  }
+  c->state = EX_ORPHAN;
+}
+
+/* Builds the command's environment: the worker's script environment with
+ * env (a JSON object of strings, borrowed; may be NULL) on top. Returns a new
+ * NULL-terminated array (strv_free()), or NULL if out of memory. */
+static char **ex_envp_build(json_t *env) {
+  size_t own = 0, i = 0;
+  const char *key;
+  json_t *val;
+  char **v;
+
+  for (char **e = wd.envp; e && *e; e++)
+    own++;
+  v = calloc(own + json_object_size(env) + 1, sizeof(char *));
+  if (!v)
+    return NULL;
+  for (char **e = wd.envp; e && *e; e++) {
+    size_t kl = strcspn(*e, "=");
+
+    if (env && json_object_getn(env, *e, kl))
+      continue; /* the hello's value wins */
+    if (!(v[i++] = strdup(*e)))
+      goto fail;
+  }
+  json_object_foreach(env, key, val) {
+    size_t kl = strlen(key), vl = json_string_length(val);
+
+    if (!(v[i] = malloc(kl + vl + 2)))
+      goto fail;
+    memcpy(v[i], key, kl);
+    v[i][kl] = '=';
+    memcpy(v[i] + kl + 1, json_string_value(val), vl + 1);
+    i++;
+  }
+  return v;
+fail:
+  strv_free(v);
+  return NULL;
+}
+
+/* True if j is a JSON string without NUL bytes (which C strings cannot
+ * carry); non-empty too if nonempty. */
+static bool ex_is_cstring(json_t *j, bool nonempty) {
+  return json_is_string(j) && strlen(json_string_value(j)) == json_string_length(j) &&
+         (!nonempty || json_string_length(j) > 0);
+}
+
+/* Checks the hello (text, len bytes) and starts its command, moving c to
+ * EX_RUNNING; or refuses it with an X. */
+static void ex_start(struct ex_conn *c, const char *text, size_t len, int64_t now) {
+  int inp[2] = {-1, -1}, outp[2] = {-1, -1}, errp[2] = {-1, -1}, statp[2] = {-1, -1};
+  json_t *hello = json_loadb(text, len, 0, NULL);
+  json_t *token = json_object_get(hello, "token");
+  json_t *jargv = json_object_get(hello, "argv");
+  json_t *env = json_object_get(hello, "env");
+  json_t *jcwd = json_object_get(hello, "cwd");
+  char **argv = NULL, **envp = NULL;
+  const char *cwd = wd.cwd;
+  char err[EX_NAME_MAX + 256];
+  struct exec_status st;
+  sigset_t all, old;
+  json_t *val;
+  const char *key;
+  size_t i;
+  ssize_t n;
+  pid_t pid;
+  int saved;
+
+  if (!json_is_object(hello)) {
+    ex_refuse(c, 126, "the hello is not a JSON object", now);
+    goto out;
+  }
+  /* The token first: a client without it learns nothing more. */
+  if (!wd.exec_token) {
+    ex_refuse(c, 126, "this worker has no exec token", now);
+    goto out;
+  }
+  if (!ex_is_cstring(token, false) || !util_secret_equal(json_string_value(token), wd.exec_token)) {
+    ex_refuse(c, 126, "wrong exec token", now);
+    goto out;
+  }
+  if (!json_is_array(jargv) || json_array_size(jargv) == 0 ||
+      json_array_size(jargv) > WD_ARGV_MAX) {
+    ex_refuse(c, 126, "argv is not a non-empty array of at most 4096 strings", now);
+    goto out;
+  }
+  json_array_foreach(jargv, i, val) {
+    if (!ex_is_cstring(val, i == 0)) {
+      snprintf(err, sizeof(err), "argv[%zu] is not a %sstring", i, i == 0 ? "non-empty " : "");
+      ex_refuse(c, 126, err, now);
+      goto out;
+    }
+  }
+  if (json_is_null(env))
+    env = NULL;
+  if (env && (!json_is_object(env) || json_object_size(env) > WD_ENV_MAX)) {
+    ex_refuse(c, 126, "env is not an object of at most 4096 strings", now);
+    goto out;
+  }
+  json_object_foreach(env, key, val) {
+    /* Values are never logged or echoed: they may be secrets. */
+    if (key[0] == '\0' || strchr(key, '=') || !ex_is_cstring(val, false)) {
+      snprintf(err, sizeof(err), "env entry \"%.*s\" is not NAME: string",
+               (int)utf8_prefix(key, 64), key);
+      ex_refuse(c, 126, err, now);
+      goto out;
+    }
+  }
+  if (jcwd && !json_is_null(jcwd)) {
+    if (!ex_is_cstring(jcwd, true)) {
+      ex_refuse(c, 126, "cwd is not a non-empty string or null", now);
+      goto out;
+    }
+    cwd = json_string_value(jcwd);
+  }
+
+  snprintf(c->name, sizeof(c->name), "%.*s",
+           (int)utf8_prefix(json_string_value(json_array_get(jargv, 0)), EX_NAME_MAX),
+           json_string_value(json_array_get(jargv, 0)));
+  LOG(LOG_INFO, "exec from %s: %s (%zu args)", c->peer, c->name, json_array_size(jargv) - 1);
+
+  argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
+  if (!argv)
+    goto nomem;
+  json_array_foreach(jargv, i, val) {
+    if (!(argv[i] = strdup(json_string_value(val))))
+      goto nomem;
+  }
+  if (!(envp = ex_envp_build(env)))
+    goto nomem;
+
+  if (pipe2(inp, O_CLOEXEC) != 0 || pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
+      pipe2(statp, O_CLOEXEC) != 0 || fcntl(inp[1], F_SETFL, O_NONBLOCK) != 0 ||
+      fcntl(outp[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(errp[0], F_SETFL, O_NONBLOCK) != 0) {
+    snprintf(err, sizeof(err), "cannot start \"%s\": %s", c->name, strerror(errno));
+    ex_refuse(c, 126, err, now);
+    goto out;
+  }
+
+  {
+    struct child_spec cs = {.in_fd = inp[0],
+                            .out_fd = outp[1],
+                            .err_fd = errp[1],
+                            .status_fd = statp[1],
+                            .argv = argv,
+                            .envp = envp,
+                            .cwd = cwd,
+                            .own_group = true,
+                            .parent = getpid()};
+
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    pid = fork();
+    if (pid == 0)
+      child_run(&cs);
+    saved = errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+  }
+  if (pid < 0) {
+    snprintf(err, sizeof(err), "cannot start \"%s\": %s", c->name, strerror(saved));
+    ex_refuse(c, 126, err, now);
+    goto out;
+  }
+  /* The child does the same; whichever runs first makes the group, so it
+   * exists before we could signal it. (EACCES once it has exec'd: fine.) */
+  setpgid(pid, pid);
+  fd_close(&statp[1]);
+  /* Blocks only until exec, which closes the pipe. */
+  do
+    n = read(statp[0], &st, sizeof(st));
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof(st)) {
+    int code = st.stage == STAGE_EXEC && st.err == ENOENT ? 127 : 126;
+
+    /* It has written its status and is exiting: reap it here, so that it
+     * is never mistaken for a running command. */
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+    if (st.stage == STAGE_CHDIR)
+      snprintf(err, sizeof(err), "cannot change to directory \"%.*s\": %s",
+               (int)utf8_prefix(cwd, EX_NAME_MAX), cwd, strerror(st.err));
+    else if (st.stage == STAGE_EXEC)
+      snprintf(err, sizeof(err), "cannot run \"%s\": %s", c->name, strerror(st.err));
+    else
+      snprintf(err, sizeof(err), "cannot set up \"%s\": %s", c->name, strerror(st.err));
+    ex_refuse(c, code, err, now);
+    goto out;
+  }
+  c->pid = pid;
+  c->stdin_fd = inp[1];
+  c->out_fd = outp[0];
+  c->err_fd = errp[0];
+  inp[1] = outp[0] = errp[0] = -1;
+  c->state = EX_RUNNING;
+  goto out;
+
+nomem:
+  ex_refuse(c, 126, "muster-workerd is out of memory", now);
+out:
+  fd_close(&inp[0]);
+  fd_close(&inp[1]);
+  fd_close(&outp[0]);
+  fd_close(&outp[1]);
+  fd_close(&errp[0]);
+  fd_close(&errp[1]);
+  fd_close(&statp[0]);
+  fd_close(&statp[1]);
+  strv_free(argv);
+  strv_free(envp);
+  json_decref(hello);
+}
+
+/* Writes pending stdin into the command's stdin pipe. A command that closed
+ * its stdin (EPIPE) loses the rest, as it would from a terminal. */
+static void ex_stdin_write(struct ex_conn *c) {
+  while (c->pend && c->stdin_fd >= 0) {
+    ssize_t n = write(c->stdin_fd, c->pend + c->pend_off, c->pend_len - c->pend_off);
+
+    if (n > 0) {
+      c->pend_off += (size_t)n;
+      if (c->pend_off == c->pend_len) {
+        free(c->pend);
+        c->pend = NULL;
+        c->pend_len = c->pend_off = 0;
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    fd_close(&c->stdin_fd);
+  }
+  if (c->stdin_fd < 0 && c->pend) {
+    free(c->pend);
+    c->pend = NULL;
+    c->pend_len = c->pend_off = 0;
+  }
+}
+
+/* Acts on one complete frame from the client; the payload (c->in, c->in_len
+ * bytes) is taken over or freed. */
+static void ex_dispatch(struct ex_conn *c, char type, int64_t now) {
+  unsigned char *payload = c->in;
+  size_t len = c->in_len;
+
+  c->in = NULL;
+  c->in_len = c->in_got = c->hdr_got = 0;
+  if (c->state == EX_HELLO) {
+    if (type != 'H') {
+      ex_refuse(c, 126, "the first frame must be a hello (H)", now);
+    } else {
+      ex_start(c, (const char *)payload, len, now);
+    }
+  } else if (c->state != EX_RUNNING) {
+    /* CLOSING: whatever still comes in is read only to be dropped. */
+  } else if (type == 'I' && len == 0) {
+    fd_close(&c->stdin_fd);
+  } else if (type == 'I') {
+    if (c->stdin_fd >= 0) {
+      c->pend = payload;
+      c->pend_len = len;
+      c->pend_off = 0;
+      payload = NULL;
+      ex_stdin_write(c);
+    }
+  } else if (type == 'K') {
+    char num[16];
+    long sig;
+
+    if (len < sizeof(num)) {
+      memcpy(num, payload, len);
+      num[len] = '\0';
+    } else {
+      num[0] = '\0';
+    }
+    if (util_parse_long(num, 1, NSIG - 1, &sig) == 0) {
+      LOG(LOG_DEBUG, "exec from %s: signal %ld to %s", c->peer, sig, c->name);
+      ex_signal(c, (int)sig);
+    } else {
+      LOG(LOG_WARN, "exec from %s: ignoring a K frame that is not a signal number", c->peer);
+    }
+  } else {
+    /* A second hello, or a type from a later protocol: ignored. */
+    LOG(LOG_DEBUG, "exec from %s: ignoring a frame of type 0x%02x", c->peer,
+        (unsigned)(unsigned char)type);
+  }
+  free(payload);
+}
+
+/* Reads frames from c's socket, as long as c may take them: not while stdin
+ * is pending (that is the flow control toward the command). In EX_CLOSING
+ * everything is read and dropped, until the client closes. */
+static void ex_sock_read(struct ex_conn *c, int64_t now) {
+  for (int i = 0; i < EX_READS_PER_WAKE && c->sock >= 0; i++) {
+    unsigned char drop[4096];
+    unsigned char *where;
+    size_t want;
+    ssize_t n;
+
+    if (c->state == EX_ORPHAN || (c->state == EX_RUNNING && c->pend))
+      return;
+    if (c->state == EX_CLOSING) {
+      where = drop;
+      want = sizeof(drop);
+    } else if (c->hdr_got < EX_HDR) {
+      where = c->hdr + c->hdr_got;
+      want = EX_HDR - c->hdr_got;
+    } else {
+      where = c->in + c->in_got;
+      want = c->in_len - c->in_got;
+    }
+    n = recv(c->sock, where, want, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n <= 0) {
+      if (c->state == EX_CLOSING) {
+        c->peer_eof = true;
+        return;
+      }
+      ex_disconnect(c, n == 0 ? "the client closed the connection" : "the connection broke", now);
+      return;
+    }
+    if (c->state == EX_CLOSING)
+      continue;
+    if (c->hdr_got < EX_HDR) {
+      c->hdr_got += (size_t)n;
+      if (c->hdr_got < EX_HDR)
+        continue;
+      c->in_len = (size_t)c->hdr[1] << 24 | (size_t)c->hdr[2] << 16 | (size_t)c->hdr[3] << 8 |
+                  (size_t)c->hdr[4];
+      c->in_got = 0;
+      if (c->in_len > EX_FRAME_MAX) {
+        if (c->state == EX_HELLO)
+          ex_refuse(c, 126, "a frame is larger than 1 MiB", now);
+        else
+          ex_disconnect(c, "the client sent a frame larger than 1 MiB", now);
+        return;
+      }
+      if (!(c->in = malloc(c->in_len + 1))) {
+        if (c->state == EX_HELLO)
+          ex_refuse(c, 126, "muster-workerd is out of memory", now);
+        else
+          ex_disconnect(c, "out of memory for a frame", now);
+        return;
+      }
+      c->in[c->in_len] = '\0';
+    } else {
+      c->in_got += (size_t)n;
+    }
+    if (c->in_got == c->in_len)
+      ex_dispatch(c, (char)c->hdr[0], now);
+  }
+}
+
+/* Reads the command's output pipe *fd into type frames while c's buffer is
+ * under EX_OUT_HIGH; closes *fd at end of file. */
+static void ex_pipe_read(struct ex_conn *c, int *fd, char type) {
+  for (int i = 0; i < EX_READS_PER_WAKE && *fd >= 0 && c->out_len < EX_OUT_HIGH; i++) {
+    unsigned char *w = ex_out_room(c, EX_HDR + EX_READ_CHUNK);
+    ssize_t n;
+
+    if (!w)
+      return; /* out of memory: the pipe stays full until it passes */
+    n = read(*fd, w + EX_HDR, EX_READ_CHUNK);
+    if (n > 0) {
+      ex_hdr_put(w, type, (size_t)n);
+      c->out_len += EX_HDR + (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    fd_close(fd);
+  }
+}
+
+/* Collects the exit of every exec command that has exited. Each is waited
+ * for by its own pid, so the script's child is left to child_reap(). */
+static void ex_reap(int64_t now) {
+  for (size_t i = 0; i < ex.n; i++) {
+    struct ex_conn *c = ex.conns[i];
+    pid_t r;
+    int st;
+
+    if (c->pid <= 0 || c->exited)
+      continue;
+    do
+      r = waitpid(c->pid, &st, WNOHANG);
+    while (r < 0 && errno == EINTR);
+    if (r == 0)
+      continue;
+    c->exited = true;
+    c->wait_status = r < 0 ? -1 : st;
+    c->drain_until_ms = now + EX_DRAIN_MS;
+    if (c->state == EX_ORPHAN) {
+      /* What the command left in its group goes with it. */
+      kill(-c->pid, SIGKILL);
+      c->kill_at_ms = INT64_MAX;
+    }
+  }
+}
+
+/* Moves c on by the clock and by what it has seen: SIGKILL when due, the
+ * hello's timeout, the X once the command has exited and its output is
+ * drained. */
+static void ex_step(struct ex_conn *c, int64_t now) {
+  if (c->kill_at_ms <= now) {
+    if (c->pid > 0 && !c->exited) {
+      LOG(LOG_WARN, "exec from %s: %s still runs %d s after SIGTERM; sending SIGKILL", c->peer,
+          c->name, EX_KILL_GRACE_MS / 1000);
+      kill(-c->pid, SIGKILL);
+    }
+    c->kill_at_ms = INT64_MAX;
+  }
+  switch (c->state) {
+  case EX_HELLO:
+    if (now >= c->deadline_ms)
+      ex_refuse(c, 126, "no hello within 10 s", now);
+    break;
+  case EX_RUNNING:
+    if (c->exited && ((c->out_fd < 0 && c->err_fd < 0) || now >= c->drain_until_ms)) {
+      int ws = c->wait_status;
+      int code = ws >= 0 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+      int sig = ws >= 0 && WIFSIGNALED(ws) ? WTERMSIG(ws) : -1;
+      const char *error = ws < 0 ? "muster-workerd lost track of the command" : c->stop_error;
+
+      if (code >= 0)
+        LOG(LOG_INFO, "exec from %s: %s exited with code %d", c->peer, c->name, code);
+      else if (sig >= 0)
+        LOG(LOG_INFO, "exec from %s: %s was killed by signal %d", c->peer, c->name, sig);
+      ex_finish(c, code, sig, error, now);
+    }
+    break;
+  case EX_CLOSING:
+  case EX_ORPHAN:
+    break;
+  }
+}
+
+/* Sends what c has queued; in EX_CLOSING, once all is sent, shuts our side
+ * down and releases the socket when the client has closed its side too, or
+ * when it has not for too long. */
+static void ex_send(struct ex_conn *c, int64_t now) {
+  if (c->sock < 0)
+    return;
+  if (c->out_len > 0 && ex_flush(c, now) != 0) {
+    if (c->state == EX_CLOSING)
+      ex_sock_release(c);
+    else
+      ex_disconnect(c, "the connection broke", now);
+    return;
+  }
+  if (c->state != EX_CLOSING)
+    return;
+  if (c->out_len == 0 && !c->shut) {
+    /* Our FIN follows the X; the client answers with its close. */
+    shutdown(c->sock, SHUT_WR);
+    c->shut = true;
+    c->deadline_ms = now + EX_LINGER_MS;
+  }
+  if ((c->shut && c->peer_eof) || now >= c->deadline_ms)
+    ex_sock_release(c);
+}
+
+/* True when c is over and may be freed: its socket is released and its
+ * command, if it had one, reaped (and, for an orphan, its group killed). */
+static bool ex_over(const struct ex_conn *c) {
+  if (c->sock >= 0)
+    return false;
+  if (c->state == EX_ORPHAN)
+    return c->pid <= 0 || (c->exited && c->kill_at_ms == INT64_MAX);
+  return c->pid <= 0 || c->exited;
+}
+
+/* Frees c, which must be over (ex_over()) or be given up on. */
+static void ex_conn_free(struct ex_conn *c) {
+  if (!c)
+    return;
+  ex_sock_release(c);
+  ex_pipes_close(c);
+  free(c);
+}
+
+/* Refuses a connection that gets no record (even the spare ones are taken,
+ * or out of memory), best effort and without blocking: X, our FIN, and what
+ * the client sent is read, so that the close is less likely to turn into a
+ * reset. */
+static void ex_refuse_now(int fd, const char *error) {
+  char *x = ex_exit_json(126, -1, error);
+  unsigned char buf[4096];
+
+  if (x) {
+    size_t len = strlen(x);
+    unsigned char frame[EX_HDR + 256];
+
+    if (len <= sizeof(frame) - EX_HDR) {
+      ex_hdr_put(frame, 'X', len);
+      memcpy(frame + EX_HDR, x, len);
+      (void)!send(fd, frame, EX_HDR + len, MSG_NOSIGNAL);
+    }
+    free(x);
+  }
+  shutdown(fd, SHUT_WR);
+  while (recv(fd, buf, sizeof(buf), 0) > 0)
+    ;
+  close(fd);
+}
+
+/* Accepts the connections waiting on the exec socket. */
+static void ex_accept(int64_t now) {
+  for (int i = 0; i < EX_READS_PER_WAKE; i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[INET6_ADDRSTRLEN], port[8];
+    struct ex_conn *c;
+    int one = 1;
+    int fd = accept4(wd.listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        LOG(LOG_WARN, "cannot accept an exec connection: %s", strerror(errno));
+        ex.accept_after_ms = now + 100; /* else the waiting one spins the loop */
+      }
+      return;
+    }
+    if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+      snprintf(host, sizeof(host), "?");
+      snprintf(port, sizeof(port), "?");
+    }
+    if (ex.n == EX_CONN_MAX + EX_SPARE) {
+      LOG(LOG_WARN, "exec from %s:%s refused: too many connections", host, port);
+      ex_refuse_now(fd, ex.stopping ? "this worker is stopping"
+                                    : "this worker serves too many exec connections");
+      continue;
+    }
+    if (!(c = calloc(1, sizeof(*c)))) {
+      ex_refuse_now(fd, "muster-workerd is out of memory");
+      continue;
+    }
+    /* Frames are small and interactive (orted's control traffic); and a
+     * client whose machine vanished is noticed within about two minutes. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    {
+      int idle = 60, intvl = 10, cnt = 6;
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    }
+    c->sock = fd;
+    c->stdin_fd = c->out_fd = c->err_fd = -1;
+    c->at_sock = c->at_in = c->at_out = c->at_err = -1;
+    c->state = EX_HELLO;
+    c->deadline_ms = now + EX_HELLO_MS;
+    c->kill_at_ms = INT64_MAX;
+    c->wait_status = -1;
+    snprintf(c->peer, sizeof(c->peer), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+    snprintf(c->name, sizeof(c->name), "(no command yet)");
+    ex.conns[ex.n++] = c;
+    LOG(LOG_DEBUG, "exec connection from %s", c->peer);
+    if (ex.stopping) {
+      ex_refuse(c, 126, "this worker is stopping", now);
+    } else {
+      size_t busy = 0;
+
+      /* Refusals on their way out do not count: they hold no command. */
+      for (size_t k = 0; k < ex.n; k++)
+        busy += ex.conns[k]->state != EX_CLOSING || ex.conns[k]->pid > 0;
+      if (busy > EX_CONN_MAX)
+        ex_refuse(c, 126, "this worker serves too many exec connections (64)", now);
+    }
+  }
+}
+
+/* workerd is ending: every exec command's group gets SIGTERM (SIGKILL 2 s
+ * later), its client gets the X with error sentence, waiting hellos are
+ * refused, and new connections will be. */
+static void ex_stop_all(int64_t now) {
+  ex.stopping = true;
+  ex.stop_deadline_ms = now + EX_STOP_MS;
+  for (size_t i = 0; i < ex.n; i++) {
+    struct ex_conn *c = ex.conns[i];
+
+    if (c->state == EX_HELLO) {
+      ex_refuse(c, 126, "this worker is stopping", now);
+    } else if (c->state == EX_RUNNING && !c->exited) {
+      LOG(LOG_INFO, "exec from %s: the worker is stopping; terminating %s", c->peer, c->name);
+      c->stop_error = "the worker stopped while the command ran";
+      ex_signal(c, SIGTERM);
+      c->kill_at_ms = now + EX_KILL_GRACE_MS;
+    }
+  }
+}
+
+/* The earliest deadline among the exec connections, or INT64_MAX. */
+static int64_t ex_next_deadline(void) {
+  int64_t next = ex.accept_after_ms > 0 ? ex.accept_after_ms : INT64_MAX;
+
+  if (ex.stopping && ex.n > 0 && ex.stop_deadline_ms < next)
+    next = ex.stop_deadline_ms;
+  for (size_t i = 0; i < ex.n; i++) {
+    const struct ex_conn *c = ex.conns[i];
+
+    if (c->kill_at_ms < next)
+      next = c->kill_at_ms;
+    if ((c->state == EX_HELLO || (c->state == EX_CLOSING && c->sock >= 0)) && c->deadline_ms < next)
+      next = c->deadline_ms;
+    if (c->state == EX_RUNNING && c->exited && c->drain_until_ms < next)
+      next = c->drain_until_ms;
+  }
+  return next;
+}
+
+/* Adds the exec socket and every connection's descriptors to p (n entries
+ * so far; room for EX_POLL_MAX more), noting where each went. */
+static void ex_poll_add(struct pollfd *p, int *n, int64_t now) {
+  ex.at_listen = -1;
+  if (now >= ex.accept_after_ms)
+    ex.accept_after_ms = 0;
+  if (wd.listen_fd >= 0 && ex.accept_after_ms == 0) {
+    ex.at_listen = *n;
+    p[(*n)++] = (struct pollfd){.fd = wd.listen_fd, .events = POLLIN};
+  }
+  for (size_t i = 0; i < ex.n; i++) {
+    struct ex_conn *c = ex.conns[i];
+
+    c->at_sock = c->at_in = c->at_out = c->at_err = -1;
+    if (c->sock >= 0) {
+      short ev = POLLRDHUP;
+
+      if (c->state == EX_HELLO || c->state == EX_CLOSING || (c->state == EX_RUNNING && !c->pend))
+        ev |= POLLIN;
+      if (c->out_len > 0)
+        ev |= POLLOUT;
+      c->at_sock = *n;
+      p[(*n)++] = (struct pollfd){.fd = c->sock, .events = ev};
+    }
+    if (c->state != EX_RUNNING)
+      continue;
+    if (c->stdin_fd >= 0 && c->pend) {
+      c->at_in = *n;
+      p[(*n)++] = (struct pollfd){.fd = c->stdin_fd, .events = POLLOUT};
+    }
+    if (c->out_len < EX_OUT_HIGH) {
+      if (c->out_fd >= 0) {
+        c->at_out = *n;
+        p[(*n)++] = (struct pollfd){.fd = c->out_fd, .events = POLLIN};
+      }
+      if (c->err_fd >= 0) {
+        c->at_err = *n;
+        p[(*n)++] = (struct pollfd){.fd = c->err_fd, .events = POLLIN};
+      }
+    }
+  }
+}
+
+/* Handles what poll() reported for the exec channel (reaping is separate:
+ * ex_reap() on SIGCHLD), then moves every connection on and frees those that
+ * are over. */
+static void ex_poll_handle(const struct pollfd *p, int64_t now) {
+  size_t kept = 0;
+
+  for (size_t i = 0; i < ex.n; i++) {
+    struct ex_conn *c = ex.conns[i];
+
+    /* The command's output before the client's input, so that an X decided
+     * below comes after all that was read. */
+    if (c->at_out >= 0 && p[c->at_out].revents && c->state == EX_RUNNING)
+      ex_pipe_read(c, &c->out_fd, 'O');
+    if (c->at_err >= 0 && p[c->at_err].revents && c->state == EX_RUNNING)
+      ex_pipe_read(c, &c->err_fd, 'E');
+    if (c->at_in >= 0 && p[c->at_in].revents && c->state == EX_RUNNING)
+      ex_stdin_write(c);
+    if (c->at_sock >= 0 && c->sock >= 0) {
+      short rev = p[c->at_sock].revents;
+
+      if (c->state == EX_RUNNING && c->pend && (rev & (POLLRDHUP | POLLHUP | POLLERR)))
+        ex_disconnect(c, "the client closed the connection", now);
+      else if (rev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
+        ex_sock_read(c, now);
+    }
+  }
+  if (ex.at_listen >= 0 && p[ex.at_listen].revents)
+    ex_accept(now);
+  for (size_t i = 0; i < ex.n; i++) {
+    struct ex_conn *c = ex.conns[i];
+
+    /* Frames queued above or by ex_step go out now, not a round later. */
+    ex_step(c, now);
+    ex_send(c, now);
+    if (ex_over(c)) {
+      LOG(LOG_DEBUG, "exec from %s: connection over", c->peer);
+      ex_conn_free(c);
+      continue;
+    }
+    ex.conns[kept++] = c;
+  }
+  ex.n = kept;
+}
+
+/* True when workerd may end as far as the exec channel is concerned: no
+ * connection left, or the stop has waited long enough. */
+static bool ex_done(int64_t now) {
+  return ex.n == 0 || now >= ex.stop_deadline_ms;
+}
+
+/* Ends the exec channel for good: what still runs is killed with its group
+ * and reaped, every connection closed. Safe to call more than once. */
+static void ex_cleanup(void) {
+  for (size_t i = 0; i < ex.n; i++) {
+    struct ex_conn *c = ex.conns[i];
+
+    if (c->pid > 0 && !c->exited) {
+      kill(-c->pid, SIGKILL);
+      while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    }
+    ex_conn_free(c);
+  }
+  ex.n = 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Heartbeats and the main loop                                             */
 
 /* Sends one heartbeat and acts on the answer: a stop, or an answer saying
@@ -1276,14 +2342,16 @@ static int64_t min64(int64_t a, int64_t b) {
 }
 
 /* Runs until the worker must end: the command has exited and its pipes are
- * drained (or 2 s have passed), or an idle worker was told to stop. Reads the
- * pipes, ships logs, heartbeats, and turns signals into stop decisions.
+ * drained (or 2 s have passed), or an idle worker was told to stop; then the
+ * exec channel is wound down (its commands killed, for at most 5 s). Reads
+ * the pipes, ships logs, heartbeats, serves exec, and turns signals into
+ * stop decisions.
  * Returns 0, or MUSTER_E_IO if poll() itself failed. */
 __attribute__((warn_unused_result)) static int main_loop(void) {
   int rc = 0;
 
   for (;;) {
-    struct pollfd p[3];
+    struct pollfd p[3 + EX_POLL_MAX];
     int nfds = 0, at_out = -1, at_err = -1;
     int64_t now = util_mono_ms();
     int64_t next = INT64_MAX;
@@ -1291,9 +2359,18 @@ __attribute__((warn_unused_result)) static int main_loop(void) {
     bool child = false;
     int term = 0;
 
-    if (wd.finish)
-      break;
-    if (wd.child_done && ((wd.out.fd < 0 && wd.err.fd < 0) || now >= wd.drain_until_ms))
+    /* The worker's own end (an idle worker told to stop, a script that
+     * exited and was drained) waits for the exec channel to wind down:
+     * its commands are killed, their clients told, for at most 5 s. */
+    if (!wd.ending && (wd.finish || (wd.child_done && ((wd.out.fd < 0 && wd.err.fd < 0) ||
+                                                       now >= wd.drain_until_ms)))) {
+      wd.ending = true;
+      fd_close(&wd.out.fd);
+      fd_close(&wd.err.fd);
+    }
+    if ((wd.ending || wd.stopping) && !ex.stopping)
+      ex_stop_all(now);
+    if (wd.ending && ex_done(now))
       break;
     if (wd.stopping && !wd.child_done && now >= wd.kill_at_ms) {
       LOG(LOG_WARN, "the command is still running %d s after SIGTERM; sending SIGKILL",
@@ -1301,19 +2378,20 @@ __attribute__((warn_unused_result)) static int main_loop(void) {
       kill(wd.child, SIGKILL);
       wd.kill_at_ms = INT64_MAX;
     }
-    if (!wd.stopping && !wd.child_done && now >= wd.next_hb_ms) {
+    if (!wd.stopping && !wd.child_done && !wd.ending && now >= wd.next_hb_ms) {
       heartbeat();
       wd.next_hb_ms = util_mono_ms() + wd.hb_interval_ms;
       continue; /* the call took time, and may have decided a stop */
     }
     streams_flush_due(now);
 
-    if (!wd.stopping && !wd.child_done)
+    if (!wd.stopping && !wd.child_done && !wd.ending)
       next = min64(next, wd.next_hb_ms);
     if (wd.stopping && !wd.child_done)
       next = min64(next, wd.kill_at_ms);
-    if (wd.child_done)
+    if (wd.child_done && !wd.ending)
       next = min64(next, wd.drain_until_ms);
+    next = min64(next, ex_next_deadline());
     if (wd.out.ring)
       next = min64(next, stream_deadline(&wd.out));
     if (wd.err.ring)
@@ -1330,6 +2408,7 @@ __attribute__((warn_unused_result)) static int main_loop(void) {
       at_err = nfds;
       p[nfds++] = (struct pollfd){.fd = wd.err.fd, .events = POLLIN};
     }
+    ex_poll_add(p, &nfds, now);
     if (poll(p, (nfds_t)nfds, timeout) < 0) {
       if (errno == EINTR)
         continue;
@@ -1345,13 +2424,16 @@ __attribute__((warn_unused_result)) static int main_loop(void) {
       stream_read(&wd.err, now);
     if (p[0].revents) {
       signals_take(&child, &term);
-      if (child)
+      if (child) {
         child_reap(now);
+        ex_reap(now);
+      }
       if (term) {
         LOG(LOG_INFO, "received %s; stopping", term == SIGTERM ? "SIGTERM" : "SIGINT");
         stop_begin(FINISH_REPORT, term, now);
       }
     }
+    ex_poll_handle(p, now);
   }
   fd_close(&wd.out.fd);
   fd_close(&wd.err.fd);
@@ -1461,10 +2543,16 @@ static void group_terminate(void) {
 /* Frees everything in wd and closes its descriptors, so that sanitizer runs
  * see no leaks. */
 static void cleanup(void) {
+  ex_cleanup();
   http_cleanup();
   strv_free(wd.argv);
   strv_free(wd.envp);
   free(wd.cwd);
+  if (wd.exec_token) {
+    explicit_bzero(wd.exec_token, strlen(wd.exec_token));
+    free(wd.exec_token);
+    wd.exec_token = NULL;
+  }
   free(wd.out.ring);
   free(wd.err.ring);
   fd_close(&wd.out.fd);

@@ -437,15 +437,6 @@ out:
   free(spec);
 }
 
-static int ids_of(const muster_worker_list *l, const char ***ids) {
-  *ids = calloc(l->count + 1, sizeof(**ids));
-  if (!*ids)
-    return -1;
-  for (size_t i = 0; i < l->count; i++)
-    (*ids)[i] = l->items[i].id;
-  return 0;
-}
-
 /* Launches n workers of role; appends an error to run on failure. */
 static int launch_role(muster_client *c, struct run *run, const char *role, int n, int gpu,
                        const char *session, muster_worker_list *out) {
@@ -474,13 +465,13 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   char session[72], master[64];
   const char **ids = NULL;
   muster_await_result ar;
-  muster_worker_list all = {0};
   json_t *cluster = NULL, *ps = json_array(), *wk = json_array();
   double t0 = now_s();
 
   memset(r, 0, sizeof(*r));
   memset(&run, 0, sizeof(run));
   memset(&ar, 0, sizeof(ar));
+  memset(&mon, 0, sizeof(mon));
   r->exit_code = 1;
   run.o = o;
   run.r = r;
@@ -504,21 +495,15 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     goto out;
 
   /* Await every one running; fail fast with the failures. */
-  all.count = run.ps.count + run.workers.count;
-  all.items = calloc(all.count + 1, sizeof(*all.items));
-  if (!all.items) {
-    rc = MUSTER_E_NOMEM;
-    goto out;
-  }
-  memcpy(all.items, run.ps.items, run.ps.count * sizeof(*all.items));
-  memcpy(all.items + run.ps.count, run.workers.items, run.workers.count * sizeof(*all.items));
-  rc = ids_of(&all, &ids);
-  free(all.items);
-  all.items = NULL;
-  if (rc) {
+  ids = calloc(run.ps.count + run.workers.count + 1, sizeof(*ids));
+  if (!ids) {
     rc = MUSTER_E_NOMEM;
     goto stop;
   }
+  for (size_t i = 0; i < run.ps.count; i++)
+    ids[i] = run.ps.items[i].id;
+  for (size_t i = 0; i < run.workers.count; i++)
+    ids[run.ps.count + i] = run.workers.items[i].id;
   rc = muster_await(c, ids, run.ps.count + run.workers.count, 0, o->timeout_seconds, &ar);
   if (rc)
     goto stop;
@@ -554,7 +539,6 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   snprintf(master, sizeof(master), "%s", run.workers.items[0].ip_address);
 
   /* Watch for failures while the command runs. */
-  memset(&mon, 0, sizeof(mon));
   mon.run = &run;
   mon.since = 0;
   if (muster_client_new(muster_client_url(c), muster_client_token_(c), &mon.c) == 0) {

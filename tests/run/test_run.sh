@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# muster exec and muster run as a user runs them, against a real controller
+# and real workers: commands run inside workers with no SSH; allreduce through
+# mpirun and the exec channel agrees with single; PS trains MNIST; a PyTorch
+# DDP job sees its world; a killed worker ends the run, named, within 10 s.
+# Usage: test_run.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$(cd "${1:-build}" && pwd)
+src=$(cd "${2:-.}" && pwd)
+muster=$build/muster
+train=$build/muster-train
+tmp=$(mktemp -d /tmp/muster-run-test-XXXXXX)
+pass=0
+fail=0
+ctl_pid=
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export LSAN_OPTIONS=${LSAN_OPTIONS:-}${LSAN_OPTIONS:+:}suppressions=$src/tests/trainer/lsan.supp
+export MUSTER_STATE_DIR=$tmp/state
+unset MUSTER_URL MUSTER_TOKEN MUSTER_SESSION
+
+cleanup() {
+  if [ -n "$ctl_pid" ]; then
+    kill -TERM "$ctl_pid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$ctl_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$ctl_pid" 2>/dev/null
+  fi
+  # The workers the controller started for this test, by pid (their sessions).
+  if [ -f "$tmp/state/muster.db" ]; then
+    for ref in $(sqlite3 "$tmp/state/muster.db" "SELECT backend_ref FROM workers WHERE backend_ref IS NOT NULL" 2>/dev/null); do
+      kill -KILL -- "-$ref" 2>/dev/null; kill -KILL "$ref" 2>/dev/null
+    done
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { echo "ok - $*"; pass=$((pass + 1)); }
+not_ok() { echo "not ok - $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else not_ok "$what"; fi; }
+le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
+ge() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+last_json() { grep -o '{"mode".*}' "$1" | tail -1; }
+no_sshd() { ! ps -eo comm= | grep -qx sshd; }
+
+mkdir -p "$tmp/state"
+"$build/muster-controller" --listen 127.0.0.1:0 --state-dir "$tmp/state" --cpus 8 \
+  --heartbeat-interval 0.5 > "$tmp/controller.log" 2>&1 &
+ctl_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/state/url" ] && break; sleep 0.1; done
+[ -s "$tmp/state/url" ] || { echo "not ok - the controller did not start"; echo "0 passed, 1 failed"; exit 1; }
+
+# --- muster exec: a command inside a worker, stdio relayed, exit code back
+id=$("$muster" launch --cpu 0.1 --session ex)
+"$muster" await --running "$id" > /dev/null
+out=$(echo "from stdin" | "$muster" exec "$id" -- sh -c 'cat; echo "in $MUSTER_WORKER_ID at $MUSTER_IP_ADDRESS"; echo oops >&2; exit 5' 2> "$tmp/exec.err")
+rc=$?
+check "muster exec relays stdin to the command and its stdout back" grep -q "from stdin" <<<"$out"
+check "...the command runs inside the worker (its environment)" grep -q "in $id at 127." <<<"$out"
+check "...stderr comes back on stderr" grep -q oops "$tmp/exec.err"
+check "...and the command's exit code is muster exec's (5, got $rc)" test $rc -eq 5
+"$muster" exec -n "$id" -- no-such-program-xyz > /dev/null 2> "$tmp/exec2.err"; rc=$?
+check "a missing program: exit 127 and a message naming it (got $rc)" \
+  bash -c "[ $rc -eq 127 ] && grep -q no-such-program-xyz '$tmp/exec2.err'"
+ip=$("$muster" show "$id" | awk '/^ip_address:/{print $2}')
+out=$("$muster" rsh -x "$ip" echo 'rsh:$MUSTER_WORKER_ID' 2>&1); rc=$?
+check "muster rsh HOST runs a shell command line in the worker at HOST (Open MPI's agent)" \
+  bash -c "[ $rc -eq 0 ] && grep -q 'rsh:$id' <<<'$out'"
+"$muster" stop "$id" > /dev/null
+
+# --- allreduce through mpirun + the exec channel agrees with single
+"$train" --steps 50 --batch 64 --quiet --dump-params "$tmp/single.bin" > "$tmp/single.out" 2>&1
+"$muster" run --mode allreduce --workers 2 --cpu 1 --timeout 60 -- \
+  "$train" --mode allreduce --steps 50 --batch 64 --quiet --dump-params "$tmp/ar.bin" \
+  > "$tmp/ar.out" 2> "$tmp/ar.err"; rc=$?
+check "muster run --mode allreduce --workers 2 succeeds (exit $rc)" test $rc -eq 0
+if [ -s "$tmp/ar.bin" ]; then
+  d=$(python3 - "$tmp/single.bin" "$tmp/ar.bin" <<'PY'
+import array, sys
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
+b = array.array('f'); b.frombytes(open(sys.argv[2], 'rb').read())
+print(max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else 1e9)
+PY
+)
+  check "...with the weights of muster-train --mode single at the same global batch (max diff $d <= 1e-4)" le "$d" 1e-4
+  s=$(last_json "$tmp/single.out"); a=$(last_json "$tmp/ar.out")
+  check "...and the same final loss ($(json_field "$a" final_loss) vs $(json_field "$s" final_loss))" \
+    test "$(json_field "$a" final_loss)" = "$(json_field "$s" final_loss)"
+  check "...across 2 ranks" test "$(json_field "$a" ranks)" = 2
+else
+  not_ok "allreduce wrote no parameters: $(tail -5 "$tmp/ar.err")"
+fi
+check "...its workers were stopped at the end" \
+  test "$("$muster" ps --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 0
+check "no sshd ran" no_sshd
+
+# --- PS: 1 PS + 2 workers, --sync, MNIST to >= 97% test accuracy
+"$muster" run --mode ps --ps 1 --workers 2 --cpu 0.5 -- \
+  "$train" --mode ps --sync --epochs 4 --quiet > "$tmp/ps.out" 2> "$tmp/ps.err"; rc=$?
+check "muster run --mode ps --ps 1 --workers 2 succeeds (exit $rc)" test $rc -eq 0
+p=$(last_json "$tmp/ps.out")
+acc=$( [ -n "$p" ] && json_field "$p" test_accuracy || echo 0)
+check "...and reaches $acc >= 0.97 test accuracy on MNIST" ge "$acc" 0.97
+check "...with output prefixed by role and index" grep -q '^\[worker-0\] ' "$tmp/ps.out"
+
+# --- PyTorch DDP (gloo) through --mode exec: world size 2, distinct ranks
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  "$muster" run --mode exec --workers 2 --cpu 1 -- /usr/bin/python3 "$src/tests/run/ddp.py" \
+    > "$tmp/ddp.out" 2> "$tmp/ddp.err"; rc=$?
+  check "a PyTorch DDP job runs with --mode exec (exit $rc)" test $rc -eq 0
+  check "...rank 0 of 2 and rank 1 of 2 both ran" \
+    bash -c "grep -q '^\[worker-0\] rank 0 of 2' '$tmp/ddp.out' && grep -q '^\[worker-1\] rank 1 of 2' '$tmp/ddp.out'"
+  check "...and DDP kept the weights equal on all ranks" grep -q '"weights_equal_on_all_ranks": true' "$tmp/ddp.out"
+else
+  not_ok "python3-torch is not installed (scripts/setup.sh installs it)"
+fi
+
+# --- a worker killed mid-run ends muster run, non-zero, within 10 s, naming it
+"$muster" run --mode allreduce --workers 2 --cpu 1 --session doomed -- \
+  "$train" --mode allreduce --epochs 200 --quiet > "$tmp/kill.out" 2> "$tmp/kill.err" &
+run_pid=$!
+victim=
+for _ in $(seq 150); do
+  victim=$("$muster" ps --session doomed --json 2>/dev/null | python3 -c '
+import json, sys
+ws = [w for w in json.load(sys.stdin) if w["status"] == "running"]
+print(ws[-1]["id"] + " " + ws[-1]["backend_ref"] if len(ws) == 2 else "")' 2>/dev/null)
+  [ -n "$victim" ] && break
+  sleep 0.2
+done
+sleep 2   # training under way
+if [ -n "$victim" ]; then
+  vid=${victim% *}; vpid=${victim#* }
+  kill -KILL "$vpid"
+  t0=$(date +%s.%N)
+  for _ in $(seq 150); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
+  took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
+  if kill -0 "$run_pid" 2>/dev/null; then kill -KILL "$run_pid"; fi
+  wait "$run_pid"; rc=$?
+  check "killing worker $vid's process makes muster run exit non-zero (exit $rc)" test $rc -ne 0
+  check "...within 10 s (took $took s)" le "$took" 10
+  check "...naming that worker" grep -q "$vid" "$tmp/kill.err"
+else
+  not_ok "the doomed run's workers never ran: $(tail -3 "$tmp/kill.err")"
+  kill -KILL "$run_pid" 2>/dev/null
+fi
+check "no sshd ran during any of it" no_sshd
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

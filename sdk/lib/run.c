@@ -288,6 +288,15 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = "--mca";
   argv[n++] = "plm_rsh_agent";
   argv[n++] = (char *)agent;
+  /* mpirun starts every daemon itself, through the agent here (where the
+   * workers' exec addresses are known), and they all report to it directly;
+   * a tree spawn would run the agent inside a worker. */
+  argv[n++] = "--mca";
+  argv[n++] = "plm_rsh_no_tree_spawn";
+  argv[n++] = "1";
+  argv[n++] = "--mca";
+  argv[n++] = "routed";
+  argv[n++] = "direct";
   argv[n++] = "--tag-output";
   argv[n++] = "--bind-to";
   argv[n++] = "none";

@@ -1038,9 +1038,15 @@ static void run_output(void *arg, const char *role, int index, muster_stream str
   FILE *f = stream == MUSTER_STDERR ? stderr : stdout;
 
   (void)arg;
-  if (strcmp(role, "mpirun") == 0)
-    fprintf(f, "%.*s\n", (int)len, line);
-  else
+  if (strcmp(role, "mpirun") == 0) {
+    /* mpirun --tag-output: "[1,R]<stdout>:text" is rank R's line. */
+    int rank, used = 0;
+    const char *tag = memchr(line, '>', len);
+    if (sscanf(line, "[1,%d]<%*[a-z]>:%n", &rank, &used) == 1 && used > 0 && tag)
+      fprintf(f, "[rank-%d] %.*s\n", rank, (int)(len - (size_t)used), line + used);
+    else
+      fprintf(f, "%.*s\n", (int)len, line);
+  } else
     fprintf(f, "[%s-%d] %.*s\n", role, index, (int)len, line);
   fflush(f);
 }

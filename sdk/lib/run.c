@@ -162,6 +162,16 @@ static void *exec_main(void *arg) {
   eo.cancel = &p->run->cancel;
   p->rc = muster_exec_at(&p->target, &eo, &p->exit_code, p->err, sizeof(p->err));
   flush_lines(p);
+  /* A failure ends the run at once, whichever process it is: the others
+   * are cancelled now, not when their turn to be waited for comes. */
+  if (p->run->cancel)
+    return NULL;
+  if (p->rc)
+    fail(p->run, p->target.worker_id, "%s %d (%s): %s", p->role, p->index, p->target.worker_id,
+         p->err);
+  else if (p->exit_code != 0)
+    fail(p->run, p->target.worker_id, "%s %d (%s) exited with code %d", p->role, p->index,
+         p->target.worker_id, p->exit_code);
   return NULL;
 }
 
@@ -420,19 +430,12 @@ static void run_exec_all(struct run *run, const char *master, json_t *cluster) {
   }
   for (size_t k = 0; k < nps + nw; k++)
     procs[k].started = pthread_create(&procs[k].thread, NULL, exec_main, &procs[k]) == 0;
-  /* The workers decide the outcome. */
-  for (size_t k = nps; k < nps + nw; k++) {
-    struct proc *p = &procs[k];
-    if (!p->started)
-      continue;
-    pthread_join(p->thread, NULL);
-    p->started = 0;
-    if (p->rc && !run->cancel)
-      fail(run, p->target.worker_id, "worker %d (%s): %s", p->index, p->target.worker_id, p->err);
-    else if (!p->rc && p->exit_code != 0)
-      fail(run, p->target.worker_id, "worker %d (%s) exited with code %d", p->index,
-           p->target.worker_id, p->exit_code);
-  }
+  /* The workers decide the outcome (each thread reports its own failure). */
+  for (size_t k = nps; k < nps + nw; k++)
+    if (procs[k].started) {
+      pthread_join(procs[k].thread, NULL);
+      procs[k].started = 0;
+    }
   /* Done (or failed): the parameter servers go too. */
   run->cancel = 1;
   for (size_t k = 0; k < nps; k++)

@@ -493,8 +493,8 @@ class Client:
             (output or print)(line)
             if line.startswith("muster run: FAILED: "):
                 failure = line[len("muster run: FAILED: "):]
-            elif line.startswith("[worker-0] ") or line.startswith("[1,0]<stdout>:"):
-                last = line.split("] ", 1)[1] if line.startswith("[worker-0]") else line.split(":", 1)[1]
+            elif line.startswith(("[worker-0] ", "[rank-0] ")):
+                last = line.split("] ", 1)[1]
         code = proc.wait()
         if code != 0:
             raise MusterError("training_failed", failure or "muster run exited with code %d" % code)

@@ -187,6 +187,36 @@ class MusterTestCase(unittest.TestCase):
         muster._default_client = None
 
 
+class RunCluster(MusterTestCase):
+    """run_cluster drives `muster run` (the C command line tool)."""
+
+    def setUp(self):
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"))
+
+    def test_exec_mode_gives_torchrun_variables_and_returns_worker_0s_summary(self):
+        c = self.client("rc")
+        lines = []
+        res = c.run_cluster(2, 0, 0.1, 0.25, mode="exec", output=lines.append, command=[
+            "sh", "-c", 'echo "{\\"rank\\": $RANK, \\"world\\": $WORLD_SIZE, '
+                        '\\"master\\": \\"$MASTER_ADDR\\"}"'])
+        self.assertEqual(res["exit_code"], 0)
+        self.assertEqual(res["summary"]["rank"], 0)
+        self.assertEqual(res["summary"]["world"], 2)
+        self.assertTrue(res["summary"]["master"].startswith("127."))
+        self.assertTrue(any(l.startswith("[worker-1] ") and '"rank": 1' in l for l in lines), lines)
+
+    def test_a_failing_worker_raises_naming_it_without_waiting_for_the_rest(self):
+        c = self.client("rc")
+        t0 = time.monotonic()
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.1, 0.25, mode="exec", output=lambda line: None, command=[
+                "sh", "-c", 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30'])
+        self.assertEqual(e.exception.code, "training_failed")
+        self.assertIn("worker 1", e.exception.message)
+        self.assertIn("exited with code 3", e.exception.message)
+        self.assertLess(time.monotonic() - t0, 15)
+
+
 class CmlBlogFlow(MusterTestCase):
     def test_launch_two_await_completion_and_read_logs(self):
         # As in the CML blog post, through the module functions and the

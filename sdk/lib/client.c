@@ -292,6 +292,24 @@ static size_t header_cb(char *p, size_t size, size_t n, void *arg) {
   return len;
 }
 
+/* The start of every call: no error yet, not cancelled, the URL of path
+ * (in url), a reset handle with the common options and the headers (*hdrs,
+ * freed by the caller). Returns 0 or an error already recorded. */
+static int prepare(muster_client *c, const char *path, int json_body, char *url, size_t size,
+                   char *cerr, struct curl_slist **hdrs) {
+  clear_error(c);
+  if (cancelled(c))
+    return set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
+  if (snprintf(url, size, "%s%s", c->url, path) >= (int)size)
+    return set_error(c, MUSTER_E_INVALID, NULL, "the request URL is too long");
+  curl_easy_reset(c->curl);
+  *hdrs = curl_slist_append(NULL, c->auth);
+  if (json_body)
+    *hdrs = curl_slist_append(*hdrs, "Content-Type: application/json");
+  common_opts(c, url, *hdrs, cerr);
+  return 0;
+}
+
 static int http(muster_client *c, const struct call *k) {
   struct curl_slist *hdrs = NULL;
   struct buf b = {NULL, 0, 0};
@@ -300,16 +318,8 @@ static int http(muster_client *c, const struct call *k) {
   CURLcode cc;
   int rc = 0;
 
-  clear_error(c);
-  if (cancelled(c))
-    return set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
-  if (snprintf(url, sizeof(url), "%s%s", c->url, k->path) >= (int)sizeof(url))
-    return set_error(c, MUSTER_E_INVALID, NULL, "the request URL is too long");
-  curl_easy_reset(c->curl);
-  hdrs = curl_slist_append(hdrs, c->auth);
-  if (k->body)
-    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-  common_opts(c, url, hdrs, cerr);
+  if ((rc = prepare(c, k->path, k->body != NULL, url, sizeof(url), cerr, &hdrs)))
+    return rc;
   curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, k->method);
   if (k->timeout_s > 0)
     curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)(k->timeout_s * 1000));
@@ -720,13 +730,8 @@ static int http_stream(muster_client *c, const char *path, curl_write_callback w
   CURLcode cc;
   int rc = 0;
 
-  clear_error(c);
-  if (cancelled(c))
-    return set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
-  snprintf(url, sizeof(url), "%s%s", c->url, path);
-  curl_easy_reset(c->curl);
-  hdrs = curl_slist_append(hdrs, c->auth);
-  common_opts(c, url, hdrs, cerr);
+  if ((rc = prepare(c, path, 0, url, sizeof(url), cerr, &hdrs)))
+    return rc;
   curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, stream_dispatch);
   curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &s);
   /* The controller sends a keep-alive every 15 s on event streams, so a

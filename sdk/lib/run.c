@@ -576,11 +576,21 @@ stop:
     pthread_join(mon_thread, NULL);
   }
   muster_client_free(mon.c);
-  /* Every worker of the run goes, whatever happened. */
+  /* Every worker of the run goes, whatever happened; only those: the
+   * session may hold the user's other workers. */
   if (run.ps.count || run.workers.count) {
+    size_t n = run.ps.count + run.workers.count;
+    const char **mine = calloc(n, sizeof(*mine));
     muster_worker_list stopped;
-    if (muster_stop(c, NULL, 0, session, &stopped) == 0)
-      muster_worker_list_free(&stopped);
+    if (mine) {
+      for (size_t i = 0; i < run.ps.count; i++)
+        mine[i] = run.ps.items[i].id;
+      for (size_t i = 0; i < run.workers.count; i++)
+        mine[run.ps.count + i] = run.workers.items[i].id;
+      if (muster_stop(c, mine, n, NULL, &stopped) == 0)
+        muster_worker_list_free(&stopped);
+      free(mine);
+    }
   }
   r->summary = run.last_line;
   run.last_line = NULL;

@@ -205,6 +205,13 @@ class RunCluster(MusterTestCase):
         self.assertTrue(res["summary"]["master"].startswith("127."))
         self.assertTrue(any(l.startswith("[worker-1] ") and '"rank": 1' in l for l in lines), lines)
 
+    def test_the_sessions_other_workers_are_left_alone(self):
+        c = self.client("rc-shared")
+        idle = self.launch(c, 1, 0.1, 0.25)
+        c.await_workers(idle, wait_for_completion=False, timeout_seconds=20)
+        c.run_cluster(1, 0, 0.1, 0.25, mode="exec", command=["true"], output=lambda line: None)
+        self.assertEqual(c.get_worker(idle[0]["id"])["status"], "running")
+
     def test_a_failing_worker_raises_naming_it_without_waiting_for_the_rest(self):
         c = self.client("rc")
         t0 = time.monotonic()

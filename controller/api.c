@@ -108,6 +108,19 @@ static int client_ok(struct MHD_Connection *c) {
   return t && util_secret_equal(t, g.api_token);
 }
 
+/* 1 if this is GET /api/v1/events carrying the client API token as the query
+ * parameter access_token=<token>. Only the event stream takes it: a
+ * browser's EventSource cannot set an Authorization header. Compared in
+ * constant time, as client_ok() does. */
+static int events_query_token_ok(struct MHD_Connection *c, const char *url, const char *method) {
+  const char *t;
+
+  if (strcmp(url, "/api/v1/events") != 0 || strcmp(method, "GET") != 0)
+    return 0;
+  t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "access_token");
+  return t && util_secret_equal(t, g.api_token);
+}
+
 /* Checks a worker-facing call: the token must be worker id's own.
  * On success returns 0 and *live is the worker if it is still live (NULL
  * if it is terminal). Called locked. */
@@ -1273,7 +1286,7 @@ static enum MHD_Result route(struct MHD_Connection *c, struct req *rq, const cha
       }
     }
   }
-  if (!client_ok(c))
+  if (!client_ok(c) && !events_query_token_ok(c, url, method))
     return respond_error(c, MUSTER_E_UNAUTHORIZED, NULL,
                          bearer(c) ? "the bearer token is not valid"
                                    : "this call needs \"Authorization: Bearer <token>\" (the "

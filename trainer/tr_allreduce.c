@@ -66,7 +66,8 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
     MPI_Allreduce(MPI_IN_PLACE, m->grads, (int)m->nparams + 2, MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
     t2 = tr_now();
-    tr_mlp_sgd(m->params, m->velocity, m->grads, 0, m->nparams, o->lr, o->momentum);
+    tr_mlp_sgd(m->params, m->velocity, m->grads, 0, m->nparams, tr_lr_at(o, step, total),
+               o->momentum);
     t_comm += t2 - t1;
     t_comp += (t1 - t0) + (tr_now() - t2);
     last_loss = m->grads[m->nparams] / o->batch;

@@ -611,7 +611,7 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
                   "ncclAllReduce of the gradients"));
     TRY(cu_ok(cudaEventRecord(c->ev[2], c->stream), "cudaEventRecord"));
     k_sgd<<<blocks_for(m->nparams), CU_THREADS, 0, c->stream>>>(
-        c->d_pv, c->d_pv + m->nparams, c->d_grad, m->nparams, o->lr, o->momentum);
+        c->d_pv, c->d_pv + m->nparams, c->d_grad, m->nparams, tr_lr_at(o, step, total), o->momentum);
     TRY(launch_ok("the SGD kernel"));
     TRY(cu_ok(cudaEventRecord(c->ev[3], c->stream), "cudaEventRecord"));
     TRY(cu_ok(cudaMemcpyAsync(c->h_stats, c->d_grad + m->nparams, 2 * sizeof(float),

@@ -35,6 +35,7 @@ static void usage(FILE *f) {
           "  --epochs E      passes over the data (default 5); --steps S: S steps instead\n"
           "  --batch B       global batch (default 128)\n"
           "  --lr L          learning rate (default 0.1); --momentum M (default 0.9)\n"
+          "  --lr-schedule cosine|constant  decay --lr to 0 along a half cosine (default)\n"
           "  --threads T     BLAS threads per process (default 1)\n"
           "\n"
           "The last line of output is a JSON summary.\n",
@@ -258,6 +259,14 @@ static int parse_args(int argc, char **argv, struct tr_opts *o) {
       if (parse_long(v, 1, 256, &l))
         return bad(a, v, "a thread count (1 to 256)");
       o->threads = (int)l;
+    } else if (strcmp(a, "--lr-schedule") == 0) {
+      i++;
+      if (strcmp(v, "cosine") == 0)
+        o->lr_constant = 0;
+      else if (strcmp(v, "constant") == 0)
+        o->lr_constant = 1;
+      else
+        return bad(a, v, "cosine or constant");
     } else if (strcmp(a, "--io-timeout") == 0) {
       i++;
       if (parse_float(v, 0.1, 3600, &f))

@@ -871,7 +871,8 @@ static int run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps
             sum[k] += g[k];
         conn_consume(c);
       }
-      tr_mlp_sgd(m->params + lo, m->velocity + lo, sum, 0, len, o->lr, o->momentum);
+      tr_mlp_sgd(m->params + lo, m->velocity + lo, sum, 0, len, tr_lr_at(o, s - 1, steps),
+                 o->momentum);
       tcomp += tr_now() - tc;
       for (int i = 0; i < K; i++) {
         if (conn_queue(&nt.c[i], MSG_PARAMS, s, m->params + lo, len * sizeof(float), sum + len,
@@ -924,7 +925,8 @@ static int run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps
          * 1/K share of the rows: times K makes it a full step's mean. */
         for (size_t k = 0; k < len; k++)
           sum[k] = g[k] * (float)K;
-        tr_mlp_sgd(m->params + lo, m->velocity + lo, sum, 0, len, o->lr, o->momentum);
+        tr_mlp_sgd(m->params + lo, m->velocity + lo, sum, 0, len, tr_lr_at(o, done[i], steps),
+                   o->momentum);
         tcomp += tr_now() - tc;
         done[i]++;
         if (conn_queue(c, MSG_PARAMS, done[i], m->params + lo, len * sizeof(float), g + len,

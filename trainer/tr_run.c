@@ -4,12 +4,19 @@
 #include "muster_errors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+float tr_lr_at(const struct tr_opts *o, long step, long total) {
+  if (o->lr_constant || total <= 1)
+    return o->lr;
+  return (float)(o->lr * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)step / (double)total)));
+}
 
 double tr_now(void) {
   struct timespec ts;
@@ -198,7 +205,8 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
     if (s_in == 0 && step > 0)
       tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);
     tr_gather(train, perm, s_in, o->batch, 0, o->batch, x, y);
-    last_loss = tr_mlp_train_step(m, x, y, o->batch, o->lr, o->momentum, &ok) / o->batch;
+    last_loss = tr_mlp_train_step(m, x, y, o->batch, tr_lr_at(o, step, total), o->momentum, &ok) /
+                o->batch;
     t_train += tr_now() - t0;
     t_epoch += tr_now() - t0;
     ep_loss += last_loss;

@@ -32,6 +32,7 @@ struct tr_opts {
   int quiet;              /* no per-epoch lines */
   char dump_params[1024]; /* --dump-params PATH: final parameters, raw floats (tests) */
   double io_timeout_s;    /* ps: every socket wait (default 10) */
+  int lr_constant;        /* --lr-schedule constant (default: cosine) */
   int bench_sgemm;        /* --bench-sgemm N: measure, print, exit */
   int bench_step_gemms;   /* --bench-step-gemms B: measure, print, exit */
   long bench_allreduce;   /* --bench-allreduce FLOATS: measure, print, exit */
@@ -83,6 +84,11 @@ int tr_checkpoint_load(const char *path, struct tr_mlp *m, long *step, char *err
 
 /* Writes the final parameters as raw floats (for tests comparing modes). */
 int tr_dump_params(const char *path, const struct tr_mlp *m) __attribute__((warn_unused_result));
+
+/* The learning rate of step (0-based) of a run of total steps: --lr decayed
+ * along a half cosine to 0 (the default), or constant. Every mode takes it
+ * from here, so they all compute the same steps. */
+float tr_lr_at(const struct tr_opts *o, long step, long total);
 
 /* Monotonic seconds. */
 double tr_now(void);

@@ -105,13 +105,19 @@ check "allreduce(2) reaches $acc >= 0.975 test accuracy on MNIST in 5 epochs" ge
 check "allreduce prints one summary for the job" test "$(grep -c '^{"mode"' "$tmp/mnist2.out")" -eq 1
 
 # --- resume after a checkpoint gives the loss of an uninterrupted run
+# A real interruption: kill -9 once the first epoch's checkpoint is written
+# (atomically: once the file exists it is whole), then the same command
+# with --resume.
 "$train" --epochs 2 --quiet > "$tmp/full.out" 2>&1
-"$train" --epochs 1 --quiet --checkpoint "$tmp/ck" > /dev/null 2>&1
+"$train" --epochs 2 --quiet --checkpoint "$tmp/ck" > /dev/null 2>&1 &
+ck_pid=$!; pids+=("$ck_pid")
+for _ in $(seq 1000); do [ -s "$tmp/ck" ] && break; sleep 0.01; done
+kill -KILL "$ck_pid" 2>/dev/null; wait "$ck_pid" 2>/dev/null
 "$train" --epochs 2 --quiet --resume "$tmp/ck" > "$tmp/resumed.out" 2>&1
 a=$(field "$tmp/full.out" final_loss 2>/dev/null || echo x); b=$(field "$tmp/resumed.out" final_loss 2>/dev/null || echo y)
 check "resumed run's final loss $b equals the uninterrupted run's $a" test "$a" = "$b"
 check "the resumed run did only the second epoch's steps" test "$(field "$tmp/resumed.out" steps)" -eq 468
-check "no temporary checkpoint file is left behind" test -z "$(ls "$tmp" | grep 'ck.tmp')"
+check "no temporary checkpoint file is left behind" test -z "$(ls "$tmp" | grep 'ck.tmp' | grep -v "ck.tmp.$ck_pid")"
 
 # --- bad data is refused with a clear error naming the file
 mkdir -p "$tmp/bad"

@@ -81,9 +81,22 @@ void tr_mlp_cleanup(struct tr_mlp *m) {
   memset(m, 0, sizeof(*m));
 }
 
-TR_HOT static void relu_inplace(float *restrict v, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    v[i] = v[i] > 0 ? v[i] : 0;
+/* out[r][j] += bias[j], then ReLU for hidden layers: one pass over the
+ * output, instead of copying the bias in first and having the GEMM read it
+ * back (beta = 1). */
+TR_HOT static void add_bias(float *restrict out, const float *restrict bias, int b, int no,
+                            int relu) {
+  for (int r = 0; r < b; r++) {
+    float *restrict o = out + (size_t)r * no;
+    if (relu)
+      for (int j = 0; j < no; j++) {
+        float v = o[j] + bias[j];
+        o[j] = v > 0 ? v : 0;
+      }
+    else
+      for (int j = 0; j < no; j++)
+        o[j] += bias[j];
+  }
 }
 
 /* d[i] = 0 where the layer's output a[i] was not positive. */
@@ -113,12 +126,9 @@ static void forward(struct tr_mlp *m, const float *x, int b) {
     const float *w = m->params + m->woff[l], *bias = m->params + m->boff[l];
     float *out = m->act[l + 1];
 
-    for (int r = 0; r < b; r++)
-      memcpy(out + (size_t)r * no, bias, (size_t)no * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, no, ni, 1.0f, in, ni, w, no, 1.0f,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, no, ni, 1.0f, in, ni, w, no, 0.0f,
                 out, no);
-    if (l + 1 < m->nlayers)
-      relu_inplace(out, (size_t)b * no);
+    add_bias(out, bias, b, no, l + 1 < m->nlayers);
     in = out;
   }
 }

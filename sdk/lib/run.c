@@ -300,10 +300,22 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = (char *)agent;
   /* mpirun starts every daemon itself, through the agent here (where the
    * workers' exec addresses are known), and they all report to it directly;
-   * a tree spawn would run the agent inside a worker. */
+   * a tree spawn would run the agent inside a worker. Without a tree Open
+   * MPI would --daemonize its daemons: they would detach from the exec
+   * channel (and from the worker's session, so stopping the worker would
+   * miss them), and one dying before it reported in would leave mpirun
+   * waiting forever. Attached, a daemon's exec connection lives exactly as
+   * long as the daemon, and its end is an agent exit mpirun acts on. */
   argv[n++] = "--mca";
   argv[n++] = "plm_rsh_no_tree_spawn";
   argv[n++] = "1";
+  argv[n++] = "--leave-session-attached";
+  /* Several daemons on one host (the local backend's workers) race in
+   * Open MPI 4.1's hwloc topology sharing (rtc hwloc), and one may crash;
+   * with --bind-to none that component has nothing else to do. */
+  argv[n++] = "--mca";
+  argv[n++] = "rtc";
+  argv[n++] = "^hwloc";
   argv[n++] = "--mca";
   argv[n++] = "routed";
   argv[n++] = "direct";

@@ -74,8 +74,9 @@ check "muster rsh HOST runs a shell command line in the worker at HOST (Open MPI
 "$muster" stop "$id" > /dev/null
 
 # --- allreduce through mpirun + the exec channel agrees with single
+# (every muster run here is bounded: a hang is a failure, exit 124)
 "$train" --steps 50 --batch 64 --quiet --dump-params "$tmp/single.bin" > "$tmp/single.out" 2>&1
-"$muster" run --mode allreduce --workers 2 --cpu 1 --timeout 60 -- \
+timeout 180 "$muster" run --mode allreduce --workers 2 --cpu 1 --timeout 60 -- \
   "$train" --mode allreduce --steps 50 --batch 64 --quiet --dump-params "$tmp/ar.bin" \
   > "$tmp/ar.out" 2> "$tmp/ar.err"; rc=$?
 check "muster run --mode allreduce --workers 2 succeeds (exit $rc)" test $rc -eq 0
@@ -100,7 +101,7 @@ check "...its workers were stopped at the end" \
 check "no sshd ran" no_sshd
 
 # --- PS: 1 PS + 2 workers, --sync, MNIST to >= 97% test accuracy
-"$muster" run --mode ps --ps 1 --workers 2 --cpu 0.5 -- \
+timeout 300 "$muster" run --mode ps --ps 1 --workers 2 --cpu 0.5 -- \
   "$train" --mode ps --sync --epochs 4 --quiet > "$tmp/ps.out" 2> "$tmp/ps.err"; rc=$?
 check "muster run --mode ps --ps 1 --workers 2 succeeds (exit $rc)" test $rc -eq 0
 p=$(last_json "$tmp/ps.out")
@@ -110,7 +111,7 @@ check "...with output prefixed by role and index" grep -q '^\[worker-0\] ' "$tmp
 
 # --- PyTorch DDP (gloo) through --mode exec: world size 2, distinct ranks
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
-  "$muster" run --mode exec --workers 2 --cpu 1 -- /usr/bin/python3 "$src/tests/run/ddp.py" \
+  timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 -- /usr/bin/python3 "$src/tests/run/ddp.py" \
     > "$tmp/ddp.out" 2> "$tmp/ddp.err"; rc=$?
   check "a PyTorch DDP job runs with --mode exec (exit $rc)" test $rc -eq 0
   check "...rank 0 of 2 and rank 1 of 2 both ran" \

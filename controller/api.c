@@ -815,8 +815,6 @@ static enum MHD_Result h_heartbeat(struct MHD_Connection *c, const char *id) {
   stop = !w;
   if (w) {
     w->last_hb_ms = util_mono_ms();
-    if (w->adopted && w->pid <= 0)
-      w->adopted = 0;
     if (db_worker_touch_heartbeat(g.db, id) != 0)
       LOG(LOG_WARN, "could not record a heartbeat of %s: %s", id, db_errmsg(g.db));
   }

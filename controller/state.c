@@ -556,6 +556,10 @@ static void reap_children_locked(void) {
  * workers adopted after a restart, which are not our children) whose
  * workerd vanished. */
 static void check_timeouts_locked(int64_t now) {
+  static int64_t last_probe_ms;
+  /* Adopted workers are probed through /proc once a second, not on every
+   * tick: heartbeat loss catches them anyway, this only makes it sooner. */
+  int probe = now - last_probe_ms >= 1000;
   struct lw *w, *next;
   int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000);
   int64_t hb_ms = (int64_t)(g.cfg.heartbeat_timeout_s * 1000);
@@ -570,11 +574,13 @@ static void check_timeouts_locked(int64_t now) {
     else if (w->status == WS_RUNNING && now - w->last_hb_ms > hb_ms)
       snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
                g.cfg.heartbeat_timeout_s);
-    else if (w->adopted && w->status != WS_SCHEDULING && !backend_alive(w->pid))
+    else if (probe && w->adopted && w->status != WS_SCHEDULING && !backend_alive(w->pid))
       snprintf(why, sizeof(why), "lost: its muster-workerd (pid %d) is gone", (int)w->pid);
     if (why[0] && sm_fail_locked(w, why) != 0)
       LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
   }
+  if (probe)
+    last_probe_ms = now;
 }
 
 /* Admits scheduling workers, oldest first, while they fit; a worker too big

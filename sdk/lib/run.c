@@ -411,9 +411,8 @@ static void run_exec_all(struct run *run, const char *master, json_t *cluster) {
   const muster_run_opts *o = run->o;
   size_t nps = run->ps.count, nw = run->workers.count;
   struct proc *procs = calloc(nps + nw, sizeof(*procs));
-  char *spec = json_dumps(cluster, JSON_COMPACT);
 
-  if (!procs || !spec) {
+  if (!procs) {
     fail(run, NULL, "out of memory");
     goto out;
   }
@@ -458,7 +457,6 @@ out:
     for (size_t i = 0; i < procs[k].nenv; i++)
       free(procs[k].env[i]);
   free(procs);
-  free(spec);
 }
 
 /* Launches n workers of role; appends an error to run on failure. */

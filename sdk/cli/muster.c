@@ -35,6 +35,7 @@ static const char usage_main[] =
     "  exec       run a command inside a worker (stdin/stdout relayed; no SSH)\n"
     "  run        launch a cluster, train across it (ps, allreduce, exec), stop it\n"
     "  rsh        Open MPI's rsh agent on the exec channel (used by muster run)\n"
+    "  rank       start an Open MPI rank inside its own worker (used by muster run)\n"
     "\n"
     "The controller is found from --url/--token, MUSTER_URL/MUSTER_TOKEN, or the\n"
     "state directory of the local controller ($MUSTER_STATE_DIR, default ~/.muster).\n"
@@ -106,6 +107,15 @@ static const char usage_rsh[] =
     "relaying standard input and output for as long as it runs. HOST's exec port\n"
     "and the token come from MUSTER_EXEC_HOSTS and MUSTER_EXEC_TOKEN (set by muster\n"
     "run), or else from the controller. Options before HOST are ignored.\n";
+
+static const char usage_rank[] =
+    "usage: muster rank [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Used by muster run: started by an Open MPI daemon that serves every worker of\n"
+    "a host, it runs COMMAND (rank OMPI_COMM_WORLD_RANK of the job) inside that\n"
+    "rank's own worker through its exec channel, with Open MPI's variables (and\n"
+    "RANK, LOCAL_RANK), and relays its input, output and exit code. The workers\n"
+    "come from MUSTER_EXEC_RANKS (ip:port per rank) and MUSTER_EXEC_TOKEN.\n";
 
 static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
@@ -1033,6 +1043,95 @@ static int cmd_rsh(int argc, char **argv) {
   return exit_code;
 }
 
+/* What an Open MPI daemon gives its ranks, and what mpirun -x passes on:
+ * the rest of the daemon's environment is its own worker's, and the rank
+ * gets its own worker's instead. */
+static int rank_forwards(const char *var) {
+  static const char *const prefixes[] = {"OMPI_", "PMIX_", "OPAL_", "ORTE_",
+                                         "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE="};
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+    if (strncmp(var, prefixes[i], strlen(prefixes[i])) == 0)
+      return 1;
+  return 0;
+}
+
+static int cmd_rank(int argc, char **argv) {
+  const char *ranks = getenv("MUSTER_EXEC_RANKS"), *token = getenv("MUSTER_EXEC_TOKEN");
+  const char *rank_s = getenv("OMPI_COMM_WORLD_RANK");
+  const char *local_s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const char *p;
+  char cwd[PATH_MAX], err[600], rank_env[32], local_env[32];
+  const char **env = NULL;
+  size_t nenv = 0;
+  muster_exec_target t;
+  muster_exec_opts o;
+  long rank;
+  int i = 1, exit_code, rc;
+
+  if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fputs(usage_rank, stdout);
+    return EXIT_OK;
+  }
+  if (i < argc && strcmp(argv[i], "--") == 0)
+    i++;
+  if (i >= argc)
+    return usage_error(usage_rank, "give the command");
+  if (!rank_s || !ranks || !token) {
+    fprintf(stderr, "muster rank: %s is not set: muster rank is started by muster run's "
+                    "mpirun only\n", !rank_s ? "OMPI_COMM_WORLD_RANK"
+                                            : !ranks ? "MUSTER_EXEC_RANKS" : "MUSTER_EXEC_TOKEN");
+    return EXIT_USAGE;
+  }
+  rank = strtol(rank_s, NULL, 10);
+  /* The rank-th ip:port of the list. */
+  p = ranks;
+  for (long k = 0; p && k < rank; k++) {
+    p = strchr(p, ',');
+    if (p)
+      p++;
+  }
+  memset(&t, 0, sizeof(t));
+  if (!p || rank < 0 || sscanf(p, "%63[^:,]:%d", t.host, &t.port) != 2) {
+    fprintf(stderr, "muster rank: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", rank_s,
+            ranks);
+    return EXIT_USAGE;
+  }
+  snprintf(t.token, sizeof(t.token), "%s", token);
+  snprintf(t.worker_id, sizeof(t.worker_id), "at %.12s", t.host);
+
+  for (char **e = environ; *e; e++)
+    nenv++;
+  env = calloc(nenv + 2, sizeof(*env));
+  if (!env)
+    return EXIT_CONTROLLER;
+  nenv = 0;
+  for (char **e = environ; *e; e++)
+    if (rank_forwards(*e))
+      env[nenv++] = *e;
+  snprintf(rank_env, sizeof(rank_env), "RANK=%ld", rank);
+  env[nenv++] = rank_env;
+  if (local_s) {
+    snprintf(local_env, sizeof(local_env), "LOCAL_RANK=%s", local_s);
+    env[nenv++] = local_env;
+  }
+
+  muster_exec_opts_init(&o);
+  o.argv = (const char *const *)&argv[i];
+  o.argc = (size_t)(argc - i);
+  o.env = env;
+  o.nenv = nenv;
+  o.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : NULL;
+  o.stdin_fd = 0;
+  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
+  free(env);
+  if (rc) {
+    fprintf(stderr, "muster rank: rank %ld: %s\n", rank, err);
+    /* 255: the worker is gone or unreachable (as ssh and muster rsh say). */
+    return rc == MUSTER_E_NOT_FOUND ? 127 : rc == MUSTER_E_UNREACHABLE ? 255 : 126;
+  }
+  return exit_code;
+}
+
 static void run_output(void *arg, const char *role, int index, muster_stream stream,
                        const char *line, size_t len) {
   FILE *f = stream == MUSTER_STDERR ? stderr : stdout;
@@ -1055,7 +1154,7 @@ static int cmd_run(int argc, char **argv) {
   muster_run_opts o;
   muster_run_result r;
   muster_client *c = NULL;
-  char agent[PATH_MAX + 8], self[PATH_MAX];
+  char self[PATH_MAX];
   int code = EXIT_OK, rc, i;
   long l;
   double d;
@@ -1124,12 +1223,11 @@ static int cmd_run(int argc, char **argv) {
   o.argv = (const char *const *)&argv[i];
   o.argc = (size_t)(argc - i);
   o.on_output = run_output;
-  /* The rsh agent is this very program. */
+  /* The rsh agent and the rank launcher are this very program. */
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
     self[n] = '\0';
-    snprintf(agent, sizeof(agent), "%s rsh", self);
-    o.rsh_agent = agent;
+    o.muster_program = self;
   }
   if ((code = connect_client(&c)))
     return code;
@@ -1192,6 +1290,8 @@ int main(int argc, char **argv) {
     return cmd_exec(argc, argv);
   if (strcmp(argv[0], "rsh") == 0)
     return cmd_rsh(argc, argv);
+  if (strcmp(argv[0], "rank") == 0)
+    return cmd_rank(argc, argv);
   if (strcmp(argv[0], "run") == 0)
     return cmd_run(argc, argv);
   return usage_error(usage_main, "unknown command \"%s\"", argv[0]);

@@ -263,7 +263,10 @@ typedef struct muster_run_opts {
   const char *const *argv; /* the command, argc entries */
   size_t argc;
   const char *session;  /* NULL: a new session of its own, "run-<random>" */
-  const char *rsh_agent; /* allreduce: the rsh agent command (default "muster rsh") */
+  /* allreduce: the muster program, run as Open MPI's rsh agent ("<it> rsh")
+   * and to start each rank inside its worker ("<it> rank"); NULL: "muster",
+   * found on the PATH. */
+  const char *muster_program;
   muster_run_output_cb on_output;
   void *arg;
 } muster_run_opts;

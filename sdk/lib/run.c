@@ -181,7 +181,6 @@ struct monitor {
   struct run *run;
   muster_client *c;
   int64_t since;
-  muster_client *main_client;
 };
 
 static int watch(void *arg, const muster_event *e) {
@@ -193,16 +192,12 @@ static int watch(void *arg, const muster_event *e) {
     return run->cancel;
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; i < lists[k]->count; i++)
-      if (strcmp(lists[k]->items[i].id, e->worker_id) == 0 && !run->cancel) {
-        muster_worker w;
-        char why[600] = "";
-        if (muster_get(m->c, e->worker_id, &w) == 0) {
-          snprintf(why, sizeof(why), "%s", w.failure ? w.failure : muster_status_name(w.status));
-          muster_worker_cleanup(&w);
-        }
+      if (strcmp(lists[k]->items[i].id, e->worker_id) == 0 && !run->cancel)
+        /* The event's detail is the worker's failure sentence (the client
+         * is busy streaming: no other call on it from here). */
         fail(run, e->worker_id, "%s %zu (%s) %s: %s", k ? "worker" : "ps", i, e->worker_id,
-             e->to == MUSTER_FAILED ? "failed" : "was stopped", why);
-      }
+             e->to == MUSTER_FAILED ? "failed" : "was stopped",
+             e->detail && e->detail[0] ? e->detail : muster_status_name(e->to));
   return run->cancel;
 }
 
@@ -258,17 +253,67 @@ static void *relay_main(void *arg) {
   return NULL;
 }
 
-/* Runs mpirun here, with -H the workers' addresses and muster's rsh agent,
- * so that its daemons start inside the workers through their exec channel. */
+/* Two workers share a host when they report the same host name (the
+ * local backend's workers all do; Slurm jobs on one node do). */
+static int same_host(const muster_worker *a, const muster_worker *b) {
+  return a->hostname && b->hostname && strcmp(a->hostname, b->hostname) == 0;
+}
+
+/* Appends ",fmt" (or "fmt" to an empty list) to *list; -1 when out of
+ * memory (*list is then NULL). */
+static int list_add(char **list, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int list_add(char **list, const char *fmt, ...) {
+  va_list ap;
+  char *item = NULL, *joined;
+
+  va_start(ap, fmt);
+  if (vasprintf(&item, fmt, ap) < 0)
+    item = NULL;
+  va_end(ap);
+  joined = item ? xasprintf("%s%s%s", *list ? *list : "", *list ? "," : "", item) : NULL;
+  free(item);
+  free(*list);
+  *list = joined;
+  return joined ? 0 : -1;
+}
+
+/* A rank or daemon that lost its worker's exec connection makes mpirun exit
+ * with 255 (what muster rank and muster rsh then say, as ssh does). The
+ * controller tells the monitor which worker failed, and why, moments later:
+ * wait a little for that, so that the run names the worker. */
+static void await_worker_failure(struct run *run, double seconds) {
+  const struct timespec tick = {0, 20 * 1000 * 1000};
+
+  for (double end = now_s() + seconds; now_s() < end;) {
+    int known;
+    pthread_mutex_lock(&run->lock);
+    known = run->r->failure[0] != 0;
+    pthread_mutex_unlock(&run->lock);
+    if (known)
+      return;
+    nanosleep(&tick, NULL);
+  }
+}
+
+/* Runs mpirun here, with muster's rsh agent, so that its daemons start
+ * inside the workers through their exec channel. Open MPI sees one node per
+ * host: the workers that share a host share one daemon (started in the
+ * first of them), and each rank is started through `muster rank`, which
+ * runs it inside its own worker, again through the exec channel. Ranks on
+ * one host thus talk through shared memory, as Open MPI's ranks on one node
+ * do, and every rank still lives (and is stopped) with its worker. */
 static void run_allreduce(struct run *run, const char *master) {
   const muster_run_opts *o = run->o;
-  const char *agent = o->rsh_agent ? o->rsh_agent : "muster rsh";
-  char *hosts = NULL, *exec_hosts = NULL, np[16];
-  char *argv[160];
-  char *own[6] = {0};
+  const char *program = o->muster_program ? o->muster_program : "muster";
+  size_t nw = run->workers.count;
+  char *hosts = NULL, *exec_hosts = NULL, *exec_ranks = NULL, *agent = NULL, np[16];
+  char *argv[170];
+  char *own[7] = {0};
   char **envp = NULL;
+  char *placed = calloc(nw ? nw : 1, 1);
   size_t nenv = 0, off = 0;
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, n = 0, status = 0;
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, n = 0, status = 0, oom = !placed;
   posix_spawn_file_actions_t fa;
   pthread_t t_out, t_err;
   struct proc p;
@@ -277,16 +322,25 @@ static void run_allreduce(struct run *run, const char *master) {
   memset(&p, 0, sizeof(p));
   p.run = run;
   p.role = "mpirun";
-  for (size_t i = 0; i < run->workers.count; i++) {
-    const muster_worker *w = &run->workers.items[i];
-    char *h = xasprintf("%s%s%s", hosts ? hosts : "", hosts ? "," : "", w->ip_address);
-    char *e = xasprintf("%s%s%s:%d", exec_hosts ? exec_hosts : "", exec_hosts ? "," : "",
-                        w->ip_address, w->exec_port);
-    free(hosts);
-    free(exec_hosts);
-    hosts = h;
-    exec_hosts = e;
+  /* Ranks in host order: all of the first worker's host, then the next
+   * host's; -H names each host by its first worker, with a slot per worker. */
+  for (size_t i = 0; !oom && i < nw; i++) {
+    const muster_worker *head = &run->workers.items[i];
+    int slots = 0;
+    if (placed[i])
+      continue;
+    for (size_t j = i; j < nw; j++) {
+      const muster_worker *w = &run->workers.items[j];
+      if (placed[j] || (j != i && !same_host(head, w)))
+        continue;
+      placed[j] = 1;
+      slots++;
+      oom |= list_add(&exec_ranks, "%s:%d", w->ip_address, w->exec_port);
+    }
+    oom |= list_add(&hosts, "%s:%d", head->ip_address, slots);
+    oom |= list_add(&exec_hosts, "%s:%d", head->ip_address, head->exec_port);
   }
+  agent = xasprintf("%s rsh", program);
   snprintf(np, sizeof(np), "%zu", run->workers.count);
   argv[n++] = "mpirun";
   if (geteuid() == 0)
@@ -297,7 +351,7 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = hosts;
   argv[n++] = "--mca";
   argv[n++] = "plm_rsh_agent";
-  argv[n++] = (char *)agent;
+  argv[n++] = agent;
   /* mpirun starts every daemon itself, through the agent here (where the
    * workers' exec addresses are known), and they all report to it directly;
    * a tree spawn would run the agent inside a worker. Without a tree Open
@@ -310,9 +364,8 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = "plm_rsh_no_tree_spawn";
   argv[n++] = "1";
   argv[n++] = "--leave-session-attached";
-  /* Several daemons on one host (the local backend's workers) race in
-   * Open MPI 4.1's hwloc topology sharing (rtc hwloc), and one may crash;
-   * with --bind-to none that component has nothing else to do. */
+  /* With --bind-to none, rtc hwloc has nothing to do but share the
+   * topology, where Open MPI 4.1's daemons have been seen to crash. */
   argv[n++] = "--mca";
   argv[n++] = "rtc";
   argv[n++] = "^hwloc";
@@ -322,13 +375,23 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = "--tag-output";
   argv[n++] = "--bind-to";
   argv[n++] = "none";
+  /* Rank r is the r-th worker of exec_ranks: fill each host in turn. */
+  argv[n++] = "--map-by";
+  argv[n++] = "slot";
   argv[n++] = "-x";
   argv[n++] = "MASTER_ADDR";
   argv[n++] = "-x";
   argv[n++] = "MASTER_PORT";
   argv[n++] = "-x";
   argv[n++] = "WORLD_SIZE";
-  for (size_t i = 0; i < o->argc && n < 150; i++)
+  argv[n++] = "-x";
+  argv[n++] = "MUSTER_EXEC_RANKS";
+  argv[n++] = "-x";
+  argv[n++] = "MUSTER_EXEC_TOKEN";
+  argv[n++] = (char *)program;
+  argv[n++] = "rank";
+  argv[n++] = "--";
+  for (size_t i = 0; i < o->argc && n < 160; i++)
     argv[n++] = (char *)o->argv[i];
   argv[n] = NULL;
 
@@ -339,10 +402,11 @@ static void run_allreduce(struct run *run, const char *master) {
   own[2] = xasprintf("MASTER_ADDR=%s", master);
   own[3] = xasprintf("MASTER_PORT=%d", o->port);
   own[4] = xasprintf("WORLD_SIZE=%zu", run->workers.count);
+  own[5] = xasprintf("MUSTER_EXEC_RANKS=%s", exec_ranks ? exec_ranks : "");
   for (char **e = environ; *e; e++)
     nenv++;
-  envp = calloc(nenv + 6, sizeof(*envp));
-  if (!envp || !hosts || !own[4] || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+  envp = calloc(nenv + 7, sizeof(*envp));
+  if (oom || !envp || !hosts || !exec_ranks || !agent || !own[5] || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     fail(run, NULL, "could not prepare mpirun: %s", strerror(errno));
     goto out;
   }
@@ -350,7 +414,7 @@ static void run_allreduce(struct run *run, const char *master) {
     if (strncmp(*e, "MUSTER_EXEC_", 12) != 0 && strncmp(*e, "MASTER_ADDR=", 12) != 0 &&
         strncmp(*e, "MASTER_PORT=", 12) != 0 && strncmp(*e, "WORLD_SIZE=", 11) != 0)
       envp[off++] = *e;
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 6; i++)
     envp[off++] = own[i];
   envp[off] = NULL;
 
@@ -386,6 +450,8 @@ static void run_allreduce(struct run *run, const char *master) {
   pthread_join(t_out, NULL);
   pthread_join(t_err, NULL);
   flush_lines(&p);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 255)
+    await_worker_failure(run, 3);
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     fail(run, NULL, "mpirun exited with code %d", WEXITSTATUS(status));
   else if (WIFSIGNALED(status))
@@ -397,11 +463,14 @@ out:
     if (err[i] >= 0)
       close(err[i]);
   }
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < 7; i++)
     free(own[i]);
   free(envp);
   free(hosts);
   free(exec_hosts);
+  free(exec_ranks);
+  free(agent);
+  free(placed);
 }
 
 /* Runs the command on every PS and worker through their exec channels, and

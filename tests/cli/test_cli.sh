@@ -178,6 +178,12 @@ m frobnicate
 check "unknown command exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "frobnicate" && [ -z "$OUT" ]'
 m
 check "no command exits 2" eval '[ $RC = 2 ] && has "$ERR" "usage: muster"'
+m rank -- true
+check "muster rank outside muster run's mpirun exits 2 naming what is missing" \
+  eval '[ $RC = 2 ] && has "$ERR" "OMPI_COMM_WORLD_RANK is not set"'
+OMPI_COMM_WORLD_RANK=2 MUSTER_EXEC_RANKS=127.0.1.1:1,127.0.1.2:2 MUSTER_EXEC_TOKEN=x m rank -- true
+check "muster rank with no worker for its rank exits 2 naming the rank" \
+  eval '[ $RC = 2 ] && has "$ERR" "rank 2 has no worker"'
 m --bogus-flag ps
 check "unknown global option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
 m launch --bogus-flag

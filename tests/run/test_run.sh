@@ -98,6 +98,20 @@ else
 fi
 check "...its workers were stopped at the end" \
   test "$("$muster" ps --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 0
+
+# --- every rank runs inside its own worker (one Open MPI daemon for the host)
+timeout 120 "$muster" run --mode allreduce --workers 3 --cpu 0.5 -- \
+  sh -c 'echo "r=$RANK/$OMPI_COMM_WORLD_RANK l=$LOCAL_RANK n=$WORLD_SIZE w=$MUSTER_WORKER_ID a=$MUSTER_IP_ADDRESS m=$MASTER_ADDR"' \
+  > "$tmp/ranks.out" 2> "$tmp/ranks.err"; rc=$?
+check "allreduce with 3 workers on one host: every rank reports (exit $rc)" \
+  test "$(grep -c '^\[rank-[012]\] r=' "$tmp/ranks.out")" = 3
+check "...each in its own worker, at its own address" \
+  test "$(grep -o 'w=w-[a-z0-9]*' "$tmp/ranks.out" | sort -u | wc -l)$(grep -o 'a=[0-9.]*' "$tmp/ranks.out" | sort -u | wc -l)" = 33
+check "...with RANK = Open MPI's rank, LOCAL_RANK, WORLD_SIZE=3" \
+  bash -c "grep -q '^\[rank-0\] r=0/0 l=0 n=3' '$tmp/ranks.out' && grep -q '^\[rank-1\] r=1/1 l=1 n=3' '$tmp/ranks.out' && grep -q '^\[rank-2\] r=2/2 l=2 n=3' '$tmp/ranks.out'"
+m=$(grep -o '^\[rank-0\].*' "$tmp/ranks.out" | sed 's/.* a=\([0-9.]*\) m=.*/\1/')
+check "...and MASTER_ADDR is rank 0's worker ($m)" \
+  bash -c "[ -n '$m' ] && [ \$(grep -c ' m=$m\$' '$tmp/ranks.out') = 3 ]"
 check "no sshd ran" no_sshd
 
 # --- PS: 1 PS + 2 workers, --sync, MNIST to >= 97% test accuracy
@@ -122,34 +136,48 @@ else
 fi
 
 # --- a worker killed mid-run ends muster run, non-zero, within 10 s, naming it
-"$muster" run --mode allreduce --workers 2 --cpu 1 --session doomed -- \
-  "$train" --mode allreduce --epochs 200 --quiet > "$tmp/kill.out" 2> "$tmp/kill.err" &
-run_pid=$!
-victim=
-for _ in $(seq 150); do
-  victim=$("$muster" ps --session doomed --json 2>/dev/null | python3 -c '
-import json, sys
+# and why: the worker that runs Open MPI's daemon for the host (and rank 0),
+# and the other one (which runs only its rank).
+kill_mid_run() {  # $1: "daemon" or "rank"
+  local which=$1 session="doomed-$1" victim= vid vpid t0 took rc
+  "$muster" run --mode allreduce --workers 2 --cpu 1 --session "$session" -- \
+    "$train" --mode allreduce --epochs 200 --quiet > "$tmp/kill.out" 2> "$tmp/kill.err" &
+  local run_pid=$!
+  for _ in $(seq 150); do
+    # The daemon's worker is the one whose session (its workerd's pid) holds orted.
+    victim=$("$muster" ps --session "$session" --json 2>/dev/null | WHICH=$which python3 -c '
+import json, os, subprocess, sys
 ws = [w for w in json.load(sys.stdin) if w["status"] == "running"]
-print(ws[-1]["id"] + " " + ws[-1]["backend_ref"] if len(ws) == 2 else "")' 2>/dev/null)
-  [ -n "$victim" ] && break
-  sleep 0.2
-done
-sleep 2   # training under way
-if [ -n "$victim" ]; then
-  vid=${victim% *}; vpid=${victim#* }
-  kill -KILL "$vpid"
-  t0=$(date +%s.%N)
-  for _ in $(seq 150); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
-  took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
-  if kill -0 "$run_pid" 2>/dev/null; then kill -KILL "$run_pid"; fi
-  wait "$run_pid"; rc=$?
-  check "killing worker $vid's process makes muster run exit non-zero (exit $rc)" test $rc -ne 0
-  check "...within 10 s (took $took s)" le "$took" 10
-  check "...naming that worker" grep -q "$vid" "$tmp/kill.err"
-else
-  not_ok "the doomed run's workers never ran: $(tail -3 "$tmp/kill.err")"
-  kill -KILL "$run_pid" 2>/dev/null
-fi
+ps = subprocess.run(["ps", "-eo", "sid=,comm="], capture_output=True, text=True).stdout
+daemon_sids = {l.split()[0] for l in ps.splitlines() if l.split()[1:] == ["orted"]}
+pick = [w for w in ws if (w["backend_ref"] in daemon_sids) == (os.environ["WHICH"] == "daemon")]
+print(pick[0]["id"] + " " + pick[0]["backend_ref"] if len(ws) == 2 and len(daemon_sids) and pick else "")' 2>/dev/null)
+    [ -n "$victim" ] && break
+    sleep 0.2
+  done
+  sleep 2   # training under way
+  if [ -n "$victim" ]; then
+    vid=${victim% *}; vpid=${victim#* }
+    kill -KILL "$vpid"
+    t0=$(date +%s.%N)
+    for _ in $(seq 150); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
+    took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
+    if kill -0 "$run_pid" 2>/dev/null; then kill -KILL "$run_pid"; fi
+    wait "$run_pid"; rc=$?
+    check "killing the $which worker $vid's process makes muster run exit non-zero (exit $rc)" \
+      test $rc -ne 0
+    check "...within 10 s (took $took s)" le "$took" 10
+    check "...naming that worker and why" \
+      grep -q "FAILED: worker [01] ($vid) failed: muster-workerd (pid $vpid) was killed by signal 9" \
+      "$tmp/kill.err"
+  else
+    not_ok "the $which run's workers never ran: $(tail -3 "$tmp/kill.err")"
+    kill -KILL "$run_pid" 2>/dev/null
+    wait "$run_pid"
+  fi
+}
+kill_mid_run daemon
+kill_mid_run rank
 check "no sshd ran during any of it" no_sshd
 
 echo "$pass passed, $fail failed"

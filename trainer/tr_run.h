@@ -101,6 +101,9 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
 /* --bench-allreduce: the time of a bare MPI_Allreduce of n floats (under
  * mpirun), the reference for the trainer's per-step exchange. */
 int tr_bench_allreduce(long n, int *argc, char ***argv);
+/* MPI_Init, skipping Open MPI's probes for network hardware this host does
+ * not have. */
+void tr_mpi_init(int *argc, char ***argv);
 
 /* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.c). */
 int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,

@@ -1093,7 +1093,17 @@ static int cmd_rank(int argc, char **argv) {
       p++;
   }
   memset(&t, 0, sizeof(t));
-  if (!p || rank < 0 || sscanf(p, "%63[^:,]:%d", t.host, &t.port) != 2) {
+  if (p && rank >= 0) {
+    /* ip:port, the port after the entry's last colon (the ip may be IPv6). */
+    size_t len = strcspn(p, ","), hl;
+    const char *colon = memrchr(p, ':', len);
+    hl = colon ? (size_t)(colon - p) : 0;
+    if (colon && hl > 0 && hl < sizeof(t.host)) {
+      memcpy(t.host, p, hl);
+      t.port = (int)strtol(colon + 1, NULL, 10);
+    }
+  }
+  if (!t.host[0] || t.port <= 0 || t.port > 65535) {
     fprintf(stderr, "muster rank: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", rank_s,
             ranks);
     return EXIT_USAGE;

@@ -172,13 +172,25 @@ void backend_adopt_locked(struct lw *w, const char *bind_ip, const char *gpu_ind
   reserve(w);
 }
 
-/* Fills the spawn attributes every workerd gets: its own session, so that
- * it outlives a controller restart and can be signalled as a group with its
- * script; default signal handling, since the controller ignores SIGPIPE. */
-static void spawn_attr_init(posix_spawnattr_t *attr) {
+/* Spawns workerd (the fork server, or one worker) with standard input from
+ * /dev/null, its output appended to logpath, and fd3, if not -1, as its fd
+ * 3; in its own session, so that it outlives a controller restart and can be
+ * signalled as a group with its script; with default signal handling, since
+ * the controller ignores SIGPIPE. Returns posix_spawn's answer. */
+static int spawn_workerd(pid_t *pid, const char *logpath, int fd3, char *const argv[],
+                         char *const envp[]) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
   sigset_t none, defaults;
+  int rc;
 
-  posix_spawnattr_init(attr);
+  posix_spawn_file_actions_init(&fa);
+  if (fd3 >= 0)
+    posix_spawn_file_actions_adddup2(&fa, fd3, 3);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_init(&attr);
   sigemptyset(&none);
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGPIPE);
@@ -186,10 +198,14 @@ static void spawn_attr_init(posix_spawnattr_t *attr) {
   sigaddset(&defaults, SIGTERM);
   sigaddset(&defaults, SIGINT);
   sigaddset(&defaults, SIGHUP);
-  posix_spawnattr_setsigmask(attr, &none);
-  posix_spawnattr_setsigdefault(attr, &defaults);
-  posix_spawnattr_setflags(attr,
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  rc = posix_spawn(pid, g.cfg.workerd_path, &fa, &attr, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return rc;
 }
 
 static void zygote_close(void) {
@@ -204,8 +220,6 @@ static void zygote_close(void) {
 
 /* Starts the fork server; on failure workers are simply spawned. */
 static void zygote_start(void) {
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
   char logpath[1100];
   char *argv[] = {g.cfg.workerd_path, "--zygote", NULL};
   int sv[2], rc;
@@ -213,15 +227,7 @@ static void zygote_start(void) {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return;
   snprintf(logpath, sizeof(logpath), "%s/workers/zygote.log", g.cfg.state_dir);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  spawn_attr_init(&attr);
-  rc = posix_spawn(&zygote_pid, g.cfg.workerd_path, &fa, &attr, argv, base_env);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  rc = spawn_workerd(&zygote_pid, logpath, sv[1], argv, base_env);
   close(sv[1]);
   if (rc != 0) {
     LOG(LOG_WARN, "could not start the workerd fork server (%s); spawning each worker",
@@ -297,8 +303,6 @@ int backend_reaped_locked(pid_t pid) {
 
 int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_indices,
                          size_t gpulen, char *err, size_t errlen) {
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
   char logpath[1100], env_log[1200];
   char env_url[200], env_id[64], env_token[128], env_ip[64];
   char **envp = NULL;
@@ -342,16 +346,8 @@ int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_in
     const char *vars[] = {env_url, env_id, env_token, env_ip, env_log};
     rc = zygote_spawn(vars, 5, &pid);
   }
-  if (rc != 0) {
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    spawn_attr_init(&attr);
-    rc = posix_spawn(&pid, g.cfg.workerd_path, &fa, &attr, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-  }
+  if (rc != 0)
+    rc = spawn_workerd(&pid, logpath, -1, argv, envp);
   free(envp);
   if (rc != 0) {
     snprintf(err, errlen, "could not start %s: %s", g.cfg.workerd_path, strerror(rc));

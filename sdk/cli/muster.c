@@ -955,6 +955,33 @@ out:
   return code;
 }
 
+/* Fills t from the list of exec addresses muster run hands its mpirun
+ * ("ip:port,ip:port,...", the port after each entry's last colon, as the ip
+ * may be IPv6): the entry whose ip is host, or if host is NULL the index-th.
+ * Returns 0, or -1 if there is no such entry. */
+static int exec_list_find(const char *list, const char *host, long index, const char *token,
+                          muster_exec_target *t) {
+  memset(t, 0, sizeof(*t));
+  for (const char *p = list; p && *p; index--) {
+    size_t len = strcspn(p, ",");
+    const char *colon = memrchr(p, ':', len);
+    size_t hl = colon ? (size_t)(colon - p) : 0;
+    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+    if (hl > 0 && hl < sizeof(t->host) && port > 0 && port <= 65535 &&
+        (host ? strlen(host) == hl && strncmp(p, host, hl) == 0 : index == 0)) {
+      memcpy(t->host, p, hl);
+      t->port = (int)port;
+      snprintf(t->token, sizeof(t->token), "%s", token);
+      snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", t->host);
+      return 0;
+    }
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return -1;
+}
+
 /* Finds host's exec port and token: from muster run's environment, or
  * from the controller (the running worker with that address). */
 static int rsh_target(const char *host, muster_exec_target *t) {
@@ -963,22 +990,8 @@ static int rsh_target(const char *host, muster_exec_target *t) {
   muster_worker_list ws = {0};
   int rc;
 
-  memset(t, 0, sizeof(*t));
-  if (hosts && token) {
-    size_t hl = strlen(host);
-    for (const char *p = hosts; p && *p;) {
-      if (strncmp(p, host, hl) == 0 && p[hl] == ':') {
-        snprintf(t->host, sizeof(t->host), "%s", host);
-        t->port = (int)strtol(p + hl + 1, NULL, 10);
-        snprintf(t->token, sizeof(t->token), "%s", token);
-        snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", host);
-        return 0;
-      }
-      p = strchr(p, ',');
-      if (p)
-        p++;
-    }
-  }
+  if (hosts && token && exec_list_find(hosts, host, 0, token, t) == 0)
+    return 0;
   if ((rc = connect_client(&c)))
     return rc;
   rc = muster_list(c, 1u << MUSTER_RUNNING, NULL, NULL, &ws, NULL);
@@ -1061,7 +1074,6 @@ static int cmd_rank(int argc, char **argv) {
   const char *ranks = getenv("MUSTER_EXEC_RANKS"), *token = getenv("MUSTER_EXEC_TOKEN");
   const char *rank_s = getenv("OMPI_COMM_WORLD_RANK");
   const char *local_s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  const char *p;
   char cwd[PATH_MAX], err[600], rank_env[32], local_env[32];
   const char **env = NULL;
   size_t nenv = 0;
@@ -1085,31 +1097,11 @@ static int cmd_rank(int argc, char **argv) {
     return EXIT_USAGE;
   }
   rank = strtol(rank_s, NULL, 10);
-  /* The rank-th ip:port of the list. */
-  p = ranks;
-  for (long k = 0; p && k < rank; k++) {
-    p = strchr(p, ',');
-    if (p)
-      p++;
-  }
-  memset(&t, 0, sizeof(t));
-  if (p && rank >= 0) {
-    /* ip:port, the port after the entry's last colon (the ip may be IPv6). */
-    size_t len = strcspn(p, ","), hl;
-    const char *colon = memrchr(p, ':', len);
-    hl = colon ? (size_t)(colon - p) : 0;
-    if (colon && hl > 0 && hl < sizeof(t.host)) {
-      memcpy(t.host, p, hl);
-      t.port = (int)strtol(colon + 1, NULL, 10);
-    }
-  }
-  if (!t.host[0] || t.port <= 0 || t.port > 65535) {
+  if (rank < 0 || exec_list_find(ranks, NULL, rank, token, &t) != 0) {
     fprintf(stderr, "muster rank: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", rank_s,
             ranks);
     return EXIT_USAGE;
   }
-  snprintf(t.token, sizeof(t.token), "%s", token);
-  snprintf(t.worker_id, sizeof(t.worker_id), "at %.12s", t.host);
 
   for (char **e = environ; *e; e++)
     nenv++;
@@ -1264,6 +1256,15 @@ static int cmd_run(int argc, char **argv) {
   return code;
 }
 
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+} commands[] = {
+    {"launch", cmd_launch}, {"await", cmd_await}, {"ps", cmd_ps},     {"ls", cmd_ps},
+    {"show", cmd_show},     {"stop", cmd_stop},   {"logs", cmd_logs}, {"exec", cmd_exec},
+    {"rsh", cmd_rsh},       {"rank", cmd_rank},   {"run", cmd_run},
+};
+
 int main(int argc, char **argv) {
   int i = 1;
 
@@ -1286,25 +1287,8 @@ int main(int argc, char **argv) {
     return usage_error(usage_main, "a command is needed");
   argc -= i;
   argv += i;
-  if (strcmp(argv[0], "launch") == 0)
-    return cmd_launch(argc, argv);
-  if (strcmp(argv[0], "await") == 0)
-    return cmd_await(argc, argv);
-  if (strcmp(argv[0], "ps") == 0 || strcmp(argv[0], "ls") == 0)
-    return cmd_ps(argc, argv);
-  if (strcmp(argv[0], "show") == 0)
-    return cmd_show(argc, argv);
-  if (strcmp(argv[0], "stop") == 0)
-    return cmd_stop(argc, argv);
-  if (strcmp(argv[0], "logs") == 0)
-    return cmd_logs(argc, argv);
-  if (strcmp(argv[0], "exec") == 0)
-    return cmd_exec(argc, argv);
-  if (strcmp(argv[0], "rsh") == 0)
-    return cmd_rsh(argc, argv);
-  if (strcmp(argv[0], "rank") == 0)
-    return cmd_rank(argc, argv);
-  if (strcmp(argv[0], "run") == 0)
-    return cmd_run(argc, argv);
+  for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
+    if (strcmp(argv[0], commands[k].name) == 0)
+      return commands[k].run(argc, argv);
   return usage_error(usage_main, "unknown command \"%s\"", argv[0]);
 }

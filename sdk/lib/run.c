@@ -64,6 +64,7 @@ struct run {
   const muster_run_opts *o;
   muster_run_result *r;
   pthread_mutex_t lock;
+  pthread_cond_t failed; /* signalled when the first failure is recorded */
   volatile int cancel;
   pid_t mpirun;
   char *last_line; /* of worker 0 / rank 0 */
@@ -84,6 +85,7 @@ static void fail(struct run *run, const char *worker, const char *fmt, ...) {
     vsnprintf(run->r->failure, sizeof(run->r->failure), fmt, ap);
     va_end(ap);
     snprintf(run->r->failed_worker, sizeof(run->r->failed_worker), "%s", worker ? worker : "");
+    pthread_cond_broadcast(&run->failed);
   }
   run->cancel = 1;
   if (run->mpirun > 0)
@@ -282,18 +284,15 @@ static int list_add(char **list, const char *fmt, ...) {
  * with 255 (what muster rank and muster rsh then say, as ssh does). The
  * controller tells the monitor which worker failed, and why, moments later:
  * wait a little for that, so that the run names the worker. */
-static void await_worker_failure(struct run *run, double seconds) {
-  const struct timespec tick = {0, 20 * 1000 * 1000};
+static void await_worker_failure(struct run *run, int seconds) {
+  struct timespec end;
 
-  for (double end = now_s() + seconds; now_s() < end;) {
-    int known;
-    pthread_mutex_lock(&run->lock);
-    known = run->r->failure[0] != 0;
-    pthread_mutex_unlock(&run->lock);
-    if (known)
-      return;
-    nanosleep(&tick, NULL);
-  }
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  end.tv_sec += seconds;
+  pthread_mutex_lock(&run->lock);
+  while (!run->r->failure[0] && pthread_cond_timedwait(&run->failed, &run->lock, &end) == 0)
+    ;
+  pthread_mutex_unlock(&run->lock);
 }
 
 /* Runs mpirun here, with muster's rsh agent, so that its daemons start
@@ -567,6 +566,13 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   run.o = o;
   run.r = r;
   pthread_mutex_init(&run.lock, NULL);
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&run.failed, &ca);
+    pthread_condattr_destroy(&ca);
+  }
   if (o->n_workers < 1 || o->n_ps < 0 || o->argc == 0 || (o->mode != MUSTER_RUN_PS && o->n_ps)) {
     rc = MUSTER_E_INVALID;
     goto out;
@@ -684,6 +690,7 @@ out:
   json_decref(cluster);
   json_decref(ps);
   json_decref(wk);
+  pthread_cond_destroy(&run.failed);
   pthread_mutex_destroy(&run.lock);
   return rc;
 }

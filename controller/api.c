@@ -9,6 +9,8 @@
 #include "state.h"
 #include "util.h"
 #include "validate.h"
+#include "worker_spec.h"
+#include "fault.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +32,41 @@
 #define MAX_LOG_FILE (64LL * 1024 * 1024)
 
 static struct MHD_Daemon *daemon_handle;
+
+/* Read-only SQLite connections for lists and gets, which so never wait for
+ * the state lock nor hold it. Each is used by one thread at a time. */
+#define MAX_READERS 66
+static struct reader {
+  pthread_mutex_t mu;
+  struct db *db;
+} readers[MAX_READERS];
+static int nreaders;
+
+/* Takes a reader connection; give it back with reader_put(). */
+static struct reader *reader_get(void) {
+  static __thread unsigned hint;
+
+  for (int i = 0; i < nreaders; i++) {
+    struct reader *r = &readers[(hint + (unsigned)i) % (unsigned)nreaders];
+    if (pthread_mutex_trylock(&r->mu) == 0)
+      return r;
+  }
+  hint++;
+  pthread_mutex_lock(&readers[hint % (unsigned)nreaders].mu);
+  return &readers[hint % (unsigned)nreaders];
+}
+
+static void reader_put(struct reader *r) { pthread_mutex_unlock(&r->mu); }
+
+/* The worker object of id, read without the state lock. New reference, or
+ * NULL if there is none. */
+static json_t *worker_read(const char *id) {
+  struct reader *r = reader_get();
+  json_t *w = db_worker_json(r->db, id);
+
+  reader_put(r);
+  return w;
+}
 
 /* Per-request state, kept in libmicrohttpd's con_cls. */
 struct req {
@@ -200,6 +238,8 @@ static char *dump_or_default(json_t *v, const char *dflt) {
 
 static enum MHD_Result h_launch(struct MHD_Connection *c, struct req *rq) {
   struct launch_req lr;
+  struct backend_req req;
+  char launch[16];
   const char *field = NULL;
   char msg[512], master_ip[64];
   char (*ids)[16] = NULL;
@@ -213,13 +253,11 @@ static enum MHD_Result h_launch(struct MHD_Connection *c, struct req *rq) {
   if (!body)
     return ret;
   rc = validate_launch(body, &lr, &field, msg, sizeof(msg));
-  if (!rc && backend_could_ever_fit(lr.cpu, lr.memory, lr.nvidia_gpu, &field) != 0) {
-    rc = MUSTER_E_CAPACITY;
-    snprintf(msg, sizeof(msg),
-             "%s: the request can never fit the local backend (it has %g cores, %g GiB of "
-             "memory and %d GPUs in all)",
-             field, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
-  }
+  req.cpu = lr.cpu;
+  req.memory = lr.memory;
+  req.ngpu = lr.nvidia_gpu;
+  if (!rc)
+    rc = g.backend->could_ever_fit(&req, &field, msg, sizeof(msg));
   if (rc) {
     ret = respond_error(c, rc, field, "%s", msg);
     goto out;
@@ -242,6 +280,11 @@ static enum MHD_Result h_launch(struct MHD_Connection *c, struct req *rq) {
     }
   }
   client_ip(c, master_ip, sizeof(master_ip));
+  memcpy(launch, "l-", 2);
+  if (util_random_alnum(launch + 2, 10) != 0) {
+    ret = respond_error(c, MUSTER_E_INTERNAL, NULL, "no random bytes for the launch id");
+    goto out;
+  }
 
   state_lock();
   if (g.shutting_down) {
@@ -259,7 +302,7 @@ static enum MHD_Result h_launch(struct MHD_Connection *c, struct req *rq) {
         .script = lr.script, .code = lr.code, .kernel = lr.kernel,
         .command_json = command, .args_json = args, .env_json = env,
         .secret_env_json = secret, .token = tokens[i], .master_ip = master_ip,
-        .backend = g.cfg.backend};
+        .backend = g.cfg.backend, .launch_id = launch};
     rc = db_worker_insert(g.db, &w);
   }
   if (!rc)
@@ -271,15 +314,19 @@ static enum MHD_Result h_launch(struct MHD_Connection *c, struct req *rq) {
     ret = respond_error(c, MUSTER_E_DB, NULL, "the launch could not be stored; nothing was launched");
     goto out;
   }
-  out = json_array();
-  for (long i = 0; i < lr.n; i++) {
-    if (lw_add_locked(ids[i], tokens[i], lr.session, lr.cpu, lr.memory, lr.nvidia_gpu) != 0)
+  for (long i = 0; i < lr.n; i++)
+    if (lw_add_locked(ids[i], tokens[i], lr.session, launch, &req) != 0)
       LOG(LOG_ERROR, "out of memory tracking %s", ids[i]);
-    json_array_append_new(out, db_worker_json(g.db, ids[i]));
-  }
   streams_wake_events_locked();
   state_kick_locked();
   state_unlock();
+  out = json_array();
+  {
+    struct reader *r = reader_get();
+    for (long i = 0; i < lr.n; i++)
+      json_array_append_new(out, db_worker_json(r->db, ids[i]));
+    reader_put(r);
+  }
   LOG(LOG_INFO, "launched %ld worker(s) in session %s", lr.n, lr.session);
   ret = respond_json(c, MHD_HTTP_CREATED, json_pack("{s:o}", "workers", out));
 
@@ -326,16 +373,52 @@ static enum MHD_Result collect_status(void *cls, enum MHD_ValueKind kind, const 
   return MHD_YES;
 }
 
+/* Reads the paging parameters limit (default 500, at most 5000) and before
+ * (a cursor from an earlier page's "next"). Returns 0, or queues a 422
+ * naming the parameter through *ret. */
+static int page_params(struct MHD_Connection *c, int *limit, int64_t *before,
+                       enum MHD_Result *ret) {
+  const char *l = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  const char *b = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+  long v;
+
+  *limit = 500;
+  *before = 0;
+  if (l) {
+    if (util_parse_long(l, 1, 5000, &v) != 0) {
+      *ret = respond_error(c, MUSTER_E_INVALID, "limit", "limit must be 1 to 5000");
+      return -1;
+    }
+    *limit = (int)v;
+  }
+  if (b && *b) {
+    if (util_parse_long(b, 1, 0x7fffffffffffffffL, &v) != 0) {
+      *ret = respond_error(c, MUSTER_E_INVALID, "before",
+                           "before must be the \"next\" cursor of an earlier page");
+      return -1;
+    }
+    *before = v;
+  }
+  return 0;
+}
+
 static enum MHD_Result h_list(struct MHD_Connection *c) {
   struct list_query q = {json_array(), NULL};
   const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
   const char *role = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "role");
   char *statuses = NULL, seq[32];
+  struct reader *rd;
   json_t *list;
   struct MHD_Response *r;
   char *text;
   enum MHD_Result ret;
+  int64_t before, next;
+  int limit;
 
+  if (page_params(c, &limit, &before, &ret) != 0) {
+    json_decref(q.statuses);
+    return ret;
+  }
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_status, &q);
   if (q.bad) {
     json_decref(q.statuses);
@@ -346,20 +429,28 @@ static enum MHD_Result h_list(struct MHD_Connection *c) {
   if (json_array_size(q.statuses))
     statuses = json_dumps(q.statuses, JSON_COMPACT);
   json_decref(q.statuses);
-  state_lock();
-  list = db_worker_list(g.db, statuses, session, role);
-  snprintf(seq, sizeof(seq), "%lld", (long long)db_last_event_seq(g.db));
-  state_unlock();
+  rd = reader_get();
+  /* The seq first: events after it may already show in the list, none
+   * before it can be missing from it. */
+  snprintf(seq, sizeof(seq), "%lld", (long long)db_last_event_seq(rd->db));
+  list = db_worker_list(rd->db, statuses, session, role, before, limit, &next);
+  reader_put(rd);
   free(statuses);
   if (!list)
     return respond_error(c, MUSTER_E_DB, NULL, "could not list workers");
-  list = json_pack("{s:o}", "workers", list);
+  {
+    char cursor[32];
+    snprintf(cursor, sizeof(cursor), "%lld", (long long)next);
+    list = json_pack("{s:o, s:o}", "workers", list, "next",
+                     next ? json_string(cursor) : json_null());
+  }
   text = json_dumps(list, JSON_COMPACT);
   json_decref(list);
   if (!text)
     return MHD_NO;
   r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
   MHD_add_response_header(r, "Content-Type", "application/json");
+  MHD_add_response_header(r, "Cache-Control", "no-store");
   /* The last event seq at the time of the list: a client that then follows
    * /api/v1/events?since= that seq misses nothing. */
   MHD_add_response_header(r, "X-Muster-Last-Event", seq);
@@ -371,53 +462,39 @@ static enum MHD_Result h_list(struct MHD_Connection *c) {
 /* ---- GET /api/v1/workers/{id}, DELETE, POST stop ---- */
 
 static enum MHD_Result h_get(struct MHD_Connection *c, const char *id) {
-  json_t *w;
+  json_t *w = worker_read(id);
 
-  state_lock();
-  w = db_worker_json(g.db, id);
-  state_unlock();
   if (!w)
     return respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
   return respond_json(c, MHD_HTTP_OK, w);
-}
-
-/* Stops live worker w (a no-op for terminal ones). Called locked. */
-static int stop_one_locked(const char *id) {
-  struct lw *w = lw_find_locked(id);
-
-  if (!w)
-    return 0;
-  return sm_finish_locked(w, WS_STOPPED, NULL, "stopped by the user", FINISH_TERM_THEN_KILL);
 }
 
 static enum MHD_Result h_delete(struct MHD_Connection *c, const char *id) {
-  json_t *w;
+  char ids[1][16];
+  json_t *w = worker_read(id);
   int rc;
 
-  state_lock();
-  w = db_worker_json(g.db, id);
-  if (!w) {
-    state_unlock();
+  if (!w)
     return respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
-  }
   json_decref(w);
-  rc = stop_one_locked(id);
-  w = db_worker_json(g.db, id);
+  snprintf(ids[0], sizeof(ids[0]), "%s", id);
+  state_lock();
+  rc = sm_stop_many_locked(ids, 1, "stopped by the user");
   state_unlock();
-  if (rc) {
-    json_decref(w);
+  if (rc)
     return respond_error(c, rc, NULL, "could not stop %s", id);
-  }
-  return respond_json(c, MHD_HTTP_OK, w);
+  w = worker_read(id);
+  return w ? respond_json(c, MHD_HTTP_OK, w) : respond_error(c, MUSTER_E_DB, NULL, NULL);
 }
 
 static enum MHD_Result h_stop(struct MHD_Connection *c, struct req *rq) {
   json_t *body = NULL, *ids, *item, *out = json_array();
   const char *session = "default";
-  json_t *targets = json_array();
+  char (*targets)[16] = NULL;
   enum MHD_Result ret = MHD_NO;
+  struct reader *rd;
   size_t i;
-  int rc = 0;
+  int n = 0, rc = 0;
 
   if (rq->len) {
     body = parse_body(c, rq, &ret);
@@ -437,6 +514,10 @@ static enum MHD_Result h_stop(struct MHD_Connection *c, struct req *rq) {
     ret = respond_error(c, MUSTER_E_INVALID, "ids", "ids must be an array of worker ids");
     goto out;
   }
+  if (json_array_size(ids) > 100000) {
+    ret = respond_error(c, MUSTER_E_INVALID, "ids", "ids may name at most 100000 workers");
+    goto out;
+  }
   json_array_foreach(ids, i, item) {
     const char *id = json_is_object(item) ? json_string_value(json_object_get(item, "id"))
                                           : json_string_value(item);
@@ -444,42 +525,61 @@ static enum MHD_Result h_stop(struct MHD_Connection *c, struct req *rq) {
       ret = respond_error(c, MUSTER_E_INVALID, "ids", "ids[%zu] is not a worker id", i);
       goto out;
     }
-    json_array_append_new(targets, json_string(id));
   }
+  rd = reader_get();
+  json_array_foreach(ids, i, item) {
+    const char *id = json_is_object(item) ? json_string_value(json_object_get(item, "id"))
+                                          : json_string_value(item);
+    json_t *w = db_worker_json(rd->db, id);
+    if (!w) {
+      reader_put(rd);
+      ret = respond_error(c, MUSTER_E_NOT_FOUND, "ids", "there is no worker %s", id);
+      goto out;
+    }
+    json_decref(w);
+  }
+  reader_put(rd);
 
   state_lock();
-  if (json_array_size(targets) == 0) {
+  n = (int)json_array_size(ids);
+  if (n == 0)
+    for (struct lw *w = g.head; w; w = w->next)
+      n += strcmp(w->session, session) == 0;
+  targets = calloc((size_t)n + 1, sizeof(*targets));
+  if (!targets) {
+    state_unlock();
+    ret = respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
+    goto out;
+  }
+  if (json_array_size(ids)) {
+    json_array_foreach(ids, i, item) {
+      const char *id = json_is_object(item) ? json_string_value(json_object_get(item, "id"))
+                                            : json_string_value(item);
+      snprintf(targets[i], sizeof(targets[i]), "%s", id);
+    }
+  } else {
+    int k = 0;
     /* Every live worker of the session. */
     for (struct lw *w = g.head; w; w = w->next)
       if (strcmp(w->session, session) == 0)
-        json_array_append_new(targets, json_string(w->id));
-  } else {
-    json_array_foreach(targets, i, item) {
-      json_t *w = db_worker_json(g.db, json_string_value(item));
-      if (!w) {
-        state_unlock();
-        ret = respond_error(c, MUSTER_E_NOT_FOUND, "ids", "there is no worker %s",
-                            json_string_value(item));
-        goto out;
-      }
-      json_decref(w);
-    }
+        snprintf(targets[k++], sizeof(targets[0]), "%s", w->id);
   }
-  json_array_foreach(targets, i, item) {
-    int one = stop_one_locked(json_string_value(item));
-    if (one && !rc)
-      rc = one;
-    json_array_append_new(out, db_worker_json(g.db, json_string_value(item)));
-  }
+  /* One transaction for all of them, however many. */
+  rc = sm_stop_many_locked(targets, n, "stopped by the user");
   state_unlock();
-  if (rc)
-    ret = respond_error(c, rc, NULL, "could not stop every worker");
-  else
-    ret = respond_json(c, MHD_HTTP_OK, json_pack("{s:O}", "workers", out));
+  if (rc) {
+    ret = respond_error(c, rc, NULL, "could not stop the workers; none was stopped");
+    goto out;
+  }
+  rd = reader_get();
+  for (int k = 0; k < n; k++)
+    json_array_append_new(out, db_worker_json(rd->db, targets[k]));
+  reader_put(rd);
+  ret = respond_json(c, MHD_HTTP_OK, json_pack("{s:O}", "workers", out));
 
 out:
+  free(targets);
   json_decref(out);
-  json_decref(targets);
   json_decref(body);
   return ret;
 }
@@ -487,13 +587,14 @@ out:
 /* ---- GET /api/v1/sessions/{name} ---- */
 
 static enum MHD_Result h_session(struct MHD_Connection *c, const char *name) {
+  struct reader *rd;
   json_t *o;
 
   if (!validate_name(name))
     return respond_error(c, MUSTER_E_NOT_FOUND, "name", "\"%.64s\" is not a session name", name);
-  state_lock();
-  o = db_session_json(g.db, name);
-  state_unlock();
+  rd = reader_get();
+  o = db_session_json(rd->db, name);
+  reader_put(rd);
   if (!o)
     return respond_error(c, MUSTER_E_NOT_FOUND, "name",
                          "there is no session %s (a session exists once it has launched)", name);
@@ -502,20 +603,23 @@ static enum MHD_Result h_session(struct MHD_Connection *c, const char *name) {
 
 /* ---- POST /api/v1/workers/await ---- */
 
-/* Builds await's answer from the workers' current rows. Called locked. */
-static json_t *await_answer_locked(json_t *ids, int wfc, int timed_out) {
+/* Builds await's answer from the workers' current rows (read without the
+ * state lock: every change that woke the await is committed). */
+static json_t *await_answer(json_t *ids, int wfc, int timed_out) {
   json_t *done = json_array(), *failures = json_array(), *item;
   const char *target = wfc ? "succeeded" : "running";
+  struct reader *rd = reader_get();
   size_t i;
 
   json_array_foreach(ids, i, item) {
-    json_t *w = db_worker_json(g.db, json_string_value(item));
+    json_t *w = db_worker_json(rd->db, json_string_value(item));
     const char *st;
     if (!w)
       continue;
     st = json_string_value(json_object_get(w, "status"));
     json_array_append_new(st && strcmp(st, target) == 0 ? done : failures, w);
   }
+  reader_put(rd);
   return json_pack("{s:o, s:o, s:b}", "workers", done, "failures", failures, "timed_out",
                    timed_out);
 }
@@ -532,18 +636,25 @@ static void waiter_free(struct waiter *wt) {
 static enum MHD_Result await_finish(struct MHD_Connection *c, struct req *rq) {
   struct waiter *wt = rq->waiter;
   json_t *ids = json_array(), *answer;
-  int shutting;
+  int shutting, gone, timed_out;
 
   state_lock();
   waiter_remove_locked(wt);
   shutting = g.shutting_down && wt->pending > 0 && !wt->timed_out;
+  gone = wt->client_gone;
+  timed_out = wt->timed_out && wt->pending > 0;
+  state_unlock();
+  rq->waiter = NULL;
+  if (gone) {
+    /* Nobody to answer: close the connection, which frees it. */
+    waiter_free(wt);
+    json_decref(ids);
+    return MHD_NO;
+  }
   for (int i = 0; i < wt->n; i++)
     json_array_append_new(ids, json_string(wt->ids[i]));
-  answer = shutting ? NULL : await_answer_locked(ids, wt->wait_for_completion,
-                                                 wt->timed_out && wt->pending > 0);
-  state_unlock();
+  answer = shutting ? NULL : await_answer(ids, wt->wait_for_completion, timed_out);
   json_decref(ids);
-  rq->waiter = NULL;
   waiter_free(wt);
   if (shutting)
     return respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL,
@@ -613,8 +724,9 @@ static enum MHD_Result h_await(struct MHD_Connection *c, struct req *rq) {
       wt->pending++;
   }
   if (wt->pending == 0 || g.shutting_down) {
-    json_t *answer = await_answer_locked(ar.ids, ar.wait_for_completion, 0);
+    json_t *answer;
     state_unlock();
+    answer = await_answer(ar.ids, ar.wait_for_completion, 0);
     waiter_free(wt);
     json_decref(ar.ids);
     return respond_json(c, MHD_HTTP_OK, answer);
@@ -635,81 +747,6 @@ static enum MHD_Result h_await(struct MHD_Connection *c, struct req *rq) {
 
 /* ---- worker-facing calls ---- */
 
-/* The argv a worker runs, from its launch request. New reference. */
-static json_t *worker_command(const struct db_worker_info *info) {
-  json_t *argv = json_array(), *args = info->args_json ? json_loads(info->args_json, 0, NULL)
-                                                      : NULL;
-
-  if (info->command_json) {
-    json_decref(argv);
-    argv = json_loads(info->command_json, 0, NULL);
-    if (!argv)
-      argv = json_array();
-  } else if (info->script) {
-    json_array_append_new(argv, json_string(info->kernel));
-    json_array_append_new(argv, json_string(info->script));
-  } else if (info->code && info->code[0] == '!') {
-    /* CML: code starting with "!" is a shell command. */
-    json_array_append_new(argv, json_string("/bin/sh"));
-    json_array_append_new(argv, json_string("-c"));
-    json_array_append_new(argv, json_string(info->code + 1));
-    json_array_append_new(argv, json_string("sh"));
-  } else if (info->code) {
-    json_array_append_new(argv, json_string(info->kernel));
-    json_array_append_new(argv, json_string(validate_kernel_code_flag(info->kernel)));
-    json_array_append_new(argv, json_string(info->code));
-  }
-  if (json_array_size(argv) && json_is_array(args))
-    json_array_extend(argv, args);
-  json_decref(args);
-  return argv;
-}
-
-static void setf(json_t *env, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void setf(json_t *env, const char *key, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  json_object_set_new(env, key, json_string(buf));
-}
-
-/* The environment of DESIGN.md for a worker's script. New reference. */
-static json_t *worker_env(const struct db_worker_info *info, const char *ip) {
-  json_t *env = json_object(), *user;
-
-  setf(env, "MUSTER_CONTROLLER_URL", "%s", g.controller_url);
-  setf(env, "MUSTER_WORKER_ID", "%s", info->id);
-  setf(env, "MUSTER_SESSION", "%s", info->session);
-  setf(env, "MUSTER_ROLE", "%s", info->role ? info->role : "worker");
-  setf(env, "MUSTER_IP_ADDRESS", "%s", ip);
-  setf(env, "MUSTER_MASTER_IP", "%s", info->master_ip);
-  setf(env, "MUSTER_CPU", "%g", info->cpu);
-  setf(env, "MUSTER_MEMORY", "%g", info->memory);
-  setf(env, "MUSTER_NVIDIA_GPU", "%d", info->nvidia_gpu);
-  setf(env, "CDSW_ENGINE_ID", "%s", info->id);
-  setf(env, "CDSW_MASTER_ID", "%s", info->session);
-  setf(env, "CDSW_MASTER_IP", "%s", info->master_ip);
-  setf(env, "CDSW_IP_ADDRESS", "%s", ip);
-  setf(env, "CDSW_CPU_MILLICORES", "%.0f", info->cpu * 1000);
-  setf(env, "CDSW_MEMORY_MB", "%.0f", info->memory * 1024);
-  /* As in a container: only the GPUs given to this worker are visible. */
-  setf(env, "CUDA_VISIBLE_DEVICES", "%s", info->gpu_indices);
-  user = info->env_json ? json_loads(info->env_json, 0, NULL) : NULL;
-  if (json_is_object(user))
-    json_object_update(env, user);
-  json_decref(user);
-  user = info->secret_env_json ? json_loads(info->secret_env_json, 0, NULL) : NULL;
-  if (json_is_object(user))
-    json_object_update(env, user);
-  json_decref(user);
-  return env;
-}
-
 static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_worker_info info;
   struct db_fields f = DB_FIELDS_INIT;
@@ -719,7 +756,7 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
   struct lw *w;
   enum MHD_Result ret = MHD_NO;
   unsigned char addr[16];
-  int rc;
+  int rc, attempt;
 
   body = parse_body(c, rq, &ret);
   if (!body)
@@ -740,6 +777,10 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
   v = json_object_get(body, "pid");
   if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30))
     f.pid = (int)json_integer_value(v);
+  v = json_object_get(body, "attempt");
+  attempt = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30)
+                ? (int)json_integer_value(v)
+                : 0;
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
@@ -753,6 +794,20 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
     json_decref(body);
     return respond_error(c, MUSTER_E_CONFLICT, "status",
                          "worker %s is %s; it cannot register", id, status);
+  }
+  /* Exactly once: only the workerd of the committed attempt may run the
+   * worker's script; any other (one started before a controller crash, say)
+   * is refused and ends without running anything. */
+  if (attempt != w->attempt || w->restart) {
+    int current = w->attempt;
+    state_unlock();
+    json_decref(body);
+    LOG(LOG_INFO, "%s: refused a registration of attempt %d (the current attempt is %d)", id,
+        attempt, current);
+    return respond_error(c, MUSTER_E_CONFLICT, "attempt",
+                         "worker %s is on start attempt %d; this muster-workerd belongs to "
+                         "attempt %d and must end",
+                         id, current, attempt);
   }
   if (w->status == WS_STARTING) {
     f.ip_address = ip;
@@ -771,7 +826,7 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
   /* A second register (the answer to the first was lost) is answered the
    * same way and changes nothing. */
   if (!rc) {
-    w->last_hb_ms = util_mono_ms();
+    sm_heartbeat_locked(w);
     rc = db_worker_info(g.db, id, &info);
   }
   if (rc) {
@@ -780,8 +835,8 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
     return respond_error(c, rc, NULL, "could not register %s", id);
   }
   answer = json_pack("{s:f, s:o, s:o, s:s}", "heartbeat_interval_seconds",
-                     g.cfg.heartbeat_interval_s, "command", worker_command(&info), "env",
-                     worker_env(&info, ip), "cwd", g.cfg.workdir);
+                     g.cfg.heartbeat_interval_s, "command", spec_command(&info), "env",
+                     spec_env(&info, ip, g.controller_url), "cwd", g.cfg.workdir);
   {
     /* The session's exec credential: the worker checks it on every exec
      * request (docs/exec-protocol.md). */
@@ -813,11 +868,8 @@ static enum MHD_Result h_heartbeat(struct MHD_Connection *c, const char *id) {
     return respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s has not registered", id);
   }
   stop = !w;
-  if (w) {
-    w->last_hb_ms = util_mono_ms();
-    if (db_worker_touch_heartbeat(g.db, id) != 0)
-      LOG(LOG_WARN, "could not record a heartbeat of %s: %s", id, db_errmsg(g.db));
-  }
+  if (w)
+    sm_heartbeat_locked(w);
   state_unlock();
   return respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
 }
@@ -863,7 +915,7 @@ static enum MHD_Result h_exit(struct MHD_Connection *c, struct req *rq, const ch
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
   if (!rc && w)
     rc = sm_finish_locked(w, to, &f, why[0] ? why : "the script exited with code 0",
-                          FINISH_KILL_LATER);
+                          BACKEND_KILL_LATER);
   state_unlock();
   json_decref(body);
   if (rc)
@@ -941,39 +993,62 @@ static ssize_t copy_out(char **bufp, size_t *len, size_t *pos, char *out, size_t
   return (ssize_t)n;
 }
 
-/* libmicrohttpd asks for the next bytes of the event stream. With nothing
- * new, the connection is suspended (returning 0) until sm_commit() resumes
- * it: no polling of the database, no thread held. */
+/* A client further behind than this many events is told to list again. */
+#define EVENTS_MAX_BEHIND 100000
+
+/* libmicrohttpd asks for the next bytes of the event stream, only as fast
+ * as the client takes them: at most 512 events are buffered per client. The
+ * events are read without the state lock; with nothing new, the connection
+ * is suspended (returning 0) until sm_commit() wakes it: no polling of the
+ * database, no thread held. */
 static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
   struct events_ctx *e = cls;
-  int n;
+  struct reader *rd;
+  int n, waiting;
+  int64_t newest;
 
   (void)pos;
   if (e->len)
     return copy_out(&e->buf, &e->len, &e->pos, out, max);
-  state_lock();
-  if (g.shutting_down) {
+  for (;;) {
+    if (e->s.client_gone || e->s.too_slow)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (g.shutting_down)
+      return MHD_CONTENT_READER_END_OF_STREAM;
+    rd = reader_get();
+    newest = db_last_event_seq(rd->db);
+    if (newest - e->last_seq > EVENTS_MAX_BEHIND) {
+      reader_put(rd);
+      /* Catching up event by event would take longer than a fresh list:
+       * say so, and end; the client lists and follows from there. */
+      e->s.too_slow = 1;
+      e->buf = strdup("event: too_far_behind\ndata: {\"message\": \"more than 100000 events "
+                      "behind: list the workers again and follow from X-Muster-Last-Event\"}"
+                      "\nretry: 1000\n\n");
+      e->len = e->buf ? strlen(e->buf) : 0;
+      e->pos = 0;
+      return e->len ? copy_out(&e->buf, &e->len, &e->pos, out, max)
+                    : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    n = db_events_since(rd->db, e->last_seq, 512, &e->buf, &e->len, &e->last_seq);
+    reader_put(rd);
+    if (n < 0)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (n == 0 && e->s.keepalive_due) {
+      e->s.keepalive_due = 0;
+      e->buf = strdup(": keepalive\n\n");
+      e->len = e->buf ? strlen(e->buf) : 0;
+    }
+    if (e->len) {
+      e->pos = 0;
+      return copy_out(&e->buf, &e->len, &e->pos, out, max);
+    }
+    state_lock();
+    waiting = stream_wait_locked(&e->s);
     state_unlock();
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    if (waiting)
+      return 0;
   }
-  n = db_events_since(g.db, e->last_seq, 512, &e->buf, &e->len, &e->last_seq);
-  if (n < 0) {
-    state_unlock();
-    return MHD_CONTENT_READER_END_WITH_ERROR;
-  }
-  if (n == 0 && e->s.keepalive_due) {
-    e->s.keepalive_due = 0;
-    e->buf = strdup(": keepalive\n\n");
-    e->len = e->buf ? strlen(e->buf) : 0;
-  }
-  if (!e->len) {
-    stream_suspend_locked(&e->s);
-    state_unlock();
-    return 0;
-  }
-  state_unlock();
-  e->pos = 0;
-  return copy_out(&e->buf, &e->len, &e->pos, out, max);
 }
 
 static void events_free(void *cls) {
@@ -1014,6 +1089,9 @@ static enum MHD_Result h_events(struct MHD_Connection *c) {
     free(e);
     return MHD_NO;
   }
+  state_lock();
+  stream_add_locked(&e->s);
+  state_unlock();
   MHD_add_response_header(r, "Content-Type", "text/event-stream");
   MHD_add_response_header(r, "Cache-Control", "no-store");
   ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -1028,36 +1106,51 @@ struct log_ctx {
   off_t offset;
 };
 
+/* Reads the next bytes of the log file (opened once it exists). */
+static ssize_t log_read(struct log_ctx *l, char *out, size_t max) {
+  ssize_t n;
+
+  if (l->fd < 0)
+    l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
+  n = l->fd >= 0 ? pread(l->fd, out, max, l->offset) : 0;
+  if (n > 0)
+    l->offset += n;
+  return n;
+}
+
 /* Next bytes of a followed log; suspends at its end while the worker is
- * live, ends the answer once the worker has ended and all is sent. */
+ * live, ends the answer once the worker has ended and all is sent. The
+ * file is read without the state lock; an append that lands between the
+ * read and the wait marks the stream pending, so it reads again instead of
+ * waiting (stream_wait_locked). */
 static ssize_t log_reader(void *cls, uint64_t pos, char *out, size_t max) {
   struct log_ctx *l = cls;
   ssize_t n;
+  int live, waiting;
 
   (void)pos;
-  for (int pass = 0; pass < 2; pass++) {
-    if (l->fd < 0)
-      l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
-    n = l->fd >= 0 ? pread(l->fd, out, max, l->offset) : 0;
-    if (n > 0) {
-      l->offset += n;
+  for (;;) {
+    if (l->s.client_gone)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    n = log_read(l, out, max);
+    if (n > 0)
       return n;
-    }
     if (n < 0)
       return MHD_CONTENT_READER_END_WITH_ERROR;
-    if (pass == 1)
-      break;
-    /* Look once more under the lock: an append that landed between the
-     * read above and the suspend below would otherwise go unnoticed. */
+    FAULT_POINT("log_follow_at_end");
     state_lock();
-  }
-  if (g.shutting_down || !lw_find_locked(l->s.worker_id)) {
+    live = !g.shutting_down && lw_find_locked(l->s.worker_id) != NULL;
+    waiting = live ? stream_wait_locked(&l->s) : 0;
     state_unlock();
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    if (waiting)
+      return 0;
+    if (!live) {
+      /* Ended: what it wrote before its end is all there is. */
+      n = log_read(l, out, max);
+      return n > 0 ? n : n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR
+                               : MHD_CONTENT_READER_END_OF_STREAM;
+    }
   }
-  stream_suspend_locked(&l->s);
-  state_unlock();
-  return 0;
 }
 
 static void log_free(void *cls) {
@@ -1086,9 +1179,7 @@ static enum MHD_Result h_logs(struct MHD_Connection *c, const char *id) {
     return respond_error(c, MUSTER_E_INVALID, "stream", "stream must be stdout or stderr");
   if (offs && util_parse_long(offs, 0, 0x7fffffffffffffffL, &offset) != 0)
     return respond_error(c, MUSTER_E_INVALID, "offset", "offset must be a byte offset (>= 0)");
-  state_lock();
-  w = db_worker_json(g.db, id);
-  state_unlock();
+  w = worker_read(id);
   if (!w)
     return respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
   json_decref(w);
@@ -1118,6 +1209,15 @@ static enum MHD_Result h_logs(struct MHD_Connection *c, const char *id) {
   } else {
     r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, log_reader, l,
                                           log_free);
+    if (r) {
+      state_lock();
+      stream_add_locked(&l->s);
+      state_unlock();
+    } else {
+      if (l->fd >= 0)
+        close(l->fd);
+      free(l);
+    }
   }
   if (!r)
     return MHD_NO;
@@ -1134,10 +1234,11 @@ static enum MHD_Result h_health(struct MHD_Connection *c) {
   json_t *counts;
   int shutting;
 
-  state_lock();
-  counts = db_status_counts(g.db);
+  struct reader *rd = reader_get();
+
+  counts = db_status_counts(rd->db);
+  reader_put(rd);
   shutting = g.shutting_down;
-  state_unlock();
   return respond_json(c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
                       json_pack("{s:s, s:s, s:s, s:o}", "status",
                                 shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
@@ -1156,24 +1257,33 @@ static enum MHD_Result h_metrics(struct MHD_Connection *c) {
 
   if (!f)
     return MHD_NO;
+  struct reader *rd = reader_get();
+  double cpu_used = 0, cpu_total = 0, mem_used = 0, mem_total = 0;
+
+  counts = db_status_counts(rd->db);
+  reader_put(rd);
+  g.backend->usage(&cpu_used, &cpu_total, &mem_used, &mem_total);
   state_lock();
-  counts = db_status_counts(g.db);
   for (struct waiter *wt = g.waiters; wt; wt = wt->next)
     waiters++;
   for (struct stream *s = g.streams; s; s = s->next)
     streams++;
+  state_unlock();
   fprintf(f, "# HELP muster_workers Workers by status.\n# TYPE muster_workers gauge\n");
   json_object_foreach(counts, k, v)
       fprintf(f, "muster_workers{status=\"%s\"} %lld\n", k, (long long)json_integer_value(v));
   fprintf(f, "# HELP muster_cpu_used Cores held by live workers.\n# TYPE muster_cpu_used gauge\n"
              "muster_cpu_used %g\n",
-          g.cpu_used);
+          cpu_used);
   fprintf(f, "# HELP muster_cpu_capacity Cores of the backend.\n"
              "# TYPE muster_cpu_capacity gauge\nmuster_cpu_capacity %g\n",
-          g.cfg.cpus);
+          cpu_total);
   fprintf(f, "# HELP muster_memory_used_gib Memory held by live workers.\n"
              "# TYPE muster_memory_used_gib gauge\nmuster_memory_used_gib %g\n",
-          g.memory_used);
+          mem_used);
+  fprintf(f, "# HELP muster_memory_capacity_gib Memory of the backend.\n"
+             "# TYPE muster_memory_capacity_gib gauge\nmuster_memory_capacity_gib %g\n",
+          mem_total);
   fprintf(f, "# HELP muster_transitions_total State changes since start.\n"
              "# TYPE muster_transitions_total counter\nmuster_transitions_total %llu\n",
           (unsigned long long)g.transitions);
@@ -1183,10 +1293,9 @@ static enum MHD_Result h_metrics(struct MHD_Connection *c) {
   fprintf(f, "# HELP muster_await_waiting Suspended await calls.\n"
              "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
           waiters);
-  fprintf(f, "# HELP muster_streams_waiting Suspended event and log streams.\n"
+  fprintf(f, "# HELP muster_streams_waiting Open event streams and followed logs.\n"
              "# TYPE muster_streams_waiting gauge\nmuster_streams_waiting %d\n",
           streams);
-  state_unlock();
   json_decref(counts);
   fclose(f);
   r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
@@ -1409,6 +1518,19 @@ int api_start(char *err, size_t errlen) {
   const union MHD_DaemonInfo *info;
   const char *host = g.cfg.listen_host;
 
+  {
+    char path[600];
+    snprintf(path, sizeof(path), "%s/muster.db", g.cfg.state_dir);
+    nreaders = g.cfg.http_threads + 2;
+    if (nreaders > MAX_READERS)
+      nreaders = MAX_READERS;
+    for (int i = 0; i < nreaders; i++) {
+      int rc = db_open_reader(path, &readers[i].db, err, errlen);
+      if (rc)
+        return rc;
+      pthread_mutex_init(&readers[i].mu, NULL);
+    }
+  }
   memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
   addr.sin_port = htons((uint16_t)g.cfg.port);
@@ -1445,4 +1567,10 @@ void api_stop(void) {
   if (daemon_handle)
     MHD_stop_daemon(daemon_handle);
   daemon_handle = NULL;
+  for (int i = 0; i < nreaders; i++) {
+    db_close(readers[i].db);
+    readers[i].db = NULL;
+    pthread_mutex_destroy(&readers[i].mu);
+  }
+  nreaders = 0;
 }

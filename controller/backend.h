@@ -1,50 +1,129 @@
 /*
- * backend.h: turns a scheduling worker into a running muster-workerd.
+ * backend.h: the one boundary between the state machine and the backends
+ * that run workers (DESIGN: "Backends"; docs/internals/controller.md).
  *
- * Only the local backend exists so far: fork/exec on the controller's
- * host, one process group (session) per worker, each worker with its own
- * loopback address from 127.0.1.1 on. Called with the state lock held.
+ * The state machine (state.c) reaches a backend only through struct
+ * backend_ops, and a backend reaches the state machine only through
+ * backend_report(). The state machine never reaps a pid, sends a signal or
+ * reads /proc; a backend never changes a worker's status itself.
+ *
+ * Locking: every operation is called with the controller's state lock held
+ * and must not block (no spawn, no waiting on a process, no file I/O, no
+ * sbatch): it records what to do and returns; the backend's own thread does
+ * the work and reports back through backend_report(), which takes the state
+ * lock itself, so a backend must never call it while holding a lock of its
+ * own. init, reconcile and shutdown are the exceptions: they run before the
+ * API serves anything or after it stopped, and may block.
+ *
+ * Exactly once: the state machine commits a worker's new attempt number (with
+ * its `starting` state) before it calls submit; every workerd a backend
+ * starts carries that number (MUSTER_WORKER_ATTEMPT) and the controller
+ * refuses registrations from any other attempt. Reports name the attempt
+ * too, and reports about an attempt that is no longer current are dropped.
  */
 #ifndef MUSTER_BACKEND_H
 #define MUSTER_BACKEND_H
 
-#include "state.h"
-
 #include <stddef.h>
+#include <stdint.h>
 
-/* Prepares the backend (the environment handed to every workerd). */
-int backend_init(void) __attribute__((warn_unused_result));
-void backend_cleanup(void);
+struct ctl_config;
 
-/* 1 if a worker of this size fits in what is free now. */
-int backend_fits_locked(double cpu, double memory, int ngpu);
+/* What a worker asks for. */
+struct backend_req {
+  double cpu, memory; /* cores, GiB */
+  int ngpu;
+};
 
-/* 0 if a worker of this size could fit an empty backend; otherwise
- * MUSTER_E_CAPACITY with *field set to the field that can never fit. */
-int backend_could_ever_fit(double cpu, double memory, int ngpu, const char **field)
-    __attribute__((warn_unused_result));
+/* Where a backend placed a worker (filled by place()). */
+struct backend_placement {
+  char bind_ip[48];       /* address workerd binds to; "" to let it choose */
+  char gpu_indices[256];  /* "0,1"; "" for none */
+};
 
-/* Reserves w's cores, memory, GPUs and an address, and starts its workerd.
- * On success w->pid is set and bind_ip / gpu_indices describe what it got.
- * On failure nothing stays reserved and err says why. */
-int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_indices,
-                         size_t gpulen, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+/* One worker handed to submit(): its attempt is already committed. */
+struct backend_start {
+  const char *id;
+  const char *token;       /* the worker's bearer token: a secret */
+  int attempt;
+  const struct backend_placement *where;
+};
 
-/* Re-reserves what a worker left live by an earlier controller holds. */
-void backend_adopt_locked(struct lw *w, const char *bind_ip, const char *gpu_indices);
+/* One live worker an earlier controller left, handed to reconcile(). */
+struct backend_live {
+  const char *id;
+  int attempt;
+  int registered;          /* 1 if running (workerd registered) */
+  const char *ref;         /* backend_ref as recorded, or NULL if none was */
+  struct backend_req req;
+  struct backend_placement where;
+  int adopted;             /* out: 1 if the recorded attempt still runs */
+};
 
-/* Gives back w's cores, memory, GPUs and address. */
-void backend_release_locked(struct lw *w);
+/* How cancel() ends a worker's processes. */
+enum backend_cancel {
+  BACKEND_KILL_NOW,       /* broken: end it at once */
+  BACKEND_TERM_THEN_KILL, /* a stop: TERM now, KILL after the grace period */
+  BACKEND_KILL_LATER,     /* it reported its own end: KILL leftovers after 2 s */
+};
 
-/* Tells the backend that child pid was reaped. Returns 1 if it was the
- * backend's own (the fork server), 0 if it may be a worker. */
-int backend_reaped_locked(pid_t pid);
+struct backend_ops {
+  const char *name;
+  /* Prepares the backend and starts its thread. May block. Returns 0 or an
+   * error with a sentence in err. */
+  int (*init)(const struct ctl_config *cfg, const char *controller_url, char *err,
+              size_t errlen);
+  /* Stops the backend's thread. Workers keep running: a restarted
+   * controller adopts them. May block. */
+  void (*shutdown)(void);
+  /* 0 if a worker of this size could fit the backend when empty; otherwise
+   * MUSTER_E_CAPACITY with *field naming the field and a sentence in msg. */
+  int (*could_ever_fit)(const struct backend_req *r, const char **field, char *msg,
+                        size_t msglen);
+  /* Reserves room for a worker now. Returns 1 with *where filled, or 0 with
+   * a sentence in why ("2 cores (1.5 free of 2)") when it must wait. */
+  int (*place)(const char *id, const struct backend_req *r, struct backend_placement *where,
+               char *why, size_t whylen);
+  /* Starts the workers of one launch (their attempts are committed). What
+   * happens is reported later: started, or refused. */
+  void (*submit)(const struct backend_start *ws, int n);
+  /* Ends worker id's processes (if it has any) as how says. */
+  void (*cancel)(const char *id, enum backend_cancel how);
+  /* Gives back what id held (it became terminal). */
+  void (*release)(const char *id);
+  /* After a restart, before anything is started: sets adopted on each live
+   * worker whose recorded attempt still runs and takes its room back. May
+   * block. */
+  void (*reconcile)(struct backend_live *ws, int n);
+  /* Capacity, for /metrics and messages (NULL-safe). */
+  void (*usage)(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total);
+};
 
-/* Sends sig to w's process group (no-op without one). */
-void backend_signal(pid_t pgid, int sig);
+/* The backends compiled in; NULL if none has that name. */
+const struct backend_ops *backend_find(const char *name);
+/* "local" (and others, comma-separated), for --help and errors. */
+const char *backend_names(void);
 
-/* 1 if process pid exists. */
-int backend_alive(pid_t pid);
+extern const struct backend_ops backend_local_ops;
+
+/* What a backend reports. */
+enum backend_event {
+  BACKEND_STARTED, /* the attempt's workerd exists; ref identifies it */
+  BACKEND_REFUSED, /* could not start it: why */
+  BACKEND_EXITED,  /* workerd ended before the worker's end was reported */
+  BACKEND_LOST,    /* workerd vanished (node failure, gone after a restart): why */
+};
+
+struct backend_report {
+  enum backend_event event;
+  const char *id;
+  int attempt;
+  const char *ref;    /* STARTED */
+  const char *detail; /* STARTED: for the events row; others: the failure sentence */
+};
+
+/* The one entry point through which a backend tells the state machine what
+ * happened. Takes the state lock; never call it holding a backend lock. */
+void backend_report(const struct backend_report *r);
 
 #endif

@@ -1,67 +1,156 @@
-/* backend_local.c: see backend.h. */
+/*
+ * backend_local.c: the local backend (see backend.h).
+ *
+ * Workers run as muster-workerd processes on the controller's host, each in
+ * its own session, each with its own loopback address (127.0.1.1 on). The
+ * backend owns those processes: it spawns them (through the workerd fork
+ * server), signals them with TERM -> KILL escalation, reaps them and probes
+ * the ones an earlier controller left. All of that happens on the backend's
+ * own thread; the operations called under the state lock only record what
+ * to do (lb.mu, a leaf lock: nothing else is taken while it is held).
+ *
+ * A worker's process is identified by its pid and its start time (field 22
+ * of /proc/PID/stat), written as backend_ref "PID:START". A pid whose start
+ * time differs belongs to someone else and is never signalled.
+ */
 #include "backend.h"
 
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "state.h"
 #include "util.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
 /* 127.0.1.1 .. 127.0.254.254: 254 hosts on each of 254 subnets. */
 #define IP_SLOTS (254 * 254)
+#define LP_HASH 4096
+#define KILL_LATER_MS 2000
 
-static unsigned char ip_used[IP_SLOTS];
+/* One worker the backend knows: placed, started, or adopted. */
+struct lproc {
+  char id[16];
+  int attempt;
+  pid_t pid;                /* 0 until spawned */
+  unsigned long long start; /* its start time, in clock ticks after boot */
+  struct backend_req req;
+  int ip_slot;              /* -1: none */
+  uint64_t gpu_mask;
+  int live;                 /* placed and not yet released */
+  int adopted;              /* not our child: probed through /proc */
+  int reported;             /* its end was reported: no second report */
+  int64_t kill_at_ms;       /* a SIGKILL is due then; 0: none */
+  struct lproc *hnext;
+  struct lproc *next, *prev;
+};
 
-/* The fork server (muster-workerd --zygote), see workerd.c. -1 when there
- * is none: then each worker is started with posix_spawn. */
-static int zygote_fd = -1;
-static pid_t zygote_pid;
-static int64_t zygote_retry_ms;
+/* Work for the backend's thread. */
+struct job {
+  enum { JOB_START, JOB_CANCEL } kind;
+  char id[16];
+  char token[72];
+  int attempt;
+  struct backend_placement where;
+  enum backend_cancel how;
+  struct job *next;
+};
 
-static void zygote_close(void);
-static int ip_next; /* round-robin start, so an address is not reused at once */
-static char **base_env;
-static size_t base_env_len;
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int running, stop;
+  struct ctl_config cfg;
+  char controller_url[128];
+  /* Under mu: */
+  struct lproc *hash[LP_HASH];
+  struct lproc *head;
+  struct job *jobs, *jobs_tail;
+  unsigned char ip_used[IP_SLOTS];
+  int ip_next; /* round-robin, so that an address is not reused at once */
+  double cpu_used, memory_used;
+  uint64_t gpu_used;
+  /* The backend thread's own: */
+  char **base_env;
+  size_t base_env_len;
+  int zygote_fd;
+  pid_t zygote_pid;
+  int64_t zygote_retry_ms;
+  int64_t last_probe_ms;
+} lb = {.mu = PTHREAD_MUTEX_INITIALIZER, .zygote_fd = -1};
 
-int backend_init(void) {
-  size_t n = 0;
+/* ---- the table (lb.mu held) ---- */
 
-  for (char **e = environ; *e; e++)
-    n++;
-  base_env = calloc(n + 1, sizeof(*base_env));
-  if (!base_env)
-    return MUSTER_E_NOMEM;
-  /* The controller's own muster/CML variables (its API token above all)
-   * must not leak into workers; everything else is the worker's
-   * "image" environment: PATH, HOME, LANG. The settings meant for workerd
-   * itself pass through. */
-  for (char **e = environ; *e; e++)
-    if ((strncmp(*e, "MUSTER_", 7) != 0 && strncmp(*e, "CDSW_", 5) != 0) ||
-        strncmp(*e, "MUSTER_ORPHAN_TIMEOUT=", 22) == 0 ||
-        strncmp(*e, "MUSTER_LOG_LEVEL=", 17) == 0)
-      base_env[base_env_len++] = *e;
-  return 0;
+static unsigned lp_hash(const char *id) {
+  unsigned h = 2166136261u;
+
+  for (; *id; id++)
+    h = (h ^ (unsigned char)*id) * 16777619u;
+  return h % LP_HASH;
 }
 
-void backend_cleanup(void) {
-  zygote_close();
-  free(base_env);
-  base_env = NULL;
-  base_env_len = 0;
+static struct lproc *lp_find(const char *id) {
+  for (struct lproc *p = lb.hash[lp_hash(id)]; p; p = p->hnext)
+    if (strcmp(p->id, id) == 0)
+      return p;
+  return NULL;
+}
+
+static struct lproc *lp_new(const char *id) {
+  struct lproc *p = calloc(1, sizeof(*p));
+  unsigned h;
+
+  if (!p)
+    return NULL;
+  snprintf(p->id, sizeof(p->id), "%s", id);
+  p->ip_slot = -1;
+  h = lp_hash(id);
+  p->hnext = lb.hash[h];
+  lb.hash[h] = p;
+  p->next = lb.head;
+  if (lb.head)
+    lb.head->prev = p;
+  lb.head = p;
+  return p;
+}
+
+static void lp_free(struct lproc *p) {
+  struct lproc **pp = &lb.hash[lp_hash(p->id)];
+
+  while (*pp && *pp != p)
+    pp = &(*pp)->hnext;
+  if (*pp)
+    *pp = p->hnext;
+  if (p->prev)
+    p->prev->next = p->next;
+  else
+    lb.head = p->next;
+  if (p->next)
+    p->next->prev = p->prev;
+  free(p);
+}
+
+/* A record is dropped once it holds nothing and nothing is due for it. */
+static void lp_maybe_free(struct lproc *p) {
+  if (!p->live && !p->kill_at_ms && (p->pid == 0 || p->reported || p->adopted))
+    lp_free(p);
 }
 
 static void slot_to_ip(int slot, char *buf, size_t size) {
@@ -69,49 +158,25 @@ static void slot_to_ip(int slot, char *buf, size_t size) {
 }
 
 static int ip_to_slot(const char *ip) {
-  int a, b;
+  unsigned a, b;
   char tail;
 
-  if (sscanf(ip, "127.0.%d.%d%c", &a, &b, &tail) != 2)
+  if (sscanf(ip, "127.0.%u.%u%c", &a, &b, &tail) != 2 || a < 1 || a > 254 || b < 1 ||
+      b > 254)
     return -1;
-  if (a < 1 || a > 254 || b < 1 || b > 254)
-    return -1;
-  return (a - 1) * 254 + (b - 1);
+  return (int)((a - 1) * 254 + (b - 1));
 }
 
 static int ip_alloc(void) {
   for (int k = 0; k < IP_SLOTS; k++) {
-    int slot = (ip_next + k) % IP_SLOTS;
-    if (!ip_used[slot]) {
-      ip_used[slot] = 1;
-      ip_next = (slot + 1) % IP_SLOTS;
+    int slot = (lb.ip_next + k) % IP_SLOTS;
+    if (!lb.ip_used[slot]) {
+      lb.ip_used[slot] = 1;
+      lb.ip_next = (slot + 1) % IP_SLOTS;
       return slot;
     }
   }
   return -1;
-}
-
-int backend_fits_locked(double cpu, double memory, int ngpu) {
-  int free_gpus = 0;
-
-  for (int i = 0; i < g.cfg.gpus; i++)
-    if (!(g.gpu_used & (1ULL << i)))
-      free_gpus++;
-  /* A little slack absorbs float rounding of fractional cores. */
-  return g.cpu_used + cpu <= g.cfg.cpus + 1e-9 && g.memory_used + memory <= g.cfg.memory + 1e-9 &&
-         ngpu <= free_gpus;
-}
-
-int backend_could_ever_fit(double cpu, double memory, int ngpu, const char **field) {
-  if (cpu > g.cfg.cpus + 1e-9)
-    *field = "cpu";
-  else if (memory > g.cfg.memory + 1e-9)
-    *field = "memory";
-  else if (ngpu > g.cfg.gpus)
-    *field = "nvidia_gpu";
-  else
-    return 0;
-  return MUSTER_E_CAPACITY;
 }
 
 static void gpus_format(uint64_t mask, char *buf, size_t size) {
@@ -138,38 +203,131 @@ static uint64_t gpus_parse(const char *s) {
   return mask;
 }
 
-static void reserve(struct lw *w) {
-  w->reserved = 1;
-  g.cpu_used += w->cpu;
-  g.memory_used += w->memory;
-  g.gpu_used |= w->gpu_mask;
+static int free_gpus(void) {
+  int n = 0;
+
+  for (int i = 0; i < lb.cfg.gpus; i++)
+    if (!(lb.gpu_used & (1ULL << i)))
+      n++;
+  return n;
 }
 
-void backend_release_locked(struct lw *w) {
-  ASSERT_LOCKED();
-  if (!w->reserved)
-    return; /* never started: nothing was reserved */
-  w->reserved = 0;
-  g.cpu_used -= w->cpu;
-  g.memory_used -= w->memory;
-  if (g.cpu_used < 1e-9)
-    g.cpu_used = 0;
-  if (g.memory_used < 1e-9)
-    g.memory_used = 0;
-  g.gpu_used &= ~w->gpu_mask;
-  w->gpu_mask = 0;
-  if (w->ip_slot >= 0)
-    ip_used[w->ip_slot] = 0;
-  w->ip_slot = -1;
+static void reserve(struct lproc *p) {
+  p->live = 1;
+  lb.cpu_used += p->req.cpu;
+  lb.memory_used += p->req.memory;
+  lb.gpu_used |= p->gpu_mask;
 }
 
-void backend_adopt_locked(struct lw *w, const char *bind_ip, const char *gpu_indices) {
-  ASSERT_LOCKED();
-  w->ip_slot = bind_ip ? ip_to_slot(bind_ip) : -1;
-  if (w->ip_slot >= 0)
-    ip_used[w->ip_slot] = 1;
-  w->gpu_mask = gpus_parse(gpu_indices);
-  reserve(w);
+static void unreserve(struct lproc *p) {
+  if (!p->live)
+    return;
+  p->live = 0;
+  lb.cpu_used -= p->req.cpu;
+  lb.memory_used -= p->req.memory;
+  if (lb.cpu_used < 1e-9)
+    lb.cpu_used = 0;
+  if (lb.memory_used < 1e-9)
+    lb.memory_used = 0;
+  lb.gpu_used &= ~p->gpu_mask;
+  p->gpu_mask = 0;
+  if (p->ip_slot >= 0)
+    lb.ip_used[p->ip_slot] = 0;
+  p->ip_slot = -1;
+}
+
+/* ---- processes (the backend thread, or reconcile before it runs) ---- */
+
+/* Reads pid's start time and whether it is a zombie. Returns 0, or -1 if
+ * there is no such process. */
+static int proc_stat(pid_t pid, unsigned long long *start, int *zombie) {
+  char path[64], buf[1024], *p;
+  unsigned long long st;
+  char state;
+  FILE *f;
+  size_t n;
+
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  f = fopen(path, "re");
+  if (!f)
+    return -1;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
+   * cmajflt utime stime cutime cstime priority nice threads itrealvalue
+   * starttime; comm may hold anything, so parse after its last ')'. */
+  p = strrchr(buf, ')');
+  if (!p || sscanf(p + 1,
+                   " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                   "%*d %llu",
+                   &state, &st) != 2)
+    return -1;
+  *start = st;
+  *zombie = state == 'Z' || state == 'X';
+  return 0;
+}
+
+/* 1 if the process recorded as (pid, start) still runs. */
+static int proc_same(pid_t pid, unsigned long long start) {
+  unsigned long long now;
+  int zombie;
+
+  return pid > 1 && proc_stat(pid, &now, &zombie) == 0 && now == start && !zombie;
+}
+
+/* Signals every process whose session is sid. A worker's workerd leads its
+ * own session; the commands it runs for the exec channel have process groups
+ * of their own but stay in the session, so this reaches "the whole worker". */
+static void signal_session(pid_t sid, int sig) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+
+  if (!d)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    char path[300], buf[512], *p;
+    long pid, session;
+    FILE *f;
+    size_t n;
+
+    if (e->d_name[0] < '1' || e->d_name[0] > '9')
+      continue;
+    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+    f = fopen(path, "re");
+    if (!f)
+      continue;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %*d %*d %ld", &session) != 1 || session != sid)
+      continue;
+    pid = strtol(e->d_name, NULL, 10);
+    if (pid > 1)
+      kill((pid_t)pid, sig);
+  }
+  closedir(d);
+}
+
+/* Signals the worker whose workerd was (pid, start): its process group and
+ * its session, but only while that pid is still the same process, or is
+ * gone altogether (then the session's leftovers are signalled: a pid number
+ * is not handed out again while processes of its session remain). A pid
+ * that now belongs to another process is left alone. */
+static void signal_worker(pid_t pid, unsigned long long start, int sig) {
+  unsigned long long now;
+  int zombie;
+
+  if (pid <= 1)
+    return;
+  if (proc_stat(pid, &now, &zombie) == 0 && now != start) {
+    LOG(LOG_DEBUG, "pid %d is another process now; not signalled", (int)pid);
+    return;
+  }
+  if (kill(-pid, sig) != 0 && errno != ESRCH)
+    LOG(LOG_WARN, "could not signal process group %d: %s", (int)pid, strerror(errno));
+  signal_session(pid, sig);
 }
 
 /* Spawns workerd (the fork server, or one worker) with standard input from
@@ -202,56 +360,57 @@ static int spawn_workerd(pid_t *pid, const char *logpath, int fd3, char *const a
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  rc = posix_spawn(pid, g.cfg.workerd_path, &fa, &attr, argv, envp);
+  rc = posix_spawn(pid, lb.cfg.workerd_path, &fa, &attr, argv, envp);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   return rc;
 }
 
 static void zygote_close(void) {
-  if (zygote_fd >= 0)
-    close(zygote_fd);
-  if (zygote_pid > 0)
-    kill(zygote_pid, SIGKILL); /* reaped by the monitor */
-  zygote_fd = -1;
-  zygote_pid = 0;
-  zygote_retry_ms = util_mono_ms() + 10000;
+  if (lb.zygote_fd >= 0)
+    close(lb.zygote_fd);
+  if (lb.zygote_pid > 0)
+    kill(lb.zygote_pid, SIGKILL); /* reaped by the backend thread */
+  lb.zygote_fd = -1;
+  lb.zygote_pid = 0;
+  lb.zygote_retry_ms = util_mono_ms() + 10000;
 }
 
-/* Starts the fork server; on failure workers are simply spawned. */
+/* Starts the fork server (muster-workerd --zygote); on failure workers are
+ * simply spawned. */
 static void zygote_start(void) {
   char logpath[1100];
-  char *argv[] = {g.cfg.workerd_path, "--zygote", NULL};
+  char *argv[] = {lb.cfg.workerd_path, "--zygote", NULL};
+  struct pollfd p;
+  pid_t hello = -1;
   int sv[2], rc;
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return;
-  snprintf(logpath, sizeof(logpath), "%s/workers/zygote.log", g.cfg.state_dir);
-  rc = spawn_workerd(&zygote_pid, logpath, sv[1], argv, base_env);
+  snprintf(logpath, sizeof(logpath), "%s/workers/zygote.log", lb.cfg.state_dir);
+  rc = spawn_workerd(&lb.zygote_pid, logpath, sv[1], argv, lb.base_env);
   close(sv[1]);
   if (rc != 0) {
     LOG(LOG_WARN, "could not start the workerd fork server (%s); spawning each worker",
         strerror(rc));
     close(sv[0]);
-    zygote_pid = 0;
-    zygote_retry_ms = util_mono_ms() + 10000;
+    lb.zygote_pid = 0;
+    lb.zygote_retry_ms = util_mono_ms() + 10000;
     return;
   }
-  zygote_fd = sv[0];
-  {
-    struct pollfd p = {.fd = zygote_fd, .events = POLLIN};
-    pid_t hello = -1;
-    if (poll(&p, 1, 2000) != 1 || recv(zygote_fd, &hello, sizeof(hello), 0) != sizeof(hello) ||
-        hello != 0) {
-      /* Not a fork server (a --workerd that predates it, or a wrapper):
-       * spawn every worker, and do not try again. */
-      LOG(LOG_INFO, "%s is not a fork server; spawning each worker", g.cfg.workerd_path);
-      zygote_close();
-      zygote_retry_ms = INT64_MAX;
-      return;
-    }
+  lb.zygote_fd = sv[0];
+  p.fd = lb.zygote_fd;
+  p.events = POLLIN;
+  if (poll(&p, 1, 2000) != 1 || recv(lb.zygote_fd, &hello, sizeof(hello), 0) != sizeof(hello) ||
+      hello != 0) {
+    /* Not a fork server (a --workerd that predates it, or a wrapper): spawn
+     * every worker, and do not try again. */
+    LOG(LOG_INFO, "%s is not a fork server; spawning each worker", lb.cfg.workerd_path);
+    zygote_close();
+    lb.zygote_retry_ms = INT64_MAX;
+    return;
   }
-  LOG(LOG_DEBUG, "workerd fork server started (pid %d)", (int)zygote_pid);
+  LOG(LOG_DEBUG, "workerd fork server started (pid %d)", (int)lb.zygote_pid);
 }
 
 /* Asks the fork server for a worker. Returns 0 with *pid set, or an error
@@ -262,9 +421,10 @@ static int zygote_spawn(const char *const *vars, int nvars, pid_t *pid) {
   struct pollfd p;
   pid_t answer;
 
-  if (zygote_fd < 0 && zygote_retry_ms != INT64_MAX && util_mono_ms() >= zygote_retry_ms)
+  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX &&
+      util_mono_ms() >= lb.zygote_retry_ms)
     zygote_start();
-  if (zygote_fd < 0)
+  if (lb.zygote_fd < 0)
     return MUSTER_E_BACKEND;
   for (int i = 0; i < nvars; i++) {
     size_t n = strlen(vars[i]) + 1;
@@ -273,11 +433,11 @@ static int zygote_spawn(const char *const *vars, int nvars, pid_t *pid) {
     memcpy(req + len, vars[i], n);
     len += n;
   }
-  if (send(zygote_fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
+  if (send(lb.zygote_fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
     goto broken;
-  p.fd = zygote_fd;
+  p.fd = lb.zygote_fd;
   p.events = POLLIN;
-  if (poll(&p, 1, 5000) != 1 || recv(zygote_fd, &answer, sizeof(answer), 0) != sizeof(answer))
+  if (poll(&p, 1, 5000) != 1 || recv(lb.zygote_fd, &answer, sizeof(answer), 0) != sizeof(answer))
     goto broken;
   if (answer <= 0) {
     LOG(LOG_WARN, "the workerd fork server could not fork: %s", strerror(-answer));
@@ -292,137 +452,570 @@ broken:
   return MUSTER_E_BACKEND;
 }
 
-int backend_reaped_locked(pid_t pid) {
-  if (pid != zygote_pid || pid <= 0)
-    return 0;
-  LOG(LOG_WARN, "the workerd fork server exited; restarting it later");
-  zygote_pid = 0;
-  zygote_close();
-  return 1;
-}
-
-int backend_start_locked(struct lw *w, char *bind_ip, size_t iplen, char *gpu_indices,
-                         size_t gpulen, char *err, size_t errlen) {
+/* Starts one worker's workerd. Returns 0 with *pid set, or an error with a
+ * sentence in err. */
+static int start_workerd(const struct job *j, pid_t *pid, char *err, size_t errlen) {
   char logpath[1100], env_log[1200];
-  char env_url[200], env_id[64], env_token[128], env_ip[64];
-  char **envp = NULL;
-  char *argv[] = {g.cfg.workerd_path, NULL};
-  pid_t pid;
-  int rc = 0, slot, taken = 0;
-  uint64_t mask = 0;
+  char env_url[200], env_id[64], env_token[128], env_ip[64], env_attempt[48];
+  const char *vars[6];
+  char **envp;
+  char *argv[] = {lb.cfg.workerd_path, NULL};
+  int rc;
 
-  ASSERT_LOCKED();
-  slot = ip_alloc();
-  if (slot < 0) {
-    snprintf(err, errlen, "the local backend has no loopback address left");
-    return MUSTER_E_BACKEND;
-  }
-  for (int i = 0; i < g.cfg.gpus && taken < w->ngpu; i++)
-    if (!((g.gpu_used | mask) & (1ULL << i))) {
-      mask |= 1ULL << i;
-      taken++;
-    }
-  slot_to_ip(slot, bind_ip, iplen);
-  gpus_format(mask, gpu_indices, gpulen);
-
-  envp = calloc(base_env_len + 5, sizeof(*envp));
+  snprintf(env_url, sizeof(env_url), "MUSTER_CONTROLLER_URL=%s", lb.controller_url);
+  snprintf(env_id, sizeof(env_id), "MUSTER_WORKER_ID=%s", j->id);
+  snprintf(env_token, sizeof(env_token), "MUSTER_WORKER_TOKEN=%s", j->token);
+  snprintf(env_ip, sizeof(env_ip), "MUSTER_BIND_IP=%s", j->where.bind_ip);
+  snprintf(env_attempt, sizeof(env_attempt), "MUSTER_WORKER_ATTEMPT=%d", j->attempt);
+  snprintf(logpath, sizeof(logpath), "%s/workers/%s.log", lb.cfg.state_dir, j->id);
+  snprintf(env_log, sizeof(env_log), "MUSTER_LOG_FILE=%s", logpath);
+  vars[0] = env_url;
+  vars[1] = env_id;
+  vars[2] = env_token;
+  vars[3] = env_ip;
+  vars[4] = env_attempt;
+  vars[5] = env_log;
+  if (zygote_spawn(vars, 6, pid) == 0)
+    return 0;
+  envp = calloc(lb.base_env_len + 6, sizeof(*envp));
   if (!envp) {
-    ip_used[slot] = 0;
+    snprintf(err, errlen, "out of memory");
     return MUSTER_E_NOMEM;
   }
-  memcpy(envp, base_env, base_env_len * sizeof(*envp));
-  snprintf(env_url, sizeof(env_url), "MUSTER_CONTROLLER_URL=%s", g.controller_url);
-  snprintf(env_id, sizeof(env_id), "MUSTER_WORKER_ID=%s", w->id);
-  snprintf(env_token, sizeof(env_token), "MUSTER_WORKER_TOKEN=%s", w->token);
-  snprintf(env_ip, sizeof(env_ip), "MUSTER_BIND_IP=%s", bind_ip);
-  envp[base_env_len] = env_url;
-  envp[base_env_len + 1] = env_id;
-  envp[base_env_len + 2] = env_token;
-  envp[base_env_len + 3] = env_ip;
-
-  snprintf(logpath, sizeof(logpath), "%s/workers/%s.log", g.cfg.state_dir, w->id);
-  snprintf(env_log, sizeof(env_log), "MUSTER_LOG_FILE=%s", logpath);
-  {
-    const char *vars[] = {env_url, env_id, env_token, env_ip, env_log};
-    rc = zygote_spawn(vars, 5, &pid);
-  }
-  if (rc != 0)
-    rc = spawn_workerd(&pid, logpath, -1, argv, envp);
+  memcpy(envp, lb.base_env, lb.base_env_len * sizeof(*envp));
+  for (int i = 0; i < 5; i++)
+    envp[lb.base_env_len + (size_t)i] = (char *)vars[i];
+  rc = spawn_workerd(pid, logpath, -1, argv, envp);
   free(envp);
   if (rc != 0) {
-    snprintf(err, errlen, "could not start %s: %s", g.cfg.workerd_path, strerror(rc));
-    ip_used[slot] = 0;
+    snprintf(err, errlen, "could not start %s: %s", lb.cfg.workerd_path, strerror(rc));
     return MUSTER_E_BACKEND;
   }
-  w->pid = pid;
-  w->ip_slot = slot;
-  w->gpu_mask = mask;
-  reserve(w);
   return 0;
 }
 
-/* Signals every process whose session is sid. A worker's workerd leads its
- * own session; the commands it runs for the exec channel have process groups
- * of their own (so that one can be signalled alone) but stay in the
- * session, so this is how "the whole worker" is reached. */
-static void signal_session(pid_t sid, int sig) {
-  DIR *d = opendir("/proc");
-  struct dirent *e;
+/* ---- the backend thread ---- */
 
-  if (!d)
+static void report_fail(enum backend_event ev, const char *id, int attempt, const char *why) {
+  struct backend_report r = {.event = ev, .id = id, .attempt = attempt, .detail = why};
+
+  backend_report(&r);
+}
+
+static void job_start(const struct job *j) {
+  char err[300], ref[64], detail[160];
+  unsigned long long start = 0;
+  struct lproc *p;
+  int zombie, rc, wanted;
+  pid_t pid = 0;
+
+  pthread_mutex_lock(&lb.mu);
+  p = lp_find(j->id);
+  wanted = p && p->live && p->attempt == j->attempt && p->pid == 0;
+  pthread_mutex_unlock(&lb.mu);
+  if (!wanted)
+    return; /* stopped before it could start: it never will */
+  rc = start_workerd(j, &pid, err, sizeof(err));
+  if (rc) {
+    report_fail(BACKEND_REFUSED, j->id, j->attempt, err);
     return;
-  while ((e = readdir(d)) != NULL) {
-    char path[300], buf[512], *p;
-    long pid, session;
-    FILE *f;
-    size_t n;
-
-    if (e->d_name[0] < '1' || e->d_name[0] > '9')
-      continue;
-    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-    f = fopen(path, "r");
-    if (!f)
-      continue;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* pid (comm) state ppid pgrp session ...; comm may hold spaces. */
-    p = strrchr(buf, ')');
-    if (!p || sscanf(p + 1, " %*c %*d %*d %ld", &session) != 1 || session != sid)
-      continue;
-    pid = strtol(e->d_name, NULL, 10);
-    if (pid > 1)
-      kill((pid_t)pid, sig);
   }
-  closedir(d);
-}
-
-void backend_signal(pid_t pgid, int sig) {
-  if (pgid <= 1)
+  /* The start time is read while the process cannot have been reaped yet:
+   * only this thread reaps. */
+  if (proc_stat(pid, &start, &zombie) != 0)
+    start = 0;
+  FAULT_POINT("local_spawned");
+  pthread_mutex_lock(&lb.mu);
+  p = lp_find(j->id);
+  if (p && p->attempt == j->attempt) {
+    p->pid = pid;
+    p->start = start;
+  }
+  wanted = p && p->live && p->attempt == j->attempt;
+  pthread_mutex_unlock(&lb.mu);
+  if (!wanted) {
+    /* Released while it started: end it again. */
+    signal_worker(pid, start, SIGKILL);
     return;
-  if (kill(-pgid, sig) != 0 && errno != ESRCH)
-    LOG(LOG_WARN, "could not signal process group %d: %s", (int)pgid, strerror(errno));
-  signal_session(pgid, sig);
+  }
+  snprintf(ref, sizeof(ref), "%d:%llu", (int)pid, start);
+  snprintf(detail, sizeof(detail), "local backend: pid %d, address %s", (int)pid,
+           j->where.bind_ip);
+  {
+    struct backend_report r = {
+        .event = BACKEND_STARTED, .id = j->id, .attempt = j->attempt, .ref = ref,
+        .detail = detail};
+    backend_report(&r);
+  }
 }
 
-int backend_alive(pid_t pid) {
-  char path[64], buf[512];
-  const char *state;
-  FILE *f;
-  size_t n;
+static void job_cancel(const struct job *j) {
+  struct lproc *p;
+  pid_t pid = 0;
+  unsigned long long start = 0;
+  int sig = SIGKILL;
 
-  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+  pthread_mutex_lock(&lb.mu);
+  p = lp_find(j->id);
+  if (p && p->pid > 0) {
+    pid = p->pid;
+    start = p->start;
+    switch (j->how) {
+    case BACKEND_KILL_NOW:
+      p->kill_at_ms = 0;
+      break;
+    case BACKEND_TERM_THEN_KILL:
+      sig = SIGTERM;
+      p->kill_at_ms = util_mono_ms() + (int64_t)(lb.cfg.stop_grace_s * 1000);
+      if (p->kill_at_ms == 0)
+        p->kill_at_ms = 1;
+      break;
+    case BACKEND_KILL_LATER:
+      sig = 0;
+      p->kill_at_ms = util_mono_ms() + KILL_LATER_MS;
+      break;
+    }
+    p->reported = 1; /* its end is the state machine's already */
+  }
+  if (p)
+    lp_maybe_free(p);
+  pthread_mutex_unlock(&lb.mu);
+  if (pid > 0 && sig)
+    signal_worker(pid, start, sig);
+}
+
+/* Sends the SIGKILLs that are due (all of them when all is set). */
+static void kills_due(int64_t now, int all) {
+  for (;;) {
+    pid_t pid = 0;
+    unsigned long long start = 0;
+
+    pthread_mutex_lock(&lb.mu);
+    for (struct lproc *p = lb.head; p; p = p->next)
+      if (p->kill_at_ms && (all || p->kill_at_ms <= now)) {
+        pid = p->pid;
+        start = p->start;
+        p->kill_at_ms = 0;
+        lp_maybe_free(p);
+        break;
+      }
+    pthread_mutex_unlock(&lb.mu);
+    if (!pid)
+      return;
+    signal_worker(pid, start, SIGKILL);
+  }
+}
+
+/* Reaps exited children: the fork server, or workerds (reported if their
+ * worker's end was not). */
+static void reap(void) {
+  int st;
+  pid_t pid;
+
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+    char why[200], id[16] = "";
+    int attempt = 0;
+
+    if (pid == lb.zygote_pid) {
+      LOG(LOG_WARN, "the workerd fork server exited; restarting it later");
+      lb.zygote_pid = 0;
+      zygote_close();
+      continue;
+    }
+    pthread_mutex_lock(&lb.mu);
+    for (struct lproc *p = lb.head; p; p = p->next)
+      if (p->pid == pid && !p->adopted) {
+        if (p->live && !p->reported) {
+          snprintf(id, sizeof(id), "%s", p->id);
+          attempt = p->attempt;
+          p->reported = 1;
+        }
+        p->pid = 0; /* reaped: the number may be someone else's now */
+        lp_maybe_free(p);
+        break;
+      }
+    pthread_mutex_unlock(&lb.mu);
+    if (!id[0])
+      continue;
+    if (WIFSIGNALED(st))
+      snprintf(why, sizeof(why), "muster-workerd (pid %d) was killed by signal %d (%s)",
+               (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+      snprintf(why, sizeof(why),
+               "muster-workerd (pid %d) exited with code %d before reporting the worker's end",
+               (int)pid, WEXITSTATUS(st));
+    report_fail(BACKEND_EXITED, id, attempt, why);
+  }
+}
+
+/* Workers adopted after a restart are not our children: their end is seen
+ * through /proc, once a second (heartbeat loss catches them anyway; this
+ * only makes it sooner). */
+static void probe_adopted(int64_t now) {
+  if (now - lb.last_probe_ms < 1000)
+    return;
+  lb.last_probe_ms = now;
+  for (;;) {
+    char id[16] = "", why[200];
+    int attempt = 0;
+    pid_t pid = 0;
+
+    pthread_mutex_lock(&lb.mu);
+    for (struct lproc *p = lb.head; p; p = p->next)
+      if (p->adopted && p->live && !p->reported && !proc_same(p->pid, p->start)) {
+        snprintf(id, sizeof(id), "%s", p->id);
+        attempt = p->attempt;
+        pid = p->pid;
+        p->reported = 1;
+        break;
+      }
+    pthread_mutex_unlock(&lb.mu);
+    if (!id[0])
+      return;
+    snprintf(why, sizeof(why), "lost: its muster-workerd (pid %d) is gone", (int)pid);
+    report_fail(BACKEND_LOST, id, attempt, why);
+  }
+}
+
+static int64_t next_kill_ms(void) {
+  int64_t at = INT64_MAX;
+
+  for (struct lproc *p = lb.head; p; p = p->next)
+    if (p->kill_at_ms && p->kill_at_ms < at)
+      at = p->kill_at_ms;
+  return at;
+}
+
+static void *backend_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&lb.mu);
+  while (!lb.stop) {
+    struct job *jobs = lb.jobs;
+    int64_t now, at;
+    struct timespec ts;
+
+    lb.jobs = lb.jobs_tail = NULL;
+    pthread_mutex_unlock(&lb.mu);
+    while (jobs) {
+      struct job *next = jobs->next;
+      if (jobs->kind == JOB_START)
+        job_start(jobs);
+      else
+        job_cancel(jobs);
+      memset(jobs->token, 0, sizeof(jobs->token));
+      free(jobs);
+      jobs = next;
+    }
+    now = util_mono_ms();
+    reap();
+    kills_due(now, 0);
+    probe_adopted(now);
+    pthread_mutex_lock(&lb.mu);
+    if (lb.jobs || lb.stop)
+      continue;
+    /* Children are reaped within 50 ms; nothing else needs a tick. */
+    at = util_mono_ms() + 50;
+    if (next_kill_ms() < at)
+      at = next_kill_ms();
+    ts.tv_sec = at / 1000;
+    ts.tv_nsec = (at % 1000) * 1000000L;
+    pthread_cond_timedwait(&lb.cv, &lb.mu, &ts);
+  }
+  pthread_mutex_unlock(&lb.mu);
+  return NULL;
+}
+
+/* ---- the operations ---- */
+
+static int local_init(const struct ctl_config *cfg, const char *controller_url, char *err,
+                      size_t errlen) {
+  pthread_condattr_t ca;
+  size_t n = 0;
+
+  lb.cfg = *cfg;
+  snprintf(lb.controller_url, sizeof(lb.controller_url), "%s", controller_url);
+  for (char **e = environ; *e; e++)
+    n++;
+  lb.base_env = calloc(n + 1, sizeof(*lb.base_env));
+  if (!lb.base_env) {
+    snprintf(err, errlen, "out of memory");
+    return MUSTER_E_NOMEM;
+  }
+  /* The controller's own muster/CML variables (its API token above all)
+   * must not leak into workers; everything else is the worker's "image"
+   * environment: PATH, HOME, LANG. The settings meant for workerd itself
+   * pass through. */
+  for (char **e = environ; *e; e++)
+    if ((strncmp(*e, "MUSTER_", 7) != 0 && strncmp(*e, "CDSW_", 5) != 0) ||
+        strncmp(*e, "MUSTER_ORPHAN_TIMEOUT=", 22) == 0 ||
+        strncmp(*e, "MUSTER_LOG_LEVEL=", 17) == 0 || strncmp(*e, "MUSTER_FAULT=", 13) == 0)
+      lb.base_env[lb.base_env_len++] = *e;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&lb.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  lb.zygote_retry_ms = 0;
+  lb.stop = 0;
+  if (pthread_create(&lb.thread, NULL, backend_main, NULL) != 0) {
+    snprintf(err, errlen, "could not start the local backend's thread");
+    return MUSTER_E_INTERNAL;
+  }
+  lb.running = 1;
+  return 0;
+}
+
+static void local_shutdown(void) {
+  if (lb.running) {
+    pthread_mutex_lock(&lb.mu);
+    lb.stop = 1;
+    pthread_cond_signal(&lb.cv);
+    pthread_mutex_unlock(&lb.mu);
+    pthread_join(lb.thread, NULL);
+    lb.running = 0;
+  }
+  /* Stopped workers still in their grace period are ended now: nobody would
+   * be left to do it. */
+  kills_due(0, 1);
+  zygote_close();
+  pthread_mutex_lock(&lb.mu);
+  while (lb.jobs) {
+    struct job *j = lb.jobs;
+    lb.jobs = j->next;
+    free(j);
+  }
+  while (lb.head)
+    lp_free(lb.head);
+  memset(lb.ip_used, 0, sizeof(lb.ip_used));
+  lb.cpu_used = lb.memory_used = 0;
+  lb.gpu_used = 0;
+  pthread_mutex_unlock(&lb.mu);
+  free(lb.base_env);
+  lb.base_env = NULL;
+  lb.base_env_len = 0;
+}
+
+static int local_could_ever_fit(const struct backend_req *r, const char **field, char *msg,
+                                size_t msglen) {
+  if (r->cpu > lb.cfg.cpus + 1e-9)
+    *field = "cpu";
+  else if (r->memory > lb.cfg.memory + 1e-9)
+    *field = "memory";
+  else if (r->ngpu > lb.cfg.gpus)
+    *field = "nvidia_gpu";
+  else
     return 0;
-  /* A workerd orphaned by a controller crash may linger as a zombie when
-   * nothing reaps orphans (a container's init, for one): dead all the same.
-   * The state follows the last ')' of /proc/PID/stat. */
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  f = fopen(path, "r");
-  if (!f)
-    return 1; /* no /proc: trust kill() */
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  state = strrchr(buf, ')');
-  return !(state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X'));
+  snprintf(msg, msglen,
+           "%s: the request can never fit the local backend (it has %g cores, %g GiB of "
+           "memory and %d GPUs in all)",
+           *field, lb.cfg.cpus, lb.cfg.memory, lb.cfg.gpus);
+  return MUSTER_E_CAPACITY;
 }
+
+static int local_place(const char *id, const struct backend_req *r,
+                       struct backend_placement *where, char *why, size_t whylen) {
+  struct lproc *p;
+  uint64_t mask = 0;
+  int slot, taken = 0, ok = 0;
+
+  pthread_mutex_lock(&lb.mu);
+  /* A little slack absorbs float rounding of fractional cores. */
+  if (lb.cpu_used + r->cpu > lb.cfg.cpus + 1e-9) {
+    snprintf(why, whylen, "%g cores (%g free of %g)", r->cpu,
+             lb.cfg.cpus - lb.cpu_used < 0 ? 0 : lb.cfg.cpus - lb.cpu_used, lb.cfg.cpus);
+    goto out;
+  }
+  if (lb.memory_used + r->memory > lb.cfg.memory + 1e-9) {
+    snprintf(why, whylen, "%g GiB of memory (%g free of %g)", r->memory,
+             lb.cfg.memory - lb.memory_used < 0 ? 0 : lb.cfg.memory - lb.memory_used,
+             lb.cfg.memory);
+    goto out;
+  }
+  if (r->ngpu > free_gpus()) {
+    snprintf(why, whylen, "%d GPUs (%d free of %d on this host)", r->ngpu, free_gpus(),
+             lb.cfg.gpus);
+    goto out;
+  }
+  p = lp_find(id);
+  if (p && (p->live || p->kill_at_ms)) {
+    snprintf(why, whylen, "its earlier attempt to end");
+    goto out;
+  }
+  slot = ip_alloc();
+  if (slot < 0) {
+    snprintf(why, whylen, "a free loopback address");
+    goto out;
+  }
+  if (!p)
+    p = lp_new(id);
+  if (!p) {
+    lb.ip_used[slot] = 0;
+    snprintf(why, whylen, "memory in the controller");
+    goto out;
+  }
+  for (int i = 0; i < lb.cfg.gpus && taken < r->ngpu; i++)
+    if (!((lb.gpu_used | mask) & (1ULL << i))) {
+      mask |= 1ULL << i;
+      taken++;
+    }
+  p->req = *r;
+  p->ip_slot = slot;
+  p->gpu_mask = mask;
+  p->pid = 0;
+  p->adopted = 0;
+  p->reported = 0;
+  p->attempt = 0;
+  reserve(p);
+  slot_to_ip(slot, where->bind_ip, sizeof(where->bind_ip));
+  gpus_format(mask, where->gpu_indices, sizeof(where->gpu_indices));
+  ok = 1;
+out:
+  pthread_mutex_unlock(&lb.mu);
+  return ok;
+}
+
+static void local_submit(const struct backend_start *ws, int n) {
+  pthread_mutex_lock(&lb.mu);
+  for (int i = 0; i < n; i++) {
+    struct lproc *p = lp_find(ws[i].id);
+    struct job *j = calloc(1, sizeof(*j));
+
+    if (!j || !p) {
+      free(j);
+      LOG(LOG_ERROR, "could not queue the start of %s", ws[i].id);
+      continue; /* it fails at its start timeout */
+    }
+    p->attempt = ws[i].attempt;
+    j->kind = JOB_START;
+    snprintf(j->id, sizeof(j->id), "%s", ws[i].id);
+    snprintf(j->token, sizeof(j->token), "%s", ws[i].token);
+    j->attempt = ws[i].attempt;
+    j->where = *ws[i].where;
+    if (lb.jobs_tail)
+      lb.jobs_tail->next = j;
+    else
+      lb.jobs = j;
+    lb.jobs_tail = j;
+  }
+  pthread_cond_signal(&lb.cv);
+  pthread_mutex_unlock(&lb.mu);
+}
+
+static void local_cancel(const char *id, enum backend_cancel how) {
+  struct job *j = calloc(1, sizeof(*j));
+
+  pthread_mutex_lock(&lb.mu);
+  if (!j) {
+    /* No memory to queue it: at least nothing more will be started. */
+    struct lproc *p = lp_find(id);
+    if (p)
+      p->kill_at_ms = 1;
+  } else {
+    j->kind = JOB_CANCEL;
+    snprintf(j->id, sizeof(j->id), "%s", id);
+    j->how = how;
+    if (lb.jobs_tail)
+      lb.jobs_tail->next = j;
+    else
+      lb.jobs = j;
+    lb.jobs_tail = j;
+  }
+  pthread_cond_signal(&lb.cv);
+  pthread_mutex_unlock(&lb.mu);
+}
+
+static void local_release(const char *id) {
+  struct lproc *p;
+
+  pthread_mutex_lock(&lb.mu);
+  p = lp_find(id);
+  if (p) {
+    unreserve(p);
+    lp_maybe_free(p);
+  }
+  pthread_mutex_unlock(&lb.mu);
+}
+
+/* Parses "PID:START". Returns 0, or -1 for anything else (a bare pid from
+ * an older controller is not enough to know the process). */
+static int ref_parse(const char *ref, pid_t *pid, unsigned long long *start) {
+  char *end;
+  long p;
+  unsigned long long s;
+
+  if (!ref)
+    return -1;
+  errno = 0;
+  p = strtol(ref, &end, 10);
+  if (end == ref || *end != ':' || p <= 1 || p > 0x3fffffff)
+    return -1;
+  ref = end + 1;
+  s = strtoull(ref, &end, 10);
+  if (end == ref || *end || errno)
+    return -1;
+  *pid = (pid_t)p;
+  *start = s;
+  return 0;
+}
+
+static void local_reconcile(struct backend_live *ws, int n) {
+  pthread_mutex_lock(&lb.mu);
+  for (int i = 0; i < n; i++) {
+    struct backend_live *l = &ws[i];
+    unsigned long long start;
+    struct lproc *p;
+    pid_t pid;
+
+    l->adopted = 0;
+    if (ref_parse(l->ref, &pid, &start) != 0 || !proc_same(pid, start))
+      continue;
+    p = lp_new(l->id);
+    if (!p)
+      continue;
+    l->adopted = 1;
+    p->attempt = l->attempt;
+    p->pid = pid;
+    p->start = start;
+    p->adopted = 1;
+    p->req = l->req;
+    p->ip_slot = ip_to_slot(l->where.bind_ip);
+    if (p->ip_slot >= 0)
+      lb.ip_used[p->ip_slot] = 1;
+    p->gpu_mask = gpus_parse(l->where.gpu_indices);
+    reserve(p);
+  }
+  pthread_mutex_unlock(&lb.mu);
+}
+
+static void local_usage(double *cpu_used, double *cpu_total, double *mem_used,
+                        double *mem_total) {
+  pthread_mutex_lock(&lb.mu);
+  *cpu_used = lb.cpu_used;
+  *cpu_total = lb.cfg.cpus;
+  *mem_used = lb.memory_used;
+  *mem_total = lb.cfg.memory;
+  pthread_mutex_unlock(&lb.mu);
+}
+
+const struct backend_ops backend_local_ops = {
+    .name = "local",
+    .init = local_init,
+    .shutdown = local_shutdown,
+    .could_ever_fit = local_could_ever_fit,
+    .place = local_place,
+    .submit = local_submit,
+    .cancel = local_cancel,
+    .release = local_release,
+    .reconcile = local_reconcile,
+    .usage = local_usage,
+};
+
+static const struct backend_ops *const backends[] = {&backend_local_ops};
+
+const struct backend_ops *backend_find(const char *name) {
+  for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+    if (strcmp(backends[i]->name, name) == 0)
+      return backends[i];
+  return NULL;
+}
+
+const char *backend_names(void) { return "local"; }

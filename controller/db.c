@@ -25,6 +25,14 @@ enum {
   ST_LAST_SEQ,
   ST_COUNTS,
   ST_SESSION_GET,
+  ST_SET_REF,
+  ST_SET_WAITING,
+  ST_PRUNE_PICK,
+  ST_PRUNE_EVENTS,
+  ST_PRUNE_WORKER,
+  ST_PRUNE_SESSIONS,
+  ST_GATE_OPEN,
+  ST_GATE_CLOSE,
   ST_COUNT_
 };
 
@@ -32,11 +40,12 @@ enum {
   "id, session, name, role, status, cpu, memory, nvidia_gpu, script, code, command, " \
   "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "         \
   "backend_ref, exit_code, failure, created_at, running_at, finished_at, "             \
-  "last_heartbeat, signal"
+  "last_heartbeat, signal, attempt, waiting_for, rowid"
 
 #define INFO_COLS                                                                     \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, " \
-  "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role"
+  "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, " \
+  "backend_ref, launch_id"
 
 static const char *const statement_sql[ST_COUNT_] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -49,26 +58,28 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_WORKER_INSERT] =
         "INSERT INTO workers(id, session, name, role, status, cpu, memory, nvidia_gpu, "
         "script, code, command, kernel, args, env, secret_env, token, master_ip, backend, "
-        "created_at) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-        "?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        "created_at, launch_id) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, ?8, ?9, "
+        "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     [ST_EVENT_INSERT] = "INSERT INTO events(worker_id, at, \"from\", \"to\", detail) "
                         "VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_TRANSITION] =
         "UPDATE workers SET status = ?2, "
         "ip_address = coalesce(?3, ip_address), hostname = coalesce(?4, hostname), "
-        "backend_ref = coalesce(?5, backend_ref), failure = coalesce(?6, failure), "
+        "failure = coalesce(?6, failure), "
         "exec_port = coalesce(?7, exec_port), pid = coalesce(?8, pid), "
         "exit_code = coalesce(?9, exit_code), signal = coalesce(?10, signal), "
         "running_at = coalesce(?11, running_at), finished_at = coalesce(?12, finished_at), "
         "last_heartbeat = coalesce(?13, last_heartbeat), bind_ip = coalesce(?14, bind_ip), "
-        "gpu_indices = coalesce(?15, gpu_indices) "
+        "gpu_indices = coalesce(?15, gpu_indices), attempt = coalesce(?17, attempt), "
+        "waiting_for = CASE WHEN ?2 = 'scheduling' THEN waiting_for ELSE NULL END, "
+        "backend_ref = CASE WHEN ?17 IS NULL THEN coalesce(?5, backend_ref) ELSE ?5 END "
         "WHERE id = ?1 AND status = ?16",
     [ST_HEARTBEAT] = "UPDATE workers SET last_heartbeat = ?2 WHERE id = ?1",
     [ST_WORKER_GET] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1",
     [ST_WORKER_LIST] = "SELECT " WORKER_COLS " FROM workers "
                        "WHERE (?1 IS NULL OR status IN (SELECT value FROM json_each(?1))) "
                        "AND (?2 IS NULL OR session = ?2) AND (?3 IS NULL OR role = ?3) "
-                       "ORDER BY rowid DESC",
+                       "AND rowid < ?4 ORDER BY rowid DESC LIMIT ?5",
     [ST_WORKER_INFO] = "SELECT " INFO_COLS " FROM workers WHERE id = ?1",
     [ST_LIVE] = "SELECT " INFO_COLS " FROM workers "
                 "WHERE status IN ('scheduling', 'starting', 'running') ORDER BY rowid",
@@ -76,6 +87,19 @@ static const char *const statement_sql[ST_COUNT_] = {
                         "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     [ST_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM events",
     [ST_COUNTS] = "SELECT status, count(*) FROM workers GROUP BY status",
+    [ST_SET_REF] = "UPDATE workers SET backend_ref = ?2 WHERE id = ?1 AND attempt = ?3 "
+                   "AND status IN ('starting', 'running')",
+    [ST_SET_WAITING] = "UPDATE workers SET waiting_for = ?2 WHERE id = ?1 "
+                       "AND status = 'scheduling'",
+    [ST_PRUNE_PICK] = "SELECT id FROM workers WHERE finished_at IS NOT NULL "
+                      "AND finished_at < ?1 AND status IN ('succeeded', 'failed', 'stopped') "
+                      "LIMIT ?2",
+    [ST_PRUNE_EVENTS] = "DELETE FROM events WHERE worker_id = ?1",
+    [ST_PRUNE_WORKER] = "DELETE FROM workers WHERE id = ?1",
+    [ST_PRUNE_SESSIONS] = "DELETE FROM sessions WHERE created_at < ?1 AND NOT EXISTS "
+                          "(SELECT 1 FROM workers WHERE workers.session = sessions.name)",
+    [ST_GATE_OPEN] = "INSERT INTO prune_gate(open) VALUES (1)",
+    [ST_GATE_CLOSE] = "DELETE FROM prune_gate",
 };
 
 struct db {
@@ -173,15 +197,17 @@ db_error:
   return MUSTER_E_DB;
 }
 
-int db_open(const char *path, struct db **out, char *errbuf, size_t errlen) {
+/* Opens path; readonly skips the set-up and migrations that only the
+ * writer does. */
+static int db_open_mode(const char *path, int readonly, struct db **out, char *errbuf,
+                        size_t errlen) {
   struct db *db = calloc(1, sizeof(*db));
-  int rc;
+  int rc, flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
 
   *out = NULL;
   if (!db)
     return MUSTER_E_NOMEM;
-  if (sqlite3_open_v2(path, &db->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-      SQLITE_OK) {
+  if (sqlite3_open_v2(path, &db->conn, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     snprintf(errbuf, errlen, "could not open %s: %s", path,
              db->conn ? sqlite3_errmsg(db->conn) : "out of memory");
     rc = MUSTER_E_DB;
@@ -190,15 +216,15 @@ int db_open(const char *path, struct db **out, char *errbuf, size_t errlen) {
   sqlite3_busy_timeout(db->conn, 5000);
   /* WAL with synchronous=NORMAL: a committed transaction survives a crash
    * (kill -9) of the process; only a power loss can cost the last commits. */
-  if (sqlite3_exec(db->conn,
-                   "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
-                   "PRAGMA foreign_keys = ON;",
-                   NULL, NULL, NULL) != SQLITE_OK) {
+  if (!readonly && sqlite3_exec(db->conn,
+                                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+                                "PRAGMA foreign_keys = ON;",
+                                NULL, NULL, NULL) != SQLITE_OK) {
     snprintf(errbuf, errlen, "could not set up %s: %s", path, sqlite3_errmsg(db->conn));
     rc = MUSTER_E_DB;
     goto fail;
   }
-  rc = apply_migrations(db, errbuf, errlen);
+  rc = readonly ? 0 : apply_migrations(db, errbuf, errlen);
   if (rc)
     goto fail;
   for (int i = 0; i < ST_COUNT_; i++) {
@@ -216,6 +242,14 @@ int db_open(const char *path, struct db **out, char *errbuf, size_t errlen) {
 fail:
   db_close(db);
   return rc;
+}
+
+int db_open(const char *path, struct db **out, char *errbuf, size_t errlen) {
+  return db_open_mode(path, 0, out, errbuf, errlen);
+}
+
+int db_open_reader(const char *path, struct db **out, char *errbuf, size_t errlen) {
+  return db_open_mode(path, 1, out, errbuf, errlen);
 }
 
 void db_close(struct db *db) {
@@ -302,6 +336,7 @@ int db_worker_insert(struct db *db, const struct db_worker_new *w) {
   bind_text_or_null(s, 16, w->master_ip);
   bind_text_or_null(s, 17, w->backend);
   bind_text_or_null(s, 18, now);
+  bind_text_or_null(s, 19, w->launch_id);
   rc = exec_stmt(s);
   if (rc)
     return rc;
@@ -331,6 +366,7 @@ int db_worker_transition(struct db *db, const char *id, const char *from, const 
   bind_text_or_null(s, 14, f->bind_ip);
   bind_text_or_null(s, 15, f->gpu_indices);
   bind_text_or_null(s, 16, from);
+  bind_int_or_null(s, 17, f->attempt);
   rc = exec_stmt(s);
   if (rc)
     return rc;
@@ -413,6 +449,11 @@ static json_t *row_to_worker(sqlite3_stmt *s) {
   json_object_set_new(w, "running_at", col_text(s, 23));
   json_object_set_new(w, "finished_at", col_text(s, 24));
   json_object_set_new(w, "last_heartbeat", col_text(s, 25));
+  json_object_set_new(w, "attempt", json_integer(sqlite3_column_int(s, 27)));
+  json_object_set_new(w, "waiting_for", col_text(s, 28));
+  /* Filled in by the backends that measure it (a later migration). */
+  json_object_set_new(w, "usage", json_null());
+  json_object_set_new(w, "run", json_null());
   return w;
 }
 
@@ -428,16 +469,28 @@ json_t *db_worker_json(struct db *db, const char *id) {
 }
 
 json_t *db_worker_list(struct db *db, const char *statuses_json, const char *session,
-                       const char *role) {
+                       const char *role, int64_t before, int limit, int64_t *next) {
   sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
   json_t *arr = json_array();
-  int rc;
+  int64_t last = 0;
+  int rc, n = 0;
 
+  *next = 0;
   bind_text_or_null(s, 1, statuses_json);
   bind_text_or_null(s, 2, session);
   bind_text_or_null(s, 3, role);
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+  sqlite3_bind_int64(s, 4, before > 0 ? before : INT64_MAX);
+  /* One row more than asked for tells whether there is a next page. */
+  sqlite3_bind_int(s, 5, limit + 1);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (n == limit) {
+      *next = last;
+      continue;
+    }
     json_array_append_new(arr, row_to_worker(s));
+    last = sqlite3_column_int64(s, 29);
+    n++;
+  }
   sqlite3_reset(s);
   if (rc != SQLITE_DONE) {
     json_decref(arr);
@@ -480,6 +533,9 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   o->secret_env_json = dup_col(s, 17);
   o->name = dup_col(s, 18);
   o->role = dup_col(s, 19);
+  o->attempt = sqlite3_column_int(s, 20);
+  o->backend_ref = dup_col(s, 21);
+  copy_col(s, 22, o->launch_id, sizeof(o->launch_id));
 }
 
 void db_worker_info_cleanup(struct db_worker_info *o) {
@@ -493,6 +549,7 @@ void db_worker_info_cleanup(struct db_worker_info *o) {
   free(o->secret_env_json);
   free(o->name);
   free(o->role);
+  free(o->backend_ref);
   memset(o, 0, sizeof(*o));
 }
 
@@ -602,4 +659,65 @@ json_t *db_status_counts(struct db *db) {
                         json_integer(sqlite3_column_int64(s, 1)));
   sqlite3_reset(s);
   return o;
+}
+
+int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *ref) {
+  sqlite3_stmt *s = stmt(db, ST_SET_REF);
+
+  bind_text_or_null(s, 1, id);
+  bind_text_or_null(s, 2, ref);
+  sqlite3_bind_int(s, 3, attempt);
+  return exec_stmt(s);
+}
+
+int db_worker_set_waiting(struct db *db, const char *id, const char *why) {
+  sqlite3_stmt *s = stmt(db, ST_SET_WAITING);
+
+  bind_text_or_null(s, 1, id);
+  bind_text_or_null(s, 2, why);
+  return exec_stmt(s);
+}
+
+int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n) {
+  sqlite3_stmt *s = stmt(db, ST_PRUNE_PICK);
+  int rc, i;
+
+  *n = 0;
+  bind_text_or_null(s, 1, cutoff);
+  sqlite3_bind_int(s, 2, max);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW && *n < max)
+    copy_col(s, 0, ids[(*n)++], sizeof(ids[0]));
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    return MUSTER_E_DB;
+  if (*n == 0)
+    return 0;
+  rc = db_begin(db);
+  if (rc)
+    return rc;
+  rc = exec_stmt(stmt(db, ST_GATE_OPEN));
+  for (i = 0; !rc && i < *n; i++) {
+    s = stmt(db, ST_PRUNE_EVENTS);
+    bind_text_or_null(s, 1, ids[i]);
+    rc = exec_stmt(s);
+    if (rc)
+      break;
+    s = stmt(db, ST_PRUNE_WORKER);
+    bind_text_or_null(s, 1, ids[i]);
+    rc = exec_stmt(s);
+  }
+  if (!rc) {
+    s = stmt(db, ST_PRUNE_SESSIONS);
+    bind_text_or_null(s, 1, cutoff);
+    rc = exec_stmt(s);
+  }
+  if (!rc)
+    rc = exec_stmt(stmt(db, ST_GATE_CLOSE));
+  if (!rc)
+    rc = db_commit(db);
+  if (rc) {
+    db_rollback(db);
+    *n = 0;
+  }
+  return rc;
 }

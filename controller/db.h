@@ -1,7 +1,9 @@
 /*
  * db.h: the controller's SQLite store.
  *
- * One connection, used only under the state lock (see state.h). SQL lives
+ * One writing connection, used only under the state lock (see state.h), and
+ * read-only connections (db_open_reader()) that the API uses without it,
+ * each by one thread at a time. SQL lives
  * in migrations/ and in the prepared statements of db.c; no SQL is ever
  * built from user data.
  */
@@ -29,7 +31,7 @@ struct db_worker_new {
   int nvidia_gpu;
   const char *script, *code, *kernel;
   const char *command_json, *args_json, *env_json, *secret_env_json;
-  const char *token, *master_ip, *backend;
+  const char *token, *master_ip, *backend, *launch_id;
 };
 
 /* Fields that a transition may set; NULL / -1 leaves a column as it is. */
@@ -37,8 +39,9 @@ struct db_fields {
   const char *ip_address, *hostname, *backend_ref, *failure, *bind_ip, *gpu_indices;
   int exec_port, pid, exit_code, signal; /* -1: leave */
   int set_running_at, set_finished_at, set_heartbeat;
+  int attempt; /* -1: leave; set: backend_ref becomes backend_ref (NULL clears it) */
 };
-#define DB_FIELDS_INIT {NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, 0, 0, 0}
+#define DB_FIELDS_INIT {NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, 0, 0, 0, -1}
 
 /* Opens (creating if needed) the database at path in WAL mode and applies
  * every pending migration in one transaction. A database whose
@@ -47,6 +50,12 @@ struct db_fields {
  * handle to be freed with db_close(). */
 __attribute__((warn_unused_result)) int db_open(const char *path, struct db **out,
                                                 char *errbuf, size_t errlen);
+
+/* Opens a read-only connection to the database that db_open() set up, for
+ * lists and gets that must not wait for the writer (WAL readers see the
+ * last commit). Same ownership as db_open(). */
+__attribute__((warn_unused_result)) int db_open_reader(const char *path, struct db **out,
+                                                       char *errbuf, size_t errlen);
 
 /* Closes the handle; NULL is a no-op. */
 void db_close(struct db *db);
@@ -83,11 +92,30 @@ int db_worker_touch_heartbeat(struct db *db, const char *id)
  * such worker (or on error). */
 json_t *db_worker_json(struct db *db, const char *id);
 
-/* The API's worker objects, newest first, filtered by statuses (a JSON
- * array of names, or NULL for all), session and role (NULL for any).
- * Returns a new reference to an array, or NULL on error. */
+/* One page of the API's worker objects, newest first, filtered by statuses
+ * (a JSON array of names, or NULL for all), session and role (NULL for
+ * any): at most limit workers older than the cursor before (0: from the
+ * newest). *next is the cursor of the page after this one, 0 if this is
+ * the last. Returns a new reference to an array, or NULL on error. */
 json_t *db_worker_list(struct db *db, const char *statuses_json, const char *session,
-                       const char *role);
+                       const char *role, int64_t before, int limit, int64_t *next);
+
+/* Records the backend's reference of worker id's attempt (if that attempt
+ * is still current and the worker live). */
+int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *ref)
+    __attribute__((warn_unused_result));
+
+/* Sets why a scheduling worker waits (NULL: it does not). */
+int db_worker_set_waiting(struct db *db, const char *id, const char *why)
+    __attribute__((warn_unused_result));
+
+/* The retention pruner, the one path that deletes: picks up to max terminal
+ * workers that finished before cutoff (an ISO time), deletes them with
+ * their events in one transaction (and sessions older than cutoff that have
+ * no worker left), and copies their ids to ids (room for max) with their
+ * number in *n, so the caller can remove their files. */
+int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n)
+    __attribute__((warn_unused_result));
 
 /* Facts the controller needs about a worker, copied out of the row. */
 struct db_worker_info {
@@ -102,6 +130,9 @@ struct db_worker_info {
   double cpu, memory;
   int nvidia_gpu;
   long pid; /* -1 if none */
+  int attempt;
+  char launch_id[16];
+  char *backend_ref; /* NULL if none */
   char *script, *code, *command_json, *args_json, *env_json, *secret_env_json;
   char *name, *role;
 };

@@ -1,5 +1,6 @@
 /* main.c: muster-controller's command line, start-up and shutdown. */
 #include "api.h"
+#include "backend.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -28,7 +29,9 @@ static void usage(FILE *out) {
           "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
           "                            port 0 picks a free one)\n"
           "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
-          "  --backend local           how workers are started (default local)\n"
+          "  --backend NAME            how workers are started: local (default)\n"
+          "  --retain S                keep ended workers, their events and logs for S s\n"
+          "                            (default 604800, 7 days; 0 keeps them forever)\n"
           "  --start-timeout S         fail workers not registered after S s (default 60)\n"
           "  --heartbeat-timeout S     fail workers silent for S s (default 15)\n"
           "  --heartbeat-interval S    how often workers heartbeat (default 2)\n"
@@ -78,6 +81,7 @@ static int parse_args(int argc, char **argv, struct ctl_config *cfg) {
   cfg->heartbeat_timeout_s = 15;
   cfg->heartbeat_interval_s = 2;
   cfg->stop_grace_s = 5;
+  cfg->retain_s = 7 * 86400;
   cfg->cpus = (double)sysconf(_SC_NPROCESSORS_ONLN);
   cfg->memory = sysinfo(&si) == 0 ? (double)si.totalram * si.mem_unit / (1024.0 * 1024 * 1024) : 1;
   cfg->gpus = 0;
@@ -122,11 +126,15 @@ static int parse_args(int argc, char **argv, struct ctl_config *cfg) {
       snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", v);
     } else if (strcmp(a, "--backend") == 0) {
       NEED_VALUE();
-      bad = strcmp(v, "local") != 0;
-      if (bad) {
-        fprintf(stderr, "muster-controller: --backend: only \"local\" exists so far\n");
+      if (!backend_find(v)) {
+        fprintf(stderr, "muster-controller: --backend: there is no backend \"%s\" (this "
+                        "controller has: %s)\n", v, backend_names());
         return MUSTER_E_INVALID;
       }
+      snprintf(cfg->backend, sizeof(cfg->backend), "%s", v);
+    } else if (strcmp(a, "--retain") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0, 3650 * 86400.0, &cfg->retain_s);
     } else if (strcmp(a, "--start-timeout") == 0) {
       NEED_VALUE();
       bad = util_parse_double(v, 0.1, 86400, &cfg->start_timeout_s);
@@ -228,6 +236,8 @@ int main(int argc, char **argv) {
   rc = state_init(&cfg, err, sizeof(err));
   if (!rc)
     rc = api_start(err, sizeof(err));
+  if (!rc)
+    rc = state_start_backend(err, sizeof(err));
   if (rc) {
     LOG(LOG_ERROR, "%s", err);
     state_cleanup();
@@ -241,10 +251,12 @@ int main(int argc, char **argv) {
     state_cleanup();
     return 1;
   }
-  LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g cores, %g GiB, %d GPUs)",
-      g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
+  LOG(LOG_INFO, "listening on %s (state in %s, %s backend: %g cores, %g GiB, %d GPUs)",
+      g.controller_url, g.cfg.state_dir, g.backend->name, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
   printf("muster-controller: listening on %s\n", g.controller_url);
-  if (g.token_new)
+  /* The sign-in link carries the token: it goes to a terminal, once, never
+   * into a file that stdout may be redirected to. */
+  if (g.token_new && isatty(STDOUT_FILENO))
     printf("muster-controller: new API token (kept in %s/token); web UI:\n    %s/?token=%s\n",
            g.cfg.state_dir, g.controller_url, g.api_token);
   else

@@ -2,6 +2,7 @@
 #include "state.h"
 
 #include "backend.h"
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
@@ -14,11 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-struct ctl g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+struct ctl g = {.lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP};
 
 static const char *const status_names[WS_COUNT_] = {
     "scheduling", "starting", "running", "succeeded", "failed", "stopped"};
@@ -41,7 +43,9 @@ int sm_legal(enum wstatus from, enum wstatus to) {
   case WS_SCHEDULING:
     return to == WS_STARTING || to == WS_FAILED || to == WS_STOPPED;
   case WS_STARTING:
-    return to == WS_RUNNING || to == WS_FAILED || to == WS_STOPPED;
+    /* starting -> starting: a new attempt, when a restarted controller
+     * finds the recorded one not running (it never registered). */
+    return to == WS_STARTING || to == WS_RUNNING || to == WS_FAILED || to == WS_STOPPED;
   case WS_RUNNING:
     return to == WS_SUCCEEDED || to == WS_FAILED || to == WS_STOPPED;
   case WS_SUCCEEDED:
@@ -54,13 +58,35 @@ int sm_legal(enum wstatus from, enum wstatus to) {
 }
 
 void state_lock(void) {
-  pthread_mutex_lock(&g.lock);
+  int rc = pthread_mutex_lock(&g.lock);
+
+  if (rc) {
+    /* EDEADLK: this thread holds it already. Say so and stop, rather than
+     * hang every thread of the controller. */
+    LOG(LOG_ERROR, "internal error: the state lock could not be taken: %s", strerror(rc));
+    abort();
+  }
+  g.lock_owner = pthread_self();
   g.lock_held = 1;
 }
 
 void state_unlock(void) {
+  int rc;
+
   g.lock_held = 0;
-  pthread_mutex_unlock(&g.lock);
+  rc = pthread_mutex_unlock(&g.lock);
+  if (rc) {
+    LOG(LOG_ERROR, "internal error: the state lock was released by a thread that did not "
+                   "hold it: %s", strerror(rc));
+    abort();
+  }
+}
+
+void state_assert_locked(const char *func) {
+  if (!g.lock_held || !pthread_equal(g.lock_owner, pthread_self())) {
+    LOG(LOG_ERROR, "internal error: %s needs the state lock and was called without it", func);
+    abort();
+  }
 }
 
 void state_kick_locked(void) {
@@ -88,7 +114,7 @@ struct lw *lw_find_locked(const char *id) {
 }
 
 static struct lw *lw_new_locked(const char *id, const char *token, const char *session,
-                                double cpu, double memory, int ngpu) {
+                                const char *launch, const struct backend_req *req) {
   struct lw *w = calloc(1, sizeof(*w));
   unsigned h;
 
@@ -97,10 +123,8 @@ static struct lw *lw_new_locked(const char *id, const char *token, const char *s
   snprintf(w->id, sizeof(w->id), "%s", id);
   snprintf(w->token, sizeof(w->token), "%s", token);
   snprintf(w->session, sizeof(w->session), "%s", session);
-  w->cpu = cpu;
-  w->memory = memory;
-  w->ngpu = ngpu;
-  w->ip_slot = -1;
+  snprintf(w->launch, sizeof(w->launch), "%s", launch ? launch : "");
+  w->req = *req;
   w->status = WS_SCHEDULING;
   w->since_ms = util_mono_ms();
   w->last_hb_ms = w->since_ms;
@@ -117,10 +141,10 @@ static struct lw *lw_new_locked(const char *id, const char *token, const char *s
   return w;
 }
 
-int lw_add_locked(const char *id, const char *token, const char *session, double cpu,
-                  double memory, int ngpu) {
+int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
+                  const struct backend_req *req) {
   ASSERT_LOCKED();
-  return lw_new_locked(id, token, session, cpu, memory, ngpu) ? 0 : MUSTER_E_NOMEM;
+  return lw_new_locked(id, token, session, launch, req) ? 0 : MUSTER_E_NOMEM;
 }
 
 static void lw_remove_locked(struct lw *w) {
@@ -139,6 +163,7 @@ static void lw_remove_locked(struct lw *w) {
   else
     g.tail = w->prev;
   g.live_count--;
+  memset(w->token, 0, sizeof(w->token));
   free(w);
 }
 
@@ -188,27 +213,19 @@ static void waiters_notify_locked(const char *id, enum wstatus to) {
   }
 }
 
-void stream_suspend_locked(struct stream *s) {
+void stream_add_locked(struct stream *s) {
   ASSERT_LOCKED();
-  if (s->suspended)
-    return;
-  s->suspended = 1;
   s->prev = NULL;
   s->next = g.streams;
   if (g.streams)
     g.streams->prev = s;
   g.streams = s;
-  MHD_suspend_connection(s->conn);
-}
-
-static void stream_resume_locked(struct stream *s) {
-  stream_remove_locked(s);
-  MHD_resume_connection(s->conn);
+  s->listed = 1;
 }
 
 void stream_remove_locked(struct stream *s) {
   ASSERT_LOCKED();
-  if (!s->suspended)
+  if (!s->listed)
     return;
   if (s->prev)
     s->prev->next = s->next;
@@ -217,17 +234,38 @@ void stream_remove_locked(struct stream *s) {
   if (s->next)
     s->next->prev = s->prev;
   s->next = s->prev = NULL;
-  s->suspended = 0;
+  s->listed = 0;
 }
 
-static void streams_wake_locked(enum stream_kind kind, const char *id) {
-  struct stream *s = g.streams, *next;
-
-  for (; s; s = next) {
-    next = s->next;
-    if (s->kind == kind && (!id || strcmp(s->worker_id, id) == 0))
-      stream_resume_locked(s);
+int stream_wait_locked(struct stream *s) {
+  ASSERT_LOCKED();
+  if (s->pending) {
+    s->pending = 0;
+    return 0;
   }
+  s->suspended = 1;
+  MHD_suspend_connection(s->conn);
+  return 1;
+}
+
+static void stream_resume_locked(struct stream *s) {
+  if (!s->suspended)
+    return;
+  s->suspended = 0;
+  MHD_resume_connection(s->conn);
+}
+
+/* Wakes the streams of kind (of worker id, if given): a suspended one is
+ * resumed; one that is busy reading is told to look again before it waits,
+ * so that no wake is ever lost between its read and its wait. */
+static void streams_wake_locked(enum stream_kind kind, const char *id) {
+  for (struct stream *s = g.streams; s; s = s->next)
+    if (s->kind == kind && (!id || strcmp(s->worker_id, id) == 0)) {
+      if (s->suspended)
+        stream_resume_locked(s);
+      else
+        s->pending = 1;
+    }
 }
 
 void streams_wake_logs_locked(const char *id) { streams_wake_locked(STREAM_LOG, id); }
@@ -265,8 +303,14 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f,
   /* Remember the old status: a rollback puts it back. */
   g.pending[g.npending].w = w;
   g.pending[g.npending].to = w->status;
+  g.pending[g.npending].attempt = w->attempt;
   g.npending++;
   w->status = to;
+  if (f && f->attempt >= 0) {
+    w->attempt = f->attempt;
+    w->restart = 0;
+    w->ref_known = 0;
+  }
   w->since_ms = util_mono_ms();
   return 0;
 }
@@ -274,8 +318,10 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f,
 void sm_rollback(void) {
   ASSERT_LOCKED();
   db_rollback(g.db);
-  for (int i = g.npending - 1; i >= 0; i--)
+  for (int i = g.npending - 1; i >= 0; i--) {
     g.pending[i].w->status = g.pending[i].to;
+    g.pending[i].w->attempt = g.pending[i].attempt;
+  }
   g.npending = 0;
 }
 
@@ -299,7 +345,7 @@ int sm_commit(void) {
     waiters_notify_locked(w->id, w->status);
     if (ws_terminal(w->status)) {
       streams_wake_locked(STREAM_LOG, w->id);
-      backend_release_locked(w);
+      g.backend->release(w->id);
       g.schedule_needed = 1;
     }
   }
@@ -321,32 +367,17 @@ int sm_commit(void) {
   return 0;
 }
 
-static void kill_later_locked(pid_t pgid, int64_t at_ms) {
-  if (g.nkills == g.cap_kills) {
-    int cap = g.cap_kills ? 2 * g.cap_kills : 32;
-    struct kill_later *k = realloc(g.kills, (size_t)cap * sizeof(*k));
-    if (!k) {
-      backend_signal(pgid, SIGKILL); /* no memory to wait: kill now */
-      return;
-    }
-    g.kills = k;
-    g.cap_kills = cap;
-  }
-  g.kills[g.nkills].pgid = pgid;
-  g.kills[g.nkills].at_ms = at_ms;
-  g.nkills++;
-}
-
 int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const char *detail,
-                     enum finish_kill how) {
+                     enum backend_cancel how) {
   struct db_fields none = DB_FIELDS_INIT;
-  pid_t pgid = w->pid;
-  int rc;
+  char id[16];
+  int rc, started = w->attempt > 0;
 
   ASSERT_LOCKED();
   if (!f)
     f = &none;
   f->set_finished_at = 1;
+  snprintf(id, sizeof(id), "%s", w->id);
   rc = sm_begin();
   if (rc)
     return rc;
@@ -358,30 +389,59 @@ int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const c
   rc = sm_commit();
   if (rc)
     return rc;
-  /* w is freed now; its process group is still to be ended. */
-  if (pgid > 0) {
-    int64_t now = util_mono_ms();
-    switch (how) {
-    case FINISH_KILL_NOW:
-      backend_signal(pgid, SIGKILL);
-      break;
-    case FINISH_TERM_THEN_KILL:
-      backend_signal(pgid, SIGTERM);
-      kill_later_locked(pgid, now + (int64_t)(g.cfg.stop_grace_s * 1000));
-      break;
-    case FINISH_KILL_LATER:
-      kill_later_locked(pgid, now + 2000);
-      break;
+  /* w is freed now; its processes are still to be ended. */
+  if (started)
+    g.backend->cancel(id, how);
+  return 0;
+}
+
+int sm_stop_many_locked(char (*ids)[16], int n, const char *detail) {
+  char (*cancel)[16] = calloc((size_t)n + 1, sizeof(*cancel));
+  int rc, ncancel = 0;
+
+  ASSERT_LOCKED();
+  if (!cancel) {
+    rc = MUSTER_E_NOMEM;
+    goto out;
+  }
+  rc = sm_begin();
+  if (rc)
+    goto out;
+  for (int i = 0; i < n; i++) {
+    struct db_fields f = DB_FIELDS_INIT;
+    struct lw *w = lw_find_locked(ids[i]);
+    int dup = 0;
+
+    if (!w)
+      continue;
+    for (int k = 0; k < i; k++)
+      dup |= strcmp(ids[k], ids[i]) == 0;
+    if (dup)
+      continue;
+    f.set_finished_at = 1;
+    if (w->attempt > 0)
+      snprintf(cancel[ncancel++], sizeof(cancel[0]), "%s", w->id);
+    rc = sm_transition(w, WS_STOPPED, &f, detail);
+    if (rc) {
+      sm_rollback();
+      goto out;
     }
   }
-  return 0;
+  rc = sm_commit();
+  if (rc)
+    goto out;
+  for (int i = 0; i < ncancel; i++)
+    g.backend->cancel(cancel[i], BACKEND_TERM_THEN_KILL);
+out:
+  free(cancel);
+  return rc;
 }
 
 int sm_fail_locked(struct lw *w, const char *why) {
   struct db_fields f = DB_FIELDS_INIT;
 
   f.failure = why;
-  return sm_finish_locked(w, WS_FAILED, &f, NULL, FINISH_KILL_NOW);
+  return sm_finish_locked(w, WS_FAILED, &f, NULL, BACKEND_KILL_NOW);
 }
 
 /* ---- start-up ---- */
@@ -392,13 +452,45 @@ static int mkdir_p(const char *path, mode_t mode) {
   return -errno;
 }
 
+/* Makes path's mode exactly mode (when it exists), saying so when it had
+ * to: the state directory holds tokens and secret_env, whatever umask or
+ * earlier hand created it. Returns 0 or -errno. */
+static int tighten(const char *path, mode_t mode) {
+  struct stat st;
+
+  if (stat(path, &st) != 0)
+    return errno == ENOENT ? 0 : -errno;
+  if ((st.st_mode & 07777) == mode)
+    return 0;
+  if (chmod(path, mode) != 0)
+    return -errno;
+  LOG(LOG_INFO, "%s was mode %04o; made it %04o (it holds secrets)", path,
+      (unsigned)(st.st_mode & 07777), (unsigned)mode);
+  return 0;
+}
+
+static int secure_state_dir(char *err, size_t errlen) {
+  static const char *const files[] = {"muster.db", "muster.db-wal", "muster.db-shm", "token"};
+  char path[600];
+  int rc = tighten(g.cfg.state_dir, 0700);
+
+  for (size_t i = 0; !rc && i < sizeof(files) / sizeof(files[0]); i++) {
+    snprintf(path, sizeof(path), "%s/%s", g.cfg.state_dir, files[i]);
+    rc = tighten(path, 0600);
+  }
+  if (rc)
+    snprintf(err, errlen, "could not make %s private (%s): it holds tokens and secrets",
+             g.cfg.state_dir, strerror(-rc));
+  return rc ? MUSTER_E_IO : 0;
+}
+
 static int read_or_create_token(char *err, size_t errlen) {
   char path[600];
   FILE *f;
   int fd;
 
   snprintf(path, sizeof(path), "%s/token", g.cfg.state_dir);
-  f = fopen(path, "r");
+  f = fopen(path, "re");
   if (f) {
     int ok = fgets(g.api_token, sizeof(g.api_token), f) != NULL;
     fclose(f);
@@ -413,7 +505,7 @@ static int read_or_create_token(char *err, size_t errlen) {
     snprintf(err, errlen, "could not get random bytes for the API token");
     return MUSTER_E_IO;
   }
-  fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 || write(fd, g.api_token, strlen(g.api_token)) < 0 || write(fd, "\n", 1) < 0) {
     snprintf(err, errlen, "could not write %s: %s", path, strerror(errno));
     if (fd >= 0)
@@ -421,57 +513,97 @@ static int read_or_create_token(char *err, size_t errlen) {
     return MUSTER_E_IO;
   }
   close(fd);
-  /* Printed once (main prints it with the sign-in link once the address is
-   * known), like Jupyter's; the log never shows it. */
+  /* Shown once, on a terminal only (see main.c); the log never shows it. */
   g.token_new = 1;
   return 0;
 }
 
-/* Re-creates the live table from the rows an earlier controller left. */
+struct restore {
+  struct backend_live *live;
+  int n, cap;
+};
+
+/* Re-creates the live table from the rows an earlier controller left, and
+ * lists the ones the backend may still run. */
 static void restore_one(void *arg, const struct db_worker_info *info) {
+  struct restore *r = arg;
+  struct backend_req req = {info->cpu, info->memory, info->nvidia_gpu};
+  struct backend_live *l;
   struct lw *w;
   enum wstatus st;
 
-  (void)arg;
   if (ws_parse(info->status, &st) != 0)
     return;
-  w = lw_new_locked(info->id, info->token, info->session, info->cpu, info->memory,
-                    info->nvidia_gpu);
+  w = lw_new_locked(info->id, info->token, info->session, info->launch_id, &req);
   if (!w)
     return;
   w->status = st;
-  if (st != WS_SCHEDULING) {
-    w->pid = info->pid > 0 ? (pid_t)info->pid : 0;
-    w->adopted = 1;
-    backend_adopt_locked(w, info->bind_ip, info->gpu_indices);
+  w->attempt = info->attempt;
+  if (st == WS_SCHEDULING)
+    return;
+  if (r->n == r->cap) {
+    int cap = r->cap ? 2 * r->cap : 64;
+    struct backend_live *grown = realloc(r->live, (size_t)cap * sizeof(*grown));
+    if (!grown)
+      return; /* not offered: treated as gone */
+    r->live = grown;
+    r->cap = cap;
   }
+  l = &r->live[r->n++];
+  memset(l, 0, sizeof(*l));
+  l->id = w->id;
+  l->attempt = info->attempt;
+  l->registered = st == WS_RUNNING;
+  l->ref = info->backend_ref ? strdup(info->backend_ref) : NULL;
+  l->req = req;
+  snprintf(l->where.bind_ip, sizeof(l->where.bind_ip), "%s", info->bind_ip);
+  snprintf(l->where.gpu_indices, sizeof(l->where.gpu_indices), "%s", info->gpu_indices);
 }
 
+/* Reconciles what the backend runs with what the database says, before
+ * anything is started or served: the recorded attempts that still run are
+ * adopted; a starting worker whose attempt does not run gets a new attempt
+ * (no workerd of it registered, so its script never ran; the old one, should
+ * it appear, is refused); a running one whose workerd is gone failed. */
 static void restore_live_locked(void) {
-  struct lw *w, *next;
-  int adopted = 0, lost = 0, waiting = 0;
+  struct restore r = {NULL, 0, 0};
+  int adopted = 0, lost = 0, restarted = 0, waiting = 0;
 
-  if (db_live_workers(g.db, restore_one, NULL) != 0)
+  if (db_live_workers(g.db, restore_one, &r) != 0)
     LOG(LOG_ERROR, "could not read live workers: %s", db_errmsg(g.db));
-  for (w = g.head; w; w = next) {
-    next = w->next;
-    if (w->status == WS_SCHEDULING) {
-      waiting++;
-    } else if (w->pid > 0 && backend_alive(w->pid)) {
+  g.backend->reconcile(r.live, r.n);
+  for (int i = 0; i < r.n; i++) {
+    struct lw *w = lw_find_locked(r.live[i].id);
+
+    if (!w)
+      continue;
+    w->last_hb_ms = util_mono_ms();
+    if (r.live[i].adopted) {
+      w->ref_known = 1;
       adopted++;
+    } else if (w->status == WS_STARTING) {
+      w->restart = 1;
+      restarted++;
     } else {
-      char why[160];
+      char why[200];
       snprintf(why, sizeof(why),
-               "lost: its muster-workerd (pid %d) was gone when the controller restarted",
-               (int)w->pid);
+               "lost: its muster-workerd (%s) was gone when the controller restarted",
+               r.live[i].ref ? r.live[i].ref : "never seen running");
       if (sm_fail_locked(w, why) != 0)
         LOG(LOG_ERROR, "could not mark a lost worker failed: %s", db_errmsg(g.db));
       lost++;
     }
   }
-  if (adopted || lost || waiting)
-    LOG(LOG_INFO, "restart: %d live workers re-attached, %d lost, %d waiting to be scheduled",
-        adopted, lost, waiting);
+  for (struct lw *w = g.head; w; w = w->next)
+    waiting += w->status == WS_SCHEDULING;
+  for (int i = 0; i < r.n; i++)
+    free((char *)r.live[i].ref);
+  free(r.live);
+  if (adopted || lost || waiting || restarted)
+    LOG(LOG_INFO,
+        "restart: %d live workers re-attached, %d lost, %d to start again (their start "
+        "was not running), %d waiting to be scheduled",
+        adopted, lost, restarted, waiting);
 }
 
 int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
@@ -481,6 +613,12 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   int rc;
 
   g.cfg = *cfg;
+  g.backend = backend_find(cfg->backend);
+  if (!g.backend) {
+    snprintf(err, errlen, "there is no backend \"%s\" (this controller has: %s)", cfg->backend,
+             backend_names());
+    return MUSTER_E_INVALID;
+  }
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&g.kick, &ca);
@@ -498,6 +636,9 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
              strerror(-rc));
     return MUSTER_E_IO;
   }
+  rc = secure_state_dir(err, errlen);
+  if (rc)
+    return rc;
   rc = read_or_create_token(err, errlen);
   if (rc)
     return rc;
@@ -505,11 +646,10 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   rc = db_open(path, &g.db, err, errlen);
   if (rc)
     return rc;
-  rc = backend_init();
-  if (rc) {
-    snprintf(err, errlen, "could not set up the local backend");
+  /* SQLite created the database and its WAL with the umask's mode. */
+  rc = secure_state_dir(err, errlen);
+  if (rc)
     return rc;
-  }
   host = g.cfg.listen_host;
   if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0')
     host = "127.0.0.1";
@@ -522,44 +662,85 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 
-/* ---- the monitor thread ---- */
-
-/* Reaps exited workerd children and fails the workers they leave behind. */
-static void reap_children_locked(void) {
-  int st;
-  pid_t pid;
-
-  while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-    char why[200];
-
-    if (backend_reaped_locked(pid))
-      continue;
-    for (struct lw *w = g.head; w; w = w->next) {
-      if (w->pid != pid)
-        continue;
-      if (WIFSIGNALED(st))
-        snprintf(why, sizeof(why), "muster-workerd (pid %d) was killed by signal %d (%s)",
-                 (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
-      else
-        snprintf(why, sizeof(why),
-                 "muster-workerd (pid %d) exited with code %d before reporting the "
-                 "worker's end",
-                 (int)pid, WEXITSTATUS(st));
-      if (sm_fail_locked(w, why) != 0)
-        LOG(LOG_ERROR, "could not record the end of %s", w->id);
-      break;
-    }
-  }
+int state_start_backend(char *err, size_t errlen) {
+  return g.backend->init(&g.cfg, g.controller_url, err, errlen);
 }
 
-/* Fails workers that never registered, that stopped heartbeating, or (for
- * workers adopted after a restart, which are not our children) whose
- * workerd vanished. */
+/* ---- reports from the backend ---- */
+
+void backend_report(const struct backend_report *r) {
+  struct lw *w;
+
+  state_lock();
+  w = lw_find_locked(r->id);
+  /* About an attempt that is no longer current, or a worker that already
+   * ended: nothing to do. */
+  if (!w || w->attempt != r->attempt || ws_terminal(w->status) || w->status == WS_SCHEDULING) {
+    state_unlock();
+    return;
+  }
+  switch (r->event) {
+  case BACKEND_STARTED:
+    if (db_worker_set_ref(g.db, w->id, w->attempt, r->ref) != 0)
+      LOG(LOG_ERROR, "could not record how %s runs: %s", w->id, db_errmsg(g.db));
+    else
+      w->ref_known = 1;
+    LOG(LOG_DEBUG, "%s attempt %d: %s", w->id, w->attempt, r->detail ? r->detail : "started");
+    break;
+  case BACKEND_REFUSED: {
+    char why[400];
+    snprintf(why, sizeof(why), "the backend refused it: %s", r->detail);
+    if (sm_fail_locked(w, why) != 0)
+      LOG(LOG_ERROR, "could not fail %s: %s", r->id, db_errmsg(g.db));
+    break;
+  }
+  case BACKEND_EXITED:
+  case BACKEND_LOST:
+    if (sm_fail_locked(w, r->detail) != 0)
+      LOG(LOG_ERROR, "could not record the end of %s: %s", r->id, db_errmsg(g.db));
+    break;
+  }
+  state_unlock();
+}
+
+/* ---- the monitor thread ---- */
+
+void sm_heartbeat_locked(struct lw *w) {
+  ASSERT_LOCKED();
+  w->last_hb_ms = util_mono_ms();
+  w->hb_dirty = 1;
+}
+
+/* Writes the heartbeats received since the last flush in one transaction:
+ * at most one write a second, whatever the number of workers. Loss
+ * detection reads last_hb_ms, never the database. */
+static void flush_heartbeats_locked(int64_t now) {
+  int rc, n = 0;
+
+  if (now - g.last_hb_flush_ms < 1000)
+    return;
+  g.last_hb_flush_ms = now;
+  for (struct lw *w = g.head; w; w = w->next)
+    n += w->hb_dirty;
+  if (!n)
+    return;
+  rc = db_begin(g.db);
+  for (struct lw *w = g.head; !rc && w; w = w->next)
+    if (w->hb_dirty)
+      rc = db_worker_touch_heartbeat(g.db, w->id);
+  if (!rc)
+    rc = db_commit(g.db);
+  if (rc) {
+    LOG(LOG_WARN, "could not record %d heartbeats: %s", n, db_errmsg(g.db));
+    db_rollback(g.db);
+    return;
+  }
+  for (struct lw *w = g.head; w; w = w->next)
+    w->hb_dirty = 0;
+}
+
+/* Fails workers that never registered or that stopped heartbeating. */
 static void check_timeouts_locked(int64_t now) {
-  static int64_t last_probe_ms;
-  /* Adopted workers are probed through /proc once a second, not on every
-   * tick: heartbeat loss catches them anyway, this only makes it sooner. */
-  int probe = now - last_probe_ms >= 1000;
   struct lw *w, *next;
   int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000);
   int64_t hb_ms = (int64_t)(g.cfg.heartbeat_timeout_s * 1000);
@@ -568,79 +749,176 @@ static void check_timeouts_locked(int64_t now) {
   for (w = g.head; w; w = next) {
     next = w->next;
     why[0] = '\0';
-    if (w->status == WS_STARTING && now - w->since_ms > start_ms)
+    if (w->status == WS_STARTING && !w->restart && now - w->since_ms > start_ms)
       snprintf(why, sizeof(why), "did not register within the start timeout of %g s",
                g.cfg.start_timeout_s);
     else if (w->status == WS_RUNNING && now - w->last_hb_ms > hb_ms)
       snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
                g.cfg.heartbeat_timeout_s);
-    else if (probe && w->adopted && w->status != WS_SCHEDULING && !backend_alive(w->pid))
-      snprintf(why, sizeof(why), "lost: its muster-workerd (pid %d) is gone", (int)w->pid);
     if (why[0] && sm_fail_locked(w, why) != 0)
       LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
   }
-  if (probe)
-    last_probe_ms = now;
 }
 
-/* Admits scheduling workers, oldest first, while they fit; a worker too big
- * for what is free now does not hold back smaller ones behind it. Spawns
- * and their transitions are committed in batches. */
+/* Hands the backend every worker that waits for a start, oldest first,
+ * while it has room: the backend reserves room (place), the new attempts
+ * are committed with the `starting` state, and only then is the backend
+ * asked to act (submit). A worker that does not fit now does not hold back
+ * smaller ones behind it; why it waits is recorded. */
 static void schedule_locked(void) {
   struct lw *w = g.head;
 
   g.schedule_needed = 0;
   while (w) {
-    int in_batch = 0;
+    struct backend_placement where[64];
+    struct backend_start starts[64];
+    struct lw *batch[64];
+    int n = 0, rc;
 
-    if (sm_begin() != 0) {
+    rc = sm_begin();
+    if (rc) {
       LOG(LOG_ERROR, "could not begin a transaction: %s", db_errmsg(g.db));
       return;
     }
-    for (; w && in_batch < 64; w = w->next) {
+    for (; w && n < 64; w = w->next) {
       struct db_fields f = DB_FIELDS_INIT;
-      char ip[48], gpus[256], err[300], ref[24], detail[128];
+      char why[160], detail[256];
+      int next_attempt = w->attempt + 1;
 
-      if (w->status != WS_SCHEDULING || !backend_fits_locked(w->cpu, w->memory, w->ngpu))
+      if (w->status != WS_SCHEDULING && !(w->status == WS_STARTING && w->restart))
         continue;
-      if (backend_start_locked(w, ip, sizeof(ip), gpus, sizeof(gpus), err, sizeof(err)) != 0) {
-        char why[400];
-        snprintf(why, sizeof(why), "the backend refused it: %s", err);
-        f.failure = why;
-        f.set_finished_at = 1;
-        if (sm_transition(w, WS_FAILED, &f, why) != 0)
-          LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
-        in_batch++;
+      memset(&where[n], 0, sizeof(where[n]));
+      if (!g.backend->place(w->id, &w->req, &where[n], why, sizeof(why))) {
+        if (w->status == WS_SCHEDULING && strcmp(why, w->waiting_for) != 0) {
+          snprintf(w->waiting_for, sizeof(w->waiting_for), "%s", why);
+          if (db_worker_set_waiting(g.db, w->id, why) != 0)
+            LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
+        }
         continue;
       }
-      snprintf(ref, sizeof(ref), "%d", (int)w->pid);
-      snprintf(detail, sizeof(detail), "local backend: pid %d, address %s", (int)w->pid, ip);
-      f.backend_ref = ref;
-      f.bind_ip = ip;
-      f.gpu_indices = gpus[0] ? gpus : NULL;
+      f.attempt = next_attempt;
+      f.bind_ip = where[n].bind_ip[0] ? where[n].bind_ip : NULL;
+      f.gpu_indices = where[n].gpu_indices[0] ? where[n].gpu_indices : NULL;
+      if (w->status == WS_STARTING)
+        snprintf(detail, sizeof(detail),
+                 "attempt %d on the %s backend: attempt %d was not running when the "
+                 "controller restarted",
+                 next_attempt, g.backend->name, w->attempt);
+      else
+        snprintf(detail, sizeof(detail), "attempt %d on the %s backend%s%s", next_attempt,
+                 g.backend->name, where[n].bind_ip[0] ? ", address " : "", where[n].bind_ip);
       if (sm_transition(w, WS_STARTING, &f, detail) != 0) {
         LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
-        backend_signal(w->pid, SIGKILL);
-        backend_release_locked(w);
-        w->pid = 0;
+        g.backend->release(w->id);
+        continue;
       }
-      in_batch++;
+      w->waiting_for[0] = '\0';
+      batch[n++] = w;
     }
-    if (sm_commit() != 0)
+    FAULT_POINT("schedule_before_commit");
+    if (sm_commit() != 0) {
+      for (int i = 0; i < n; i++)
+        g.backend->release(batch[i]->id);
       return;
+    }
+    /* Committed: whatever crashes from here on, a workerd of another
+     * attempt can never register. */
+    for (int i = 0; i < n; i++) {
+      starts[i].id = batch[i]->id;
+      starts[i].token = batch[i]->token;
+      starts[i].attempt = batch[i]->attempt;
+      starts[i].where = &where[i];
+    }
+    if (n)
+      g.backend->submit(starts, n);
   }
 }
 
-static void run_kills_locked(int64_t now) {
-  int k = 0;
+/* Retention: terminal workers past --retain go, with their events, logs and
+ * files, in batches, through db_prune(), the one path that deletes. */
+static void prune_locked(int64_t now) {
+  char (*ids)[16];
+  char cutoff[32];
+  time_t t;
+  struct tm tm;
+  int n = 0;
 
-  for (int i = 0; i < g.nkills; i++) {
-    if (g.kills[i].at_ms <= now)
-      backend_signal(g.kills[i].pgid, SIGKILL);
-    else
-      g.kills[k++] = g.kills[i];
+  if (g.cfg.retain_s <= 0 || now - g.last_prune_ms < 60000)
+    return;
+  g.last_prune_ms = now;
+  t = time(NULL) - (time_t)g.cfg.retain_s;
+  gmtime_r(&t, &tm);
+  strftime(cutoff, sizeof(cutoff), "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+  ids = calloc(500, sizeof(*ids));
+  if (!ids)
+    return;
+  if (db_prune(g.db, cutoff, 500, ids, &n) != 0)
+    LOG(LOG_WARN, "could not prune old workers: %s", db_errmsg(g.db));
+  if (n == 500)
+    g.last_prune_ms = now - 60000 + 100; /* more to do: again soon */
+  /* The files go without the lock: nobody looks for a pruned worker's. */
+  state_unlock();
+  for (int i = 0; i < n; i++) {
+    static const char *const kinds[] = {"logs/%s.stdout", "logs/%s.stderr", "workers/%s.log"};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+      char rel[64], path[700];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+      snprintf(rel, sizeof(rel), kinds[k], ids[i]);
+#pragma GCC diagnostic pop
+      snprintf(path, sizeof(path), "%s/%s", g.cfg.state_dir, rel);
+      if (unlink(path) != 0 && errno != ENOENT)
+        LOG(LOG_WARN, "could not remove %s: %s", path, strerror(errno));
+    }
   }
-  g.nkills = k;
+  if (n)
+    LOG(LOG_INFO, "retention: pruned %d workers that ended before %s", n, cutoff);
+  free(ids);
+  state_lock();
+}
+
+/* 1 if the client of a suspended connection has hung up. A suspended
+ * connection is not watched by libmicrohttpd, so nobody else would notice. */
+static int client_gone(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  struct pollfd p;
+  char b;
+
+  if (!ci)
+    return 0;
+  p.fd = ci->connect_fd;
+  p.events = POLLIN | POLLRDHUP;
+  p.revents = 0;
+  if (poll(&p, 1, 0) != 1)
+    return 0;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))
+    return 1;
+  /* Readable: a pipelined request, or the end of the stream. */
+  return recv(p.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Resumes suspended awaits and streams whose clients left, so that
+ * libmicrohttpd finishes them and their completion frees them. Checked once
+ * a second. */
+static void reap_gone_clients_locked(int64_t now) {
+  static int64_t last;
+  struct stream *s, *next;
+
+  if (now - last < 1000)
+    return;
+  last = now;
+  for (struct waiter *wt = g.waiters; wt; wt = wt->next)
+    if (!wt->ready && client_gone(wt->conn)) {
+      wt->client_gone = 1;
+      waiter_wake_locked(wt);
+    }
+  for (s = g.streams; s; s = next) {
+    next = s->next;
+    if (s->suspended && client_gone(s->conn)) {
+      s->client_gone = 1;
+      stream_resume_locked(s);
+    }
+  }
 }
 
 static void expire_waiters_locked(int64_t now) {
@@ -652,7 +930,7 @@ static void expire_waiters_locked(int64_t now) {
 }
 
 /* The earliest moment the monitor must look again, at most 100 ms away so
- * that reaping and timeouts stay prompt. */
+ * that timeouts stay prompt. */
 static int64_t next_wakeup_locked(int64_t now) {
   int64_t at = now + 100;
 
@@ -662,48 +940,56 @@ static int64_t next_wakeup_locked(int64_t now) {
   return at;
 }
 
+static void monitor_wait_locked(int64_t at) {
+  struct timespec ts;
+
+  ts.tv_sec = at / 1000;
+  ts.tv_nsec = (at % 1000) * 1000000L;
+  g.lock_held = 0;
+  pthread_cond_timedwait(&g.kick, &g.lock, &ts);
+  g.lock_owner = pthread_self();
+  g.lock_held = 1;
+}
+
 static void *monitor_main(void *arg) {
   (void)arg;
   state_lock();
   while (!g.stopping_monitor) {
-    int64_t now = util_mono_ms(), at;
-    struct timespec ts;
+    int64_t now = util_mono_ms();
 
-    reap_children_locked();
     check_timeouts_locked(now);
     if (g.schedule_needed && !g.shutting_down)
       schedule_locked();
     expire_waiters_locked(now);
-    run_kills_locked(now);
+    flush_heartbeats_locked(now);
+    reap_gone_clients_locked(now);
     if (now - g.last_keepalive_ms >= 15000) {
       g.last_keepalive_ms = now;
       for (struct stream *s = g.streams; s; s = s->next)
         s->keepalive_due = 1;
       streams_wake_locked(STREAM_EVENTS, NULL);
     }
-    at = next_wakeup_locked(util_mono_ms());
+    prune_locked(now);
+    if (g.stopping_monitor)
+      break;
     if (g.schedule_needed && !g.shutting_down)
       continue;
-    ts.tv_sec = at / 1000;
-    ts.tv_nsec = (at % 1000) * 1000000L;
-    g.lock_held = 0;
-    pthread_cond_timedwait(&g.kick, &g.lock, &ts);
-    g.lock_held = 1;
+    monitor_wait_locked(next_wakeup_locked(util_mono_ms()));
   }
+  flush_heartbeats_locked(INT64_MAX / 2);
   state_unlock();
   return NULL;
 }
 
 int state_start_monitor(void) {
   g.last_keepalive_ms = util_mono_ms();
+  g.last_hb_flush_ms = g.last_keepalive_ms;
+  g.last_prune_ms = g.last_keepalive_ms - 60000 + 2000; /* first prune soon after start */
   return pthread_create(&g.monitor, NULL, monitor_main, NULL) == 0 ? 0 : MUSTER_E_INTERNAL;
 }
 
 void state_stop_monitor(void) {
   state_lock();
-  /* Stopped workers still in their grace period are ended now: nobody
-   * would be left to do it. */
-  run_kills_locked(INT64_MAX);
   g.stopping_monitor = 1;
   pthread_cond_signal(&g.kick);
   state_unlock();
@@ -724,6 +1010,8 @@ void state_cleanup(void) {
   struct lw *w = g.head, *next;
 
   /* Live workers keep running: a restarted controller re-attaches them. */
+  if (g.backend)
+    g.backend->shutdown();
   for (; w; w = next) {
     next = w->next;
     free(w);
@@ -731,10 +1019,7 @@ void state_cleanup(void) {
   g.head = g.tail = NULL;
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
-  free(g.kills);
   g.pending = NULL;
-  g.kills = NULL;
-  backend_cleanup();
   db_close(g.db);
   g.db = NULL;
 }

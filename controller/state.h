@@ -16,6 +16,7 @@
 #ifndef MUSTER_STATE_H
 #define MUSTER_STATE_H
 
+#include "backend.h"
 #include "db.h"
 
 #include <microhttpd.h>
@@ -53,6 +54,7 @@ struct ctl_config {
   double heartbeat_timeout_s;
   double heartbeat_interval_s;
   double stop_grace_s;
+  double retain_s; /* terminal workers are pruned this long after they end */
   double cpus;   /* capacity of the local backend */
   double memory; /* GiB */
   int gpus;
@@ -65,16 +67,16 @@ struct lw {
   char id[16];
   char token[72];
   char session[72];
+  char launch[16];     /* the launch (gang) it came from */
   enum wstatus status;
-  double cpu, memory;
-  int ngpu;
-  uint64_t gpu_mask;
-  int ip_slot;         /* -1 when none is held */
-  pid_t pid;           /* workerd's pid (= its process group), 0 if none */
-  int adopted;         /* started by an earlier controller: not our child */
-  int reserved;        /* holds cores, memory, GPUs and an address */
+  int attempt;         /* the committed start attempt (0: never started) */
+  int restart;         /* starting, but its attempt is not running: start anew */
+  int ref_known;       /* the backend reported the attempt's process */
+  struct backend_req req;
+  char waiting_for[160];
   int64_t since_ms;    /* when it entered its current status */
   int64_t last_hb_ms;  /* last heartbeat (monotonic) */
+  int hb_dirty;        /* a heartbeat not yet written to SQLite */
   struct lw *next, *prev;  /* creation order */
   struct lw *hnext;        /* hash chain */
 };
@@ -90,6 +92,7 @@ struct waiter {
   int pending;
   int ready;     /* the answer can be built; the connection was resumed */
   int timed_out;
+  int client_gone; /* the client hung up while it waited */
   struct waiter *next, *prev;
 };
 
@@ -99,16 +102,22 @@ struct stream {
   enum stream_kind kind;
   struct MHD_Connection *conn;
   char worker_id[16];
-  int suspended;
+  int listed;       /* in g.streams, from its start to its end */
+  int suspended;    /* waiting for a wake */
+  int pending;      /* woken while it was not suspended: look again */
   int keepalive_due;
+  int client_gone;  /* the client hung up: end the answer */
+  int too_slow;     /* the client fell too far behind: end it with a retry hint */
   struct stream *next, *prev;
 };
 
 struct ctl {
-  pthread_mutex_t lock;
-  int lock_held; /* for assertions: set while locked */
+  pthread_mutex_t lock; /* error-checking: a relock or a foreign unlock aborts */
+  pthread_t lock_owner;
+  int lock_held;        /* with lock_owner: who holds the lock, for assertions */
   pthread_cond_t kick;
   struct ctl_config cfg;
+  const struct backend_ops *backend;
   struct db *db;
   char api_token[72];
   int token_new; /* created at this start: print it once */
@@ -116,8 +125,7 @@ struct ctl {
   struct lw *head, *tail;
   struct lw *hash[4096];
   int live_count;
-  double cpu_used, memory_used;
-  uint64_t gpu_used;
+  uint64_t launches; /* launches since start, for launch ids */
   struct waiter *waiters;
   struct stream *streams;
   int schedule_needed;
@@ -128,15 +136,12 @@ struct ctl {
   /* Pending transitions of the open transaction, applied at commit. */
   struct pending {
     struct lw *w;
-    enum wstatus to;
+    enum wstatus to; /* the status before: a rollback puts it back */
+    int attempt;     /* likewise */
   } *pending;
   int npending, cap_pending;
-  /* Process groups to SIGKILL once their grace period ends. */
-  struct kill_later {
-    pid_t pgid;
-    int64_t at_ms;
-  } *kills;
-  int nkills, cap_kills;
+  int64_t last_hb_flush_ms;
+  int64_t last_prune_ms;
   /* counters for /metrics */
   uint64_t http_requests;
   uint64_t transitions;
@@ -146,13 +151,18 @@ extern struct ctl g;
 
 void state_lock(void);
 void state_unlock(void);
-#define ASSERT_LOCKED() assert(g.lock_held)
+/* Aborts with a message unless the calling thread holds the state lock; on
+ * in every build, since a silent misuse would be a deadlock or a race. */
+void state_assert_locked(const char *func);
+#define ASSERT_LOCKED() state_assert_locked(__func__)
 
 /* Opens the database, reads or creates the API token, and re-attaches the
  * workers an earlier controller left live. Returns 0 or an error with a
  * sentence in err. */
 int state_init(const struct ctl_config *cfg, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+/* Starts the backend (once the API knows its address). */
+int state_start_backend(char *err, size_t errlen) __attribute__((warn_unused_result));
 /* Starts/stops the monitor thread (scheduling, timeouts, reaping). */
 int state_start_monitor(void) __attribute__((warn_unused_result));
 void state_stop_monitor(void);
@@ -163,8 +173,8 @@ void state_kick_locked(void);
 
 struct lw *lw_find_locked(const char *id);
 /* Adds a new scheduling worker to the live table. */
-int lw_add_locked(const char *id, const char *token, const char *session, double cpu,
-                  double memory, int ngpu) __attribute__((warn_unused_result));
+int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
+                  const struct backend_req *req) __attribute__((warn_unused_result));
 
 int sm_begin(void) __attribute__((warn_unused_result));
 /* Moves w to status to, setting f's columns, with an events row. Illegal
@@ -176,30 +186,38 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f, cons
 int sm_commit(void) __attribute__((warn_unused_result));
 void sm_rollback(void);
 
-/* How sm_finish_locked() ends a worker's processes. */
-enum finish_kill {
-  FINISH_KILL_NOW,        /* it is broken: SIGKILL its process group at once */
-  FINISH_TERM_THEN_KILL,  /* a stop: SIGTERM now, SIGKILL after the grace period */
-  FINISH_KILL_LATER,      /* it reported its end: SIGKILL leftovers after 2 s */
-};
-
 /* Moves a live worker to a terminal state in its own transaction, setting
- * f's columns (NULL: none; finished_at is always set), and ends its
- * processes as how says. w is freed on success. */
+ * f's columns (NULL: none; finished_at is always set), and has the backend
+ * end its processes as how says. w is freed on success. */
 int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const char *detail,
-                     enum finish_kill how) __attribute__((warn_unused_result));
+                     enum backend_cancel how) __attribute__((warn_unused_result));
+
+/* Stops the live workers of ids (n of them) in one transaction, each with
+ * detail as its event; terminal or unknown ones are skipped. */
+int sm_stop_many_locked(char (*ids)[16], int n, const char *detail)
+    __attribute__((warn_unused_result));
 
 /* sm_finish_locked() for a failure: f.failure = why, killed at once. */
 int sm_fail_locked(struct lw *w, const char *why) __attribute__((warn_unused_result));
 
 void waiter_add_locked(struct waiter *wt);
 void waiter_remove_locked(struct waiter *wt);
-void stream_suspend_locked(struct stream *s);
+/* A streaming answer is listed from its start (stream_add_locked) to its
+ * end (stream_remove_locked, from its free callback), so that wakes reach it
+ * whether or not it is suspended at that moment. */
+void stream_add_locked(struct stream *s);
 void stream_remove_locked(struct stream *s);
+/* Called by a stream's reader that found nothing new (after reading without
+ * the lock): returns 0 if a wake came meanwhile (read again), or 1 after
+ * suspending the connection (the reader returns 0; a wake resumes it). */
+int stream_wait_locked(struct stream *s) __attribute__((warn_unused_result));
 /* Resumes every suspended log stream of worker id. */
 void streams_wake_logs_locked(const char *id);
 /* Resumes every suspended event stream (new events were committed). */
 void streams_wake_events_locked(void);
+
+/* Records a heartbeat of w (in memory; written to SQLite in batches). */
+void sm_heartbeat_locked(struct lw *w);
 
 /* Wakes everything suspended so that the daemon can stop. */
 void state_begin_shutdown(void);

@@ -123,6 +123,7 @@ static struct {
   char id[WD_ID_MAX + 1];
   char token[WD_TOKEN_MAX + 1];
   char ip[WD_IP_MAX];
+  long attempt; /* the start attempt the backend started this workerd for */
   int exec_port;
   int listen_fd;
   int sig_read_fd;
@@ -273,6 +274,14 @@ __attribute__((warn_unused_result)) static int config_load(void) {
       goto out;
     }
     wd.orphan_ms = secs * 1000;
+  }
+  /* The controller accepts the registration of one start attempt only: a
+   * workerd of an earlier one (started before a controller crash) is refused
+   * and ends without running anything. */
+  if (getenv("MUSTER_WORKER_ATTEMPT") &&
+      util_parse_long(getenv("MUSTER_WORKER_ATTEMPT"), 1, 1L << 30, &wd.attempt) != 0) {
+    LOG(LOG_ERROR, "MUSTER_WORKER_ATTEMPT must be a start attempt number (1 or more)");
+    goto out;
   }
   wd.last_contact_ms = util_mono_ms();
   if (bind_ip && *bind_ip) {
@@ -826,8 +835,9 @@ __attribute__((warn_unused_result)) static int register_worker(void) {
   if (gethostname(host, sizeof(host)) != 0)
     host[0] = '\0';
   host[sizeof(host) - 1] = '\0';
-  req = json_pack("{s:s, s:s, s:i, s:I}", "ip_address", wd.ip, "hostname", host, "exec_port",
-                  wd.exec_port, "pid", (json_int_t)getpid());
+  req = json_pack("{s:s, s:s, s:i, s:I, s:I}", "ip_address", wd.ip, "hostname", host,
+                  "exec_port", wd.exec_port, "pid", (json_int_t)getpid(), "attempt",
+                  (json_int_t)wd.attempt);
   if (!req || !(body = json_dumps(req, JSON_COMPACT))) {
     rc = MUSTER_E_NOMEM;
     goto out;

@@ -218,11 +218,13 @@ START_TEST(upgrade_from_version_1_keeps_data_and_adds_exec_tokens) {
 END_TEST
 
 START_TEST(state_machine_table) {
-  /* DESIGN.md's transitions, and nothing else. */
+  /* The design's transitions, and nothing else; starting -> starting is a
+   * new start attempt after a restart found the recorded one not running. */
   for (int a = 0; a < WS_COUNT_; a++)
     for (int b = 0; b < WS_COUNT_; b++) {
       int want = (a == WS_SCHEDULING && (b == WS_STARTING || b == WS_FAILED || b == WS_STOPPED)) ||
-                 (a == WS_STARTING && (b == WS_RUNNING || b == WS_FAILED || b == WS_STOPPED)) ||
+                 (a == WS_STARTING && (b == WS_STARTING || b == WS_RUNNING || b == WS_FAILED ||
+                                         b == WS_STOPPED)) ||
                  (a == WS_RUNNING && (b == WS_SUCCEEDED || b == WS_FAILED || b == WS_STOPPED));
       ck_assert_int_eq(sm_legal(a, b), want);
     }

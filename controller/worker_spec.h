@@ -1,0 +1,25 @@
+/*
+ * worker_spec.h: what a worker runs and with which environment, built from
+ * its launch request. Every backend's workers get the same: the register
+ * answer carries both to muster-workerd, whatever started it.
+ */
+#ifndef MUSTER_WORKER_SPEC_H
+#define MUSTER_WORKER_SPEC_H
+
+#include "db.h"
+
+#include <jansson.h>
+
+/* The argv the worker runs (script with its kernel, code, a "!" shell
+ * command, or command), with args appended; an empty array for an idle
+ * worker. New reference. */
+json_t *spec_command(const struct db_worker_info *info);
+
+/* The environment of the worker's script: MUSTER_*, the CML names
+ * (CDSW_*), CUDA_VISIBLE_DEVICES, then the user's env and secret_env on
+ * top. ip is the address the worker registered. New reference; it holds
+ * secrets (secret_env): never log it. */
+json_t *spec_env(const struct db_worker_info *info, const char *ip,
+                 const char *controller_url);
+
+#endif

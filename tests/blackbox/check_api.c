@@ -221,7 +221,7 @@ START_TEST(stop_ends_the_worker_and_its_processes) {
   workers = h_launch(&ctl, "{\"n\": 2, \"cpu\": 0.1, \"session\": \"nb1\"}");
   json_decref(h_await(&ctl, workers, 0, 20));
   w = h_worker(&ctl, h_str(json_array_get(workers, 0), "id"));
-  pid = strtol(h_str(w, "backend_ref"), NULL, 10);
+  pid = h_workerd_pid(&ctl, h_str(w, "id"));
   ck_assert_int_eq(kill((pid_t)pid, 0), 0);
   json_decref(w);
   snprintf(path, sizeof(path), "/api/v1/workers/%s", h_str(json_array_get(workers, 0), "id"));
@@ -377,7 +377,7 @@ START_TEST(lost_heartbeats_fail_the_worker) {
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1}");
   json_decref(h_await(&ctl, workers, 0, 20));
   w = h_worker(&ctl, h_str(json_array_get(workers, 0), "id"));
-  pid = strtol(h_str(w, "backend_ref"), NULL, 10);
+  pid = h_workerd_pid(&ctl, h_str(w, "id"));
   json_decref(w);
   /* A frozen worker: its process exists but says nothing. */
   ck_assert_int_eq(kill((pid_t)pid, SIGSTOP), 0);
@@ -399,7 +399,7 @@ START_TEST(a_killed_workerd_is_reported_at_once) {
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1}");
   json_decref(h_await(&ctl, workers, 0, 20));
   w = h_worker(&ctl, h_str(json_array_get(workers, 0), "id"));
-  pid = strtol(h_str(w, "backend_ref"), NULL, 10);
+  pid = h_workerd_pid(&ctl, h_str(w, "id"));
   json_decref(w);
   ck_assert_int_eq(kill((pid_t)pid, SIGKILL), 0);
   w = h_wait_status(&ctl, h_str(json_array_get(workers, 0), "id"), "failed", 3);
@@ -428,7 +428,7 @@ START_TEST(restart_after_kill9_keeps_state_and_reattaches_workers) {
   h_kill9(&ctl);
   /* While the controller is down one worker dies. */
   w0 = json_array_get(json_object_get(before, "workers"), 0);
-  dead = strtol(h_str(w0, "backend_ref"), NULL, 10);
+  dead = h_workerd_pid(&ctl, h_str(w0, "id"));
   ck_assert_int_eq(kill(-(pid_t)dead, SIGKILL), 0);
   usleep(500 * 1000);
   h_restart(&ctl);

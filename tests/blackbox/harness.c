@@ -55,7 +55,9 @@ void h_write_exec(const char *path, const char *text) {
 }
 
 /* Kills the worker processes of c: the test started them, through its
- * controller, so the test ends them. */
+ * controller, so the test ends them. The pid each workerd registered is in
+ * the database; a workerd that never registered is found through the local
+ * backend's reference ("PID:START"), when the worker has one. */
 static void kill_workers(struct ctl_proc *c) {
   char path[160];
   sqlite3 *db = NULL;
@@ -64,18 +66,76 @@ static void kill_workers(struct ctl_proc *c) {
   /* The controller may be down: read the pids from its database. */
   snprintf(path, sizeof(path), "%s/muster.db", c->dir);
   if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, "SELECT backend_ref FROM workers WHERE backend_ref IS NOT NULL",
-                         -1, &st, NULL) == SQLITE_OK) {
+      sqlite3_prepare_v2(db, "SELECT pid, backend_ref FROM workers", -1, &st, NULL) ==
+          SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
-      long pid = strtol((const char *)sqlite3_column_text(st, 0), NULL, 10);
-      if (pid > 1) {
-        kill(-(pid_t)pid, SIGKILL);
-        kill((pid_t)pid, SIGKILL);
+      const char *ref = (const char *)sqlite3_column_text(st, 1);
+      long pids[2] = {sqlite3_column_int64(st, 0), 0};
+      char *end;
+
+      if (ref && strchr(ref, ':') && strncmp(ref, "local:", 6) != 0) {
+        pids[1] = strtol(ref, &end, 10);
+        if (*end != ':')
+          pids[1] = 0;
       }
+      for (int i = 0; i < 2; i++)
+        if (pids[i] > 1) {
+          kill(-(pid_t)pids[i], SIGKILL);
+          kill((pid_t)pids[i], SIGKILL);
+        }
     }
   }
   sqlite3_finalize(st);
   sqlite3_close(db);
+}
+
+long h_workerd_pid(struct ctl_proc *c, const char *id) {
+  char path[160];
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  long pid = 0;
+
+  snprintf(path, sizeof(path), "%s/muster.db", c->dir);
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, "SELECT pid FROM workers WHERE id = ?1", -1, &st, NULL) ==
+          SQLITE_OK) {
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW)
+      pid = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  ck_assert_msg(pid > 1, "worker %s has no registered workerd pid", id);
+  return pid;
+}
+
+int h_wait_exit(struct ctl_proc *c, double timeout_s) {
+  double until = h_now() + timeout_s;
+
+  while (h_now() < until) {
+    if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
+      c->pid = 0;
+      return 1;
+    }
+    usleep(10 * 1000);
+  }
+  return 0;
+}
+
+double h_metric(struct ctl_proc *c, const char *name) {
+  char *raw = NULL, *p;
+  double v = -1;
+  size_t n = strlen(name);
+
+  ck_assert_int_eq(h_http(c, "GET", "/metrics", NULL, NULL, NULL, &raw), 200);
+  for (p = raw; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (strncmp(p, name, n) == 0 && p[n] == ' ') {
+      v = strtod(p + n + 1, NULL);
+      break;
+    }
+  free(raw);
+  ck_assert_msg(v >= 0, "/metrics has no %s", name);
+  return v;
 }
 
 static void stop_controller(struct ctl_proc *c, int sig) {

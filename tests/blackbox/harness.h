@@ -31,7 +31,7 @@ void h_restart(struct ctl_proc *c);
 /* kill -9 of the controller (its workers keep running). */
 void h_kill9(struct ctl_proc *c);
 
-/* Kills every worker process the controller started (from backend_ref),
+/* Kills every worker process the controller started (the pids they registered),
  * stops the controller and removes its state directory. */
 void h_finish(struct ctl_proc *c);
 
@@ -59,6 +59,17 @@ json_t *h_wait_status(struct ctl_proc *c, const char *id, const char *status, do
  * timeout_ms passes. Returns the number of events read; *raw gets the text
  * (malloc'ed). */
 int h_sse(struct ctl_proc *c, long since, int want, long timeout_ms, char **raw);
+
+/* The pid that worker id's muster-workerd registered with (read from the
+ * database; fails the test if there is none). */
+long h_workerd_pid(struct ctl_proc *c, const char *id);
+
+/* Waits up to timeout_s for the controller to exit by itself (a fault
+ * point's abort); returns 1 if it did. */
+int h_wait_exit(struct ctl_proc *c, double timeout_s);
+
+/* The value of an unlabelled metric in GET /metrics. */
+double h_metric(struct ctl_proc *c, const char *name);
 
 /* Monotonic seconds. */
 double h_now(void);

@@ -113,17 +113,17 @@ start_controller() {
 }
 
 # Stops every worker of a controller, stops the controller, then kills any
-# worker process group that is left (backend_ref = workerd's pid, the leader
-# of its own process group).
+# worker process group that is left (the pid each workerd registered, the
+# leader of its own process group).
 cleanup() {
   local i d pid refs ref live k
   for i in "${!CTL_DIRS[@]}"; do
     d=${CTL_DIRS[$i]}
     pid=${CTL_PIDS[$i]}
     [ -d "$d" ] || continue
-    refs=$(api "$d" GET /api/v1/workers | jq -r '.workers[]?.backend_ref // empty' 2>/dev/null)
+    refs=
     if command -v sqlite3 >/dev/null && [ -f "$d/muster.db" ]; then
-      refs="$refs $(sqlite3 -readonly "$d/muster.db" 'SELECT backend_ref FROM workers WHERE backend_ref IS NOT NULL' 2>/dev/null)"
+      refs=$(sqlite3 -readonly "$d/muster.db" 'SELECT pid FROM workers WHERE pid IS NOT NULL' 2>/dev/null)
     fi
     live=$(api "$d" GET '/api/v1/workers?status=scheduling&status=starting&status=running' |
       jq -c '[.workers[]?.id]' 2>/dev/null)

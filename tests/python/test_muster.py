@@ -14,6 +14,7 @@ import inspect
 import os
 import shutil
 import signal
+import sqlite3
 import socket
 import subprocess
 import sys
@@ -137,10 +138,14 @@ def tearDownModule():
             _note(c.list_workers(all_sessions=True))
         except muster.MusterError as e:
             sys.stderr.write("teardown: %s\n" % e)
-    for w in LAUNCHED.values():
-        ref = w.get("backend_ref")
-        if ref and str(ref).isdigit():
-            pids.add(int(ref))
+    # The pid each workerd registered with, from the controller's database.
+    if CTL["state_dir"]:
+        try:
+            db = sqlite3.connect("file:%s/muster.db?mode=ro" % CTL["state_dir"], uri=True)
+            pids.update(p for (p,) in db.execute("SELECT pid FROM workers WHERE pid > 1"))
+            db.close()
+        except sqlite3.Error as e:
+            sys.stderr.write("teardown: %s\n" % e)
     if proc is not None:
         pids.update(_children_of(proc.pid))
         if proc.poll() is None:

@@ -31,7 +31,7 @@ cleanup() {
   fi
   # The workers the controller started for this test, by pid (their sessions).
   if [ -f "$tmp/state/muster.db" ]; then
-    for ref in $(sqlite3 "$tmp/state/muster.db" "SELECT backend_ref FROM workers WHERE backend_ref IS NOT NULL" 2>/dev/null); do
+    for ref in $(sqlite3 "$tmp/state/muster.db" "SELECT pid FROM workers WHERE pid IS NOT NULL" 2>/dev/null); do
       kill -KILL -- "-$ref" 2>/dev/null; kill -KILL "$ref" 2>/dev/null
     done
   fi
@@ -145,9 +145,12 @@ kill_mid_run() {  # $1: "daemon" or "rank"
   local run_pid=$!
   for _ in $(seq 150); do
     # The daemon's worker is the one whose session (its workerd's pid) holds orted.
-    victim=$("$muster" ps --session "$session" --json 2>/dev/null | WHICH=$which python3 -c '
-import json, os, subprocess, sys
+    victim=$("$muster" ps --session "$session" --json 2>/dev/null | WHICH=$which DB="$tmp/state/muster.db" python3 -c '
+import json, os, sqlite3, subprocess, sys
 ws = [w for w in json.load(sys.stdin) if w["status"] == "running"]
+# The pid each workerd registered (it leads its session).
+pid = dict(sqlite3.connect("file:%s?mode=ro" % os.environ["DB"], uri=True).execute("SELECT id, pid FROM workers WHERE pid IS NOT NULL").fetchall())
+for w in ws: w["backend_ref"] = str(pid.get(w["id"], ""))
 ps = subprocess.run(["ps", "-eo", "sid=,comm="], capture_output=True, text=True).stdout
 daemon_sids = {l.split()[0] for l in ps.splitlines() if l.split()[1:] == ["orted"]}
 pick = [w for w in ws if (w["backend_ref"] in daemon_sids) == (os.environ["WHICH"] == "daemon")]

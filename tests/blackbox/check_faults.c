@@ -1,0 +1,451 @@
+/* check_faults.c: what a crash, a race or a hostile host can do to the
+ * controller, made to happen on purpose: kill -9 at named points (the
+ * fault-injection points of test builds, MUSTER_FAULT) and at random
+ * moments, appends racing a followed log, a recycled pid, clients that hang
+ * up, a state directory others can read. Real controller, real workerd
+ * processes, real SQLite. */
+#include "harness.h"
+
+#include <check.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct ctl_proc ctl;
+
+static void fresh(void) { memset(&ctl, 0, sizeof(ctl)); }
+
+/* How many lines of path are exactly line. */
+static int count_lines(const char *path, const char *line) {
+  char buf[256];
+  int n = 0;
+  FILE *f = fopen(path, "r");
+
+  if (!f)
+    return 0;
+  while (fgets(buf, sizeof(buf), f)) {
+    buf[strcspn(buf, "\n")] = '\0';
+    n += strcmp(buf, line) == 0;
+  }
+  fclose(f);
+  return n;
+}
+
+/* Runs sql on c's database while the controller is down. */
+static void db_exec(struct ctl_proc *c, const char *sql) {
+  char path[160], *err = NULL;
+  sqlite3 *db;
+
+  snprintf(path, sizeof(path), "%s/muster.db", c->dir);
+  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+  ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &err) == SQLITE_OK, "%s: %s", sql,
+                err ? err : "?");
+  sqlite3_close(db);
+}
+
+/* The launch body of n workers whose script appends its id to file. */
+static void once_body(char *buf, size_t size, int n, const char *file, double sleep_s) {
+  snprintf(buf, size,
+           "{\"n\": %d, \"cpu\": 0.01, \"memory\": 0.01, \"kernel\": \"sh\", \"code\": "
+           "\"echo $MUSTER_WORKER_ID >> %s; sleep %g\"}",
+           n, file, sleep_s);
+}
+
+/* 1. The controller dies (kill -9) after a workerd was started and before
+ * the controller learnt how it runs. The restart must not start the script
+ * a second time: the first workerd is refused (its attempt is not the
+ * current one) and the worker runs once, under a new attempt. */
+START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
+  char file[160], body[400];
+  json_t *workers, *ans, *w;
+  size_t i;
+
+  fresh();
+  setenv("MUSTER_FAULT", "local_spawned:abort", 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  snprintf(file, sizeof(file), "%s.ran", ctl.dir);
+  unlink(file);
+  once_body(body, sizeof(body), 4, file, 0);
+  workers = h_launch(&ctl, body);
+  ck_assert_msg(h_wait_exit(&ctl, 10), "the fault point did not end the controller");
+  /* The first workerd runs on, retrying its registration meanwhile. */
+  usleep(300 * 1000);
+  h_restart(&ctl);
+  ans = h_await(&ctl, workers, 1, 30);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 4);
+  json_array_foreach(workers, i, w) {
+    json_t *now = h_worker(&ctl, h_str(w, "id"));
+    ck_assert_int_eq(count_lines(file, h_str(w, "id")), 1);
+    ck_assert_str_eq(h_str(now, "status"), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(now, "attempt")), 2);
+    json_decref(now);
+  }
+  unlink(file);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 1b. A registration that names another attempt is refused with 409. */
+START_TEST(a_registration_from_another_attempt_is_refused) {
+  json_t *workers, *ans, *out = NULL;
+  char path[160], db[160], auth[200];
+  const char *id;
+  sqlite3 *h;
+  sqlite3_stmt *st;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  /* The worker's own token, as its workerd holds it. */
+  snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
+  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  ck_assert_int_eq(
+      sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
+      SQLITE_OK);
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  snprintf(auth, sizeof(auth), "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/register", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path,
+                          "{\"ip_address\": \"127.0.0.1\", \"attempt\": 7}", auth, &out, NULL),
+                   409);
+  ck_assert_str_eq(h_str(json_object_get(out, "error"), "field"), "attempt");
+  ck_assert_ptr_nonnull(strstr(h_str(json_object_get(out, "error"), "message"), "attempt 1"));
+  json_decref(out);
+  /* Nothing changed for the worker itself. */
+  out = h_worker(&ctl, id);
+  ck_assert_str_eq(h_str(out, "status"), "running");
+  json_decref(out);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 2. A followed log whose append lands between the reader's look at the
+ * file and its wait: the controller must neither deadlock nor lose lines.
+ * The fault point holds each reader in exactly that gap; 12 followers and a
+ * worker that writes in bursts make the gap busy even without it. */
+START_TEST(appends_racing_a_followed_log_neither_hang_nor_get_lost) {
+  json_t *workers, *ans;
+  char path[300];
+  pid_t followers[12], launcher, writer;
+  const int nf = 12;
+
+  fresh();
+  setenv("MUSTER_FAULT", "log_follow_at_end:delay=5", 1);
+  ctl.extra[0] = "--cpus";
+  ctl.extra[1] = "1";
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  /* Big launches that can never be admitted meanwhile: the lock is busy,
+   * as on a controller in use. */
+  launcher = fork();
+  ck_assert_int_ge(launcher, 0);
+  if (launcher == 0) {
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd),
+             "sleep 0.4; for i in $(seq 8); do curl -s -m 20 -H 'Authorization: Bearer %s' "
+             "-d '{\"n\": 1024, \"cpu\": 1, \"memory\": 0.01}' %s/api/v1/workers >/dev/null; "
+             "done",
+             ctl.token, ctl.url);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"kernel\": \"sh\", \"code\": "
+                           "\"sleep 0.5; i=0; while [ $i -lt 400 ]; do echo line $i; "
+                           "i=$((i+1)); [ $((i % 20)) -eq 0 ] && sleep 0.02; done\"}");
+  for (int k = 0; k < nf; k++) {
+    followers[k] = fork();
+    ck_assert_int_ge(followers[k], 0);
+    if (followers[k] == 0) {
+      char cmd[800];
+      snprintf(cmd, sizeof(cmd),
+               "curl -s -m 30 -H 'Authorization: Bearer %s' "
+               "'%s/api/v1/workers/%s/logs?follow=1' > %s.follow%d",
+               ctl.token, ctl.url, h_str(json_array_get(workers, 0), "id"), ctl.dir, k);
+      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+      _exit(127);
+    }
+  }
+  /* Another writer appends to the same log file without a word to the
+   * controller, as fast as it can: a reader at the end of the file sees it
+   * grow at any moment, the gap between its look and its wait included. */
+  writer = fork();
+  ck_assert_int_ge(writer, 0);
+  if (writer == 0) {
+    char lp[200];
+    double until = h_now() + 3;
+    FILE *f;
+    snprintf(lp, sizeof(lp), "%s/logs/%s.stdout", ctl.dir, h_str(json_array_get(workers, 0), "id"));
+    f = fopen(lp, "a");
+    for (long i = 0; f && h_now() < until; i++) {
+      fprintf(f, "direct %ld\n", i);
+      fflush(f);
+    }
+    _exit(0);
+  }
+  waitpid(writer, NULL, 0);
+  for (int k = 0; k < nf; k++) {
+    char cmd[400];
+    waitpid(followers[k], NULL, 0);
+    snprintf(path, sizeof(path), "%s.follow%d", ctl.dir, k);
+    snprintf(cmd, sizeof(cmd), "test $(grep -c '^line ' %s) -eq 400", path);
+    ck_assert_msg(system(cmd) == 0, "follower %d did not get the 400 lines (see %s)", k, path);
+    unlink(path);
+  }
+  waitpid(launcher, NULL, 0);
+  /* Every thread still takes the lock: the API answers, and the controller
+   * stops on SIGTERM. */
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, NULL, NULL), 200);
+  ans = h_await(&ctl, workers, 1, 10);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  kill(ctl.pid, SIGTERM);
+  ck_assert_msg(h_wait_exit(&ctl, 10), "the controller did not stop on SIGTERM");
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 3. After a restart the controller must not trust a bare pid: here the
+ * worker's workerd is gone and its pid now belongs to an unrelated process.
+ * The worker fails ("lost") and that process is never signalled. */
+START_TEST(a_recycled_pid_is_never_signalled) {
+  json_t *workers, *ans, *w;
+  char sql[400], ref[64];
+  const char *id, *colon;
+  pid_t decoy, wd;
+  int st;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  w = h_worker(&ctl, id);
+  snprintf(ref, sizeof(ref), "%s", h_str(w, "backend_ref") ? h_str(w, "backend_ref") : "");
+  wd = (pid_t)h_workerd_pid(&ctl, id);
+  json_decref(w);
+  h_kill9(&ctl);
+  kill(-wd, SIGKILL);
+  kill(wd, SIGKILL);
+  /* An unrelated process in a session of its own, standing in for the
+   * process that got the dead workerd's pid. */
+  decoy = fork();
+  ck_assert_int_ge(decoy, 0);
+  if (decoy == 0) {
+    setsid();
+    execl("/bin/sleep", "sleep", "30", (char *)NULL);
+    _exit(127);
+  }
+  /* The row now says what a recycled pid looks like: the decoy's pid, with
+   * whatever else the backend recorded to know its process. */
+  colon = strchr(ref, ':');
+  snprintf(sql, sizeof(sql),
+           "UPDATE workers SET pid = %d, backend_ref = '%d%s' WHERE id = '%s'", (int)decoy,
+           (int)decoy, colon ? colon : "", id);
+  db_exec(&ctl, sql);
+  ctl.extra[0] = "--heartbeat-timeout";
+  ctl.extra[1] = "1";
+  h_restart(&ctl);
+  w = h_wait_status(&ctl, id, "failed", 10);
+  ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "lost"));
+  json_decref(w);
+  usleep(1500 * 1000); /* past the heartbeat timeout */
+  ck_assert_msg(waitpid(decoy, &st, WNOHANG) == 0, "the controller signalled pid %d",
+                (int)decoy);
+  kill(decoy, SIGKILL);
+  waitpid(decoy, NULL, 0);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 4. Clients that hang up while they wait: a suspended await (no timeout)
+ * and a followed log of a quiet worker. Their waiters must go, and the
+ * gauges come back down. */
+START_TEST(abandoned_waits_are_freed) {
+  json_t *workers, *blocked, *ans;
+  char body[300], path[200];
+  int i;
+
+  fresh();
+  ctl.extra[0] = "--cpus";
+  ctl.extra[1] = "1";
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 1, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  json_decref(ans);
+  /* Never fits while the first runs: its await has nothing to wake it. */
+  blocked = h_launch(&ctl, "{\"n\": 1, \"cpu\": 1, \"memory\": 0.01}");
+  snprintf(body, sizeof(body), "{\"ids\": [\"%s\"], \"timeout_seconds\": 0}",
+           h_str(json_array_get(blocked, 0), "id"));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?follow=1",
+           h_str(json_array_get(workers, 0), "id"));
+  for (int k = 0; k < 3; k++) {
+    pid_t p = fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+      char cmd[1400];
+      /* A client that gives up after half a second. */
+      snprintf(cmd, sizeof(cmd),
+               "curl -s -m 0.5 -H 'Authorization: Bearer %s' -d '%s' %s/api/v1/workers/await "
+               ">/dev/null; curl -s -m 0.5 -H 'Authorization: Bearer %s' '%s%s' >/dev/null",
+               ctl.token, body, ctl.url, ctl.token, ctl.url, path);
+      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+      _exit(127);
+    }
+    waitpid(p, NULL, 0);
+  }
+  for (i = 0; i < 50; i++) {
+    if (h_metric(&ctl, "muster_await_waiting") == 0 &&
+        h_metric(&ctl, "muster_streams_waiting") == 0)
+      break;
+    usleep(100 * 1000);
+  }
+  ck_assert_msg(i < 50, "waiters left: %g awaits, %g streams",
+                h_metric(&ctl, "muster_await_waiting"), h_metric(&ctl, "muster_streams_waiting"));
+  json_decref(blocked);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 5. A state directory made by someone else's umask: the controller makes
+ * it private, says so, and never prints the token where stdout goes. */
+START_TEST(the_state_directory_is_private_whatever_existed) {
+  static const char *const files[] = {"muster.db", "muster.db-wal", "muster.db-shm", "token"};
+  char path[200], cmd[400];
+  struct stat st;
+  FILE *f;
+  char line[512];
+  int said = 0;
+
+  fresh();
+  h_start(&ctl);
+  h_kill9(&ctl); /* the WAL and shm files stay */
+  ck_assert_int_eq(chmod(ctl.dir, 0755), 0);
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    snprintf(path, sizeof(path), "%s/%s", ctl.dir, files[i]);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+  }
+  h_restart(&ctl);
+  ck_assert_int_eq(stat(ctl.dir, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0700);
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    snprintf(path, sizeof(path), "%s/%s", ctl.dir, files[i]);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_msg((st.st_mode & 0777) == 0600, "%s is %o", path, st.st_mode & 0777);
+  }
+  f = fopen(ctl.log, "r");
+  ck_assert_ptr_nonnull(f);
+  while (fgets(line, sizeof(line), f)) {
+    ck_assert_msg(!strstr(line, ctl.token), "the log holds the API token: %s", line);
+    said |= strstr(line, "was mode 0644; made it 0600") != NULL;
+  }
+  fclose(f);
+  ck_assert_msg(said, "the controller did not say that it tightened the modes");
+  snprintf(cmd, sizeof(cmd), "grep -rl %s %s/workers >/dev/null 2>&1", ctl.token, ctl.dir);
+  ck_assert_msg(system(cmd) != 0, "a worker log holds the API token");
+  h_finish(&ctl);
+}
+END_TEST
+
+/* The chaos test: 10 rounds of "launch 20 workers, kill -9 the controller at
+ * a random moment of the launch, restart". Afterwards no script ran twice,
+ * every worker ends terminal, and every id the API ever answered is known. */
+START_TEST(kill9_at_random_moments_runs_nothing_twice) {
+  char file[160], body[400];
+  json_t *all = json_array(), *ans, *w;
+  size_t i;
+  int rounds = 10;
+
+  fresh();
+  ctl.extra[0] = "--start-timeout";
+  ctl.extra[1] = "30";
+  h_start(&ctl);
+  snprintf(file, sizeof(file), "%s.ran", ctl.dir);
+  unlink(file);
+  once_body(body, sizeof(body), 20, file, 0.2);
+  srand((unsigned)getpid());
+  for (int r = 0; r < rounds; r++) {
+    json_t *out = NULL;
+    pid_t killer = fork();
+    ck_assert_int_ge(killer, 0);
+    if (killer == 0) {
+      usleep((useconds_t)(rand() % 40000));
+      kill(ctl.pid, SIGKILL);
+      _exit(0);
+    }
+    if (h_http(&ctl, "POST", "/api/v1/workers", body, "", &out, NULL) == 201)
+      json_array_extend(all, json_object_get(out, "workers"));
+    json_decref(out);
+    waitpid(killer, NULL, 0);
+    waitpid(ctl.pid, NULL, 0);
+    ctl.pid = 0;
+    h_restart(&ctl);
+  }
+  ans = h_await(&ctl, all, 1, 60);
+  ck_assert(json_is_false(json_object_get(ans, "timed_out")));
+  json_decref(ans);
+  {
+    /* Every worker the controller knows, answered or not. */
+    json_t *list = NULL;
+    ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?limit=5000", NULL, "", &list, NULL),
+                     200);
+    json_array_foreach(json_object_get(list, "workers"), i, w) {
+      const char *st = h_str(w, "status");
+      ck_assert_msg(strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 ||
+                        strcmp(st, "stopped") == 0,
+                    "%s is still %s", h_str(w, "id"), st);
+      ck_assert_msg(count_lines(file, h_str(w, "id")) <= 1, "%s ran its script %d times",
+                    h_str(w, "id"), count_lines(file, h_str(w, "id")));
+    }
+    json_decref(list);
+  }
+  json_array_foreach(all, i, w) {
+    json_t *now = h_worker(&ctl, h_str(w, "id"));
+    ck_assert_msg(now != NULL, "%s was answered once and is unknown now", h_str(w, "id"));
+    json_decref(now);
+  }
+  unlink(file);
+  json_decref(all);
+  h_finish(&ctl);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("faults");
+  TCase *tc = tcase_create("faults");
+  SRunner *sr;
+  int failed;
+
+  tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, a_crash_right_after_a_spawn_runs_each_script_once);
+  tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
+  tcase_add_test(tc, appends_racing_a_followed_log_neither_hang_nor_get_lost);
+  tcase_add_test(tc, a_recycled_pid_is_never_signalled);
+  tcase_add_test(tc, abandoned_waits_are_freed);
+  tcase_add_test(tc, the_state_directory_is_private_whatever_existed);
+  tcase_add_test(tc, kill9_at_random_moments_runs_nothing_twice);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

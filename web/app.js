@@ -27,6 +27,7 @@ const state = {
   pendingTimer: null,
   filterStatus: '',
   filterSession: '',
+  next: undefined, // cursor of the next older page; null when all are loaded
 };
 window.__muster = state; // for debugging and tests
 
@@ -348,13 +349,35 @@ function tickAges() {
   }
 }
 
+// The table shows the newest PAGE workers; older ones come a page at a time
+// ("Load older workers"), so that a controller with 100,000 finished workers
+// costs the page what 200 do.
+const PAGE = 200;
+
+function setNext(cursor) {
+  state.next = cursor || null;
+  $('more').hidden = !state.next;
+}
+
 async function loadList() {
-  const r = await api('/api/v1/workers');
+  const r = await api(`/api/v1/workers?limit=${PAGE}`);
   const seq = Number(r.headers.get('X-Muster-Last-Event') || '0');
   const body = await r.json();
   for (const w of body.workers) upsert(w);
+  // The first load sets where older pages start; later reloads of the
+  // newest page leave what was loaded below it alone.
+  if (state.next === undefined) setNext(body.next);
   renderSummary();
   return seq;
+}
+
+async function loadMore() {
+  if (!state.next) return;
+  const r = await api(`/api/v1/workers?limit=${PAGE}&before=${encodeURIComponent(state.next)}`);
+  const body = await r.json();
+  for (const w of body.workers) upsert(w);
+  setNext(body.next);
+  renderSummary();
 }
 
 // ---------- live events ----------
@@ -401,6 +424,17 @@ function startEvents() {
     }
     onEvent(e);
   };
+  // Too far behind to catch up event by event: list again, follow from there.
+  es.addEventListener('too_far_behind', async () => {
+    if (state.es !== es) return;
+    stopEvents();
+    try {
+      state.lastSeq = await loadList();
+    } catch (_) {
+      /* the reconnect below retries */
+    }
+    startEvents();
+  });
   es.onerror = () => {
     if (state.es !== es) return;
     if (es.readyState === EventSource.CLOSED) {
@@ -622,6 +656,9 @@ async function pollLogs() {
 
 async function start() {
   $('signout').addEventListener('click', signOut);
+  $('more').addEventListener('click', () => {
+    loadMore().catch(() => setConn('down', 'could not load older workers'));
+  });
   $('signin-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
     const t = $('signin-token').value.trim();

@@ -595,11 +595,11 @@ static int query_add(muster_client *c, char *path, size_t size, const char *key,
 
 int muster_list(muster_client *c, unsigned statuses, const char *session, const char *role,
                 muster_worker_list *out, int64_t *last_event) {
-  char path[512] = "/api/v1/workers";
-  json_t *ans = NULL;
-  int64_t seq = 0;
-  struct call k = {"GET", path, NULL, c->timeout_s, &ans, &seq};
-  int rc = 0;
+  char path[512] = "/api/v1/workers?limit=5000", page[600];
+  json_t *ans = NULL, *all = json_array();
+  int64_t seq = 0, first_seq = 0;
+  const char *next = NULL;
+  int rc = all ? 0 : set_error(c, MUSTER_E_NOMEM, NULL, "out of memory");
 
   out->count = 0;
   out->items = NULL;
@@ -610,13 +610,39 @@ int muster_list(muster_client *c, unsigned statuses, const char *session, const 
     rc = query_add(c, path, sizeof(path), "session", session);
   if (!rc && role)
     rc = query_add(c, path, sizeof(path), "role", role);
-  if (!rc)
+  /* The controller answers in pages, newest first; this gathers them all.
+   * The first page's event seq is the one to follow from: nothing after it
+   * can be missing from the pages. */
+  for (int first = 1; !rc && (first || next); first = 0) {
+    struct call k = {"GET", page, NULL, c->timeout_s, &ans, &seq};
+    json_t *items;
+
+    if (next && strlen(next) > 30) {
+      rc = set_error(c, MUSTER_E_PROTOCOL, NULL, "the controller's page cursor is malformed");
+      break;
+    }
+    snprintf(page, sizeof(page), "%s%s%s", path, next ? "&before=" : "", next ? next : "");
+    json_decref(ans);
+    ans = NULL;
     rc = http(c, &k);
+    if (rc)
+      break;
+    if (first)
+      first_seq = seq;
+    items = json_object_get(ans, "workers");
+    if (!json_is_array(items)) {
+      rc = set_error(c, MUSTER_E_PROTOCOL, NULL, "the controller's answer has no worker list");
+      break;
+    }
+    json_array_extend(all, items);
+    next = json_string_value(json_object_get(ans, "next"));
+  }
   if (!rc)
-    rc = list_from_json(c, json_object_get(ans, "workers"), out);
+    rc = list_from_json(c, all, out);
   if (!rc && last_event)
-    *last_event = seq;
+    *last_event = first_seq;
   json_decref(ans);
+  json_decref(all);
   return rc;
 }
 

@@ -424,8 +424,16 @@ class Client:
                 query.append(("status", s))
         if role:
             query.append(("role", role))
-        answer = self._request("GET", "/api/v1/workers", query=query)
-        return self._expect(answer, "workers", "GET", "/api/v1/workers")
+        # The controller answers in pages (newest first); gather them all.
+        query.append(("limit", "5000"))
+        workers, cursor = [], None
+        while True:
+            page = query + ([("before", cursor)] if cursor else [])
+            answer = self._request("GET", "/api/v1/workers", query=page)
+            workers.extend(self._expect(answer, "workers", "GET", "/api/v1/workers"))
+            cursor = answer.get("next") if isinstance(answer, dict) else None
+            if not cursor:
+                return workers
 
     def get_worker(self, worker_id):
         """Returns one worker (a dict), given its id or its worker dict."""

@@ -7,7 +7,7 @@
 // workers in mixed states); otherwise the screenshots go to a temp dir,
 // kept (with the controller's log) on failure or with MUSTER_WEB_KEEP=1.
 
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -134,13 +134,11 @@ async function api(method, p, body) {
 
 async function launch(spec) {
   const r = await api('POST', '/api/v1/workers', { n: 1, cpu: 0.5, memory: 0.25, ...spec });
-  for (const w of r.workers) if (w.backend_ref) allWorkerPids.add(Number(w.backend_ref));
   return r.workers.length === 1 ? r.workers[0] : r.workers;
 }
 
 async function getWorker(id) {
   const w = await api('GET', `/api/v1/workers/${id}`);
-  if (w.backend_ref) allWorkerPids.add(Number(w.backend_ref));
   return w;
 }
 
@@ -404,6 +402,19 @@ async function main() {
       await page.selectOption('#filter-status', '');
     });
 
+    await step('older workers load a page at a time', async () => {
+      // 205 more short-lived workers: more than the table's first page (200).
+      await api('POST', '/api/v1/workers', { n: 205, cpu: 0.01, memory: 0.01, kernel: 'sh', code: 'true', session: 'paging' });
+      const total = (await api('GET', '/api/v1/workers?limit=5000')).workers.length;
+      await page.goto(`${baseUrl}/`);
+      await page.waitForSelector('#rows tr', { state: 'attached' });
+      await until(async () => (await page.$$eval('#rows tr', (trs) => trs.length)) === 200, 'the first page of 200 rows');
+      ok(await page.isVisible('#more'), 'a "Load older workers" button is shown');
+      await page.click('#more');
+      await until(async () => (await page.$$eval('#rows tr', (trs) => trs.length)) === total, `all ${total} rows`);
+      ok(!(await page.isVisible('#more')), 'the button goes once every worker is loaded');
+    });
+
     ok(pageErrors.length === 0, 'no errors in the page', pageErrors.join('\n'));
   } finally {
     await cleanup(context);
@@ -415,8 +426,7 @@ async function cleanup(context) {
     if (ctl && ctl.exitCode === null) {
       const list = await api('GET', '/api/v1/workers');
       for (const w of list.workers) {
-        if (w.backend_ref) allWorkerPids.add(Number(w.backend_ref));
-        if (['scheduling', 'starting', 'running'].includes(w.status)) {
+              if (['scheduling', 'starting', 'running'].includes(w.status)) {
           await api('DELETE', `/api/v1/workers/${w.id}`).catch(() => {});
         }
       }
@@ -425,6 +435,15 @@ async function cleanup(context) {
     console.log(`# cleanup: ${e.message}`);
   }
   await stopController().catch(() => {});
+  // The pid each workerd registered with, from the controller's database
+  // (backend_ref is the backend's business, not a pid).
+  try {
+    const out = execFileSync('sqlite3', ['-readonly', path.join(stateDir, 'muster.db'),
+      'SELECT pid FROM workers WHERE pid IS NOT NULL'], { encoding: 'utf8' });
+    for (const line of out.split('\n')) if (line.trim()) allWorkerPids.add(Number(line));
+  } catch (e) {
+    console.log(`# cleanup: ${e.message}`);
+  }
   for (const pid of allWorkerPids) {
     if (pid > 1) {
       try {

@@ -10,6 +10,7 @@
 #include "util.h"
 #include "validate.h"
 #include "worker_spec.h"
+#include "wcache.h"
 #include "fault.h"
 
 #include <arpa/inet.h>
@@ -57,6 +58,28 @@ static struct reader *reader_get(void) {
 }
 
 static void reader_put(struct reader *r) { pthread_mutex_unlock(&r->mu); }
+
+/* The worker object of id as JSON text, from the cache or read through
+ * rd (without the state lock). Returns a malloc'ed string (length *len), or
+ * NULL if there is no such worker. */
+static char *worker_text(struct reader *rd, const char *id, size_t *len) {
+  uint64_t gen;
+  char *text;
+  json_t *w;
+
+  if (wcache_get(id, &text, len, &gen))
+    return text;
+  w = db_worker_json(rd->db, id);
+  if (!w)
+    return NULL;
+  text = json_dumps(w, JSON_COMPACT);
+  json_decref(w);
+  if (!text)
+    return NULL;
+  *len = strlen(text);
+  wcache_put(id, text, *len, gen);
+  return text;
+}
 
 /* The worker object of id, read without the state lock. New reference, or
  * NULL if there is none. */
@@ -406,14 +429,15 @@ static enum MHD_Result h_list(struct MHD_Connection *c) {
   struct list_query q = {json_array(), NULL};
   const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
   const char *role = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "role");
-  char *statuses = NULL, seq[32];
+  char *statuses = NULL, seq[32], (*ids)[16];
   struct reader *rd;
-  json_t *list;
   struct MHD_Response *r;
-  char *text;
+  char *text = NULL;
+  size_t textlen = 0;
+  FILE *out;
   enum MHD_Result ret;
   int64_t before, next;
-  int limit;
+  int limit, n = 0, rc;
 
   if (page_params(c, &limit, &before, &ret) != 0) {
     json_decref(q.statuses);
@@ -429,26 +453,48 @@ static enum MHD_Result h_list(struct MHD_Connection *c) {
   if (json_array_size(q.statuses))
     statuses = json_dumps(q.statuses, JSON_COMPACT);
   json_decref(q.statuses);
+  ids = calloc((size_t)limit, sizeof(*ids));
+  if (!ids) {
+    free(statuses);
+    return respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
+  }
   rd = reader_get();
   /* The seq first: events after it may already show in the list, none
    * before it can be missing from it. */
   snprintf(seq, sizeof(seq), "%lld", (long long)db_last_event_seq(rd->db));
-  list = db_worker_list(rd->db, statuses, session, role, before, limit, &next);
+  rc = db_worker_page(rd->db, statuses, session, role, before, limit, ids, &n, &next);
+  /* The page is built as text from the cached objects: a page of finished
+   * workers is copies, not queries. */
+  out = rc ? NULL : open_memstream(&text, &textlen);
+  if (out) {
+    fputs("{\"workers\":[", out);
+    for (int i = 0; i < n; i++) {
+      size_t len;
+      char *w = worker_text(rd, ids[i], &len);
+      if (!w)
+        continue; /* pruned between the two reads */
+      if (i)
+        fputc(',', out);
+      fwrite(w, 1, len, out);
+      free(w);
+    }
+    if (next)
+      fprintf(out, "],\"next\":\"%lld\"}", (long long)next);
+    else
+      fputs("],\"next\":null}", out);
+  }
   reader_put(rd);
   free(statuses);
-  if (!list)
+  free(ids);
+  if (!out || fclose(out) != 0) {
+    free(text);
     return respond_error(c, MUSTER_E_DB, NULL, "could not list workers");
-  {
-    char cursor[32];
-    snprintf(cursor, sizeof(cursor), "%lld", (long long)next);
-    list = json_pack("{s:o, s:o}", "workers", list, "next",
-                     next ? json_string(cursor) : json_null());
   }
-  text = json_dumps(list, JSON_COMPACT);
-  json_decref(list);
-  if (!text)
+  r = MHD_create_response_from_buffer(textlen, text, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(text);
     return MHD_NO;
-  r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+  }
   MHD_add_response_header(r, "Content-Type", "application/json");
   MHD_add_response_header(r, "Cache-Control", "no-store");
   /* The last event seq at the time of the list: a client that then follows
@@ -461,12 +507,32 @@ static enum MHD_Result h_list(struct MHD_Connection *c) {
 
 /* ---- GET /api/v1/workers/{id}, DELETE, POST stop ---- */
 
-static enum MHD_Result h_get(struct MHD_Connection *c, const char *id) {
-  json_t *w = worker_read(id);
+/* Queues text (malloc'ed, taken over) as a JSON answer. */
+static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, char *text,
+                                    size_t len) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  enum MHD_Result ret;
 
-  if (!w)
+  if (!r) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", "application/json");
+  MHD_add_response_header(r, "Cache-Control", "no-store");
+  ret = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result h_get(struct MHD_Connection *c, const char *id) {
+  struct reader *rd = reader_get();
+  size_t len;
+  char *text = worker_text(rd, id, &len);
+
+  reader_put(rd);
+  if (!text)
     return respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
-  return respond_json(c, MHD_HTTP_OK, w);
+  return respond_text(c, MHD_HTTP_OK, text, len);
 }
 
 static enum MHD_Result h_delete(struct MHD_Connection *c, const char *id) {
@@ -809,6 +875,17 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
                          "attempt %d and must end",
                          id, current, attempt);
   }
+  /* A registration of a worker that already runs is its own workerd asking
+   * again (the first answer was lost): the same pid. Another process with
+   * the same attempt (started twice by a backend) is refused. */
+  if (w->status == WS_RUNNING && w->reg_pid && w->reg_pid != (f.pid > 0 ? f.pid : 0)) {
+    state_unlock();
+    json_decref(body);
+    return respond_error(c, MUSTER_E_CONFLICT, "pid",
+                         "worker %s already runs with another muster-workerd; this one must "
+                         "end",
+                         id);
+  }
   if (w->status == WS_STARTING) {
     f.ip_address = ip;
     f.hostname = hostname;
@@ -826,6 +903,8 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
   /* A second register (the answer to the first was lost) is answered the
    * same way and changes nothing. */
   if (!rc) {
+    if (!w->reg_pid && f.pid > 0)
+      w->reg_pid = f.pid;
     sm_heartbeat_locked(w);
     rc = db_worker_info(g.db, id, &info);
   }

@@ -104,7 +104,8 @@ const struct backend_ops *backend_find(const char *name);
 /* "local" (and others, comma-separated), for --help and errors. */
 const char *backend_names(void);
 
-extern const struct backend_ops backend_local_ops;
+extern const struct backend_ops backend_local_ops;    /* backend_local.c */
+extern const struct backend_ops backend_external_ops; /* backend_external.c */
 
 /* What a backend reports. */
 enum backend_event {

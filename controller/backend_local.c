@@ -276,20 +276,59 @@ static int proc_same(pid_t pid, unsigned long long start) {
   return pid > 1 && proc_stat(pid, &now, &zombie) == 0 && now == start && !zombie;
 }
 
-/* Signals every process whose session is sid. A worker's workerd leads its
- * own session; the commands it runs for the exec channel have process groups
- * of their own but stay in the session, so this reaches "the whole worker". */
-static void signal_session(pid_t sid, int sig) {
-  DIR *d = opendir("/proc");
-  struct dirent *e;
+/* A signal due to one worker's processes. */
+struct sigjob {
+  pid_t pid;                /* its workerd, the leader of its session */
+  unsigned long long start; /* that workerd's start time */
+  int sig;
+};
 
+static int sid_cmp(const void *a, const void *b) {
+  pid_t x = ((const struct sigjob *)a)->pid, y = ((const struct sigjob *)b)->pid;
+
+  return (x > y) - (x < y);
+}
+
+/* Signals each worker of jobs (n of them): its process group and its whole
+ * session, but only while its workerd's pid is still the same process, or is
+ * gone altogether (then the session's leftovers are signalled: a pid number
+ * is not handed out again while processes of its session remain). A pid
+ * that now belongs to another process is left alone. A workerd leads its own
+ * session; the commands it runs for the exec channel have process groups of
+ * their own but stay in the session, so the session is "the whole worker".
+ * /proc is read once for the whole batch: a stop of 1,000 workers is one
+ * pass, not 1,000. */
+static void signal_workers(struct sigjob *jobs, int n) {
+  struct dirent *e;
+  int k = 0;
+  DIR *d;
+
+  for (int i = 0; i < n; i++) {
+    unsigned long long now;
+    int zombie;
+
+    if (jobs[i].pid <= 1)
+      continue;
+    if (proc_stat(jobs[i].pid, &now, &zombie) == 0 && now != jobs[i].start) {
+      LOG(LOG_DEBUG, "pid %d is another process now; not signalled", (int)jobs[i].pid);
+      continue;
+    }
+    if (kill(-jobs[i].pid, jobs[i].sig) != 0 && errno != ESRCH)
+      LOG(LOG_WARN, "could not signal process group %d: %s", (int)jobs[i].pid, strerror(errno));
+    jobs[k++] = jobs[i];
+  }
+  if (!k)
+    return;
+  qsort(jobs, (size_t)k, sizeof(*jobs), sid_cmp);
+  d = opendir("/proc");
   if (!d)
     return;
   while ((e = readdir(d)) != NULL) {
     char path[300], buf[512], *p;
+    struct sigjob key, *hit;
     long pid, session;
     FILE *f;
-    size_t n;
+    size_t len;
 
     if (e->d_name[0] < '1' || e->d_name[0] > '9')
       continue;
@@ -297,37 +336,26 @@ static void signal_session(pid_t sid, int sig) {
     f = fopen(path, "re");
     if (!f)
       continue;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
+    len = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
-    buf[n] = '\0';
+    buf[len] = '\0';
+    /* pid (comm) state ppid pgrp session ...; comm may hold spaces. */
     p = strrchr(buf, ')');
-    if (!p || sscanf(p + 1, " %*c %*d %*d %ld", &session) != 1 || session != sid)
+    if (!p || sscanf(p + 1, " %*c %*d %*d %ld", &session) != 1)
       continue;
+    key.pid = (pid_t)session;
+    hit = bsearch(&key, jobs, (size_t)k, sizeof(*jobs), sid_cmp);
     pid = strtol(e->d_name, NULL, 10);
-    if (pid > 1)
-      kill((pid_t)pid, sig);
+    if (hit && pid > 1)
+      kill((pid_t)pid, hit->sig);
   }
   closedir(d);
 }
 
-/* Signals the worker whose workerd was (pid, start): its process group and
- * its session, but only while that pid is still the same process, or is
- * gone altogether (then the session's leftovers are signalled: a pid number
- * is not handed out again while processes of its session remain). A pid
- * that now belongs to another process is left alone. */
 static void signal_worker(pid_t pid, unsigned long long start, int sig) {
-  unsigned long long now;
-  int zombie;
+  struct sigjob j = {pid, start, sig};
 
-  if (pid <= 1)
-    return;
-  if (proc_stat(pid, &now, &zombie) == 0 && now != start) {
-    LOG(LOG_DEBUG, "pid %d is another process now; not signalled", (int)pid);
-    return;
-  }
-  if (kill(-pid, sig) != 0 && errno != ESRCH)
-    LOG(LOG_WARN, "could not signal process group %d: %s", (int)pid, strerror(errno));
-  signal_session(pid, sig);
+  signal_workers(&j, 1);
 }
 
 /* Spawns workerd (the fork server, or one worker) with standard input from
@@ -413,79 +441,90 @@ static void zygote_start(void) {
   LOG(LOG_DEBUG, "workerd fork server started (pid %d)", (int)lb.zygote_pid);
 }
 
-/* Asks the fork server for a worker. Returns 0 with *pid set, or an error
- * after which the caller spawns the worker itself. */
-static int zygote_spawn(const char *const *vars, int nvars, pid_t *pid) {
+/* The settings one workerd is started with. */
+struct wvars {
+  char url[200], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
+  const char *v[6];
+};
+
+static void wvars_fill(struct wvars *w, const struct job *j) {
+  snprintf(w->url, sizeof(w->url), "MUSTER_CONTROLLER_URL=%s", lb.controller_url);
+  snprintf(w->id, sizeof(w->id), "MUSTER_WORKER_ID=%s", j->id);
+  snprintf(w->token, sizeof(w->token), "MUSTER_WORKER_TOKEN=%s", j->token);
+  snprintf(w->ip, sizeof(w->ip), "MUSTER_BIND_IP=%s", j->where.bind_ip);
+  snprintf(w->attempt, sizeof(w->attempt), "MUSTER_WORKER_ATTEMPT=%d", j->attempt);
+  snprintf(w->logpath, sizeof(w->logpath), "%s/workers/%s.log", lb.cfg.state_dir, j->id);
+  snprintf(w->log, sizeof(w->log), "MUSTER_LOG_FILE=%s", w->logpath);
+  w->v[0] = w->url;
+  w->v[1] = w->id;
+  w->v[2] = w->token;
+  w->v[3] = w->ip;
+  w->v[4] = w->attempt;
+  w->v[5] = w->log; /* the fork server's only: where the output goes */
+}
+
+/* Sends one request to the fork server. Returns 0, or an error (nothing was
+ * sent; the fork server is closed if it broke). */
+static int zygote_send(const struct wvars *w) {
   char req[4096];
   size_t len = 0;
-  struct pollfd p;
-  pid_t answer;
 
-  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX &&
-      util_mono_ms() >= lb.zygote_retry_ms)
-    zygote_start();
   if (lb.zygote_fd < 0)
     return MUSTER_E_BACKEND;
-  for (int i = 0; i < nvars; i++) {
-    size_t n = strlen(vars[i]) + 1;
+  for (int i = 0; i < 6; i++) {
+    size_t n = strlen(w->v[i]) + 1;
     if (len + n > sizeof(req))
       return MUSTER_E_BACKEND;
-    memcpy(req + len, vars[i], n);
+    memcpy(req + len, w->v[i], n);
     len += n;
   }
-  if (send(lb.zygote_fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
-    goto broken;
-  p.fd = lb.zygote_fd;
-  p.events = POLLIN;
-  if (poll(&p, 1, 5000) != 1 || recv(lb.zygote_fd, &answer, sizeof(answer), 0) != sizeof(answer))
-    goto broken;
+  if (send(lb.zygote_fd, req, len, MSG_NOSIGNAL) != (ssize_t)len) {
+    LOG(LOG_WARN, "the workerd fork server stopped taking requests; restarting it later");
+    zygote_close();
+    return MUSTER_E_BACKEND;
+  }
+  return 0;
+}
+
+/* Reads the fork server's answer to the oldest request not yet answered.
+ * Returns 0 with *pid set; MUSTER_E_BACKEND if it could not fork (nothing
+ * started); MUSTER_E_PROTOCOL if it broke (whether it started the worker is
+ * unknown). */
+static int zygote_recv(pid_t *pid) {
+  struct pollfd p = {.fd = lb.zygote_fd, .events = POLLIN};
+  pid_t answer;
+
+  if (lb.zygote_fd < 0 || poll(&p, 1, 5000) != 1 ||
+      recv(lb.zygote_fd, &answer, sizeof(answer), 0) != sizeof(answer)) {
+    if (lb.zygote_fd >= 0) {
+      LOG(LOG_WARN, "the workerd fork server stopped answering; restarting it later");
+      zygote_close();
+    }
+    return MUSTER_E_PROTOCOL;
+  }
   if (answer <= 0) {
     LOG(LOG_WARN, "the workerd fork server could not fork: %s", strerror(-answer));
     return MUSTER_E_BACKEND;
   }
   *pid = answer;
   return 0;
-
-broken:
-  LOG(LOG_WARN, "the workerd fork server stopped answering; restarting it later");
-  zygote_close();
-  return MUSTER_E_BACKEND;
 }
 
-/* Starts one worker's workerd. Returns 0 with *pid set, or an error with a
- * sentence in err. */
-static int start_workerd(const struct job *j, pid_t *pid, char *err, size_t errlen) {
-  char logpath[1100], env_log[1200];
-  char env_url[200], env_id[64], env_token[128], env_ip[64], env_attempt[48];
-  const char *vars[6];
-  char **envp;
+/* Starts one workerd without the fork server. Returns 0 with *pid set, or
+ * an error with a sentence in err. */
+static int spawn_direct(const struct wvars *w, pid_t *pid, char *err, size_t errlen) {
   char *argv[] = {lb.cfg.workerd_path, NULL};
+  char **envp = calloc(lb.base_env_len + 6, sizeof(*envp));
   int rc;
 
-  snprintf(env_url, sizeof(env_url), "MUSTER_CONTROLLER_URL=%s", lb.controller_url);
-  snprintf(env_id, sizeof(env_id), "MUSTER_WORKER_ID=%s", j->id);
-  snprintf(env_token, sizeof(env_token), "MUSTER_WORKER_TOKEN=%s", j->token);
-  snprintf(env_ip, sizeof(env_ip), "MUSTER_BIND_IP=%s", j->where.bind_ip);
-  snprintf(env_attempt, sizeof(env_attempt), "MUSTER_WORKER_ATTEMPT=%d", j->attempt);
-  snprintf(logpath, sizeof(logpath), "%s/workers/%s.log", lb.cfg.state_dir, j->id);
-  snprintf(env_log, sizeof(env_log), "MUSTER_LOG_FILE=%s", logpath);
-  vars[0] = env_url;
-  vars[1] = env_id;
-  vars[2] = env_token;
-  vars[3] = env_ip;
-  vars[4] = env_attempt;
-  vars[5] = env_log;
-  if (zygote_spawn(vars, 6, pid) == 0)
-    return 0;
-  envp = calloc(lb.base_env_len + 6, sizeof(*envp));
   if (!envp) {
     snprintf(err, errlen, "out of memory");
     return MUSTER_E_NOMEM;
   }
   memcpy(envp, lb.base_env, lb.base_env_len * sizeof(*envp));
   for (int i = 0; i < 5; i++)
-    envp[lb.base_env_len + (size_t)i] = (char *)vars[i];
-  rc = spawn_workerd(pid, logpath, -1, argv, envp);
+    envp[lb.base_env_len + (size_t)i] = (char *)w->v[i];
+  rc = spawn_workerd(pid, w->logpath, -1, argv, envp);
   free(envp);
   if (rc != 0) {
     snprintf(err, errlen, "could not start %s: %s", lb.cfg.workerd_path, strerror(rc));
@@ -502,24 +541,14 @@ static void report_fail(enum backend_event ev, const char *id, int attempt, cons
   backend_report(&r);
 }
 
-static void job_start(const struct job *j) {
-  char err[300], ref[64], detail[160];
+/* Records that j's workerd runs as pid (and reports it), or, if the worker
+ * was released meanwhile, ends it again. */
+static void start_done(const struct job *j, pid_t pid) {
+  char ref[64], detail[160];
   unsigned long long start = 0;
   struct lproc *p;
-  int zombie, rc, wanted;
-  pid_t pid = 0;
+  int zombie, wanted;
 
-  pthread_mutex_lock(&lb.mu);
-  p = lp_find(j->id);
-  wanted = p && p->live && p->attempt == j->attempt && p->pid == 0;
-  pthread_mutex_unlock(&lb.mu);
-  if (!wanted)
-    return; /* stopped before it could start: it never will */
-  rc = start_workerd(j, &pid, err, sizeof(err));
-  if (rc) {
-    report_fail(BACKEND_REFUSED, j->id, j->attempt, err);
-    return;
-  }
   /* The start time is read while the process cannot have been reaped yet:
    * only this thread reaps. */
   if (proc_stat(pid, &start, &zombie) != 0)
@@ -534,7 +563,6 @@ static void job_start(const struct job *j) {
   wanted = p && p->live && p->attempt == j->attempt;
   pthread_mutex_unlock(&lb.mu);
   if (!wanted) {
-    /* Released while it started: end it again. */
     signal_worker(pid, start, SIGKILL);
     return;
   }
@@ -549,29 +577,90 @@ static void job_start(const struct job *j) {
   }
 }
 
-static void job_cancel(const struct job *j) {
-  struct lproc *p;
-  pid_t pid = 0;
-  unsigned long long start = 0;
-  int sig = SIGKILL;
+/* Starts the workerds of n start jobs. Requests go to the fork server all
+ * at once and the answers are read after, so that its forks overlap with
+ * the rest; a worker it cannot fork is spawned directly. A request whose
+ * answer is lost (the fork server broke) is not tried again: that workerd
+ * may exist, and a second one of the same attempt must not. */
+static void start_batch(struct job **jobs, int n) {
+  struct wvars *w = calloc((size_t)n, sizeof(*w));
+  unsigned char *sent = calloc((size_t)n, 1);
+  char err[1200];
 
+  if (!w || !sent) {
+    for (int i = 0; i < n; i++)
+      report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt, "out of memory");
+    goto out;
+  }
+  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX &&
+      util_mono_ms() >= lb.zygote_retry_ms)
+    zygote_start();
+  for (int i = 0; i < n; i++) {
+    struct lproc *p;
+    int wanted;
+
+    pthread_mutex_lock(&lb.mu);
+    p = lp_find(jobs[i]->id);
+    wanted = p && p->live && p->attempt == jobs[i]->attempt && p->pid == 0;
+    pthread_mutex_unlock(&lb.mu);
+    if (!wanted) {
+      jobs[i] = NULL; /* stopped before it could start: it never will */
+      continue;
+    }
+    wvars_fill(&w[i], jobs[i]);
+    sent[i] = zygote_send(&w[i]) == 0;
+  }
+  for (int i = 0; i < n; i++) {
+    pid_t pid = 0;
+    int rc = MUSTER_E_BACKEND;
+
+    if (!jobs[i])
+      continue;
+    if (sent[i]) {
+      rc = zygote_recv(&pid);
+      if (rc == MUSTER_E_PROTOCOL) {
+        report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt,
+                    "the workerd fork server broke while starting it");
+        continue;
+      }
+    }
+    if (rc != 0 && spawn_direct(&w[i], &pid, err, sizeof(err)) != 0) {
+      report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt, err);
+      continue;
+    }
+    start_done(jobs[i], pid);
+  }
+out:
+  if (w)
+    explicit_bzero(w, (size_t)n * sizeof(*w)); /* the tokens */
+  free(w);
+  free(sent);
+}
+
+/* Records worker j->id's cancellation; fills *out with the signal it needs
+ * now (out->pid 0: none). */
+static void job_cancel(const struct job *j, struct sigjob *out) {
+  struct lproc *p;
+
+  out->pid = 0;
+  out->sig = SIGKILL;
   pthread_mutex_lock(&lb.mu);
   p = lp_find(j->id);
   if (p && p->pid > 0) {
-    pid = p->pid;
-    start = p->start;
+    out->pid = p->pid;
+    out->start = p->start;
     switch (j->how) {
     case BACKEND_KILL_NOW:
       p->kill_at_ms = 0;
       break;
     case BACKEND_TERM_THEN_KILL:
-      sig = SIGTERM;
+      out->sig = SIGTERM;
       p->kill_at_ms = util_mono_ms() + (int64_t)(lb.cfg.stop_grace_s * 1000);
       if (p->kill_at_ms == 0)
         p->kill_at_ms = 1;
       break;
     case BACKEND_KILL_LATER:
-      sig = 0;
+      out->pid = 0; /* nothing now */
       p->kill_at_ms = util_mono_ms() + KILL_LATER_MS;
       break;
     }
@@ -580,30 +669,37 @@ static void job_cancel(const struct job *j) {
   if (p)
     lp_maybe_free(p);
   pthread_mutex_unlock(&lb.mu);
-  if (pid > 0 && sig)
-    signal_worker(pid, start, sig);
 }
 
-/* Sends the SIGKILLs that are due (all of them when all is set). */
+/* Sends the SIGKILLs that are due (all of them when all is set), in one
+ * batch. */
 static void kills_due(int64_t now, int all) {
-  for (;;) {
-    pid_t pid = 0;
-    unsigned long long start = 0;
+  struct sigjob *jobs = NULL;
+  int n = 0, cap = 0;
 
-    pthread_mutex_lock(&lb.mu);
-    for (struct lproc *p = lb.head; p; p = p->next)
-      if (p->kill_at_ms && (all || p->kill_at_ms <= now)) {
-        pid = p->pid;
-        start = p->start;
-        p->kill_at_ms = 0;
-        lp_maybe_free(p);
-        break;
-      }
-    pthread_mutex_unlock(&lb.mu);
-    if (!pid)
-      return;
-    signal_worker(pid, start, SIGKILL);
+  pthread_mutex_lock(&lb.mu);
+  for (struct lproc *p = lb.head, *next; p; p = next) {
+    next = p->next;
+    if (!p->kill_at_ms || (!all && p->kill_at_ms > now))
+      continue;
+    if (n == cap) {
+      int c2 = cap ? 2 * cap : 64;
+      struct sigjob *grown = realloc(jobs, (size_t)c2 * sizeof(*grown));
+      if (!grown)
+        break; /* the rest next time */
+      jobs = grown;
+      cap = c2;
+    }
+    jobs[n].pid = p->pid;
+    jobs[n].start = p->start;
+    jobs[n].sig = SIGKILL;
+    n++;
+    p->kill_at_ms = 0;
+    lp_maybe_free(p);
   }
+  pthread_mutex_unlock(&lb.mu);
+  signal_workers(jobs, n);
+  free(jobs);
 }
 
 /* Reaps exited children: the fork server, or workerds (reported if their
@@ -686,6 +782,54 @@ static int64_t next_kill_ms(void) {
   return at;
 }
 
+/* Runs (and frees) a list of jobs in order: runs of starts go out as one
+ * batch each, and the signals of its cancellations as one batch at the end. */
+static void run_jobs(struct job *jobs) {
+  struct sigjob *sigs = NULL;
+  struct job *starts[64], *owned[64];
+  int n = 0, cap = 0, ns = 0;
+
+  while (jobs) {
+    struct job *next = jobs->next;
+
+    if (jobs->kind == JOB_START) {
+      owned[ns] = jobs;
+      starts[ns++] = jobs;
+      if (ns == 64 || !next || next->kind != JOB_START) {
+        start_batch(starts, ns);
+        for (int i = 0; i < ns; i++) {
+          explicit_bzero(owned[i]->token, sizeof(owned[i]->token));
+          free(owned[i]);
+        }
+        ns = 0;
+      }
+      jobs = next;
+      continue;
+    }
+    {
+      struct sigjob sj;
+      job_cancel(jobs, &sj);
+      if (sj.pid > 0 && n == cap) {
+        int c2 = cap ? 2 * cap : 64;
+        struct sigjob *grown = realloc(sigs, (size_t)c2 * sizeof(*grown));
+        if (grown) {
+          sigs = grown;
+          cap = c2;
+        } else {
+          signal_worker(sj.pid, sj.start, sj.sig); /* no room to batch it */
+          sj.pid = 0;
+        }
+      }
+      if (sj.pid > 0)
+        sigs[n++] = sj;
+    }
+    free(jobs);
+    jobs = next;
+  }
+  signal_workers(sigs, n);
+  free(sigs);
+}
+
 static void *backend_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&lb.mu);
@@ -696,16 +840,7 @@ static void *backend_main(void *arg) {
 
     lb.jobs = lb.jobs_tail = NULL;
     pthread_mutex_unlock(&lb.mu);
-    while (jobs) {
-      struct job *next = jobs->next;
-      if (jobs->kind == JOB_START)
-        job_start(jobs);
-      else
-        job_cancel(jobs);
-      memset(jobs->token, 0, sizeof(jobs->token));
-      free(jobs);
-      jobs = next;
-    }
+    run_jobs(jobs);
     now = util_mono_ms();
     reap();
     kills_due(now, 0);
@@ -1009,13 +1144,3 @@ const struct backend_ops backend_local_ops = {
     .usage = local_usage,
 };
 
-static const struct backend_ops *const backends[] = {&backend_local_ops};
-
-const struct backend_ops *backend_find(const char *name) {
-  for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
-    if (strcmp(backends[i]->name, name) == 0)
-      return backends[i];
-  return NULL;
-}
-
-const char *backend_names(void) { return "local"; }

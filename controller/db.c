@@ -3,6 +3,7 @@
 
 #include "muster_errors.h"
 #include "util.h"
+#include "wcache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +77,7 @@ static const char *const statement_sql[ST_COUNT_] = {
         "WHERE id = ?1 AND status = ?16",
     [ST_HEARTBEAT] = "UPDATE workers SET last_heartbeat = ?2 WHERE id = ?1",
     [ST_WORKER_GET] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1",
-    [ST_WORKER_LIST] = "SELECT " WORKER_COLS " FROM workers "
+    [ST_WORKER_LIST] = "SELECT id, rowid FROM workers "
                        "WHERE (?1 IS NULL OR status IN (SELECT value FROM json_each(?1))) "
                        "AND (?2 IS NULL OR session = ?2) AND (?3 IS NULL OR role = ?3) "
                        "AND rowid < ?4 ORDER BY rowid DESC LIMIT ?5",
@@ -105,7 +106,42 @@ static const char *const statement_sql[ST_COUNT_] = {
 struct db {
   sqlite3 *conn;
   sqlite3_stmt *st[ST_COUNT_];
+  /* Workers changed by the open transaction: their cached objects are
+   * dropped once it has committed (wcache.h). */
+  char (*dirty)[16];
+  int ndirty, cap_dirty, dirty_all;
 };
+
+/* Drops the cached objects of the workers written since the last commit. */
+static void dirty_flush(struct db *db) {
+  if (db->dirty_all)
+    wcache_clear();
+  for (int i = 0; i < db->ndirty; i++)
+    wcache_invalidate(db->dirty[i]);
+  db->ndirty = 0;
+  db->dirty_all = 0;
+}
+
+/* Notes that worker id's row changed: at once outside a transaction, at its
+ * commit inside one (a reader must never see the cache emptied before the
+ * change is there to be read). */
+static void mark_dirty(struct db *db, const char *id) {
+  if (sqlite3_get_autocommit(db->conn)) {
+    wcache_invalidate(id);
+    return;
+  }
+  if (db->ndirty == db->cap_dirty) {
+    int cap = db->cap_dirty ? 2 * db->cap_dirty : 64;
+    char(*grown)[16] = realloc(db->dirty, (size_t)cap * sizeof(*grown));
+    if (!grown) {
+      db->dirty_all = 1;
+      return;
+    }
+    db->dirty = grown;
+    db->cap_dirty = cap;
+  }
+  snprintf(db->dirty[db->ndirty++], sizeof(db->dirty[0]), "%s", id);
+}
 
 static json_t *col_text(sqlite3_stmt *s, int i);
 
@@ -258,14 +294,24 @@ void db_close(struct db *db) {
   for (int i = 0; i < ST_COUNT_; i++)
     sqlite3_finalize(db->st[i]);
   sqlite3_close(db->conn);
+  free(db->dirty);
   free(db);
 }
 
 int db_begin(struct db *db) { return exec_stmt(stmt(db, ST_BEGIN)); }
-int db_commit(struct db *db) { return exec_stmt(stmt(db, ST_COMMIT)); }
+int db_commit(struct db *db) {
+  int rc = exec_stmt(stmt(db, ST_COMMIT));
+
+  if (!rc)
+    dirty_flush(db);
+  return rc;
+}
+
 void db_rollback(struct db *db) {
   if (!sqlite3_get_autocommit(db->conn))
     (void)exec_stmt(stmt(db, ST_ROLLBACK));
+  /* Nothing changed; dropping cached objects is harmless. */
+  dirty_flush(db);
 }
 
 const char *db_errmsg(struct db *db) { return sqlite3_errmsg(db->conn); }
@@ -374,17 +420,22 @@ int db_worker_transition(struct db *db, const char *id, const char *from, const 
    * underneath us, nothing changed and the transition is refused. */
   if (sqlite3_changes(db->conn) != 1)
     return MUSTER_E_CONFLICT;
+  mark_dirty(db, id);
   return event_insert(db, id, now, from, to, detail);
 }
 
 int db_worker_touch_heartbeat(struct db *db, const char *id) {
   sqlite3_stmt *s = stmt(db, ST_HEARTBEAT);
   char now[32];
+  int rc;
 
   util_now_iso(now, sizeof(now));
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, now);
-  return exec_stmt(s);
+  rc = exec_stmt(s);
+  if (!rc)
+    mark_dirty(db, id);
+  return rc;
 }
 
 static json_t *col_text(sqlite3_stmt *s, int i) {
@@ -468,13 +519,20 @@ json_t *db_worker_json(struct db *db, const char *id) {
   return w;
 }
 
-json_t *db_worker_list(struct db *db, const char *statuses_json, const char *session,
-                       const char *role, int64_t before, int limit, int64_t *next) {
-  sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
-  json_t *arr = json_array();
-  int64_t last = 0;
-  int rc, n = 0;
+static void copy_col(sqlite3_stmt *s, int i, char *dst, size_t size) {
+  const char *v = (const char *)sqlite3_column_text(s, i);
 
+  snprintf(dst, size, "%s", v ? v : "");
+}
+
+int db_worker_page(struct db *db, const char *statuses_json, const char *session,
+                   const char *role, int64_t before, int limit, char (*ids)[16], int *n,
+                   int64_t *next) {
+  sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
+  int64_t last = 0;
+  int rc;
+
+  *n = 0;
   *next = 0;
   bind_text_or_null(s, 1, statuses_json);
   bind_text_or_null(s, 2, session);
@@ -483,32 +541,21 @@ json_t *db_worker_list(struct db *db, const char *statuses_json, const char *ses
   /* One row more than asked for tells whether there is a next page. */
   sqlite3_bind_int(s, 5, limit + 1);
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    if (n == limit) {
+    if (*n == limit) {
       *next = last;
       continue;
     }
-    json_array_append_new(arr, row_to_worker(s));
-    last = sqlite3_column_int64(s, 29);
-    n++;
+    copy_col(s, 0, ids[(*n)++], sizeof(ids[0]));
+    last = sqlite3_column_int64(s, 1);
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_DONE) {
-    json_decref(arr);
-    return NULL;
-  }
-  return arr;
+  return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
 }
 
 static char *dup_col(sqlite3_stmt *s, int i) {
   const char *v = (const char *)sqlite3_column_text(s, i);
 
   return v ? strdup(v) : NULL;
-}
-
-static void copy_col(sqlite3_stmt *s, int i, char *dst, size_t size) {
-  const char *v = (const char *)sqlite3_column_text(s, i);
-
-  snprintf(dst, size, "%s", v ? v : "");
 }
 
 static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
@@ -663,19 +710,27 @@ json_t *db_status_counts(struct db *db) {
 
 int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *ref) {
   sqlite3_stmt *s = stmt(db, ST_SET_REF);
+  int rc;
 
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, ref);
   sqlite3_bind_int(s, 3, attempt);
-  return exec_stmt(s);
+  rc = exec_stmt(s);
+  if (!rc)
+    mark_dirty(db, id);
+  return rc;
 }
 
 int db_worker_set_waiting(struct db *db, const char *id, const char *why) {
   sqlite3_stmt *s = stmt(db, ST_SET_WAITING);
+  int rc;
 
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, why);
-  return exec_stmt(s);
+  rc = exec_stmt(s);
+  if (!rc)
+    mark_dirty(db, id);
+  return rc;
 }
 
 int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n) {
@@ -705,6 +760,7 @@ int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n
     s = stmt(db, ST_PRUNE_WORKER);
     bind_text_or_null(s, 1, ids[i]);
     rc = exec_stmt(s);
+    mark_dirty(db, ids[i]);
   }
   if (!rc) {
     s = stmt(db, ST_PRUNE_SESSIONS);

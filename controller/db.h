@@ -92,13 +92,14 @@ int db_worker_touch_heartbeat(struct db *db, const char *id)
  * such worker (or on error). */
 json_t *db_worker_json(struct db *db, const char *id);
 
-/* One page of the API's worker objects, newest first, filtered by statuses
- * (a JSON array of names, or NULL for all), session and role (NULL for
- * any): at most limit workers older than the cursor before (0: from the
- * newest). *next is the cursor of the page after this one, 0 if this is
- * the last. Returns a new reference to an array, or NULL on error. */
-json_t *db_worker_list(struct db *db, const char *statuses_json, const char *session,
-                       const char *role, int64_t before, int limit, int64_t *next);
+/* One page of worker ids, newest first, filtered by statuses (a JSON array
+ * of names, or NULL for all), session and role (NULL for any): at most
+ * limit ids (ids has room for limit) of workers older than the cursor
+ * before (0: from the newest), their number in *n. *next is the cursor of
+ * the page after this one, 0 if this is the last. */
+int db_worker_page(struct db *db, const char *statuses_json, const char *session,
+                   const char *role, int64_t before, int limit, char (*ids)[16], int *n,
+                   int64_t *next) __attribute__((warn_unused_result));
 
 /* Records the backend's reference of worker id's attempt (if that attempt
  * is still current and the worker live). */

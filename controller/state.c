@@ -539,6 +539,7 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
     return;
   w->status = st;
   w->attempt = info->attempt;
+  w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
   if (st == WS_SCHEDULING)
     return;
   if (r->n == r->cap) {

@@ -72,6 +72,7 @@ struct lw {
   int attempt;         /* the committed start attempt (0: never started) */
   int restart;         /* starting, but its attempt is not running: start anew */
   int ref_known;       /* the backend reported the attempt's process */
+  long reg_pid;        /* the pid its workerd registered with (0: none yet) */
   struct backend_req req;
   char waiting_for[160];
   int64_t since_ms;    /* when it entered its current status */

@@ -2680,6 +2680,10 @@ static pid_t zygote_fork(int sock, char *req, size_t n) {
       const char *logfile = NULL;
       int fd;
 
+      /* The fork server ignores SIGCHLD (its children are reaped by the
+       * kernel); a worker must not: it waits for its script. */
+      signal(SIGCHLD, SIG_DFL);
+
       close(pfd[1]);
       setsid();
       for (size_t off = 0; off < n;) {
@@ -2718,10 +2722,12 @@ static pid_t zygote_fork(int sock, char *req, size_t n) {
     _exit(0);
   }
   close(pfd[1]);
-  got = read(pfd[0], &pid, sizeof(pid));
-  close(pfd[0]);
-  while (waitpid(mid, NULL, 0) < 0 && errno == EINTR)
+  /* The answer comes as soon as the middle process has forked; it exits
+   * right after and the kernel reaps it (SIGCHLD is ignored here), so the
+   * next request need not wait for that. */
+  while ((got = read(pfd[0], &pid, sizeof(pid))) < 0 && errno == EINTR)
     ;
+  close(pfd[0]);
   return got == (ssize_t)sizeof(pid) ? pid : -EIO;
 }
 
@@ -2738,6 +2744,8 @@ static int zygote_main(void) {
   pid_t hello = 0;
 
   signal(SIGPIPE, SIG_IGN);
+  /* The middle processes of zygote_fork() are reaped by the kernel. */
+  signal(SIGCHLD, SIG_IGN);
   /* Says it is ready (and is a fork server at all). */
   if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) < 0)
     return 1;

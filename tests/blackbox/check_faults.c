@@ -402,6 +402,19 @@ START_TEST(kill9_at_random_moments_runs_nothing_twice) {
   ans = h_await(&ctl, all, 1, 60);
   ck_assert(json_is_false(json_object_get(ans, "timed_out")));
   json_decref(ans);
+  /* Workers whose launch answer was lost to a kill end too. */
+  for (double until = h_now() + 60; h_now() < until;) {
+    json_t *live = NULL;
+    size_t n;
+    ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?status=scheduling,starting,running",
+                            NULL, "", &live, NULL),
+                     200);
+    n = json_array_size(json_object_get(live, "workers"));
+    json_decref(live);
+    if (n == 0)
+      break;
+    usleep(100 * 1000);
+  }
   {
     /* Every worker the controller knows, answered or not. */
     json_t *list = NULL;

@@ -1,0 +1,379 @@
+/*
+ * loadgen.c: the load generator of bench/controller. Speaks plain HTTP/1.1
+ * (keep-alive, Content-Length answers) over loopback, one thread per
+ * connection, so that its own cost is small and the same against the
+ * controller as against the reference server.
+ *
+ *   loadgen get PORT PATH CONNECTIONS SECONDS [TOKEN]
+ *       GETs PATH as fast as CONNECTIONS connections can, for SECONDS;
+ *       prints one JSON line: requests, errors, req_per_s, p50_ms, p99_ms.
+ *   loadgen workers PORT FILE INTERVAL SECONDS THREADS
+ *       plays the muster-workerd of every worker in FILE (lines "ID TOKEN
+ *       ATTEMPT"): registers each, then heartbeats each every INTERVAL
+ *       seconds for SECONDS; prints registered, heartbeats, errors and the
+ *       heartbeat latency p50/p99.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int port;
+
+/* A whole decimal argument, or exit 2 naming it. */
+static long num(const char *s, const char *what) {
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < 0) {
+    fprintf(stderr, "loadgen: %s must be a number, not \"%s\"\n", what, s);
+    exit(2);
+  }
+  return v;
+}
+
+static double seconds(const char *s, const char *what) {
+  char *end;
+  double v = strtod(s, &end);
+
+  if (end == s || *end || !(v > 0)) {
+    fprintf(stderr, "loadgen: %s must be a number of seconds, not \"%s\"\n", what, s);
+    exit(2);
+  }
+  return v;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int dial(void) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0)
+    return -1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* One connection with its receive buffer. */
+struct conn {
+  int fd;
+  char *buf;
+  size_t cap, len;
+};
+
+/* Sends req and reads one answer; returns its status (0 on a broken
+ * connection, which is then re-dialled for the next request). */
+static int roundtrip(struct conn *c, const char *req, size_t reqlen) {
+  size_t off = 0, body = 0, need = 0;
+  int status = 0;
+
+  if (c->fd < 0 && (c->fd = dial()) < 0)
+    return 0;
+  while (off < reqlen) {
+    ssize_t n = send(c->fd, req + off, reqlen - off, MSG_NOSIGNAL);
+    if (n <= 0)
+      goto broken;
+    off += (size_t)n;
+  }
+  c->len = 0;
+  for (;;) {
+    ssize_t n;
+    char *hdr_end;
+
+    if (c->len == c->cap) {
+      size_t cap = c->cap ? 2 * c->cap : 65536;
+      char *grown = realloc(c->buf, cap + 1);
+      if (!grown)
+        goto broken;
+      c->buf = grown;
+      c->cap = cap;
+    }
+    n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+    if (n <= 0)
+      goto broken;
+    c->len += (size_t)n;
+    c->buf[c->len] = '\0';
+    if (!need) {
+      char *cl;
+      hdr_end = strstr(c->buf, "\r\n\r\n");
+      if (!hdr_end)
+        continue;
+      body = (size_t)(hdr_end + 4 - c->buf);
+      status = (int)strtol(c->buf + 9, NULL, 10); /* "HTTP/1.1 200" */
+      cl = strcasestr(c->buf, "\r\nContent-Length:");
+      if (!cl || cl > hdr_end)
+        goto broken; /* only fixed-length answers are expected */
+      need = body + (size_t)strtoul(cl + 17, NULL, 10);
+    }
+    if (c->len >= need)
+      return status;
+  }
+broken:
+  close(c->fd);
+  c->fd = -1;
+  return 0;
+}
+
+static int dbl_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+
+  return (x > y) - (x < y);
+}
+
+/* ---- get ---- */
+
+struct getter {
+  pthread_t t;
+  const char *req;
+  size_t reqlen;
+  double until;
+  double *lat;
+  size_t n, cap;
+  long errors;
+};
+
+static void *get_main(void *arg) {
+  struct getter *g = arg;
+  struct conn c = {.fd = -1};
+
+  while (now_s() < g->until) {
+    double t0 = now_s();
+    int st = roundtrip(&c, g->req, g->reqlen);
+
+    if (st != 200) {
+      g->errors++;
+      continue;
+    }
+    if (g->n == g->cap) {
+      size_t cap = g->cap ? 2 * g->cap : 4096;
+      double *grown = realloc(g->lat, cap * sizeof(*grown));
+      if (!grown)
+        break;
+      g->lat = grown;
+      g->cap = cap;
+    }
+    g->lat[g->n++] = now_s() - t0;
+  }
+  if (c.fd >= 0)
+    close(c.fd);
+  free(c.buf);
+  return NULL;
+}
+
+static void report(const char *what, double *all, size_t n, long errors, double secs) {
+  qsort(all, n, sizeof(*all), dbl_cmp);
+  printf("{\"what\": \"%s\", \"requests\": %zu, \"errors\": %ld, \"req_per_s\": %.0f, "
+         "\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f}\n",
+         what, n, errors, n / secs, n ? all[n / 2] * 1000 : 0, n ? all[n * 99 / 100] * 1000 : 0,
+         n ? all[n - 1] * 1000 : 0);
+}
+
+static int cmd_get(int argc, char **argv) {
+  char req[2048];
+  int nconn = (int)num(argv[4], "CONNECTIONS");
+  double secs = seconds(argv[5], "SECONDS"), t0;
+  struct getter *g = calloc((size_t)nconn, sizeof(*g));
+  size_t total = 0, k = 0;
+  long errors = 0;
+  double *all;
+
+  snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s\r\n", argv[3],
+           argc > 6 ? "Authorization: Bearer " : "", argc > 6 ? argv[6] : "",
+           argc > 6 ? "\r\n" : "");
+  t0 = now_s();
+  for (int i = 0; i < nconn; i++) {
+    g[i].req = req;
+    g[i].reqlen = strlen(req);
+    g[i].until = t0 + secs;
+    pthread_create(&g[i].t, NULL, get_main, &g[i]);
+  }
+  for (int i = 0; i < nconn; i++) {
+    pthread_join(g[i].t, NULL);
+    total += g[i].n;
+    errors += g[i].errors;
+  }
+  all = malloc((total + 1) * sizeof(*all));
+  for (int i = 0; i < nconn; i++) {
+    memcpy(all + k, g[i].lat, g[i].n * sizeof(*all));
+    k += g[i].n;
+    free(g[i].lat);
+  }
+  report("get", all, total, errors, now_s() - t0);
+  free(all);
+  free(g);
+  return 0;
+}
+
+/* ---- workers ---- */
+
+struct wk {
+  char id[16];
+  char token[72];
+  int attempt;
+};
+
+struct hb {
+  pthread_t t;
+  struct wk *w;
+  int n;
+  double interval, until;
+  long registered, beats, errors;
+  double *lat;
+  size_t nlat, cap;
+};
+
+static void *hb_main(void *arg) {
+  struct hb *h = arg;
+  struct conn c = {.fd = -1};
+  char req[1024];
+  double start;
+
+  for (int i = 0; i < h->n; i++) {
+    char body[200];
+    int len = snprintf(body, sizeof(body), "{\"ip_address\": \"127.0.0.1\", \"attempt\": %d}",
+                       h->w[i].attempt);
+    int rl = snprintf(req, sizeof(req),
+                      "POST /api/v1/workers/%s/register HTTP/1.1\r\nHost: x\r\n"
+                      "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\n\r\n%s",
+                      h->w[i].id, h->w[i].token, len, body);
+    if (roundtrip(&c, req, (size_t)rl) == 200)
+      h->registered++;
+    else
+      h->errors++;
+  }
+  /* Each worker beats every interval, the thread's workers spread evenly
+   * over it, as independent workerds would be. */
+  start = now_s();
+  for (long k = 0; now_s() < h->until; k++) {
+    int i = (int)(k % h->n);
+    double due = start + (double)k * h->interval / h->n, t0;
+    int rl;
+
+    while (now_s() < due) {
+      double d = due - now_s();
+      struct timespec ts = {(time_t)d, (long)((d - (time_t)d) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+    if (now_s() >= h->until)
+      break;
+    rl = snprintf(req, sizeof(req),
+                  "POST /api/v1/workers/%s/heartbeat HTTP/1.1\r\nHost: x\r\n"
+                  "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 2\r\n\r\n{}",
+                  h->w[i].id, h->w[i].token);
+    t0 = now_s();
+    if (roundtrip(&c, req, (size_t)rl) != 200) {
+      h->errors++;
+      continue;
+    }
+    h->beats++;
+    if (h->nlat == h->cap) {
+      size_t cap = h->cap ? 2 * h->cap : 4096;
+      double *grown = realloc(h->lat, cap * sizeof(*grown));
+      if (!grown)
+        continue;
+      h->lat = grown;
+      h->cap = cap;
+    }
+    h->lat[h->nlat++] = now_s() - t0;
+  }
+  if (c.fd >= 0)
+    close(c.fd);
+  free(c.buf);
+  return NULL;
+}
+
+static int cmd_workers(char **argv) {
+  FILE *f = fopen(argv[3], "r");
+  double interval = seconds(argv[4], "INTERVAL"), secs = seconds(argv[5], "SECONDS"), t0;
+  int nthreads = (int)num(argv[6], "THREADS"), n = 0, cap = 0;
+  struct wk *w = NULL;
+  struct hb *h;
+  long reg = 0, beats = 0, errors = 0;
+  size_t total = 0, k = 0;
+  double *all;
+
+  if (!f) {
+    perror(argv[3]);
+    return 2;
+  }
+  for (;;) {
+    struct wk x;
+    if (fscanf(f, "%15s %71s %d", x.id, x.token, &x.attempt) != 3)
+      break;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 1024;
+      w = realloc(w, (size_t)cap * sizeof(*w));
+    }
+    w[n++] = x;
+  }
+  fclose(f);
+  h = calloc((size_t)nthreads, sizeof(*h));
+  t0 = now_s();
+  for (int i = 0; i < nthreads; i++) {
+    int lo = n * i / nthreads, hi = n * (i + 1) / nthreads;
+    h[i].w = w + lo;
+    h[i].n = hi - lo;
+    h[i].interval = interval;
+    h[i].until = t0 + secs;
+    pthread_create(&h[i].t, NULL, hb_main, &h[i]);
+  }
+  for (int i = 0; i < nthreads; i++) {
+    pthread_join(h[i].t, NULL);
+    reg += h[i].registered;
+    beats += h[i].beats;
+    errors += h[i].errors;
+    total += h[i].nlat;
+  }
+  all = malloc((total + 1) * sizeof(*all));
+  for (int i = 0; i < nthreads; i++) {
+    memcpy(all + k, h[i].lat, h[i].nlat * sizeof(*all));
+    k += h[i].nlat;
+    free(h[i].lat);
+  }
+  qsort(all, total, sizeof(*all), dbl_cmp);
+  printf("{\"what\": \"workers\", \"workers\": %d, \"registered\": %ld, \"heartbeats\": %ld, "
+         "\"errors\": %ld, \"hb_p50_ms\": %.3f, \"hb_p99_ms\": %.3f}\n",
+         n, reg, beats, errors, total ? all[total / 2] * 1000 : 0,
+         total ? all[total * 99 / 100] * 1000 : 0);
+  free(all);
+  free(h);
+  free(w);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 6 && strcmp(argv[1], "get") == 0) {
+    port = (int)num(argv[2], "PORT");
+    return cmd_get(argc, argv);
+  }
+  if (argc == 7 && strcmp(argv[1], "workers") == 0) {
+    port = (int)num(argv[2], "PORT");
+    return cmd_workers(argv);
+  }
+  fprintf(stderr, "usage: loadgen get PORT PATH CONNECTIONS SECONDS [TOKEN]\n"
+                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS\n");
+  return 2;
+}

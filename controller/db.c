@@ -2,6 +2,7 @@
 #include "db.h"
 
 #include "muster_errors.h"
+#include "muster_status.h"
 #include "util.h"
 #include "wcache.h"
 
@@ -694,8 +695,11 @@ int64_t db_last_event_seq(struct db *db) {
 }
 
 json_t *db_status_counts(struct db *db) {
-  static const char *const names[] = {"scheduling", "starting",  "running",
-                                      "succeeded",  "failed",    "stopped"};
+  static const char *const names[] = {
+#define MUSTER_X_STATUS(sym, name, terminal) name,
+      MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
+  };
   sqlite3_stmt *s = stmt(db, ST_COUNTS);
   json_t *o = json_object();
 

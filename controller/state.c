@@ -23,7 +23,16 @@
 struct ctl g = {.lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP};
 
 static const char *const status_names[WS_COUNT_] = {
-    "scheduling", "starting", "running", "succeeded", "failed", "stopped"};
+#define MUSTER_X_STATUS(sym, name, terminal) name,
+    MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
+};
+
+static const unsigned char status_terminal[WS_COUNT_] = {
+#define MUSTER_X_STATUS(sym, name, terminal) terminal,
+    MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
+};
 
 const char *ws_name(enum wstatus s) { return s < WS_COUNT_ ? status_names[s] : "?"; }
 
@@ -36,7 +45,7 @@ int ws_parse(const char *name, enum wstatus *out) {
   return MUSTER_E_INVALID;
 }
 
-int ws_terminal(enum wstatus s) { return s >= WS_SUCCEEDED; }
+int ws_terminal(enum wstatus s) { return s < WS_COUNT_ && status_terminal[s]; }
 
 int sm_legal(enum wstatus from, enum wstatus to) {
   switch (from) {

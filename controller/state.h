@@ -18,19 +18,18 @@
 
 #include "backend.h"
 #include "db.h"
+#include "muster_status.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The worker states, from the one table (muster_status.h). */
 enum wstatus {
-  WS_SCHEDULING,
-  WS_STARTING,
-  WS_RUNNING,
-  WS_SUCCEEDED,
-  WS_FAILED,
-  WS_STOPPED,
+#define MUSTER_X_STATUS(sym, name, terminal) WS_##sym,
+  MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
   WS_COUNT_
 };
 

@@ -22,6 +22,8 @@
 
 #include "muster_errors.h"
 
+#include "muster_status.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,12 +36,9 @@ extern "C" {
 typedef struct muster_client muster_client;
 
 typedef enum muster_status {
-  MUSTER_SCHEDULING,
-  MUSTER_STARTING,
-  MUSTER_RUNNING,
-  MUSTER_SUCCEEDED,
-  MUSTER_FAILED,
-  MUSTER_STOPPED,
+#define MUSTER_X_STATUS(sym, name, terminal) MUSTER_##sym,
+  MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
   MUSTER_STATUS_UNKNOWN
 } muster_status;
 

@@ -43,15 +43,27 @@ struct buf {
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-static const char *const status_names[] = {"scheduling", "starting",  "running", "succeeded",
-                                           "failed",     "stopped",   "unknown"};
+static const char *const status_names[] = {
+#define MUSTER_X_STATUS(sym, name, terminal) name,
+    MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
+    "unknown"};
 
 const char *muster_status_name(muster_status s) {
   return (unsigned)s <= MUSTER_STATUS_UNKNOWN ? status_names[s] : "unknown";
 }
 
 int muster_status_terminal(muster_status s) {
-  return s == MUSTER_SUCCEEDED || s == MUSTER_FAILED || s == MUSTER_STOPPED;
+  switch (s) {
+#define MUSTER_X_STATUS(sym, name, terminal) \
+  case MUSTER_##sym:                         \
+    return terminal;
+    MUSTER_STATUSES(MUSTER_X_STATUS)
+#undef MUSTER_X_STATUS
+  case MUSTER_STATUS_UNKNOWN:
+    return 0;
+  }
+  return 0;
 }
 
 static muster_status status_parse(const char *name) {

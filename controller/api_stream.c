@@ -1,0 +1,280 @@
+/* api_stream.c: the streaming answers: the server-sent event stream and
+ * logs (whole, or followed while the worker runs). See api_internal.h. */
+#include "api_internal.h"
+
+#include "backend.h"
+#include "log.h"
+#include "muster_errors.h"
+#include "state.h"
+#include "util.h"
+#include "fault.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- streaming answers: GET /api/v1/events and logs with follow=1 ---- */
+
+struct events_ctx {
+  struct stream s; /* first: the registry sees only this part */
+  int64_t last_seq;
+  char *buf;
+  size_t len, pos;
+};
+
+static ssize_t copy_out(char **bufp, size_t *len, size_t *pos, char *out, size_t max) {
+  size_t n = *len - *pos;
+
+  if (n > max)
+    n = max;
+  memcpy(out, *bufp + *pos, n);
+  *pos += n;
+  if (*pos == *len) {
+    free(*bufp);
+    *bufp = NULL;
+    *len = *pos = 0;
+  }
+  return (ssize_t)n;
+}
+
+/* A client further behind than this many events is told to list again. */
+#define EVENTS_MAX_BEHIND 100000
+
+/* libmicrohttpd asks for the next bytes of the event stream, only as fast
+ * as the client takes them: at most 512 events are buffered per client. The
+ * events are read without the state lock; with nothing new, the connection
+ * is suspended (returning 0) until sm_commit() wakes it: no polling of the
+ * database, no thread held. */
+static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
+  struct events_ctx *e = cls;
+  struct reader *rd;
+  int n, waiting;
+  int64_t newest;
+
+  (void)pos;
+  if (e->len)
+    return copy_out(&e->buf, &e->len, &e->pos, out, max);
+  for (;;) {
+    if (e->s.client_gone || e->s.too_slow)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (g.shutting_down)
+      return MHD_CONTENT_READER_END_OF_STREAM;
+    rd = api_reader_get();
+    newest = db_last_event_seq(rd->db);
+    if (newest - e->last_seq > EVENTS_MAX_BEHIND) {
+      api_reader_put(rd);
+      /* Catching up event by event would take longer than a fresh list:
+       * say so, and end; the client lists and follows from there. */
+      e->s.too_slow = 1;
+      e->buf = strdup("event: too_far_behind\ndata: {\"message\": \"more than 100000 events "
+                      "behind: list the workers again and follow from X-Muster-Last-Event\"}"
+                      "\nretry: 1000\n\n");
+      e->len = e->buf ? strlen(e->buf) : 0;
+      e->pos = 0;
+      return e->len ? copy_out(&e->buf, &e->len, &e->pos, out, max)
+                    : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    n = db_events_since(rd->db, e->last_seq, 512, &e->buf, &e->len, &e->last_seq);
+    api_reader_put(rd);
+    if (n < 0)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (n == 0 && e->s.keepalive_due) {
+      e->s.keepalive_due = 0;
+      e->buf = strdup(": keepalive\n\n");
+      e->len = e->buf ? strlen(e->buf) : 0;
+    }
+    if (e->len) {
+      e->pos = 0;
+      return copy_out(&e->buf, &e->len, &e->pos, out, max);
+    }
+    state_lock();
+    waiting = stream_wait_locked(&e->s);
+    state_unlock();
+    if (waiting)
+      return 0;
+  }
+}
+
+static void events_free(void *cls) {
+  struct events_ctx *e = cls;
+
+  state_lock();
+  stream_remove_locked(&e->s);
+  state_unlock();
+  free(e->buf);
+  free(e);
+}
+
+enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)rq;
+  (void)arg;
+  const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+  const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+  struct events_ctx *e;
+  struct MHD_Response *r;
+  enum MHD_Result ret;
+  long v = 0;
+
+  /* A browser's EventSource reconnects with Last-Event-ID; it wins. */
+  if (last && *last)
+    since = last;
+  if (since && util_parse_long(since, 0, 0x7fffffffffffffffL, &v) != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "since", "since must be an event seq (>= 0)");
+  e = calloc(1, sizeof(*e));
+  if (!e)
+    return MHD_NO;
+  e->s.kind = STREAM_EVENTS;
+  e->s.conn = c;
+  e->last_seq = v;
+  e->buf = strdup("retry: 1000\n\n");
+  e->len = e->buf ? strlen(e->buf) : 0;
+  r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, events_reader, e,
+                                        events_free);
+  if (!r) {
+    free(e->buf);
+    free(e);
+    return MHD_NO;
+  }
+  state_lock();
+  stream_add_locked(&e->s);
+  state_unlock();
+  MHD_add_response_header(r, "Content-Type", "text/event-stream");
+  MHD_add_response_header(r, "Cache-Control", "no-store");
+  ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+struct log_ctx {
+  struct stream s;
+  char path[700];
+  int fd;
+  off_t offset;
+};
+
+/* Reads the next bytes of the log file (opened once it exists). */
+static ssize_t log_read(struct log_ctx *l, char *out, size_t max) {
+  ssize_t n;
+
+  if (l->fd < 0)
+    l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
+  n = l->fd >= 0 ? pread(l->fd, out, max, l->offset) : 0;
+  if (n > 0)
+    l->offset += n;
+  return n;
+}
+
+/* Next bytes of a followed log; suspends at its end while the worker is
+ * live, ends the answer once the worker has ended and all is sent. The
+ * file is read without the state lock; an append that lands between the
+ * read and the wait marks the stream pending, so it reads again instead of
+ * waiting (stream_wait_locked). */
+static ssize_t log_reader(void *cls, uint64_t pos, char *out, size_t max) {
+  struct log_ctx *l = cls;
+  ssize_t n;
+  int live, waiting;
+
+  (void)pos;
+  for (;;) {
+    if (l->s.client_gone)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    n = log_read(l, out, max);
+    if (n > 0)
+      return n;
+    if (n < 0)
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    FAULT_POINT("log_follow_at_end");
+    state_lock();
+    live = !g.shutting_down && lw_find_locked(l->s.worker_id) != NULL;
+    waiting = live ? stream_wait_locked(&l->s) : 0;
+    state_unlock();
+    if (waiting)
+      return 0;
+    if (!live) {
+      /* Ended: what it wrote before its end is all there is. */
+      n = log_read(l, out, max);
+      return n > 0 ? n : n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR
+                               : MHD_CONTENT_READER_END_OF_STREAM;
+    }
+  }
+}
+
+static void log_free(void *cls) {
+  struct log_ctx *l = cls;
+
+  state_lock();
+  stream_remove_locked(&l->s);
+  state_unlock();
+  if (l->fd >= 0)
+    close(l->fd);
+  free(l);
+}
+
+enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id) {
+  (void)rq;
+  const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+  const char *offs = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset");
+  const char *follow = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "follow");
+  struct MHD_Response *r;
+  struct log_ctx *l;
+  json_t *w;
+  char path[700];
+  long offset = 0;
+  enum MHD_Result ret;
+
+  if (api_log_path(id, stream, path, sizeof(path)) != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "stream", "stream must be stdout or stderr");
+  if (offs && util_parse_long(offs, 0, 0x7fffffffffffffffL, &offset) != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "offset", "offset must be a byte offset (>= 0)");
+  w = api_worker_read(id);
+  if (!w)
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
+  json_decref(w);
+
+  l = calloc(1, sizeof(*l));
+  if (!l)
+    return MHD_NO;
+  l->s.kind = STREAM_LOG;
+  l->s.conn = c;
+  snprintf(l->s.worker_id, sizeof(l->s.worker_id), "%s", id);
+  snprintf(l->path, sizeof(l->path), "%s", path);
+  l->fd = open(path, O_RDONLY | O_CLOEXEC);
+  l->offset = offset;
+  if (!follow || strcmp(follow, "1") != 0) {
+    struct stat st;
+    off_t size = l->fd >= 0 && fstat(l->fd, &st) == 0 ? st.st_size : 0;
+    int fd = l->fd;
+    free(l);
+    if (fd < 0 || offset >= size) {
+      if (fd >= 0)
+        close(fd);
+      r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    } else {
+      r = MHD_create_response_from_fd_at_offset64((uint64_t)(size - offset), fd,
+                                                  (uint64_t)offset);
+    }
+  } else {
+    r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, log_reader, l,
+                                          log_free);
+    if (r) {
+      state_lock();
+      stream_add_locked(&l->s);
+      state_unlock();
+    } else {
+      if (l->fd >= 0)
+        close(l->fd);
+      free(l);
+    }
+  }
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+  MHD_add_response_header(r, "Cache-Control", "no-store");
+  ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+

@@ -1,0 +1,291 @@
+/* api_worker.c: the calls a worker's muster-workerd makes (register,
+ * heartbeat, exit, logs), each authenticated by that worker's own token.
+ * See api_internal.h. */
+#include "api_internal.h"
+
+#include "backend.h"
+#include "log.h"
+#include "muster_errors.h"
+#include "state.h"
+#include "util.h"
+#include "worker_spec.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_LOG_FILE (64LL * 1024 * 1024)
+
+/* Checks a worker-facing call: the token must be worker id's own.
+ * On success returns 0 and *live is the worker if it is still live (NULL
+ * if it is terminal). Called locked. */
+static int worker_auth_locked(struct MHD_Connection *c, const char *id, struct lw **live,
+                              char *status, size_t statuslen) {
+  const char *t = api_bearer(c);
+  struct db_worker_info info;
+  struct lw *w;
+  int rc, ok;
+
+  *live = NULL;
+  if (!t)
+    return MUSTER_E_UNAUTHORIZED;
+  w = lw_find_locked(id);
+  if (w) {
+    if (!util_secret_equal(t, w->token))
+      return MUSTER_E_FORBIDDEN;
+    *live = w;
+    snprintf(status, statuslen, "%s", ws_name(w->status));
+    return 0;
+  }
+  rc = db_worker_info(g.db, id, &info);
+  if (rc)
+    return rc == MUSTER_E_NOT_FOUND ? MUSTER_E_FORBIDDEN : rc;
+  ok = util_secret_equal(t, info.token);
+  snprintf(status, statuslen, "%s", info.status);
+  db_worker_info_cleanup(&info);
+  return ok ? 0 : MUSTER_E_FORBIDDEN;
+}
+
+/* ---- worker-facing calls ---- */
+
+enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id) {
+  struct db_worker_info info;
+  struct db_fields f = DB_FIELDS_INIT;
+  char status[16], ip[64], detail[160];
+  const char *hostname;
+  json_t *body, *v, *answer;
+  struct lw *w;
+  enum MHD_Result ret = MHD_NO;
+  unsigned char addr[16];
+  int rc, attempt;
+
+  body = api_parse_body(c, rq, &ret);
+  if (!body)
+    return ret;
+  v = json_object_get(body, "ip_address");
+  if (!json_is_string(v) || (inet_pton(AF_INET, json_string_value(v), addr) != 1 &&
+                             inet_pton(AF_INET6, json_string_value(v), addr) != 1)) {
+    json_decref(body);
+    return api_respond_error(c, MUSTER_E_INVALID, "ip_address", "ip_address must be an IP address");
+  }
+  snprintf(ip, sizeof(ip), "%s", json_string_value(v));
+  hostname = json_string_value(json_object_get(body, "hostname"));
+  if (hostname && strlen(hostname) > 255)
+    hostname = NULL;
+  v = json_object_get(body, "exec_port");
+  if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < 65536)
+    f.exec_port = (int)json_integer_value(v);
+  v = json_object_get(body, "pid");
+  if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30))
+    f.pid = (int)json_integer_value(v);
+  v = json_object_get(body, "attempt");
+  attempt = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30)
+                ? (int)json_integer_value(v)
+                : 0;
+
+  state_lock();
+  rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  if (rc) {
+    state_unlock();
+    json_decref(body);
+    return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
+  }
+  if (!w || (w->status != WS_STARTING && w->status != WS_RUNNING)) {
+    state_unlock();
+    json_decref(body);
+    return api_respond_error(c, MUSTER_E_CONFLICT, "status",
+                         "worker %s is %s; it cannot register", id, status);
+  }
+  /* Exactly once: only the workerd of the committed attempt may run the
+   * worker's script; any other (one started before a controller crash, say)
+   * is refused and ends without running anything. */
+  if (attempt != w->attempt || w->restart) {
+    int current = w->attempt;
+    state_unlock();
+    json_decref(body);
+    LOG(LOG_INFO, "%s: refused a registration of attempt %d (the current attempt is %d)", id,
+        attempt, current);
+    return api_respond_error(c, MUSTER_E_CONFLICT, "attempt",
+                         "worker %s is on start attempt %d; this muster-workerd belongs to "
+                         "attempt %d and must end",
+                         id, current, attempt);
+  }
+  /* A registration of a worker that already runs is its own workerd asking
+   * again (the first answer was lost): the same pid. Another process with
+   * the same attempt (started twice by a backend) is refused. */
+  if (w->status == WS_RUNNING && w->reg_pid && w->reg_pid != (f.pid > 0 ? f.pid : 0)) {
+    state_unlock();
+    json_decref(body);
+    return api_respond_error(c, MUSTER_E_CONFLICT, "pid",
+                         "worker %s already runs with another muster-workerd; this one must "
+                         "end",
+                         id);
+  }
+  if (w->status == WS_STARTING) {
+    f.ip_address = ip;
+    f.hostname = hostname;
+    f.set_running_at = 1;
+    f.set_heartbeat = 1;
+    snprintf(detail, sizeof(detail), "registered at %s", ip);
+    rc = sm_begin();
+    if (!rc)
+      rc = sm_transition(w, WS_RUNNING, &f, detail);
+    if (!rc)
+      rc = sm_commit();
+    else
+      sm_rollback();
+  }
+  /* A second register (the answer to the first was lost) is answered the
+   * same way and changes nothing. */
+  if (!rc) {
+    if (!w->reg_pid && f.pid > 0)
+      w->reg_pid = f.pid;
+    sm_heartbeat_locked(w);
+    rc = db_worker_info(g.db, id, &info);
+  }
+  if (rc) {
+    state_unlock();
+    json_decref(body);
+    return api_respond_error(c, rc, NULL, "could not register %s", id);
+  }
+  answer = json_pack("{s:f, s:o, s:o, s:s}", "heartbeat_interval_seconds",
+                     g.cfg.heartbeat_interval_s, "command", spec_command(&info), "env",
+                     spec_env(&info, ip, g.controller_url), "cwd", g.cfg.workdir);
+  {
+    /* The session's exec credential: the worker checks it on every exec
+     * request (docs/exec-protocol.md). */
+    json_t *sess = db_session_json(g.db, info.session);
+    json_t *tok = json_object_get(sess, "exec_token");
+    if (json_is_string(tok))
+      json_object_set(answer, "exec_token", tok);
+    json_decref(sess);
+  }
+  db_worker_info_cleanup(&info);
+  state_unlock();
+  json_decref(body);
+  return api_respond_json(c, MHD_HTTP_OK, answer);
+}
+
+enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id) {
+  (void)rq;
+  char status[16];
+  struct lw *w;
+  int rc, stop;
+
+  state_lock();
+  rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  if (rc) {
+    state_unlock();
+    return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
+  }
+  if (w && w->status == WS_STARTING) {
+    state_unlock();
+    return api_respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s has not registered", id);
+  }
+  stop = !w;
+  if (w)
+    sm_heartbeat_locked(w);
+  state_unlock();
+  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
+}
+
+enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
+  struct db_fields f = DB_FIELDS_INIT;
+  char status[16], why[1200];
+  const char *reason;
+  json_t *body, *code, *sig;
+  enum MHD_Result ret = MHD_NO;
+  enum wstatus to;
+  struct lw *w;
+  int rc;
+
+  body = api_parse_body(c, rq, &ret);
+  if (!body)
+    return ret;
+  code = json_object_get(body, "exit_code");
+  sig = json_object_get(body, "signal");
+  reason = json_string_value(json_object_get(body, "reason"));
+  if ((code && !json_is_null(code) && !json_is_integer(code)) ||
+      (sig && !json_is_null(sig) && !json_is_integer(sig))) {
+    json_decref(body);
+    return api_respond_error(c, MUSTER_E_INVALID, "exit_code",
+                         "exit_code and signal must be integers or null");
+  }
+  why[0] = '\0';
+  if (json_is_integer(code))
+    f.exit_code = (int)json_integer_value(code);
+  if (json_is_integer(sig) && json_integer_value(sig) > 0 && json_integer_value(sig) < 128) {
+    f.signal = (int)json_integer_value(sig);
+    snprintf(why, sizeof(why), "the script was killed by signal %d (%s)", f.signal,
+             strsignal(f.signal));
+  } else if (f.exit_code > 0) {
+    snprintf(why, sizeof(why), "the script exited with code %d", f.exit_code);
+  }
+  if (reason && *reason)
+    snprintf(why, sizeof(why), "%.1000s", reason);
+  to = why[0] ? WS_FAILED : WS_SUCCEEDED;
+  f.failure = why[0] ? why : NULL;
+
+  state_lock();
+  rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  if (!rc && w)
+    rc = sm_finish_locked(w, to, &f, why[0] ? why : "the script exited with code 0",
+                          BACKEND_KILL_LATER);
+  state_unlock();
+  json_decref(body);
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not record the end of %s", id);
+  /* An end reported after the worker already ended (stopped, or failed)
+   * changes nothing. */
+  return api_respond_json(c, MHD_HTTP_OK, json_object());
+}
+
+int api_log_path(const char *id, const char *stream, char *buf, size_t size) {
+  if (!stream)
+    stream = "stdout";
+  if (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)
+    return MUSTER_E_INVALID;
+  snprintf(buf, size, "%s/logs/%s.%s", g.cfg.state_dir, id, stream);
+  return 0;
+}
+
+enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id) {
+  const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+  char path[700], status[16];
+  struct lw *w;
+  struct stat stt;
+  int rc, fd;
+
+  if (api_log_path(id, stream, path, sizeof(path)) != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "stream", "stream must be stdout or stderr");
+  state_lock();
+  rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  state_unlock();
+  if (rc)
+    return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
+  fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return api_respond_error(c, MUSTER_E_IO, NULL, "could not open the log: %s", strerror(errno));
+  if (fstat(fd, &stt) == 0 && stt.st_size + (off_t)rq->len > MAX_LOG_FILE) {
+    /* A runaway worker must not fill the disk: past the cap, output is
+     * dropped, and the log says so once. */
+    static const char note[] = "\n[muster: log truncated at 64 MiB]\n";
+    if (stt.st_size < MAX_LOG_FILE && write(fd, note, sizeof(note) - 1) < 0)
+      LOG(LOG_WARN, "could not write to %s", path);
+  } else if (rq->len && write(fd, rq->body, rq->len) != (ssize_t)rq->len) {
+    close(fd);
+    return api_respond_error(c, MUSTER_E_IO, NULL, "could not append to the log: %s",
+                         strerror(errno));
+  }
+  close(fd);
+  state_lock();
+  streams_wake_logs_locked(id);
+  state_unlock();
+  return api_respond_empty(c, MHD_HTTP_NO_CONTENT);
+}
+

@@ -852,8 +852,14 @@ static void prune_locked(int64_t now) {
   time_t t;
   struct tm tm;
   int n = 0;
+  /* Once a minute, or more often for a short --retain (tests). */
+  int64_t every = (int64_t)(g.cfg.retain_s * 500);
 
-  if (g.cfg.retain_s <= 0 || now - g.last_prune_ms < 60000)
+  if (every > 60000)
+    every = 60000;
+  if (every < 500)
+    every = 500;
+  if (g.cfg.retain_s <= 0 || now - g.last_prune_ms < every)
     return;
   g.last_prune_ms = now;
   t = time(NULL) - (time_t)g.cfg.retain_s;
@@ -865,7 +871,7 @@ static void prune_locked(int64_t now) {
   if (db_prune(g.db, cutoff, 500, ids, &n) != 0)
     LOG(LOG_WARN, "could not prune old workers: %s", db_errmsg(g.db));
   if (n == 500)
-    g.last_prune_ms = now - 60000 + 100; /* more to do: again soon */
+    g.last_prune_ms = now - every + 100; /* more to do: again soon */
   /* The files go without the lock: nobody looks for a pruned worker's. */
   state_unlock();
   for (int i = 0; i < n; i++) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -575,6 +576,47 @@ START_TEST(events_stream_live_transitions_in_order) {
 }
 END_TEST
 
+START_TEST(retention_prunes_ended_workers_with_their_events_and_logs) {
+  json_t *workers, *ans, *keep, *w = NULL;
+  char path[300], get[64], *raw = NULL;
+  const char *id;
+  struct stat st;
+  int gone = 0;
+
+  fresh();
+  ctl.extra[0] = "--retain";
+  ctl.extra[1] = "2";
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": "
+                           "\"echo to be pruned\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  ans = h_await(&ctl, workers, 1, 20);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  /* A live worker is never pruned, however old. */
+  keep = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1}");
+  json_decref(h_await(&ctl, keep, 0, 20));
+  snprintf(path, sizeof(path), "%s/logs/%s.stdout", ctl.dir, id);
+  snprintf(get, sizeof(get), "/api/v1/workers/%s", id);
+  for (int i = 0; i < 24 && !gone; i++) {
+    gone = h_http(&ctl, "GET", get, NULL, "", NULL, NULL) == 404;
+    if (!gone)
+      usleep(500 * 1000);
+  }
+  ck_assert_msg(gone, "%s was still there 12 s after it ended (--retain 2)", id);
+  ck_assert_msg(stat(path, &st) != 0, "its log %s is still there", path);
+  h_sse(&ctl, 0, 100, 500, &raw);
+  ck_assert_msg(!strstr(raw, id), "its events are still in the stream");
+  free(raw);
+  w = h_worker(&ctl, h_str(json_array_get(keep, 0), "id"));
+  ck_assert_str_eq(h_str(w, "status"), "running");
+  json_decref(w);
+  json_decref(keep);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("controller");
@@ -587,6 +629,7 @@ int main(void) {
   tcase_add_test(tc, script_output_and_environment_reach_the_logs);
   tcase_add_test(tc, followed_log_streams_until_the_worker_ends);
   tcase_add_test(tc, a_worker_that_never_registers_fails_with_the_start_timeout);
+  tcase_add_test(tc, retention_prunes_ended_workers_with_their_events_and_logs);
   tcase_add_test(tc, await_times_out_on_a_worker_blocked_in_scheduling);
   tcase_add_test(tc, stop_ends_the_worker_and_its_processes);
   tcase_add_test(tc, tokens_are_required);

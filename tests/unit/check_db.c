@@ -217,6 +217,92 @@ START_TEST(upgrade_from_version_1_keeps_data_and_adds_exec_tokens) {
 }
 END_TEST
 
+START_TEST(upgrade_from_version_2_gives_live_workers_an_attempt) {
+  struct db *db;
+  struct db_worker_info info;
+
+  /* A database as the second release left it, with a running worker whose
+   * backend_ref is a bare pid. */
+  ck_assert_int_eq(sql_exec(db_migrations[0].sql), SQLITE_OK);
+  ck_assert_int_eq(sql_exec(db_migrations[1].sql), SQLITE_OK);
+  ck_assert_int_eq(
+      sql_exec("PRAGMA user_version = 2; "
+               "INSERT INTO sessions(name, master_ip, created_at) VALUES ('s', 'x', 't'); "
+               "INSERT INTO workers(id, session, role, status, cpu, memory, nvidia_gpu, kernel, "
+               "args, env, secret_env, token, backend, created_at, backend_ref, pid) VALUES "
+               "('w-aaaaaaaaaa', 's', 'worker', 'running', 1, 1, 0, 'python3', '[]', '{}', "
+               "'{}', 'tok', 'local', 't', '4242', 4242), "
+               "('w-bbbbbbbbbb', 's', 'worker', 'scheduling', 1, 1, 0, 'python3', '[]', '{}', "
+               "'{}', 'tok', 'local', 't', NULL, NULL);"),
+      SQLITE_OK);
+  db = open_ok();
+  ck_assert_int_eq(sql_int("PRAGMA user_version"), db_migration_count);
+  ck_assert_int_eq(db_worker_info(db, "w-aaaaaaaaaa", &info), 0);
+  ck_assert_int_eq(info.attempt, 1);
+  ck_assert_str_eq(info.backend_ref, "4242");
+  db_worker_info_cleanup(&info);
+  ck_assert_int_eq(db_worker_info(db, "w-bbbbbbbbbb", &info), 0);
+  ck_assert_int_eq(info.attempt, 0);
+  db_worker_info_cleanup(&info);
+  db_close(db);
+}
+END_TEST
+
+START_TEST(pages_follow_the_cursor_newest_first) {
+  struct db *db = open_ok();
+  char ids[7][16], got[3][16];
+  int64_t next = 0, before = 0;
+  int n, seen = 0;
+
+  for (int i = 0; i < 7; i++) {
+    snprintf(ids[i], sizeof(ids[i]), "w-aaaaaaaaa%d", i);
+    insert(db, ids[i]);
+  }
+  do {
+    ck_assert_int_eq(db_worker_page(db, NULL, NULL, NULL, before, 3, got, &n, &next), 0);
+    for (int i = 0; i < n; i++, seen++)
+      ck_assert_str_eq(got[i], ids[6 - seen]);
+    before = next;
+  } while (next);
+  ck_assert_int_eq(seen, 7);
+  /* Filters apply before the limit. */
+  ck_assert_int_eq(db_worker_page(db, "[\"running\"]", NULL, NULL, 0, 3, got, &n, &next), 0);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(next, 0);
+  db_close(db);
+}
+END_TEST
+
+START_TEST(only_the_pruner_deletes_and_only_ended_workers) {
+  struct db *db = open_ok();
+  struct db_fields f = DB_FIELDS_INIT;
+  char pruned[4][16];
+  int n;
+
+  insert(db, "w-aaaaaaaaaa");
+  insert(db, "w-bbbbbbbbbb");
+  f.set_finished_at = 1;
+  ck_assert_int_eq(db_begin(db), 0);
+  ck_assert_int_eq(db_worker_transition(db, "w-aaaaaaaaaa", "scheduling", "stopped", &f, "x"), 0);
+  ck_assert_int_eq(db_commit(db), 0);
+  /* Every other writer meets the triggers. */
+  ck_assert_int_ne(sql_exec("DELETE FROM events WHERE worker_id = 'w-aaaaaaaaaa'"), SQLITE_OK);
+  ck_assert_int_ne(sql_exec("DELETE FROM workers WHERE id = 'w-aaaaaaaaaa'"), SQLITE_OK);
+  /* Not yet past the cutoff: nothing goes. */
+  ck_assert_int_eq(db_prune(db, "2000-01-01T00:00:00.000Z", 4, pruned, &n), 0);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(db_prune(db, "2999-01-01T00:00:00.000Z", 4, pruned, &n), 0);
+  ck_assert_int_eq(n, 1);
+  ck_assert_str_eq(pruned[0], "w-aaaaaaaaaa");
+  ck_assert_int_eq(sql_int("SELECT count(*) FROM events WHERE worker_id = 'w-aaaaaaaaaa'"), 0);
+  ck_assert_int_eq(sql_int("SELECT count(*) FROM workers"), 1);
+  ck_assert_int_eq(sql_int("SELECT count(*) FROM prune_gate"), 0);
+  /* The live one stays, whatever the cutoff, and the gate is shut again. */
+  ck_assert_int_ne(sql_exec("DELETE FROM workers WHERE id = 'w-bbbbbbbbbb'"), SQLITE_OK);
+  db_close(db);
+}
+END_TEST
+
 START_TEST(state_machine_table) {
   /* The design's transitions, and nothing else; starting -> starting is a
    * new start attempt after a restart found the recorded one not running. */
@@ -246,6 +332,9 @@ int main(void) {
   tcase_add_test(tc, events_since_formats_sse);
   tcase_add_test(tc, state_machine_table);
   tcase_add_test(tc, upgrade_from_version_1_keeps_data_and_adds_exec_tokens);
+  tcase_add_test(tc, upgrade_from_version_2_gives_live_workers_an_attempt);
+  tcase_add_test(tc, pages_follow_the_cursor_newest_first);
+  tcase_add_test(tc, only_the_pruner_deletes_and_only_ended_workers);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

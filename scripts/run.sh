@@ -18,7 +18,7 @@ url="http://$listen"
 
 if ! curl -sf "$url/api/v1/health" >/dev/null 2>&1; then
   echo "== starting muster-controller on $url (state in $state)"
-  mkdir -p "$state"
+  mkdir -p -m 0700 "$state"
   nohup "$root/build/muster-controller" --listen "$listen" --state-dir "$state" \
     >>"$state/controller.log" 2>&1 &
   for _ in $(seq 100); do
@@ -57,7 +57,13 @@ done
 
 echo
 echo "The controller keeps running at $url (token in $state/token)."
-echo "Web UI: $url/?token=$(cat "$state/token")"
+# The sign-in link carries the API token: on a terminal only, never into a
+# file this script's output may be going to.
+if [ -t 1 ]; then
+  echo "Web UI: $url/?token=$(cat "$state/token")"
+else
+  echo "Web UI: $url/?token=<the token in $state/token>"
+fi
 echo "Try: MUSTER_STATE_DIR=$state $muster ps -a"
 echo "Stop it with: kill \$(pgrep -f 'muster-controller --listen $listen')"
 exit $status

@@ -253,12 +253,12 @@ enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *a
   out = rc ? NULL : open_memstream(&text, &textlen);
   if (out) {
     fputs("{\"workers\":[", out);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, written = 0; i < n; i++) {
       size_t len;
       char *w = api_worker_text(rd, ids[i], &len);
       if (!w)
         continue; /* pruned between the two reads */
-      if (i)
+      if (written++)
         fputc(',', out);
       fwrite(w, 1, len, out);
       free(w);

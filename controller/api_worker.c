@@ -62,6 +62,8 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   struct lw *w;
   enum MHD_Result ret = MHD_NO;
   unsigned char addr[16];
+  unsigned long long start_time;
+  char ref[64];
   int rc, attempt;
 
   body = api_parse_body(c, rq, &ret);
@@ -83,6 +85,10 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   v = json_object_get(body, "pid");
   if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30))
     f.pid = (int)json_integer_value(v);
+  v = json_object_get(body, "start_time");
+  start_time = json_is_integer(v) && json_integer_value(v) > 0
+                   ? (unsigned long long)json_integer_value(v)
+                   : 0;
   v = json_object_get(body, "attempt");
   attempt = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30)
                 ? (int)json_integer_value(v)
@@ -118,7 +124,7 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   /* A registration of a worker that already runs is its own workerd asking
    * again (the first answer was lost): the same pid. Another process with
    * the same attempt (started twice by a backend) is refused. */
-  if (w->status == WS_RUNNING && w->reg_pid && w->reg_pid != (f.pid > 0 ? f.pid : 0)) {
+  if (w->status == WS_RUNNING && (!w->reg_pid || w->reg_pid != (f.pid > 0 ? f.pid : 0))) {
     state_unlock();
     json_decref(body);
     return api_respond_error(c, MUSTER_E_CONFLICT, "pid",
@@ -131,6 +137,9 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
     f.hostname = hostname;
     f.set_running_at = 1;
     f.set_heartbeat = 1;
+    if (!w->ref_known && g.backend->ref_from_register &&
+        g.backend->ref_from_register(f.pid, start_time, ref, sizeof(ref)) == 0)
+      f.backend_ref = ref;
     snprintf(detail, sizeof(detail), "registered at %s", ip);
     rc = sm_begin();
     if (!rc)
@@ -143,6 +152,8 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   /* A second register (the answer to the first was lost) is answered the
    * same way and changes nothing. */
   if (!rc) {
+    if (f.backend_ref)
+      w->ref_known = 1;
     if (!w->reg_pid && f.pid > 0)
       w->reg_pid = f.pid;
     sm_heartbeat_locked(w);

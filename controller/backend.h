@@ -7,13 +7,15 @@
  * backend_report(). The state machine never reaps a pid, sends a signal or
  * reads /proc; a backend never changes a worker's status itself.
  *
- * Locking: every operation is called with the controller's state lock held
- * and must not block (no spawn, no waiting on a process, no file I/O, no
- * sbatch): it records what to do and returns; the backend's own thread does
+ * Locking: place, submit, cancel, release and ref_from_register are called
+ * with the controller's state lock held; could_ever_fit and usage without
+ * it (they read the configuration and the backend's own counters). None of
+ * them may block (no spawn, no waiting on a process, no file I/O, no
+ * sbatch): they record what to do and return; the backend's own thread does
  * the work and reports back through backend_report(), which takes the state
  * lock itself, so a backend must never call it while holding a lock of its
  * own. init, reconcile and shutdown are the exceptions: they run before the
- * API serves anything or after it stopped, and may block.
+ * API serves anything (in that order) or after it stopped, and may block.
  *
  * Exactly once: the state machine commits a worker's new attempt number (with
  * its `starting` state) before it calls submit; every workerd a backend
@@ -44,6 +46,8 @@ struct backend_placement {
 /* One worker handed to submit(): its attempt is already committed. */
 struct backend_start {
   const char *id;
+  const char *launch;      /* the launch (gang) it came from: a backend may group by it */
+  const char *controller_url; /* where its workerd registers */
   const char *token;       /* the worker's bearer token: a secret */
   int attempt;
   const struct backend_placement *where;
@@ -71,8 +75,7 @@ struct backend_ops {
   const char *name;
   /* Prepares the backend and starts its thread. May block. Returns 0 or an
    * error with a sentence in err. */
-  int (*init)(const struct ctl_config *cfg, const char *controller_url, char *err,
-              size_t errlen);
+  int (*init)(const struct ctl_config *cfg, char *err, size_t errlen);
   /* Stops the backend's thread. Workers keep running: a restarted
    * controller adopts them. May block. */
   void (*shutdown)(void);
@@ -95,6 +98,13 @@ struct backend_ops {
    * worker whose recorded attempt still runs and takes its room back. May
    * block. */
   void (*reconcile)(struct backend_live *ws, int n);
+  /* Optional (NULL: the backend's own report is the only source of refs).
+   * Forms the backend_ref of a workerd from what it said when it registered
+   * (its pid and start time), for a registration that beats the backend's
+   * own report of the start: the ref is then stored with the `running`
+   * state, so a crash right after cannot leave a running worker the
+   * backend does not know. Pure formatting: no I/O. Returns 0 or -1. */
+  int (*ref_from_register)(long pid, unsigned long long start_time, char *ref, size_t len);
   /* Capacity, for /metrics and messages (NULL-safe). */
   void (*usage)(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total);
 };
@@ -113,6 +123,7 @@ enum backend_event {
   BACKEND_REFUSED, /* could not start it: why */
   BACKEND_EXITED,  /* workerd ended before the worker's end was reported */
   BACKEND_LOST,    /* workerd vanished (node failure, gone after a restart): why */
+  BACKEND_ROOM,    /* room held past a worker's end came free: schedule again (no id) */
 };
 
 struct backend_report {

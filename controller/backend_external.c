@@ -15,10 +15,8 @@
 
 #include <stdio.h>
 
-static int ext_init(const struct ctl_config *cfg, const char *controller_url, char *err,
-                    size_t errlen) {
+static int ext_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   (void)cfg;
-  (void)controller_url;
   (void)err;
   (void)errlen;
   return 0;

@@ -56,6 +56,7 @@ struct lproc {
   int live;                 /* placed and not yet released */
   int adopted;              /* not our child: probed through /proc */
   int reported;             /* its end was reported: no second report */
+  int exited;               /* our child, reaped: pid and start kept for its leftovers */
   int64_t kill_at_ms;       /* a SIGKILL is due then; 0: none */
   struct lproc *hnext;
   struct lproc *next, *prev;
@@ -66,6 +67,7 @@ struct job {
   enum { JOB_START, JOB_CANCEL } kind;
   char id[16];
   char token[72];
+  char controller_url[128];
   int attempt;
   struct backend_placement where;
   enum backend_cancel how;
@@ -78,7 +80,6 @@ static struct {
   pthread_t thread;
   int running, stop;
   struct ctl_config cfg;
-  char controller_url[128];
   /* Under mu: */
   struct lproc *hash[LP_HASH];
   struct lproc *head;
@@ -94,6 +95,7 @@ static struct {
   pid_t zygote_pid;
   int64_t zygote_retry_ms;
   int64_t last_probe_ms;
+  int room_freed; /* under mu: a record that held an address or GPUs went */
 } lb = {.mu = PTHREAD_MUTEX_INITIALIZER, .zygote_fd = -1};
 
 /* ---- the table (lb.mu held) ---- */
@@ -131,9 +133,15 @@ static struct lproc *lp_new(const char *id) {
   return p;
 }
 
+/* Drops a record and gives back the address and GPUs it held. */
 static void lp_free(struct lproc *p) {
   struct lproc **pp = &lb.hash[lp_hash(p->id)];
 
+  if (p->gpu_mask)
+    lb.room_freed = 1; /* a waiting worker may fit now */
+  lb.gpu_used &= ~p->gpu_mask;
+  if (p->ip_slot >= 0)
+    lb.ip_used[p->ip_slot] = 0;
   while (*pp && *pp != p)
     pp = &(*pp)->hnext;
   if (*pp)
@@ -147,9 +155,12 @@ static void lp_free(struct lproc *p) {
   free(p);
 }
 
-/* A record is dropped once it holds nothing and nothing is due for it. */
+/* A record is dropped once it is released, nothing is due for it, and its
+ * process is gone (reaped), never existed, or (adopted, so not ours to
+ * reap) was cancelled or seen gone. Until then it keeps its address and its
+ * GPUs: a worker in its stop grace period still uses them. */
 static void lp_maybe_free(struct lproc *p) {
-  if (!p->live && !p->kill_at_ms && (p->pid == 0 || p->reported || p->adopted))
+  if (!p->live && !p->kill_at_ms && (p->pid == 0 || p->exited || (p->adopted && p->reported)))
     lp_free(p);
 }
 
@@ -219,6 +230,8 @@ static void reserve(struct lproc *p) {
   lb.gpu_used |= p->gpu_mask;
 }
 
+/* Gives back a released worker's cores and memory (what admission counts);
+ * its address and GPUs go with its record (lp_maybe_free). */
 static void unreserve(struct lproc *p) {
   if (!p->live)
     return;
@@ -229,11 +242,6 @@ static void unreserve(struct lproc *p) {
     lb.cpu_used = 0;
   if (lb.memory_used < 1e-9)
     lb.memory_used = 0;
-  lb.gpu_used &= ~p->gpu_mask;
-  p->gpu_mask = 0;
-  if (p->ip_slot >= 0)
-    lb.ip_used[p->ip_slot] = 0;
-  p->ip_slot = -1;
 }
 
 /* ---- processes (the backend thread, or reconcile before it runs) ---- */
@@ -313,6 +321,9 @@ static void signal_workers(struct sigjob *jobs, int n) {
       LOG(LOG_DEBUG, "pid %d is another process now; not signalled", (int)jobs[i].pid);
       continue;
     }
+    /* The process itself (a fork server's child may not lead its session
+     * yet), its group, then (below) its session. */
+    kill(jobs[i].pid, jobs[i].sig);
     if (kill(-jobs[i].pid, jobs[i].sig) != 0 && errno != ESRCH)
       LOG(LOG_WARN, "could not signal process group %d: %s", (int)jobs[i].pid, strerror(errno));
     jobs[k++] = jobs[i];
@@ -448,7 +459,7 @@ struct wvars {
 };
 
 static void wvars_fill(struct wvars *w, const struct job *j) {
-  snprintf(w->url, sizeof(w->url), "MUSTER_CONTROLLER_URL=%s", lb.controller_url);
+  snprintf(w->url, sizeof(w->url), "MUSTER_CONTROLLER_URL=%s", j->controller_url);
   snprintf(w->id, sizeof(w->id), "MUSTER_WORKER_ID=%s", j->id);
   snprintf(w->token, sizeof(w->token), "MUSTER_WORKER_TOKEN=%s", j->token);
   snprintf(w->ip, sizeof(w->ip), "MUSTER_BIND_IP=%s", j->where.bind_ip);
@@ -720,13 +731,20 @@ static void reap(void) {
     }
     pthread_mutex_lock(&lb.mu);
     for (struct lproc *p = lb.head; p; p = p->next)
-      if (p->pid == pid && !p->adopted) {
+      if (p->pid == pid && !p->adopted && !p->exited) {
         if (p->live && !p->reported) {
           snprintf(id, sizeof(id), "%s", p->id);
           attempt = p->attempt;
           p->reported = 1;
         }
-        p->pid = 0; /* reaped: the number may be someone else's now */
+        /* Reaped: the pid and start time stay, for the leftovers of its
+         * session (signal_workers() checks the start time). A released
+         * worker's workerd has finished with its script: whatever is left
+         * of its session is killed now, not at the end of the grace period,
+         * so that its GPUs come free at once. */
+        p->exited = 1;
+        if (!p->live && p->kill_at_ms)
+          p->kill_at_ms = 1;
         lp_maybe_free(p);
         break;
       }
@@ -843,9 +861,16 @@ static void *backend_main(void *arg) {
     run_jobs(jobs);
     now = util_mono_ms();
     reap();
-    kills_due(now, 0);
+    kills_due(util_mono_ms(), 0);
     probe_adopted(now);
     pthread_mutex_lock(&lb.mu);
+    if (lb.room_freed) {
+      struct backend_report r = {.event = BACKEND_ROOM};
+      lb.room_freed = 0;
+      pthread_mutex_unlock(&lb.mu);
+      backend_report(&r);
+      pthread_mutex_lock(&lb.mu);
+    }
     if (lb.jobs || lb.stop)
       continue;
     /* Children are reaped within 50 ms; nothing else needs a tick. */
@@ -862,13 +887,11 @@ static void *backend_main(void *arg) {
 
 /* ---- the operations ---- */
 
-static int local_init(const struct ctl_config *cfg, const char *controller_url, char *err,
-                      size_t errlen) {
+static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   pthread_condattr_t ca;
   size_t n = 0;
 
   lb.cfg = *cfg;
-  snprintf(lb.controller_url, sizeof(lb.controller_url), "%s", controller_url);
   for (char **e = environ; *e; e++)
     n++;
   lb.base_env = calloc(n + 1, sizeof(*lb.base_env));
@@ -971,7 +994,11 @@ static int local_place(const char *id, const struct backend_req *r,
     goto out;
   }
   p = lp_find(id);
-  if (p && (p->live || p->kill_at_ms)) {
+  if (p) {
+    lp_maybe_free(p);
+    p = lp_find(id);
+  }
+  if (p) {
     snprintf(why, whylen, "its earlier attempt to end");
     goto out;
   }
@@ -980,8 +1007,7 @@ static int local_place(const char *id, const struct backend_req *r,
     snprintf(why, whylen, "a free loopback address");
     goto out;
   }
-  if (!p)
-    p = lp_new(id);
+  p = lp_new(id);
   if (!p) {
     lb.ip_used[slot] = 0;
     snprintf(why, whylen, "memory in the controller");
@@ -995,10 +1021,6 @@ static int local_place(const char *id, const struct backend_req *r,
   p->req = *r;
   p->ip_slot = slot;
   p->gpu_mask = mask;
-  p->pid = 0;
-  p->adopted = 0;
-  p->reported = 0;
-  p->attempt = 0;
   reserve(p);
   slot_to_ip(slot, where->bind_ip, sizeof(where->bind_ip));
   gpus_format(mask, where->gpu_indices, sizeof(where->gpu_indices));
@@ -1023,6 +1045,7 @@ static void local_submit(const struct backend_start *ws, int n) {
     j->kind = JOB_START;
     snprintf(j->id, sizeof(j->id), "%s", ws[i].id);
     snprintf(j->token, sizeof(j->token), "%s", ws[i].token);
+    snprintf(j->controller_url, sizeof(j->controller_url), "%s", ws[i].controller_url);
     j->attempt = ws[i].attempt;
     j->where = *ws[i].where;
     if (lb.jobs_tail)
@@ -1121,6 +1144,14 @@ static void local_reconcile(struct backend_live *ws, int n) {
   pthread_mutex_unlock(&lb.mu);
 }
 
+static int local_ref_from_register(long pid, unsigned long long start_time, char *ref,
+                                   size_t len) {
+  if (pid <= 1 || start_time == 0)
+    return -1;
+  snprintf(ref, len, "%ld:%llu", pid, start_time);
+  return 0;
+}
+
 static void local_usage(double *cpu_used, double *cpu_total, double *mem_used,
                         double *mem_total) {
   pthread_mutex_lock(&lb.mu);
@@ -1141,6 +1172,7 @@ const struct backend_ops backend_local_ops = {
     .cancel = local_cancel,
     .release = local_release,
     .reconcile = local_reconcile,
+    .ref_from_register = local_ref_from_register,
     .usage = local_usage,
 };
 

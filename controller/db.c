@@ -123,14 +123,10 @@ static void dirty_flush(struct db *db) {
   db->dirty_all = 0;
 }
 
-/* Notes that worker id's row changed: at once outside a transaction, at its
- * commit inside one (a reader must never see the cache emptied before the
- * change is there to be read). */
+/* Notes that worker id's row changed in the open transaction: its cached
+ * object is dropped at the commit (a reader must never find the cache
+ * emptied before the change is there to be read). */
 static void mark_dirty(struct db *db, const char *id) {
-  if (sqlite3_get_autocommit(db->conn)) {
-    wcache_invalidate(id);
-    return;
-  }
   if (db->ndirty == db->cap_dirty) {
     int cap = db->cap_dirty ? 2 * db->cap_dirty : 64;
     char(*grown)[16] = realloc(db->dirty, (size_t)cap * sizeof(*grown));
@@ -301,10 +297,30 @@ void db_close(struct db *db) {
 
 int db_begin(struct db *db) { return exec_stmt(stmt(db, ST_BEGIN)); }
 int db_commit(struct db *db) {
-  int rc = exec_stmt(stmt(db, ST_COMMIT));
+  int rc;
 
-  if (!rc)
-    dirty_flush(db);
+  wcache_write_begin();
+  rc = exec_stmt(stmt(db, ST_COMMIT));
+  dirty_flush(db); /* after a failed commit too: dropping is harmless */
+  wcache_write_end();
+  return rc;
+}
+
+/* Runs a statement that writes worker id's row, outside or inside a
+ * transaction, with the cache kept behind no reader. */
+static int exec_write(struct db *db, sqlite3_stmt *s, const char *id) {
+  int rc;
+
+  if (!sqlite3_get_autocommit(db->conn)) {
+    rc = exec_stmt(s);
+    if (!rc)
+      mark_dirty(db, id);
+    return rc;
+  }
+  wcache_write_begin();
+  rc = exec_stmt(s);
+  wcache_invalidate(id);
+  wcache_write_end();
   return rc;
 }
 
@@ -433,9 +449,7 @@ int db_worker_touch_heartbeat(struct db *db, const char *id) {
   util_now_iso(now, sizeof(now));
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, now);
-  rc = exec_stmt(s);
-  if (!rc)
-    mark_dirty(db, id);
+  rc = exec_write(db, s, id);
   return rc;
 }
 
@@ -719,9 +733,7 @@ int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *re
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, ref);
   sqlite3_bind_int(s, 3, attempt);
-  rc = exec_stmt(s);
-  if (!rc)
-    mark_dirty(db, id);
+  rc = exec_write(db, s, id);
   return rc;
 }
 
@@ -731,9 +743,7 @@ int db_worker_set_waiting(struct db *db, const char *id, const char *why) {
 
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, why);
-  rc = exec_stmt(s);
-  if (!rc)
-    mark_dirty(db, id);
+  rc = exec_write(db, s, id);
   return rc;
 }
 

@@ -235,13 +235,14 @@ int main(int argc, char **argv) {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
 
+  /* The backend and its reconciliation first: nothing is served before the
+   * controller knows what runs. */
   rc = state_init(&cfg, err, sizeof(err));
   if (!rc)
     rc = api_start(err, sizeof(err));
-  if (!rc)
-    rc = state_start_backend(err, sizeof(err));
   if (rc) {
     LOG(LOG_ERROR, "%s", err);
+    api_stop();
     state_cleanup();
     return 1;
   }

@@ -313,6 +313,9 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f,
   g.pending[g.npending].w = w;
   g.pending[g.npending].to = w->status;
   g.pending[g.npending].attempt = w->attempt;
+  g.pending[g.npending].restart = w->restart;
+  g.pending[g.npending].ref_known = w->ref_known;
+  g.pending[g.npending].since_ms = w->since_ms;
   g.npending++;
   w->status = to;
   if (f && f->attempt >= 0) {
@@ -328,8 +331,12 @@ void sm_rollback(void) {
   ASSERT_LOCKED();
   db_rollback(g.db);
   for (int i = g.npending - 1; i >= 0; i--) {
-    g.pending[i].w->status = g.pending[i].to;
-    g.pending[i].w->attempt = g.pending[i].attempt;
+    struct lw *w = g.pending[i].w;
+    w->status = g.pending[i].to;
+    w->attempt = g.pending[i].attempt;
+    w->restart = g.pending[i].restart;
+    w->ref_known = g.pending[i].ref_known;
+    w->since_ms = g.pending[i].since_ms;
   }
   g.npending = 0;
 }
@@ -359,16 +366,18 @@ int sm_commit(void) {
     }
   }
   /* Terminal workers leave the live table only after every notification,
-   * since a worker may appear more than once in the pending list. */
+   * since a worker may appear more than once in the pending list; each is
+   * removed once (marked, so that this stays linear in n). */
   for (int i = 0; i < n; i++) {
     struct lw *w = g.pending[i].w;
-    if (w && ws_terminal(w->status)) {
-      for (int k = i + 1; k < n; k++)
-        if (g.pending[k].w == w)
-          g.pending[k].w = NULL;
-      lw_remove_locked(w);
-    }
+    if (!ws_terminal(w->status) || w->dropping)
+      g.pending[i].w = NULL;
+    else
+      w->dropping = 1;
   }
+  for (int i = 0; i < n; i++)
+    if (g.pending[i].w)
+      lw_remove_locked(g.pending[i].w);
   if (n)
     streams_wake_locked(STREAM_EVENTS, NULL);
   if (g.schedule_needed)
@@ -419,13 +428,9 @@ int sm_stop_many_locked(char (*ids)[16], int n, const char *detail) {
   for (int i = 0; i < n; i++) {
     struct db_fields f = DB_FIELDS_INIT;
     struct lw *w = lw_find_locked(ids[i]);
-    int dup = 0;
 
-    if (!w)
-      continue;
-    for (int k = 0; k < i; k++)
-      dup |= strcmp(ids[k], ids[i]) == 0;
-    if (dup)
+    /* Unknown, terminal, or named twice (stopped a moment ago, in memory). */
+    if (!w || ws_terminal(w->status))
       continue;
     f.set_finished_at = 1;
     if (w->attempt > 0)
@@ -554,8 +559,12 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   if (r->n == r->cap) {
     int cap = r->cap ? 2 * r->cap : 64;
     struct backend_live *grown = realloc(r->live, (size_t)cap * sizeof(*grown));
-    if (!grown)
-      return; /* not offered: treated as gone */
+    if (!grown) {
+      /* No memory to reconcile it: it stays live, and its heartbeats (or
+       * their absence) or the start timeout decide. */
+      LOG(LOG_ERROR, "out of memory reconciling %s", w->id);
+      return;
+    }
     r->live = grown;
     r->cap = cap;
   }
@@ -665,15 +674,15 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
     host = "127.0.0.1";
   snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
 
+  rc = g.backend->init(&g.cfg, err, errlen);
+  if (rc)
+    return rc;
+  g.backend_started = 1;
   state_lock();
   restore_live_locked();
   g.schedule_needed = 1;
   state_unlock();
   return 0;
-}
-
-int state_start_backend(char *err, size_t errlen) {
-  return g.backend->init(&g.cfg, g.controller_url, err, errlen);
 }
 
 /* ---- reports from the backend ---- */
@@ -682,6 +691,11 @@ void backend_report(const struct backend_report *r) {
   struct lw *w;
 
   state_lock();
+  if (r->event == BACKEND_ROOM) {
+    state_kick_locked();
+    state_unlock();
+    return;
+  }
   w = lw_find_locked(r->id);
   /* About an attempt that is no longer current, or a worker that already
    * ended: nothing to do. */
@@ -704,6 +718,8 @@ void backend_report(const struct backend_report *r) {
       LOG(LOG_ERROR, "could not fail %s: %s", r->id, db_errmsg(g.db));
     break;
   }
+  case BACKEND_ROOM:
+    break;
   case BACKEND_EXITED:
   case BACKEND_LOST:
     if (sm_fail_locked(w, r->detail) != 0)
@@ -759,8 +775,11 @@ static void check_timeouts_locked(int64_t now) {
   for (w = g.head; w; w = next) {
     next = w->next;
     why[0] = '\0';
-    if (w->status == WS_STARTING && !w->restart && now - w->since_ms > start_ms)
-      snprintf(why, sizeof(why), "did not register within the start timeout of %g s",
+    if (w->status == WS_STARTING && now - w->since_ms > start_ms)
+      snprintf(why, sizeof(why),
+               w->restart ? "could not be started again within the start timeout of %g s "
+                            "after the controller restarted"
+                          : "did not register within the start timeout of %g s",
                g.cfg.start_timeout_s);
     else if (w->status == WS_RUNNING && now - w->last_hb_ms > hb_ms)
       snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
@@ -818,9 +837,15 @@ static void schedule_locked(void) {
         snprintf(detail, sizeof(detail), "attempt %d on the %s backend%s%s", next_attempt,
                  g.backend->name, where[n].bind_ip[0] ? ", address " : "", where[n].bind_ip);
       if (sm_transition(w, WS_STARTING, &f, detail) != 0) {
+        /* The row may be half written: the whole batch goes back, and
+         * tries again on the next pass. */
         LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
         g.backend->release(w->id);
-        continue;
+        sm_rollback();
+        for (int i = 0; i < n; i++)
+          g.backend->release(batch[i]->id);
+        g.schedule_needed = 1;
+        return;
       }
       w->waiting_for[0] = '\0';
       batch[n++] = w;
@@ -835,6 +860,8 @@ static void schedule_locked(void) {
      * attempt can never register. */
     for (int i = 0; i < n; i++) {
       starts[i].id = batch[i]->id;
+      starts[i].launch = batch[i]->launch;
+      starts[i].controller_url = g.controller_url;
       starts[i].token = batch[i]->token;
       starts[i].attempt = batch[i]->attempt;
       starts[i].where = &where[i];
@@ -1026,8 +1053,9 @@ void state_cleanup(void) {
   struct lw *w = g.head, *next;
 
   /* Live workers keep running: a restarted controller re-attaches them. */
-  if (g.backend)
+  if (g.backend && g.backend_started)
     g.backend->shutdown();
+  g.backend_started = 0;
   for (; w; w = next) {
     next = w->next;
     free(w);

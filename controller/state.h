@@ -1,11 +1,15 @@
 /*
  * state.h: the controller's one global state and its state machine.
  *
- * Lock order: there is one lock, state_lock(). Every function here whose
- * name does not end in _locked takes it itself; the _locked ones assert
- * that the caller holds it. libmicrohttpd's own locks may be taken while it
- * is held (MHD_resume_connection), never the other way round: MHD never
- * calls back into muster while holding a lock of its own.
+ * Lock order: state_lock() first; under it, leaf locks that are held
+ * briefly and never around anything else: a backend's own (lb.mu), a
+ * reader connection's, a cache stripe's (wcache.c). Every function here
+ * whose name does not end in _locked takes the state lock itself; the
+ * _locked ones assert that the caller holds it. libmicrohttpd's own locks
+ * may be taken under it (MHD_resume_connection), never the other way round:
+ * nothing may destroy a response or stop the daemon while holding it, since
+ * a content reader runs under libmicrohttpd's response lock and takes it.
+ * docs/internals/controller.md tells the whole story.
  *
  * Every status change goes through sm_transition() between sm_begin() and
  * sm_commit(): the row update and its events row are one SQLite
@@ -77,6 +81,7 @@ struct lw {
   int64_t since_ms;    /* when it entered its current status */
   int64_t last_hb_ms;  /* last heartbeat (monotonic) */
   int hb_dirty;        /* a heartbeat not yet written to SQLite */
+  int dropping;        /* sm_commit(): terminal, leaving the table */
   struct lw *next, *prev;  /* creation order */
   struct lw *hnext;        /* hash chain */
 };
@@ -118,6 +123,7 @@ struct ctl {
   pthread_cond_t kick;
   struct ctl_config cfg;
   const struct backend_ops *backend;
+  int backend_started;
   struct db *db;
   char api_token[72];
   int token_new; /* created at this start: print it once */
@@ -137,7 +143,9 @@ struct ctl {
   struct pending {
     struct lw *w;
     enum wstatus to; /* the status before: a rollback puts it back */
-    int attempt;     /* likewise */
+    int attempt;     /* likewise, with what a new attempt resets */
+    int restart, ref_known;
+    int64_t since_ms;
   } *pending;
   int npending, cap_pending;
   int64_t last_hb_flush_ms;
@@ -161,8 +169,6 @@ void state_assert_locked(const char *func);
  * sentence in err. */
 int state_init(const struct ctl_config *cfg, char *err, size_t errlen)
     __attribute__((warn_unused_result));
-/* Starts the backend (once the API knows its address). */
-int state_start_backend(char *err, size_t errlen) __attribute__((warn_unused_result));
 /* Starts/stops the monitor thread (scheduling, timeouts, reaping). */
 int state_start_monitor(void) __attribute__((warn_unused_result));
 void state_stop_monitor(void);

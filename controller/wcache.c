@@ -20,6 +20,10 @@ static struct stripe {
   uint64_t gen;
 } stripes[STRIPES];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+/* Odd while the writer is between a commit and the invalidations that
+ * follow it (a seqlock): the cache may then be behind the database, so it is
+ * neither read nor filled. */
+static uint64_t epoch;
 
 static void init(void) {
   for (int i = 0; i < STRIPES; i++)
@@ -40,15 +44,26 @@ int wcache_get(const char *id, char **text, size_t *len, uint64_t *gen) {
   struct stripe *st = &stripes[h % STRIPES];
   int hit = 0;
 
+  uint64_t e0 = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
+
   pthread_once(&once, init);
   pthread_mutex_lock(&st->mu);
-  if (s->text && strcmp(s->id, id) == 0 && (*text = malloc(s->len + 1)) != NULL) {
+  if (!(e0 & 1) && s->text && strcmp(s->id, id) == 0 &&
+      (*text = malloc(s->len + 1)) != NULL) {
     memcpy(*text, s->text, s->len + 1);
     *len = s->len;
     hit = 1;
   }
-  *gen = st->gen;
+  *gen = (e0 & 1) ? UINT64_MAX : st->gen;
   pthread_mutex_unlock(&st->mu);
+  /* A commit began while the entry was copied: it may be older than what a
+   * reader of the database now sees. Read the database instead. */
+  if (hit && __atomic_load_n(&epoch, __ATOMIC_ACQUIRE) != e0) {
+    free(*text);
+    *text = NULL;
+    hit = 0;
+    *gen = UINT64_MAX;
+  }
   return hit;
 }
 
@@ -74,6 +89,10 @@ void wcache_put(const char *id, const char *text, size_t len, uint64_t gen) {
   pthread_mutex_unlock(&st->mu);
   free(copy);
 }
+
+void wcache_write_begin(void) { __atomic_add_fetch(&epoch, 1, __ATOMIC_ACQ_REL); }
+
+void wcache_write_end(void) { __atomic_add_fetch(&epoch, 1, __ATOMIC_ACQ_REL); }
 
 void wcache_invalidate(const char *id) {
   unsigned h = hash(id);

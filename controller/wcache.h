@@ -24,6 +24,13 @@ int wcache_get(const char *id, char **text, size_t *len, uint64_t *gen);
 /* Stores text (copied) for id, unless id was invalidated since gen. */
 void wcache_put(const char *id, const char *text, size_t len, uint64_t gen);
 
+/* Bracket a commit of the writer and the invalidations that follow it:
+ * meanwhile readers bypass the cache, so that none is served an object older
+ * than the commit it may already have seen elsewhere (an event seq). A
+ * reader whose generation was taken outside the bracket stores nothing. */
+void wcache_write_begin(void);
+void wcache_write_end(void);
+
 /* Forgets id: its row changed (call after the change is committed). */
 void wcache_invalidate(const char *id);
 

@@ -815,6 +815,29 @@ out:
   return rc;
 }
 
+/* This process's start time (field 22 of /proc/self/stat, clock ticks after
+ * boot), or 0 if unknown: with the pid, how a local controller knows this
+ * process from whatever gets its pid later. */
+static unsigned long long self_start_time(void) {
+  char buf[1024], *p;
+  unsigned long long st = 0;
+  FILE *f = fopen("/proc/self/stat", "re");
+  size_t n;
+
+  if (!f)
+    return 0;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  p = strrchr(buf, ')');
+  if (!p || sscanf(p + 1,
+                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                   "%*d %llu",
+                   &st) != 1)
+    return 0;
+  return st;
+}
+
 /* Registers this worker (address, hostname, exec port, pid) and reads the
  * assignment from the answer. Connection failures and 5xx answers are retried
  * with backoff for 10 minutes, since the controller may be restarting.
@@ -835,9 +858,9 @@ __attribute__((warn_unused_result)) static int register_worker(void) {
   if (gethostname(host, sizeof(host)) != 0)
     host[0] = '\0';
   host[sizeof(host) - 1] = '\0';
-  req = json_pack("{s:s, s:s, s:i, s:I, s:I}", "ip_address", wd.ip, "hostname", host,
+  req = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "ip_address", wd.ip, "hostname", host,
                   "exec_port", wd.exec_port, "pid", (json_int_t)getpid(), "attempt",
-                  (json_int_t)wd.attempt);
+                  (json_int_t)wd.attempt, "start_time", (json_int_t)self_start_time());
   if (!req || !(body = json_dumps(req, JSON_COMPACT))) {
     rc = MUSTER_E_NOMEM;
     goto out;
@@ -2673,6 +2696,10 @@ static pid_t zygote_fork(int sock, char *req, size_t n) {
   if (mid == 0) {
     pid_t w;
 
+    /* Reaped by the kernel is right for this middle process, not for its
+     * child: a worker that died before this process exits must stay a
+     * zombie for the controller to reap and see. */
+    signal(SIGCHLD, SIG_DFL);
     close(sock);
     close(pfd[0]);
     w = fork();

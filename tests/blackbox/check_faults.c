@@ -242,6 +242,9 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   h_kill9(&ctl);
   kill(-wd, SIGKILL);
   kill(wd, SIGKILL);
+  /* A pid comes round again only after the kernel went through the others:
+   * well after the clock tick (10 ms) that start times are counted in. */
+  usleep(200 * 1000);
   /* An unrelated process in a session of its own, standing in for the
    * process that got the dead workerd's pid. */
   decoy = fork();
@@ -269,6 +272,53 @@ START_TEST(a_recycled_pid_is_never_signalled) {
                 (int)decoy);
   kill(decoy, SIGKILL);
   waitpid(decoy, NULL, 0);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A worker adopted after a restart is still ended by the controller: here
+ * its workerd hangs (SIGSTOP), its heartbeats stop, and the worker fails;
+ * the controller must kill it rather than leave it holding its room. */
+START_TEST(a_hung_adopted_worker_is_killed_when_it_fails) {
+  json_t *workers, *ans, *w;
+  const char *id;
+  pid_t wd;
+  int i;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  wd = (pid_t)h_workerd_pid(&ctl, id);
+  h_kill9(&ctl);
+  ctl.extra[0] = "--heartbeat-timeout";
+  ctl.extra[1] = "1";
+  h_restart(&ctl);
+  ck_assert_int_eq(kill(wd, SIGSTOP), 0);
+  w = h_wait_status(&ctl, id, "failed", 10);
+  ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "heartbeat"));
+  json_decref(w);
+  /* Not our child any more (the test reaps it): gone means no such pid or a
+   * zombie. */
+  for (i = 0; i < 50; i++) {
+    char path[64], st[512];
+    FILE *f;
+    size_t n = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)wd);
+    f = fopen(path, "r");
+    if (f) {
+      n = fread(st, 1, sizeof(st) - 1, f);
+      fclose(f);
+    }
+    st[n] = '\0';
+    if (!f || (strrchr(st, ')') && strrchr(st, ')')[2] == 'Z'))
+      break;
+    usleep(100 * 1000);
+  }
+  ck_assert_msg(i < 50, "the failed worker's workerd (pid %d) still runs", (int)wd);
   json_decref(ans);
   json_decref(workers);
   h_finish(&ctl);
@@ -452,6 +502,7 @@ int main(void) {
   tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
   tcase_add_test(tc, appends_racing_a_followed_log_neither_hang_nor_get_lost);
   tcase_add_test(tc, a_recycled_pid_is_never_signalled);
+  tcase_add_test(tc, a_hung_adopted_worker_is_killed_when_it_fails);
   tcase_add_test(tc, abandoned_waits_are_freed);
   tcase_add_test(tc, the_state_directory_is_private_whatever_existed);
   tcase_add_test(tc, kill9_at_random_moments_runs_nothing_twice);

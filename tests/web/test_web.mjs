@@ -169,6 +169,10 @@ async function main() {
   page.on('console', (m) => {
     if (m.type() === 'error' && !m.text().includes('ERR_CONNECTION_REFUSED')) pageErrors.push(m.text());
   });
+  // An error answer names its request, so a failure says which one.
+  page.on('response', (r) => {
+    if (r.status() >= 400) console.log(`# ${r.status()} ${r.request().method()} ${r.url().replace(/(token=)[^&]*/, '$1...')}`);
+  });
   page.on('requestfailed', (r) => {
     if (!r.url().startsWith(baseUrl)) pageErrors.push(`request outside the controller: ${r.url()}`);
   });

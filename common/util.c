@@ -117,3 +117,34 @@ int util_parse_double(const char *s, double min, double max, double *out) {
   *out = v;
   return 0;
 }
+
+int util_proc_stat(long pid, unsigned long long *start, int *zombie) {
+  char path[64], buf[1024], *p;
+  unsigned long long st;
+  char state;
+  FILE *f;
+  size_t n;
+
+  if (pid > 0)
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  else
+    snprintf(path, sizeof(path), "/proc/self/stat");
+  f = fopen(path, "re");
+  if (!f)
+    return MUSTER_E_NOT_FOUND;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
+   * cmajflt utime stime cutime cstime priority nice threads itrealvalue
+   * starttime; comm may hold anything, so parse after its last ')'. */
+  p = strrchr(buf, ')');
+  if (!p || sscanf(p + 1,
+                   " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                   "%*d %llu",
+                   &state, &st) != 2)
+    return MUSTER_E_PROTOCOL;
+  *start = st;
+  *zombie = state == 'Z' || state == 'X';
+  return 0;
+}

@@ -34,4 +34,11 @@ __attribute__((warn_unused_result)) int util_parse_long(const char *s, long min,
 __attribute__((warn_unused_result)) int util_parse_double(const char *s, double min,
                                                           double max, double *out);
 
+/* Reads process pid's start time (clock ticks after boot, field 22 of
+ * /proc/PID/stat; pid 0: this process) and whether it is a zombie: with the
+ * pid, what tells a process from a later one that got the same pid. Returns
+ * 0, MUSTER_E_NOT_FOUND if there is no such process, or MUSTER_E_PROTOCOL. */
+__attribute__((warn_unused_result)) int util_proc_stat(long pid, unsigned long long *start,
+                                                       int *zombie);
+
 #endif

@@ -83,22 +83,11 @@ json_t *api_worker_read(const char *id) {
 /* Queues body (a reference is stolen) as a JSON answer with status. */
 enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status, json_t *body) {
   char *text = json_dumps(body, JSON_COMPACT);
-  struct MHD_Response *r;
-  enum MHD_Result ret;
 
   json_decref(body);
   if (!text)
     return MHD_NO;
-  r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-  if (!r) {
-    free(text);
-    return MHD_NO;
-  }
-  MHD_add_response_header(r, "Content-Type", "application/json");
-  MHD_add_response_header(r, "Cache-Control", "no-store");
-  ret = MHD_queue_response(c, status, r);
-  MHD_destroy_response(r);
-  return ret;
+  return api_respond_text(c, status, text, strlen(text));
 }
 
 enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,

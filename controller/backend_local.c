@@ -246,42 +246,12 @@ static void unreserve(struct lproc *p) {
 
 /* ---- processes (the backend thread, or reconcile before it runs) ---- */
 
-/* Reads pid's start time and whether it is a zombie. Returns 0, or -1 if
- * there is no such process. */
-static int proc_stat(pid_t pid, unsigned long long *start, int *zombie) {
-  char path[64], buf[1024], *p;
-  unsigned long long st;
-  char state;
-  FILE *f;
-  size_t n;
-
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  f = fopen(path, "re");
-  if (!f)
-    return -1;
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  /* pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
-   * cmajflt utime stime cutime cstime priority nice threads itrealvalue
-   * starttime; comm may hold anything, so parse after its last ')'. */
-  p = strrchr(buf, ')');
-  if (!p || sscanf(p + 1,
-                   " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
-                   "%*d %llu",
-                   &state, &st) != 2)
-    return -1;
-  *start = st;
-  *zombie = state == 'Z' || state == 'X';
-  return 0;
-}
-
 /* 1 if the process recorded as (pid, start) still runs. */
 static int proc_same(pid_t pid, unsigned long long start) {
   unsigned long long now;
   int zombie;
 
-  return pid > 1 && proc_stat(pid, &now, &zombie) == 0 && now == start && !zombie;
+  return pid > 1 && util_proc_stat(pid, &now, &zombie) == 0 && now == start && !zombie;
 }
 
 /* A signal due to one worker's processes. */
@@ -317,7 +287,7 @@ static void signal_workers(struct sigjob *jobs, int n) {
 
     if (jobs[i].pid <= 1)
       continue;
-    if (proc_stat(jobs[i].pid, &now, &zombie) == 0 && now != jobs[i].start) {
+    if (util_proc_stat(jobs[i].pid, &now, &zombie) == 0 && now != jobs[i].start) {
       LOG(LOG_DEBUG, "pid %d is another process now; not signalled", (int)jobs[i].pid);
       continue;
     }
@@ -562,7 +532,7 @@ static void start_done(const struct job *j, pid_t pid) {
 
   /* The start time is read while the process cannot have been reaped yet:
    * only this thread reaps. */
-  if (proc_stat(pid, &start, &zombie) != 0)
+  if (util_proc_stat(pid, &start, &zombie) != 0)
     start = 0;
   FAULT_POINT("local_spawned");
   pthread_mutex_lock(&lb.mu);
@@ -1030,6 +1000,15 @@ out:
   return ok;
 }
 
+/* Queues j for the backend's thread (lb.mu held). */
+static void job_push(struct job *j) {
+  if (lb.jobs_tail)
+    lb.jobs_tail->next = j;
+  else
+    lb.jobs = j;
+  lb.jobs_tail = j;
+}
+
 static void local_submit(const struct backend_start *ws, int n) {
   pthread_mutex_lock(&lb.mu);
   for (int i = 0; i < n; i++) {
@@ -1048,11 +1027,7 @@ static void local_submit(const struct backend_start *ws, int n) {
     snprintf(j->controller_url, sizeof(j->controller_url), "%s", ws[i].controller_url);
     j->attempt = ws[i].attempt;
     j->where = *ws[i].where;
-    if (lb.jobs_tail)
-      lb.jobs_tail->next = j;
-    else
-      lb.jobs = j;
-    lb.jobs_tail = j;
+    job_push(j);
   }
   pthread_cond_signal(&lb.cv);
   pthread_mutex_unlock(&lb.mu);
@@ -1071,11 +1046,7 @@ static void local_cancel(const char *id, enum backend_cancel how) {
     j->kind = JOB_CANCEL;
     snprintf(j->id, sizeof(j->id), "%s", id);
     j->how = how;
-    if (lb.jobs_tail)
-      lb.jobs_tail->next = j;
-    else
-      lb.jobs = j;
-    lb.jobs_tail = j;
+    job_push(j);
   }
   pthread_cond_signal(&lb.cv);
   pthread_mutex_unlock(&lb.mu);

@@ -815,27 +815,13 @@ out:
   return rc;
 }
 
-/* This process's start time (field 22 of /proc/self/stat, clock ticks after
- * boot), or 0 if unknown: with the pid, how a local controller knows this
- * process from whatever gets its pid later. */
+/* This process's start time, or 0 if unknown: with the pid, how a local
+ * controller knows this process from whatever gets its pid later. */
 static unsigned long long self_start_time(void) {
-  char buf[1024], *p;
-  unsigned long long st = 0;
-  FILE *f = fopen("/proc/self/stat", "re");
-  size_t n;
+  unsigned long long st;
+  int zombie;
 
-  if (!f)
-    return 0;
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  p = strrchr(buf, ')');
-  if (!p || sscanf(p + 1,
-                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
-                   "%*d %llu",
-                   &st) != 1)
-    return 0;
-  return st;
+  return util_proc_stat(0, &st, &zombie) == 0 ? st : 0;
 }
 
 /* Registers this worker (address, hostname, exec port, pid) and reads the

@@ -1,5 +1,5 @@
 /*
- * api.h: the REST API of DESIGN.md on libmicrohttpd (epoll, thread pool).
+ * api.h: the REST API of docs/design.md on libmicrohttpd (epoll, thread pool).
  */
 #ifndef MUSTER_API_H
 #define MUSTER_API_H

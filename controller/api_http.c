@@ -93,7 +93,7 @@ enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status, json
 enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
                                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* Queues DESIGN.md's error object for err, with a sentence from fmt. */
+/* Queues the error object (docs/design.md) for err, with a sentence from fmt. */
 enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
                                      const char *fmt, ...) {
   char msg[1024];

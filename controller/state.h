@@ -42,7 +42,7 @@ const char *ws_name(enum wstatus s);
 /* Parses a status name; returns 0 or MUSTER_E_INVALID. */
 int ws_parse(const char *name, enum wstatus *out) __attribute__((warn_unused_result));
 int ws_terminal(enum wstatus s);
-/* 1 if DESIGN.md's state machine allows from -> to. */
+/* 1 if the state machine (docs/design.md) allows from -> to. */
 int sm_legal(enum wstatus from, enum wstatus to);
 
 struct ctl_config {

@@ -49,7 +49,7 @@ static void setf(json_t *env, const char *key, const char *fmt, ...) {
   json_object_set_new(env, key, json_string(buf));
 }
 
-/* The environment of DESIGN.md for a worker's script. New reference. */
+/* The environment of docs/design.md for a worker's script. New reference. */
 json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url) {
   json_t *env = json_object(), *user;
 

@@ -1,7 +1,7 @@
 /*
  * muster.h: the muster client library (libmuster).
  *
- * A client talks to one muster controller over its REST API (DESIGN.md).
+ * A client talks to one muster controller over its REST API (docs/design.md).
  * Every call that can fail returns 0 or a negative muster_error (see
  * muster_errors.h); muster_client_errmsg() then holds the controller's
  * sentence (or the transport's), and muster_client_errfield() the field it
@@ -104,7 +104,7 @@ const char *muster_client_errfield(const muster_client *c);
  * timeout) and followed logs / events (none). Default 30 s. */
 void muster_client_set_timeout(muster_client *c, double seconds);
 
-/* What to launch. muster_launch_opts_init() sets DESIGN.md's defaults
+/* What to launch. muster_launch_opts_init() sets the defaults of docs/design.md
  * (n 1, cpu 1, memory 1, no GPU, kernel python3, session "default"). The
  * pointers are borrowed for the call. */
 typedef struct muster_launch_opts {

@@ -1,6 +1,6 @@
 """muster: launch, await and stop workers from a notebook.
 
-A stdlib-only client for the muster controller's REST API (see DESIGN.md).
+A stdlib-only client for the muster controller's REST API (see docs/design.md).
 It mirrors the workers API of Cloudera CML's ``cdsw`` module, so that code
 written for CML runs unchanged after one import::
 

@@ -99,7 +99,7 @@ static int roundtrip(struct conn *c, const char *req, size_t reqlen) {
   c->len = 0;
   for (;;) {
     ssize_t n;
-    char *hdr_end;
+    char *hdr_end, *hdr_end_num;
 
     if (c->len == c->cap) {
       size_t cap = c->cap ? 2 * c->cap : 65536;
@@ -120,11 +120,16 @@ static int roundtrip(struct conn *c, const char *req, size_t reqlen) {
       if (!hdr_end)
         continue;
       body = (size_t)(hdr_end + 4 - c->buf);
-      status = (int)strtol(c->buf + 9, NULL, 10); /* "HTTP/1.1 200" */
+      status = (int)strtol(c->buf + 9, &hdr_end_num, 10); /* "HTTP/1.1 200 OK" */
+      if (hdr_end_num == c->buf + 9 || *hdr_end_num != ' ')
+        goto broken;
       cl = strcasestr(c->buf, "\r\nContent-Length:");
       if (!cl || cl > hdr_end)
         goto broken; /* only fixed-length answers are expected */
-      need = body + (size_t)strtoul(cl + 17, NULL, 10);
+      need = strtoul(cl + 17, &hdr_end_num, 10);
+      if (hdr_end_num == cl + 17 || *hdr_end_num != '\r')
+        goto broken;
+      need += body;
     }
     if (c->len >= need)
       return status;

@@ -326,8 +326,8 @@ static void signal_workers(struct sigjob *jobs, int n) {
       continue;
     key.pid = (pid_t)session;
     hit = bsearch(&key, jobs, (size_t)k, sizeof(*jobs), sid_cmp);
-    pid = strtol(e->d_name, NULL, 10);
-    if (hit && pid > 1)
+    pid = strtol(e->d_name, &p, 10);
+    if (hit && pid > 1 && *p == '\0')
       kill((pid_t)pid, hit->sig);
   }
   closedir(d);

@@ -966,7 +966,11 @@ static int exec_list_find(const char *list, const char *host, long index, const 
     size_t len = strcspn(p, ",");
     const char *colon = memrchr(p, ':', len);
     size_t hl = colon ? (size_t)(colon - p) : 0;
-    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    /* The port runs to the entry's end (the next ',' or the list's end). */
+    if (colon && end != p + len)
+      port = 0;
     if (hl > 0 && hl < sizeof(t->host) && port > 0 && port <= 65535 &&
         (host ? strlen(host) == hl && strncmp(p, host, hl) == 0 : index == 0)) {
       memcpy(t->host, p, hl);
@@ -1096,7 +1100,12 @@ static int cmd_rank(int argc, char **argv) {
                                             : !ranks ? "MUSTER_EXEC_RANKS" : "MUSTER_EXEC_TOKEN");
     return EXIT_USAGE;
   }
-  rank = strtol(rank_s, NULL, 10);
+  {
+    char *end;
+    rank = strtol(rank_s, &end, 10);
+    if (end == rank_s || *end)
+      rank = -1;
+  }
   if (rank < 0 || exec_list_find(ranks, NULL, rank, token, &t) != 0) {
     fprintf(stderr, "muster rank: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", rank_s,
             ranks);

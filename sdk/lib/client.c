@@ -299,8 +299,13 @@ static size_t header_cb(char *p, size_t size, size_t n, void *arg) {
   size_t len = size * n;
   static const char name[] = "x-muster-last-event:";
 
-  if (seq && len > sizeof(name) - 1 && strncasecmp(p, name, sizeof(name) - 1) == 0)
-    *seq = strtoll(p + sizeof(name) - 1, NULL, 10);
+  if (seq && len > sizeof(name) - 1 && strncasecmp(p, name, sizeof(name) - 1) == 0) {
+    char *end;
+    long long v = strtoll(p + sizeof(name) - 1, &end, 10);
+    /* A header line ends with CR LF; anything else is not a seq. */
+    if (end != p + sizeof(name) - 1 && (*end == '\r' || *end == '\n'))
+      *seq = v;
+  }
   return len;
 }
 

@@ -130,7 +130,10 @@ double h_metric(struct ctl_proc *c, const char *name) {
   ck_assert_int_eq(h_http(c, "GET", "/metrics", NULL, NULL, NULL, &raw), 200);
   for (p = raw; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
     if (strncmp(p, name, n) == 0 && p[n] == ' ') {
-      v = strtod(p + n + 1, NULL);
+      char *end;
+      v = strtod(p + n + 1, &end);
+      if (end == p + n + 1 || (*end != '\n' && *end != '\0'))
+        v = -1;
       break;
     }
   free(raw);

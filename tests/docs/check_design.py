@@ -6,7 +6,7 @@
 - every option `muster-controller --help` lists is in design.md's controller
   section, and every option named there exists;
 - every `muster-train` option design.md names exists;
-- nothing in the repository points outside it (../shared).
+- nothing in the repository points outside it (to a folder beside the clone).
 
 usage: check_design.py BUILD_DIR SOURCE_DIR
 """

@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
   d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD, 0, NULL, NULL, answer, NULL,
-                       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_END);
+                       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
+                       (unsigned)16000, MHD_OPTION_END);
   if (!d)
     return 1;
   info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

@@ -13,7 +13,9 @@
 static const char *spec;
 static pthread_once_t spec_once = PTHREAD_ONCE_INIT;
 
-static void spec_load(void) { spec = getenv("MUSTER_FAULT"); }
+static void spec_load(void) {
+  spec = getenv("MUSTER_FAULT");
+}
 
 void fault_point(const char *name) {
   size_t nlen = strlen(name);
@@ -31,8 +33,8 @@ void fault_point(const char *name) {
     if (strncmp(action, "abort", 5) == 0) {
       fprintf(stderr, "fault injection: %s: killed\n", name);
       kill(getpid(), SIGKILL);
-    } else if (strncmp(action, "delay=", 6) == 0 &&
-               (ms = strtol(action + 6, &end, 10)) > 0 && (*end == '\0' || *end == ',')) {
+    } else if (strncmp(action, "delay=", 6) == 0 && (ms = strtol(action + 6, &end, 10)) > 0 &&
+               (*end == '\0' || *end == ',')) {
       struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
       while (nanosleep(&ts, &ts) != 0)
         ;

@@ -9,7 +9,9 @@
 int log_verbosity = LOG_INFO;
 static const char *log_program = "muster";
 
-void log_set_program(const char *name) { log_program = name; }
+void log_set_program(const char *name) {
+  log_program = name;
+}
 
 void log_write(enum log_level level, const char *fmt, ...) {
   static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG"};

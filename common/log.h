@@ -15,13 +15,12 @@ extern int log_verbosity;
 /* Sets the program name shown on every line (a static string). */
 void log_set_program(const char *name);
 
-void log_write(enum log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define LOG(level, ...)               \
-  do {                                \
-    if ((int)(level) <= log_verbosity) \
-      log_write((level), __VA_ARGS__); \
+#define LOG(level, ...)                                                                            \
+  do {                                                                                             \
+    if ((int)(level) <= log_verbosity)                                                             \
+      log_write((level), __VA_ARGS__);                                                             \
   } while (0)
 
 #endif

@@ -31,8 +31,8 @@ __attribute__((warn_unused_result)) int util_parse_long(const char *s, long min,
                                                         long *out);
 
 /* Same for a finite double. */
-__attribute__((warn_unused_result)) int util_parse_double(const char *s, double min,
-                                                          double max, double *out);
+__attribute__((warn_unused_result)) int util_parse_double(const char *s, double min, double max,
+                                                          double *out);
 
 /* Reads process pid's start time (clock ticks after boot, field 22 of
  * /proc/PID/stat; pid 0: this process) and whether it is a zombie: with the

@@ -48,8 +48,8 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
   char launch[16];
   const char *field = NULL;
   char msg[512], master_ip[64];
-  char (*ids)[16] = NULL;
-  char (*tokens)[72] = NULL;
+  char(*ids)[16] = NULL;
+  char(*tokens)[72] = NULL;
   char *command = NULL, *args = NULL, *env = NULL, *secret = NULL;
   json_t *body, *out = NULL;
   enum MHD_Result ret = MHD_NO;
@@ -102,13 +102,24 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
   if (!rc)
     rc = db_session_touch(g.db, lr.session, master_ip);
   for (long i = 0; !rc && i < lr.n; i++) {
-    struct db_worker_new w = {
-        .id = ids[i], .session = lr.session, .name = lr.name, .role = lr.role,
-        .cpu = lr.cpu, .memory = lr.memory, .nvidia_gpu = lr.nvidia_gpu,
-        .script = lr.script, .code = lr.code, .kernel = lr.kernel,
-        .command_json = command, .args_json = args, .env_json = env,
-        .secret_env_json = secret, .token = tokens[i], .master_ip = master_ip,
-        .backend = g.cfg.backend, .launch_id = launch};
+    struct db_worker_new w = {.id = ids[i],
+                              .session = lr.session,
+                              .name = lr.name,
+                              .role = lr.role,
+                              .cpu = lr.cpu,
+                              .memory = lr.memory,
+                              .nvidia_gpu = lr.nvidia_gpu,
+                              .script = lr.script,
+                              .code = lr.code,
+                              .kernel = lr.kernel,
+                              .command_json = command,
+                              .args_json = args,
+                              .env_json = env,
+                              .secret_env_json = secret,
+                              .token = tokens[i],
+                              .master_ip = master_ip,
+                              .backend = g.cfg.backend,
+                              .launch_id = launch};
     rc = db_worker_insert(g.db, &w);
   }
   if (!rc)
@@ -117,7 +128,8 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
     LOG(LOG_ERROR, "launch failed: %s", db_errmsg(g.db));
     db_rollback(g.db);
     state_unlock();
-    ret = api_respond_error(c, MUSTER_E_DB, NULL, "the launch could not be stored; nothing was launched");
+    ret = api_respond_error(c, MUSTER_E_DB, NULL,
+                            "the launch could not be stored; nothing was launched");
     goto out;
   }
   for (long i = 0; i < lr.n; i++)
@@ -200,7 +212,7 @@ static int page_params(struct MHD_Connection *c, int *limit, int64_t *before,
   if (b && *b) {
     if (util_parse_long(b, 1, 0x7fffffffffffffffL, &v) != 0) {
       *ret = api_respond_error(c, MUSTER_E_INVALID, "before",
-                           "before must be the \"next\" cursor of an earlier page");
+                               "before must be the \"next\" cursor of an earlier page");
       return -1;
     }
     *before = v;
@@ -232,8 +244,8 @@ enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *a
   if (q.bad) {
     json_decref(q.statuses);
     return api_respond_error(c, MUSTER_E_INVALID, "status",
-                         "status must be scheduling, starting, running, succeeded, failed or "
-                         "stopped");
+                             "status must be scheduling, starting, running, succeeded, failed or "
+                             "stopped");
   }
   if (json_array_size(q.statuses))
     statuses = json_dumps(q.statuses, JSON_COMPACT);
@@ -327,7 +339,7 @@ enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const
   (void)arg;
   json_t *body = NULL, *ids, *item, *out = json_array();
   const char *session = "default";
-  char (*targets)[16] = NULL;
+  char(*targets)[16] = NULL;
   enum MHD_Result ret = MHD_NO;
   struct reader *rd;
   size_t i;
@@ -343,7 +355,7 @@ enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const
     session = json_string_value(json_object_get(body, "session"));
     if (!validate_name(session)) {
       ret = api_respond_error(c, MUSTER_E_INVALID, "session",
-                          "session must be 1 to 64 letters, digits, '_', '.' or '-'");
+                              "session must be 1 to 64 letters, digits, '_', '.' or '-'");
       goto out;
     }
   }
@@ -429,13 +441,15 @@ enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char
   json_t *o;
 
   if (!validate_name(name))
-    return api_respond_error(c, MUSTER_E_NOT_FOUND, "name", "\"%.64s\" is not a session name", name);
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "name", "\"%.64s\" is not a session name",
+                             name);
   rd = api_reader_get();
   o = db_session_json(rd->db, name);
   api_reader_put(rd);
   if (!o)
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "name",
-                         "there is no session %s (a session exists once it has launched)", name);
+                             "there is no session %s (a session exists once it has launched)",
+                             name);
   return api_respond_json(c, MHD_HTTP_OK, o);
 }
 
@@ -496,7 +510,7 @@ enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq) {
   api_waiter_free(wt);
   if (shutting)
     return api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL,
-                         "the controller is shutting down; await again after it restarts");
+                             "the controller is shutting down; await again after it restarts");
   return api_respond_json(c, MHD_HTTP_OK, answer);
 }
 
@@ -598,9 +612,9 @@ enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char 
   api_reader_put(rd);
   shutting = g.shutting_down;
   return api_respond_json(c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
-                      json_pack("{s:s, s:s, s:s, s:o}", "status",
-                                shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
-                                "backend", g.cfg.backend, "workers", counts));
+                          json_pack("{s:s, s:s, s:s, s:o}", "status",
+                                    shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
+                                    "backend", g.cfg.backend, "workers", counts));
 }
 
 enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {
@@ -632,29 +646,37 @@ enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char
   fprintf(f, "# HELP muster_workers Workers by status.\n# TYPE muster_workers gauge\n");
   json_object_foreach(counts, k, v)
       fprintf(f, "muster_workers{status=\"%s\"} %lld\n", k, (long long)json_integer_value(v));
-  fprintf(f, "# HELP muster_cpu_used Cores held by live workers.\n# TYPE muster_cpu_used gauge\n"
-             "muster_cpu_used %g\n",
+  fprintf(f,
+          "# HELP muster_cpu_used Cores held by live workers.\n# TYPE muster_cpu_used gauge\n"
+          "muster_cpu_used %g\n",
           cpu_used);
-  fprintf(f, "# HELP muster_cpu_capacity Cores of the backend.\n"
-             "# TYPE muster_cpu_capacity gauge\nmuster_cpu_capacity %g\n",
+  fprintf(f,
+          "# HELP muster_cpu_capacity Cores of the backend.\n"
+          "# TYPE muster_cpu_capacity gauge\nmuster_cpu_capacity %g\n",
           cpu_total);
-  fprintf(f, "# HELP muster_memory_used_gib Memory held by live workers.\n"
-             "# TYPE muster_memory_used_gib gauge\nmuster_memory_used_gib %g\n",
+  fprintf(f,
+          "# HELP muster_memory_used_gib Memory held by live workers.\n"
+          "# TYPE muster_memory_used_gib gauge\nmuster_memory_used_gib %g\n",
           mem_used);
-  fprintf(f, "# HELP muster_memory_capacity_gib Memory of the backend.\n"
-             "# TYPE muster_memory_capacity_gib gauge\nmuster_memory_capacity_gib %g\n",
+  fprintf(f,
+          "# HELP muster_memory_capacity_gib Memory of the backend.\n"
+          "# TYPE muster_memory_capacity_gib gauge\nmuster_memory_capacity_gib %g\n",
           mem_total);
-  fprintf(f, "# HELP muster_transitions_total State changes since start.\n"
-             "# TYPE muster_transitions_total counter\nmuster_transitions_total %llu\n",
+  fprintf(f,
+          "# HELP muster_transitions_total State changes since start.\n"
+          "# TYPE muster_transitions_total counter\nmuster_transitions_total %llu\n",
           (unsigned long long)g.transitions);
-  fprintf(f, "# HELP muster_http_requests_total Requests since start.\n"
-             "# TYPE muster_http_requests_total counter\nmuster_http_requests_total %llu\n",
+  fprintf(f,
+          "# HELP muster_http_requests_total Requests since start.\n"
+          "# TYPE muster_http_requests_total counter\nmuster_http_requests_total %llu\n",
           (unsigned long long)g.http_requests);
-  fprintf(f, "# HELP muster_await_waiting Suspended await calls.\n"
-             "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
+  fprintf(f,
+          "# HELP muster_await_waiting Suspended await calls.\n"
+          "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
           waiters);
-  fprintf(f, "# HELP muster_streams_waiting Open event streams and followed logs.\n"
-             "# TYPE muster_streams_waiting gauge\nmuster_streams_waiting %d\n",
+  fprintf(f,
+          "# HELP muster_streams_waiting Open event streams and followed logs.\n"
+          "# TYPE muster_streams_waiting gauge\nmuster_streams_waiting %d\n",
           streams);
   json_decref(counts);
   fclose(f);
@@ -716,4 +738,3 @@ enum MHD_Result api_static(struct MHD_Connection *c, struct req *rq, const char 
   MHD_destroy_response(r);
   return ret;
 }
-

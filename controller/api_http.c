@@ -44,7 +44,9 @@ struct reader *api_reader_get(void) {
   return &readers[hint % (unsigned)nreaders];
 }
 
-void api_reader_put(struct reader *r) { pthread_mutex_unlock(&r->mu); }
+void api_reader_put(struct reader *r) {
+  pthread_mutex_unlock(&r->mu);
+}
 
 /* The worker object of id as JSON text, from the cache or read through
  * rd (without the state lock). Returns a malloc'ed string (length *len), or
@@ -91,11 +93,11 @@ enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status, json
 }
 
 enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
-                                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Queues the error object (docs/design.md) for err, with a sentence from fmt. */
 enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
-                                     const char *fmt, ...) {
+                                  const char *fmt, ...) {
   char msg[1024];
   json_t *e;
   va_list ap;
@@ -106,7 +108,8 @@ enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char 
   e = json_pack("{s:s, s:s}", "code", muster_error_name(err), "message", msg);
   if (field)
     json_object_set_new(e, "field", json_string(field));
-  return api_respond_json(c, (unsigned)muster_error_http_status(err), json_pack("{s:o}", "error", e));
+  return api_respond_json(c, (unsigned)muster_error_http_status(err),
+                          json_pack("{s:o}", "error", e));
 }
 
 enum MHD_Result api_respond_empty(struct MHD_Connection *c, unsigned status) {
@@ -119,7 +122,7 @@ enum MHD_Result api_respond_empty(struct MHD_Connection *c, unsigned status) {
 
 /* Queues text (malloc'ed, taken over) as a JSON answer. */
 enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text,
-                                    size_t len) {
+                                 size_t len) {
   struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
   enum MHD_Result ret;
 
@@ -179,8 +182,8 @@ json_t *api_parse_body(struct MHD_Connection *c, struct req *rq, enum MHD_Result
   }
   body = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &jerr);
   if (!body) {
-    *ret = api_respond_error(c, MUSTER_E_MALFORMED, NULL, "the body is not valid JSON: %s (line %d)",
-                         jerr.text, jerr.line);
+    *ret = api_respond_error(c, MUSTER_E_MALFORMED, NULL,
+                             "the body is not valid JSON: %s (line %d)", jerr.text, jerr.line);
     return NULL;
   }
   if (!json_is_object(body)) {
@@ -221,8 +224,7 @@ const struct api_route *api_routes(int *n) {
 /* Matches url against pattern. Returns 1 if it matches, with the {id} or
  * {name} segment copied to arg (arg_ok 0 if an {id} segment is not a
  * worker id); 0 if not. */
-static int path_match(const char *pattern, const char *url, char *arg, size_t arglen,
-                      int *arg_ok) {
+static int path_match(const char *pattern, const char *url, char *arg, size_t arglen, int *arg_ok) {
   *arg_ok = 1;
   arg[0] = '\0';
   while (*pattern && *url) {
@@ -267,7 +269,8 @@ static enum MHD_Result route(struct MHD_Connection *c, struct req *rq, const cha
       if (r->auth == AUTH_WORKER && !arg_ok)
         continue;
       if (strcmp(r->method, method) != 0) {
-        if (!strstr(allowed, r->method) && strlen(allowed) + strlen(r->method) + 5 < sizeof(allowed))
+        if (!strstr(allowed, r->method) &&
+            strlen(allowed) + strlen(r->method) + 5 < sizeof(allowed))
           snprintf(allowed + strlen(allowed), sizeof(allowed) - strlen(allowed), "%s%s",
                    allowed[0] ? " or " : "", r->method);
         continue;
@@ -276,11 +279,11 @@ static enum MHD_Result route(struct MHD_Connection *c, struct req *rq, const cha
         if (authed < 0)
           authed = client_ok(c) || events_query_token_ok(c, url, method);
         if (!authed)
-          return api_respond_error(
-              c, MUSTER_E_UNAUTHORIZED, NULL,
-              api_bearer(c) ? "the bearer token is not valid"
-                            : "this call needs \"Authorization: Bearer <token>\" (the "
-                              "token is in the controller's state directory)");
+          return api_respond_error(c, MUSTER_E_UNAUTHORIZED, NULL,
+                                   api_bearer(c)
+                                       ? "the bearer token is not valid"
+                                       : "this call needs \"Authorization: Bearer <token>\" (the "
+                                         "token is in the controller's state directory)");
         if (!arg_ok)
           return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "\"%.40s\" is not a worker id",
                                    arg);
@@ -413,13 +416,12 @@ int api_start(char *err, size_t errlen) {
     return MUSTER_E_INVALID;
   }
   daemon_handle = MHD_start_daemon(
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
-      NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED,
-      completed, NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-      (unsigned)4096, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+      handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
+      (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+      (unsigned)1, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
   if (!daemon_handle) {
     snprintf(err, errlen, "could not listen on %s:%d (is the port in use?)", host, g.cfg.port);
     return MUSTER_E_IO;
@@ -444,4 +446,3 @@ void api_stop(void) {
   }
   nreaders = 0;
 }
-

@@ -82,8 +82,7 @@ enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char 
                                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 enum MHD_Result api_respond_empty(struct MHD_Connection *c, unsigned status);
 /* Queues text (malloc'ed; taken over, freed by libmicrohttpd) as JSON. */
-enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text,
-                                 size_t len);
+enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text, size_t len);
 
 /* The bearer token of the request (borrowed), or NULL. */
 const char *api_bearer(struct MHD_Connection *c);

@@ -3,11 +3,11 @@
 #include "api_internal.h"
 
 #include "backend.h"
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
 #include "util.h"
-#include "fault.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -131,8 +131,7 @@ enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char 
   e->last_seq = v;
   e->buf = strdup("retry: 1000\n\n");
   e->len = e->buf ? strlen(e->buf) : 0;
-  r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, events_reader, e,
-                                        events_free);
+  r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, events_reader, e, events_free);
   if (!r) {
     free(e->buf);
     free(e);
@@ -196,8 +195,9 @@ static ssize_t log_reader(void *cls, uint64_t pos, char *out, size_t max) {
     if (!live) {
       /* Ended: what it wrote before its end is all there is. */
       n = log_read(l, out, max);
-      return n > 0 ? n : n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR
-                               : MHD_CONTENT_READER_END_OF_STREAM;
+      return n > 0   ? n
+             : n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR
+                     : MHD_CONTENT_READER_END_OF_STREAM;
     }
   }
 }
@@ -253,12 +253,10 @@ enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *i
         close(fd);
       r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     } else {
-      r = MHD_create_response_from_fd_at_offset64((uint64_t)(size - offset), fd,
-                                                  (uint64_t)offset);
+      r = MHD_create_response_from_fd_at_offset64((uint64_t)(size - offset), fd, (uint64_t)offset);
     }
   } else {
-    r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, log_reader, l,
-                                          log_free);
+    r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, log_reader, l, log_free);
     if (r) {
       state_lock();
       stream_add_locked(&l->s);
@@ -277,4 +275,3 @@ enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *i
   MHD_destroy_response(r);
   return ret;
 }
-

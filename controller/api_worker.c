@@ -104,8 +104,8 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   if (!w || (w->status != WS_STARTING && w->status != WS_RUNNING)) {
     state_unlock();
     json_decref(body);
-    return api_respond_error(c, MUSTER_E_CONFLICT, "status",
-                         "worker %s is %s; it cannot register", id, status);
+    return api_respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s is %s; it cannot register",
+                             id, status);
   }
   /* Exactly once: only the workerd of the committed attempt may run the
    * worker's script; any other (one started before a controller crash, say)
@@ -117,9 +117,9 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
     LOG(LOG_INFO, "%s: refused a registration of attempt %d (the current attempt is %d)", id,
         attempt, current);
     return api_respond_error(c, MUSTER_E_CONFLICT, "attempt",
-                         "worker %s is on start attempt %d; this muster-workerd belongs to "
-                         "attempt %d and must end",
-                         id, current, attempt);
+                             "worker %s is on start attempt %d; this muster-workerd belongs to "
+                             "attempt %d and must end",
+                             id, current, attempt);
   }
   /* A registration of a worker that already runs is its own workerd asking
    * again (the first answer was lost): the same pid. Another process with
@@ -128,9 +128,9 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
     state_unlock();
     json_decref(body);
     return api_respond_error(c, MUSTER_E_CONFLICT, "pid",
-                         "worker %s already runs with another muster-workerd; this one must "
-                         "end",
-                         id);
+                             "worker %s already runs with another muster-workerd; this one must "
+                             "end",
+                             id);
   }
   if (w->status == WS_STARTING) {
     f.ip_address = ip;
@@ -225,7 +225,7 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
       (sig && !json_is_null(sig) && !json_is_integer(sig))) {
     json_decref(body);
     return api_respond_error(c, MUSTER_E_INVALID, "exit_code",
-                         "exit_code and signal must be integers or null");
+                             "exit_code and signal must be integers or null");
   }
   why[0] = '\0';
   if (json_is_integer(code))
@@ -291,7 +291,7 @@ enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const c
   } else if (rq->len && write(fd, rq->body, rq->len) != (ssize_t)rq->len) {
     close(fd);
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not append to the log: %s",
-                         strerror(errno));
+                             strerror(errno));
   }
   close(fd);
   state_lock();
@@ -299,4 +299,3 @@ enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const c
   state_unlock();
   return api_respond_empty(c, MHD_HTTP_NO_CONTENT);
 }
-

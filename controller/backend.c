@@ -12,4 +12,6 @@ const struct backend_ops *backend_find(const char *name) {
   return NULL;
 }
 
-const char *backend_names(void) { return "local, external"; }
+const char *backend_names(void) {
+  return "local, external";
+}

@@ -39,16 +39,16 @@ struct backend_req {
 
 /* Where a backend placed a worker (filled by place()). */
 struct backend_placement {
-  char bind_ip[48];       /* address workerd binds to; "" to let it choose */
-  char gpu_indices[256];  /* "0,1"; "" for none */
+  char bind_ip[48];      /* address workerd binds to; "" to let it choose */
+  char gpu_indices[256]; /* "0,1"; "" for none */
 };
 
 /* One worker handed to submit(): its attempt is already committed. */
 struct backend_start {
   const char *id;
-  const char *launch;      /* the launch (gang) it came from: a backend may group by it */
+  const char *launch;         /* the launch (gang) it came from: a backend may group by it */
   const char *controller_url; /* where its workerd registers */
-  const char *token;       /* the worker's bearer token: a secret */
+  const char *token;          /* the worker's bearer token: a secret */
   int attempt;
   const struct backend_placement *where;
 };
@@ -57,11 +57,11 @@ struct backend_start {
 struct backend_live {
   const char *id;
   int attempt;
-  int registered;          /* 1 if running (workerd registered) */
-  const char *ref;         /* backend_ref as recorded, or NULL if none was */
+  int registered;  /* 1 if running (workerd registered) */
+  const char *ref; /* backend_ref as recorded, or NULL if none was */
   struct backend_req req;
   struct backend_placement where;
-  int adopted;             /* out: 1 if the recorded attempt still runs */
+  int adopted; /* out: 1 if the recorded attempt still runs */
 };
 
 /* How cancel() ends a worker's processes. */
@@ -81,8 +81,7 @@ struct backend_ops {
   void (*shutdown)(void);
   /* 0 if a worker of this size could fit the backend when empty; otherwise
    * MUSTER_E_CAPACITY with *field naming the field and a sentence in msg. */
-  int (*could_ever_fit)(const struct backend_req *r, const char **field, char *msg,
-                        size_t msglen);
+  int (*could_ever_fit)(const struct backend_req *r, const char **field, char *msg, size_t msglen);
   /* Reserves room for a worker now. Returns 1 with *where filled, or 0 with
    * a sentence in why ("2 cores (1.5 free of 2)") when it must wait. */
   int (*place)(const char *id, const struct backend_req *r, struct backend_placement *where,

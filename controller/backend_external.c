@@ -33,8 +33,8 @@ static int ext_could_ever_fit(const struct backend_req *r, const char **field, c
   return 0;
 }
 
-static int ext_place(const char *id, const struct backend_req *r,
-                     struct backend_placement *where, char *why, size_t whylen) {
+static int ext_place(const char *id, const struct backend_req *r, struct backend_placement *where,
+                     char *why, size_t whylen) {
   (void)id;
   (void)r;
   (void)why;
@@ -54,7 +54,9 @@ static void ext_cancel(const char *id, enum backend_cancel how) {
   (void)how;
 }
 
-static void ext_release(const char *id) { (void)id; }
+static void ext_release(const char *id) {
+  (void)id;
+}
 
 /* Nothing to look at: whatever registered before the restart is trusted to
  * run on, and found out by its heartbeats if it does not. */
@@ -63,8 +65,7 @@ static void ext_reconcile(struct backend_live *ws, int n) {
     ws[i].adopted = 1;
 }
 
-static void ext_usage(double *cpu_used, double *cpu_total, double *mem_used,
-                      double *mem_total) {
+static void ext_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {
   *cpu_used = *cpu_total = *mem_used = *mem_total = 0;
 }
 

@@ -51,13 +51,13 @@ struct lproc {
   pid_t pid;                /* 0 until spawned */
   unsigned long long start; /* its start time, in clock ticks after boot */
   struct backend_req req;
-  int ip_slot;              /* -1: none */
+  int ip_slot; /* -1: none */
   uint64_t gpu_mask;
-  int live;                 /* placed and not yet released */
-  int adopted;              /* not our child: probed through /proc */
-  int reported;             /* its end was reported: no second report */
-  int exited;               /* our child, reaped: pid and start kept for its leftovers */
-  int64_t kill_at_ms;       /* a SIGKILL is due then; 0: none */
+  int live;           /* placed and not yet released */
+  int adopted;        /* not our child: probed through /proc */
+  int reported;       /* its end was reported: no second report */
+  int exited;         /* our child, reaped: pid and start kept for its leftovers */
+  int64_t kill_at_ms; /* a SIGKILL is due then; 0: none */
   struct lproc *hnext;
   struct lproc *next, *prev;
 };
@@ -172,8 +172,7 @@ static int ip_to_slot(const char *ip) {
   unsigned a, b;
   char tail;
 
-  if (sscanf(ip, "127.0.%u.%u%c", &a, &b, &tail) != 2 || a < 1 || a > 254 || b < 1 ||
-      b > 254)
+  if (sscanf(ip, "127.0.%u.%u%c", &a, &b, &tail) != 2 || a < 1 || a > 254 || b < 1 || b > 254)
     return -1;
   return (int)((a - 1) * 254 + (b - 1));
 }
@@ -548,12 +547,10 @@ static void start_done(const struct job *j, pid_t pid) {
     return;
   }
   snprintf(ref, sizeof(ref), "%d:%llu", (int)pid, start);
-  snprintf(detail, sizeof(detail), "local backend: pid %d, address %s", (int)pid,
-           j->where.bind_ip);
+  snprintf(detail, sizeof(detail), "local backend: pid %d, address %s", (int)pid, j->where.bind_ip);
   {
     struct backend_report r = {
-        .event = BACKEND_STARTED, .id = j->id, .attempt = j->attempt, .ref = ref,
-        .detail = detail};
+        .event = BACKEND_STARTED, .id = j->id, .attempt = j->attempt, .ref = ref, .detail = detail};
     backend_report(&r);
   }
 }
@@ -573,8 +570,7 @@ static void start_batch(struct job **jobs, int n) {
       report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt, "out of memory");
     goto out;
   }
-  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX &&
-      util_mono_ms() >= lb.zygote_retry_ms)
+  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX && util_mono_ms() >= lb.zygote_retry_ms)
     zygote_start();
   for (int i = 0; i < n; i++) {
     struct lproc *p;
@@ -722,8 +718,8 @@ static void reap(void) {
     if (!id[0])
       continue;
     if (WIFSIGNALED(st))
-      snprintf(why, sizeof(why), "muster-workerd (pid %d) was killed by signal %d (%s)",
-               (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+      snprintf(why, sizeof(why), "muster-workerd (pid %d) was killed by signal %d (%s)", (int)pid,
+               WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
       snprintf(why, sizeof(why),
                "muster-workerd (pid %d) exited with code %d before reporting the worker's end",
@@ -939,8 +935,8 @@ static int local_could_ever_fit(const struct backend_req *r, const char **field,
   return MUSTER_E_CAPACITY;
 }
 
-static int local_place(const char *id, const struct backend_req *r,
-                       struct backend_placement *where, char *why, size_t whylen) {
+static int local_place(const char *id, const struct backend_req *r, struct backend_placement *where,
+                       char *why, size_t whylen) {
   struct lproc *p;
   uint64_t mask = 0;
   int slot, taken = 0, ok = 0;
@@ -1115,16 +1111,14 @@ static void local_reconcile(struct backend_live *ws, int n) {
   pthread_mutex_unlock(&lb.mu);
 }
 
-static int local_ref_from_register(long pid, unsigned long long start_time, char *ref,
-                                   size_t len) {
+static int local_ref_from_register(long pid, unsigned long long start_time, char *ref, size_t len) {
   if (pid <= 1 || start_time == 0)
     return -1;
   snprintf(ref, len, "%ld:%llu", pid, start_time);
   return 0;
 }
 
-static void local_usage(double *cpu_used, double *cpu_total, double *mem_used,
-                        double *mem_total) {
+static void local_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {
   pthread_mutex_lock(&lb.mu);
   *cpu_used = lb.cpu_used;
   *cpu_total = lb.cfg.cpus;
@@ -1146,4 +1140,3 @@ const struct backend_ops backend_local_ops = {
     .ref_from_register = local_ref_from_register,
     .usage = local_usage,
 };
-

@@ -38,15 +38,15 @@ enum {
   ST_COUNT_
 };
 
-#define WORKER_COLS                                                                   \
-  "id, session, name, role, status, cpu, memory, nvidia_gpu, script, code, command, " \
-  "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "         \
-  "backend_ref, exit_code, failure, created_at, running_at, finished_at, "             \
+#define WORKER_COLS                                                                                \
+  "id, session, name, role, status, cpu, memory, nvidia_gpu, script, code, command, "              \
+  "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "                      \
+  "backend_ref, exit_code, failure, created_at, running_at, finished_at, "                         \
   "last_heartbeat, signal, attempt, waiting_for, rowid"
 
-#define INFO_COLS                                                                     \
-  "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, " \
-  "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, " \
+#define INFO_COLS                                                                                  \
+  "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
+  "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, "           \
   "backend_ref, launch_id"
 
 static const char *const statement_sql[ST_COUNT_] = {
@@ -203,8 +203,7 @@ static int apply_migrations(struct db *db, char *errbuf, size_t errlen) {
     char pragma[64];
 
     if (sqlite3_exec(db->conn, db_migrations[i].sql, NULL, NULL, &err) != SQLITE_OK) {
-      snprintf(errbuf, errlen, "migration %s failed: %s", db_migrations[i].name,
-               err ? err : "?");
+      snprintf(errbuf, errlen, "migration %s failed: %s", db_migrations[i].name, err ? err : "?");
       sqlite3_free(err);
       sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
       return MUSTER_E_DB;
@@ -225,8 +224,7 @@ exec_error:
   sqlite3_free(err);
   return MUSTER_E_DB;
 db_error:
-  snprintf(errbuf, errlen, "could not read the schema version: %s",
-           sqlite3_errmsg(db->conn));
+  snprintf(errbuf, errlen, "could not read the schema version: %s", sqlite3_errmsg(db->conn));
   return MUSTER_E_DB;
 }
 
@@ -261,10 +259,9 @@ static int db_open_mode(const char *path, int readonly, struct db **out, char *e
   if (rc)
     goto fail;
   for (int i = 0; i < ST_COUNT_; i++) {
-    if (sqlite3_prepare_v3(db->conn, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                           &db->st[i], NULL) != SQLITE_OK) {
-      snprintf(errbuf, errlen, "could not prepare statement %d: %s", i,
-               sqlite3_errmsg(db->conn));
+    if (sqlite3_prepare_v3(db->conn, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &db->st[i],
+                           NULL) != SQLITE_OK) {
+      snprintf(errbuf, errlen, "could not prepare statement %d: %s", i, sqlite3_errmsg(db->conn));
       rc = MUSTER_E_DB;
       goto fail;
     }
@@ -295,7 +292,9 @@ void db_close(struct db *db) {
   free(db);
 }
 
-int db_begin(struct db *db) { return exec_stmt(stmt(db, ST_BEGIN)); }
+int db_begin(struct db *db) {
+  return exec_stmt(stmt(db, ST_BEGIN));
+}
 int db_commit(struct db *db) {
   int rc;
 
@@ -331,7 +330,9 @@ void db_rollback(struct db *db) {
   dirty_flush(db);
 }
 
-const char *db_errmsg(struct db *db) { return sqlite3_errmsg(db->conn); }
+const char *db_errmsg(struct db *db) {
+  return sqlite3_errmsg(db->conn);
+}
 
 int db_session_touch(struct db *db, const char *name, const char *master_ip) {
   sqlite3_stmt *s = stmt(db, ST_SESSION_TOUCH);
@@ -540,9 +541,8 @@ static void copy_col(sqlite3_stmt *s, int i, char *dst, size_t size) {
   snprintf(dst, size, "%s", v ? v : "");
 }
 
-int db_worker_page(struct db *db, const char *statuses_json, const char *session,
-                   const char *role, int64_t before, int limit, char (*ids)[16], int *n,
-                   int64_t *next) {
+int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
+                   int64_t before, int limit, char (*ids)[16], int *n, int64_t *next) {
   sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
   int64_t last = 0;
   int rc;

@@ -41,15 +41,16 @@ struct db_fields {
   int set_running_at, set_finished_at, set_heartbeat;
   int attempt; /* -1: leave; set: backend_ref becomes backend_ref (NULL clears it) */
 };
-#define DB_FIELDS_INIT {NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, 0, 0, 0, -1}
+#define DB_FIELDS_INIT                                                                             \
+  { NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, 0, 0, 0, -1 }
 
 /* Opens (creating if needed) the database at path in WAL mode and applies
  * every pending migration in one transaction. A database whose
  * user_version is newer than this binary's migrations is refused with
  * MUSTER_E_SCHEMA_TOO_NEW and a message in errbuf. On success *out is a new
  * handle to be freed with db_close(). */
-__attribute__((warn_unused_result)) int db_open(const char *path, struct db **out,
-                                                char *errbuf, size_t errlen);
+__attribute__((warn_unused_result)) int db_open(const char *path, struct db **out, char *errbuf,
+                                                size_t errlen);
 
 /* Opens a read-only connection to the database that db_open() set up, for
  * lists and gets that must not wait for the writer (WAL readers see the
@@ -85,8 +86,7 @@ int db_worker_transition(struct db *db, const char *id, const char *from, const 
     __attribute__((warn_unused_result));
 
 /* Sets fields without a state change (heartbeat time). */
-int db_worker_touch_heartbeat(struct db *db, const char *id)
-    __attribute__((warn_unused_result));
+int db_worker_touch_heartbeat(struct db *db, const char *id) __attribute__((warn_unused_result));
 
 /* The API's worker object for id: a new reference, or NULL if there is no
  * such worker (or on error). */
@@ -97,9 +97,9 @@ json_t *db_worker_json(struct db *db, const char *id);
  * limit ids (ids has room for limit) of workers older than the cursor
  * before (0: from the newest), their number in *n. *next is the cursor of
  * the page after this one, 0 if this is the last. */
-int db_worker_page(struct db *db, const char *statuses_json, const char *session,
-                   const char *role, int64_t before, int limit, char (*ids)[16], int *n,
-                   int64_t *next) __attribute__((warn_unused_result));
+int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
+                   int64_t before, int limit, char (*ids)[16], int *n, int64_t *next)
+    __attribute__((warn_unused_result));
 
 /* Records the backend's reference of worker id's attempt (if that attempt
  * is still current and the worker live). */
@@ -145,8 +145,8 @@ int db_worker_info(struct db *db, const char *id, struct db_worker_info *out)
 void db_worker_info_cleanup(struct db_worker_info *info);
 
 /* Calls fn for every worker that is not in a terminal state, oldest first. */
-int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_info *w),
-                    void *arg) __attribute__((warn_unused_result));
+int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_info *w), void *arg)
+    __attribute__((warn_unused_result));
 
 /* Appends to *out up to limit events with seq > since, as SSE records
  * ("id: N\ndata: {...}\n\n"). *last is set to the last seq written.

@@ -20,34 +20,33 @@
 #include <unistd.h>
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: muster-controller [options]\n"
-          "\n"
-          "Runs muster's REST API, keeps worker state in SQLite and starts workers\n"
-          "through a backend.\n"
-          "\n"
-          "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
-          "                            port 0 picks a free one)\n"
-          "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
-          "  --backend NAME            how workers are started: local (default), or\n"
-          "                            external (starts nothing: workerd is started by\n"
-          "                            hand or by a load generator)\n"
-          "  --retain S                keep ended workers, their events and logs for S s\n"
-          "                            (default 604800, 7 days; 0 keeps them forever)\n"
-          "  --start-timeout S         fail workers not registered after S s (default 60)\n"
-          "  --heartbeat-timeout S     fail workers silent for S s (default 15)\n"
-          "  --heartbeat-interval S    how often workers heartbeat (default 2)\n"
-          "  --stop-grace S            SIGTERM to SIGKILL on stop (default 5)\n"
-          "  --cpus N                  cores the local backend hands out (default: all)\n"
-          "  --memory GIB              memory the local backend hands out (default: all)\n"
-          "  --gpus N                  GPUs the local backend hands out (default 0)\n"
-          "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
-          "  --web-dir DIR             the web UI's files\n"
-          "  --workdir DIR             where workers' scripts run (default: current dir)\n"
-          "  --http-threads N          HTTP thread pool size (default 4)\n"
-          "  -v, --verbose             log debug lines\n"
-          "  -h, --help                this text\n"
-          "  --version                 print the version\n");
+  fprintf(out, "usage: muster-controller [options]\n"
+               "\n"
+               "Runs muster's REST API, keeps worker state in SQLite and starts workers\n"
+               "through a backend.\n"
+               "\n"
+               "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
+               "                            port 0 picks a free one)\n"
+               "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
+               "  --backend NAME            how workers are started: local (default), or\n"
+               "                            external (starts nothing: workerd is started by\n"
+               "                            hand or by a load generator)\n"
+               "  --retain S                keep ended workers, their events and logs for S s\n"
+               "                            (default 604800, 7 days; 0 keeps them forever)\n"
+               "  --start-timeout S         fail workers not registered after S s (default 60)\n"
+               "  --heartbeat-timeout S     fail workers silent for S s (default 15)\n"
+               "  --heartbeat-interval S    how often workers heartbeat (default 2)\n"
+               "  --stop-grace S            SIGTERM to SIGKILL on stop (default 5)\n"
+               "  --cpus N                  cores the local backend hands out (default: all)\n"
+               "  --memory GIB              memory the local backend hands out (default: all)\n"
+               "  --gpus N                  GPUs the local backend hands out (default 0)\n"
+               "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
+               "  --web-dir DIR             the web UI's files\n"
+               "  --workdir DIR             where workers' scripts run (default: current dir)\n"
+               "  --http-threads N          HTTP thread pool size (default 4)\n"
+               "  -v, --verbose             log debug lines\n"
+               "  -h, --help                this text\n"
+               "  --version                 print the version\n");
 }
 
 static int parse_listen(const char *arg, struct ctl_config *cfg) {
@@ -102,13 +101,13 @@ static int parse_args(int argc, char **argv, struct ctl_config *cfg) {
     int bad = 0;
     long l;
 
-#define NEED_VALUE()                                                  \
-  do {                                                                \
-    if (!v) {                                                         \
-      fprintf(stderr, "muster-controller: %s needs a value\n", a);    \
-      return MUSTER_E_INVALID;                                        \
-    }                                                                 \
-    i++;                                                              \
+#define NEED_VALUE()                                                                               \
+  do {                                                                                             \
+    if (!v) {                                                                                      \
+      fprintf(stderr, "muster-controller: %s needs a value\n", a);                                 \
+      return MUSTER_E_INVALID;                                                                     \
+    }                                                                                              \
+    i++;                                                                                           \
   } while (0)
 
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -129,8 +128,10 @@ static int parse_args(int argc, char **argv, struct ctl_config *cfg) {
     } else if (strcmp(a, "--backend") == 0) {
       NEED_VALUE();
       if (!backend_find(v)) {
-        fprintf(stderr, "muster-controller: --backend: there is no backend \"%s\" (this "
-                        "controller has: %s)\n", v, backend_names());
+        fprintf(stderr,
+                "muster-controller: --backend: there is no backend \"%s\" (this "
+                "controller has: %s)\n",
+                v, backend_names());
         return MUSTER_E_INVALID;
       }
       snprintf(cfg->backend, sizeof(cfg->backend), "%s", v);

@@ -10,14 +10,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 struct ctl g = {.lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP};
@@ -34,7 +34,9 @@ static const unsigned char status_terminal[WS_COUNT_] = {
 #undef MUSTER_X_STATUS
 };
 
-const char *ws_name(enum wstatus s) { return s < WS_COUNT_ ? status_names[s] : "?"; }
+const char *ws_name(enum wstatus s) {
+  return s < WS_COUNT_ ? status_names[s] : "?";
+}
 
 int ws_parse(const char *name, enum wstatus *out) {
   for (int i = 0; i < WS_COUNT_; i++)
@@ -45,7 +47,9 @@ int ws_parse(const char *name, enum wstatus *out) {
   return MUSTER_E_INVALID;
 }
 
-int ws_terminal(enum wstatus s) { return s < WS_COUNT_ && status_terminal[s]; }
+int ws_terminal(enum wstatus s) {
+  return s < WS_COUNT_ && status_terminal[s];
+}
 
 int sm_legal(enum wstatus from, enum wstatus to) {
   switch (from) {
@@ -85,8 +89,10 @@ void state_unlock(void) {
   g.lock_held = 0;
   rc = pthread_mutex_unlock(&g.lock);
   if (rc) {
-    LOG(LOG_ERROR, "internal error: the state lock was released by a thread that did not "
-                   "hold it: %s", strerror(rc));
+    LOG(LOG_ERROR,
+        "internal error: the state lock was released by a thread that did not "
+        "hold it: %s",
+        strerror(rc));
     abort();
   }
 }
@@ -277,9 +283,13 @@ static void streams_wake_locked(enum stream_kind kind, const char *id) {
     }
 }
 
-void streams_wake_logs_locked(const char *id) { streams_wake_locked(STREAM_LOG, id); }
+void streams_wake_logs_locked(const char *id) {
+  streams_wake_locked(STREAM_LOG, id);
+}
 
-void streams_wake_events_locked(void) { streams_wake_locked(STREAM_EVENTS, NULL); }
+void streams_wake_events_locked(void) {
+  streams_wake_locked(STREAM_EVENTS, NULL);
+}
 
 /* ---- the state machine ---- */
 
@@ -289,8 +299,7 @@ int sm_begin(void) {
   return db_begin(g.db);
 }
 
-int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f,
-                  const char *detail) {
+int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f, const char *detail) {
   struct db_fields none = DB_FIELDS_INIT;
   int rc;
 
@@ -305,8 +314,7 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f,
     g.pending = p;
     g.cap_pending = cap;
   }
-  rc = db_worker_transition(g.db, w->id, ws_name(w->status), ws_name(to), f ? f : &none,
-                            detail);
+  rc = db_worker_transition(g.db, w->id, ws_name(w->status), ws_name(to), f ? f : &none, detail);
   if (rc)
     return rc;
   /* Remember the old status: a rollback puts it back. */
@@ -414,7 +422,7 @@ int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const c
 }
 
 int sm_stop_many_locked(char (*ids)[16], int n, const char *detail) {
-  char (*cancel)[16] = calloc((size_t)n + 1, sizeof(*cancel));
+  char(*cancel)[16] = calloc((size_t)n + 1, sizeof(*cancel));
   int rc, ncancel = 0;
 
   ASSERT_LOCKED();
@@ -874,7 +882,7 @@ static void schedule_locked(void) {
 /* Retention: terminal workers past --retain go, with their events, logs and
  * files, in batches, through db_prune(), the one path that deletes. */
 static void prune_locked(int64_t now) {
-  char (*ids)[16];
+  char(*ids)[16];
   char cutoff[32];
   time_t t;
   struct tm tm;
@@ -923,7 +931,8 @@ static void prune_locked(int64_t now) {
 /* 1 if the client of a suspended connection has hung up. A suspended
  * connection is not watched by libmicrohttpd, so nobody else would notice. */
 static int client_gone(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   struct pollfd p;
   char b;
 

@@ -34,7 +34,7 @@ enum wstatus {
 #define MUSTER_X_STATUS(sym, name, terminal) WS_##sym,
   MUSTER_STATUSES(MUSTER_X_STATUS)
 #undef MUSTER_X_STATUS
-  WS_COUNT_
+      WS_COUNT_
 };
 
 /* "scheduling", ...; the names used in the API and in SQLite. */
@@ -58,8 +58,8 @@ struct ctl_config {
   double heartbeat_interval_s;
   double stop_grace_s;
   double retain_s; /* terminal workers are pruned this long after they end */
-  double cpus;   /* capacity of the local backend */
-  double memory; /* GiB */
+  double cpus;     /* capacity of the local backend */
+  double memory;   /* GiB */
   int gpus;
   int http_threads;
 };
@@ -70,20 +70,20 @@ struct lw {
   char id[16];
   char token[72];
   char session[72];
-  char launch[16];     /* the launch (gang) it came from */
+  char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;
-  int attempt;         /* the committed start attempt (0: never started) */
-  int restart;         /* starting, but its attempt is not running: start anew */
-  int ref_known;       /* the backend reported the attempt's process */
-  long reg_pid;        /* the pid its workerd registered with (0: none yet) */
+  int attempt;   /* the committed start attempt (0: never started) */
+  int restart;   /* starting, but its attempt is not running: start anew */
+  int ref_known; /* the backend reported the attempt's process */
+  long reg_pid;  /* the pid its workerd registered with (0: none yet) */
   struct backend_req req;
   char waiting_for[160];
-  int64_t since_ms;    /* when it entered its current status */
-  int64_t last_hb_ms;  /* last heartbeat (monotonic) */
-  int hb_dirty;        /* a heartbeat not yet written to SQLite */
-  int dropping;        /* sm_commit(): terminal, leaving the table */
-  struct lw *next, *prev;  /* creation order */
-  struct lw *hnext;        /* hash chain */
+  int64_t since_ms;       /* when it entered its current status */
+  int64_t last_hb_ms;     /* last heartbeat (monotonic) */
+  int hb_dirty;           /* a heartbeat not yet written to SQLite */
+  int dropping;           /* sm_commit(): terminal, leaving the table */
+  struct lw *next, *prev; /* creation order */
+  struct lw *hnext;       /* hash chain */
 };
 
 /* A suspended POST /workers/await (see api.c). */
@@ -95,7 +95,7 @@ struct waiter {
   char (*ids)[16];
   unsigned char *done;
   int pending;
-  int ready;     /* the answer can be built; the connection was resumed */
+  int ready; /* the answer can be built; the connection was resumed */
   int timed_out;
   int client_gone; /* the client hung up while it waited */
   struct waiter *next, *prev;
@@ -107,19 +107,19 @@ struct stream {
   enum stream_kind kind;
   struct MHD_Connection *conn;
   char worker_id[16];
-  int listed;       /* in g.streams, from its start to its end */
-  int suspended;    /* waiting for a wake */
-  int pending;      /* woken while it was not suspended: look again */
+  int listed;    /* in g.streams, from its start to its end */
+  int suspended; /* waiting for a wake */
+  int pending;   /* woken while it was not suspended: look again */
   int keepalive_due;
-  int client_gone;  /* the client hung up: end the answer */
-  int too_slow;     /* the client fell too far behind: end it with a retry hint */
+  int client_gone; /* the client hung up: end the answer */
+  int too_slow;    /* the client fell too far behind: end it with a retry hint */
   struct stream *next, *prev;
 };
 
 struct ctl {
   pthread_mutex_t lock; /* error-checking: a relock or a foreign unlock aborts */
   pthread_t lock_owner;
-  int lock_held;        /* with lock_owner: who holds the lock, for assertions */
+  int lock_held; /* with lock_owner: who holds the lock, for assertions */
   pthread_cond_t kick;
   struct ctl_config cfg;
   const struct backend_ops *backend;
@@ -146,7 +146,7 @@ struct ctl {
     int attempt;     /* likewise, with what a new attempt resets */
     int restart, ref_known;
     int64_t since_ms;
-  } *pending;
+  } * pending;
   int npending, cap_pending;
   int64_t last_hb_flush_ms;
   int64_t last_prune_ms;

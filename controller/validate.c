@@ -38,8 +38,8 @@ int validate_name(const char *s) {
     return 0;
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '.' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-'))
       return 0;
   }
   return 1;
@@ -52,8 +52,7 @@ static int env_key_ok(const char *k) {
     return 0;
   for (size_t i = 0; i < n; i++) {
     char c = k[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
       return 0;
   }
   return 1;
@@ -66,16 +65,16 @@ static int kernel_ok(const char *k) {
     return 0;
   for (size_t i = 0; i < n; i++) {
     char c = k[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '.' || c == '-' || c == '+' || c == '/'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-' || c == '+' || c == '/'))
       return 0;
   }
   return 1;
 }
 
 const char *validate_kernel_code_flag(const char *kernel) {
-  static const char *const dash_c[] = {"python", "python2", "python3", "bash", "sh",
-                                       "dash",   "zsh",     "ksh"};
+  static const char *const dash_c[] = {"python", "python2", "python3", "bash",
+                                       "sh",     "dash",    "zsh",     "ksh"};
   static const char *const dash_e[] = {"perl", "ruby", "node", "Rscript", "r", "R"};
   const char *base = strrchr(kernel, '/');
 
@@ -92,23 +91,20 @@ const char *validate_kernel_code_flag(const char *kernel) {
   return NULL;
 }
 
-static int string_array(json_t *v, const char *name, int nonempty, const char **field,
-                        char *msg, size_t msglen) {
+static int string_array(json_t *v, const char *name, int nonempty, const char **field, char *msg,
+                        size_t msglen) {
   size_t i;
   json_t *item;
 
   if (!json_is_array(v))
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be an array of strings",
-                name);
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be an array of strings", name);
   if (nonempty && json_array_size(v) == 0)
     return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must not be empty", name);
   if (json_array_size(v) > 4096)
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                "%s has more than 4096 elements", name);
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s has more than 4096 elements", name);
   json_array_foreach(v, i, item) {
     if (!json_is_string(item))
-      return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                  "%s[%zu] must be a string", name, i);
+      return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s[%zu] must be a string", name, i);
     if (strlen(json_string_value(item)) != json_string_length(item))
       return fail(MUSTER_E_INVALID, field, name, msg, msglen,
                   "%s[%zu] must not contain a NUL character", name, i);
@@ -122,16 +118,15 @@ static int string_object(json_t *v, const char *name, const char **field, char *
   json_t *val;
 
   if (!json_is_object(v))
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                "%s must be an object of strings", name);
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be an object of strings",
+                name);
   json_object_foreach(v, k, val) {
     if (!env_key_ok(k))
       return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                  "%s has an invalid variable name \"%.64s\" (letters, digits and _ only)",
-                  name, k);
+                  "%s has an invalid variable name \"%.64s\" (letters, digits and _ only)", name,
+                  k);
     if (!json_is_string(val))
-      return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s.%.64s must be a string",
-                  name, k);
+      return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s.%.64s must be a string", name, k);
     if (strlen(json_string_value(val)) != json_string_length(val))
       return fail(MUSTER_E_INVALID, field, name, msg, msglen,
                   "%s.%.64s must not contain a NUL character", name, k);
@@ -149,17 +144,17 @@ static int opt_string(json_t *body, const char *name, size_t max, const char **o
   if (!json_is_string(v))
     return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be a string", name);
   if (json_string_length(v) > max)
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                "%s is longer than %zu characters", name, max);
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s is longer than %zu characters",
+                name, max);
   if (strlen(json_string_value(v)) != json_string_length(v))
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                "%s must not contain a NUL character", name);
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must not contain a NUL character",
+                name);
   *out = json_string_value(v);
   return 0;
 }
 
-static int opt_number(json_t *body, const char *name, double *out, const char **field,
-                      char *msg, size_t msglen) {
+static int opt_number(json_t *body, const char *name, double *out, const char **field, char *msg,
+                      size_t msglen) {
   json_t *v = json_object_get(body, name);
   double d;
 
@@ -169,17 +164,17 @@ static int opt_number(json_t *body, const char *name, double *out, const char **
     return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be a number", name);
   d = json_number_value(v);
   if (!isfinite(d) || d < 0)
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen,
-                "%s must be a number >= 0 (got %g)", name, d);
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be a number >= 0 (got %g)",
+                name, d);
   *out = d;
   return 0;
 }
 
 int validate_launch(json_t *body, struct launch_req *out, const char **field, char *msg,
                     size_t msglen) {
-  static const char *const known[] = {"n",    "cpu",  "memory",     "nvidia_gpu", "script",
-                                      "code", "command", "kernel",  "args",       "env",
-                                      "secret_env", "role", "name", "session"};
+  static const char *const known[] = {"n",          "cpu",     "memory", "nvidia_gpu", "script",
+                                      "code",       "command", "kernel", "args",       "env",
+                                      "secret_env", "role",    "name",   "session"};
   const char *key;
   json_t *v;
   int rc, programs = 0;
@@ -208,14 +203,12 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
 
   v = json_object_get(body, "n");
   if (!v)
-    return fail(MUSTER_E_INVALID, field, "n", msg, msglen,
-                "n (the number of workers) is required");
+    return fail(MUSTER_E_INVALID, field, "n", msg, msglen, "n (the number of workers) is required");
   if (!json_is_integer(v))
     return fail(MUSTER_E_INVALID, field, "n", msg, msglen, "n must be an integer");
   if (json_integer_value(v) < 1 || json_integer_value(v) > LAUNCH_MAX_N)
-    return fail(MUSTER_E_INVALID, field, "n", msg, msglen,
-                "n must be between 1 and %d (got %lld)", LAUNCH_MAX_N,
-                (long long)json_integer_value(v));
+    return fail(MUSTER_E_INVALID, field, "n", msg, msglen, "n must be between 1 and %d (got %lld)",
+                LAUNCH_MAX_N, (long long)json_integer_value(v));
   out->n = (long)json_integer_value(v);
 
   if ((rc = opt_number(body, "cpu", &out->cpu, field, msg, msglen)) ||

@@ -48,8 +48,7 @@ int wcache_get(const char *id, char **text, size_t *len, uint64_t *gen) {
 
   pthread_once(&once, init);
   pthread_mutex_lock(&st->mu);
-  if (!(e0 & 1) && s->text && strcmp(s->id, id) == 0 &&
-      (*text = malloc(s->len + 1)) != NULL) {
+  if (!(e0 & 1) && s->text && strcmp(s->id, id) == 0 && (*text = malloc(s->len + 1)) != NULL) {
     memcpy(*text, s->text, s->len + 1);
     *len = s->len;
     hit = 1;
@@ -90,9 +89,13 @@ void wcache_put(const char *id, const char *text, size_t len, uint64_t gen) {
   free(copy);
 }
 
-void wcache_write_begin(void) { __atomic_add_fetch(&epoch, 1, __ATOMIC_ACQ_REL); }
+void wcache_write_begin(void) {
+  __atomic_add_fetch(&epoch, 1, __ATOMIC_ACQ_REL);
+}
 
-void wcache_write_end(void) { __atomic_add_fetch(&epoch, 1, __ATOMIC_ACQ_REL); }
+void wcache_write_end(void) {
+  __atomic_add_fetch(&epoch, 1, __ATOMIC_ACQ_REL);
+}
 
 void wcache_invalidate(const char *id) {
   unsigned h = hash(id);

@@ -8,8 +8,8 @@
 
 /* The argv a worker runs, from its launch request. New reference. */
 json_t *spec_command(const struct db_worker_info *info) {
-  json_t *argv = json_array(), *args = info->args_json ? json_loads(info->args_json, 0, NULL)
-                                                      : NULL;
+  json_t *argv = json_array(),
+         *args = info->args_json ? json_loads(info->args_json, 0, NULL) : NULL;
 
   if (info->command_json) {
     json_decref(argv);
@@ -80,4 +80,3 @@ json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *
   json_decref(user);
   return env;
 }
-

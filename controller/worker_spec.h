@@ -19,7 +19,6 @@ json_t *spec_command(const struct db_worker_info *info);
  * (CDSW_*), CUDA_VISIBLE_DEVICES, then the user's env and secret_env on
  * top. ip is the address the worker registered. New reference; it holds
  * secrets (secret_env): never log it. */
-json_t *spec_env(const struct db_worker_info *info, const char *ip,
-                 const char *controller_url);
+json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url);
 
 #endif

@@ -89,8 +89,7 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
     tr_gather(train, perm, s_in, o->batch, lo, hi, x, y);
     tr_mlp_backprop(m, x, y, hi - lo, o->batch);
     t1 = tr_now();
-    MPI_Allreduce(MPI_IN_PLACE, m->grads, (int)m->nparams + 2, MPI_FLOAT, MPI_SUM,
-                  MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, m->grads, (int)m->nparams + 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     t2 = tr_now();
     tr_mlp_sgd(m->params, m->velocity, m->grads, 0, m->nparams, tr_lr_at(o, step, total),
                o->momentum);
@@ -167,8 +166,9 @@ int tr_bench_allreduce(long n, int *argc, char ***argv) {
     MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   t = tr_now() - t0;
   if (rank == 0)
-    printf("{\"allreduce_floats\": %ld, \"ranks\": %d, \"iterations\": %d, \"ms_per_call\": %.4f}\n",
-           n, size, iters, t / iters * 1000);
+    printf(
+        "{\"allreduce_floats\": %ld, \"ranks\": %d, \"iterations\": %d, \"ms_per_call\": %.4f}\n",
+        n, size, iters, t / iters * 1000);
   free(buf);
   MPI_Finalize();
   return 0;

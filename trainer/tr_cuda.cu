@@ -47,10 +47,10 @@ struct cu_run {
   const struct tr_opts *o;
   struct tr_mlp *m;
   int rank, nranks;
-  int mpi_here;    /* 1: MPI_Init was called here, so MPI_Finalize is ours */
-  int all_fail;    /* 1: an error every rank meets alike (no MPI_Abort needed) */
-  int lo, hi;      /* this rank's rows of every global batch */
-  int rows;        /* rows the activation buffers hold */
+  int mpi_here; /* 1: MPI_Init was called here, so MPI_Finalize is ours */
+  int all_fail; /* 1: an error every rank meets alike (no MPI_Abort needed) */
+  int lo, hi;   /* this rank's rows of every global batch */
+  int rows;     /* rows the activation buffers hold */
   cudaStream_t stream;
   cublasHandle_t blas;
   ncclComm_t comm;
@@ -62,14 +62,14 @@ struct cu_run {
   uint8_t *d_y;
   float *d_act[TR_MAX_LAYERS + 1];   /* [1..L]: rows x sizes[l] */
   float *d_delta[TR_MAX_LAYERS + 1]; /* [1..L]: (hi - lo) x sizes[l] */
-  float *d_row;    /* 2 x rows: per-row loss, then per-row correct */
-  double *d_eval;  /* 2: loss sum and correct count over the test set */
-  float *d_tx;     /* the test set (rank 0 only) */
+  float *d_row;                      /* 2 x rows: per-row loss, then per-row correct */
+  double *d_eval;                    /* 2: loss sum and correct count over the test set */
+  float *d_tx;                       /* the test set (rank 0 only) */
   uint8_t *d_ty;
-  float *h_x[2];   /* pinned: two shards, one gathered while the other trains */
+  float *h_x[2]; /* pinned: two shards, one gathered while the other trains */
   uint8_t *h_y[2];
-  float *h_stats;  /* pinned, 2: the step's global loss sum and correct count */
-  double *h_eval;  /* pinned, 2 */
+  float *h_stats; /* pinned, 2: the step's global loss sum and correct count */
+  double *h_eval; /* pinned, 2 */
   int *perm;
   int perm_epoch;
 };
@@ -86,8 +86,7 @@ static int cu_ok(cudaError_t e, const char *what) {
 static int blas_ok(cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return 0;
-  fprintf(stderr, "muster-train: --device cuda: %s failed: %s\n", what,
-          cublasGetStatusString(s));
+  fprintf(stderr, "muster-train: --device cuda: %s failed: %s\n", what, cublasGetStatusString(s));
   return 1;
 }
 
@@ -116,11 +115,11 @@ static int launch_ok(const char *kernel) {
   return cu_ok(cudaGetLastError(), kernel);
 }
 
-#define TRY(x)                                                                                   \
-  do {                                                                                           \
-    int rc_ = (x);                                                                               \
-    if (rc_)                                                                                     \
-      return rc_;                                                                                \
+#define TRY(x)                                                                                     \
+  do {                                                                                             \
+    int rc_ = (x);                                                                                 \
+    if (rc_)                                                                                       \
+      return rc_;                                                                                  \
   } while (0)
 
 static unsigned blocks_for(size_t n) {
@@ -267,8 +266,7 @@ static int cu_alloc_host(void *pp, size_t bytes, const char *what) {
 
   if (e != cudaSuccess) {
     *p = NULL;
-    fprintf(stderr,
-            "muster-train: --device cuda: cudaMallocHost of %zu bytes for %s failed: %s\n",
+    fprintf(stderr, "muster-train: --device cuda: cudaMallocHost of %zu bytes for %s failed: %s\n",
             bytes, what, cudaGetErrorString(e));
     return 1;
   }
@@ -407,9 +405,9 @@ static int setup_device(struct cu_run *c, const struct tr_data *train, const str
     TRY(cu_ok(cudaMemcpyAsync(c->d_tx, test->x, (size_t)test_rows * test->dim * sizeof(float),
                               cudaMemcpyHostToDevice, c->stream),
               "cudaMemcpyAsync of the test set"));
-    TRY(cu_ok(cudaMemcpyAsync(c->d_ty, test->y, (size_t)test_rows, cudaMemcpyHostToDevice,
-                              c->stream),
-              "cudaMemcpyAsync of the test labels"));
+    TRY(cu_ok(
+        cudaMemcpyAsync(c->d_ty, test->y, (size_t)test_rows, cudaMemcpyHostToDevice, c->stream),
+        "cudaMemcpyAsync of the test labels"));
   }
   c->perm = (int *)malloc((size_t)(train->n ? train->n : 1) * sizeof(int));
   if (!c->perm) {
@@ -420,11 +418,11 @@ static int setup_device(struct cu_run *c, const struct tr_data *train, const str
 
   /* Everything goes through the one stream: the stream is non-blocking,
    * so plain cudaMemcpy on the legacy stream would not be ordered with it. */
-  TRY(cu_ok(cudaMemcpyAsync(c->d_pv, m->params, np * sizeof(float), cudaMemcpyHostToDevice,
+  TRY(cu_ok(
+      cudaMemcpyAsync(c->d_pv, m->params, np * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+      "cudaMemcpyAsync of the parameters"));
+  TRY(cu_ok(cudaMemcpyAsync(c->d_pv + np, m->velocity, np * sizeof(float), cudaMemcpyHostToDevice,
                             c->stream),
-            "cudaMemcpyAsync of the parameters"));
-  TRY(cu_ok(cudaMemcpyAsync(c->d_pv + np, m->velocity, np * sizeof(float),
-                            cudaMemcpyHostToDevice, c->stream),
             "cudaMemcpyAsync of the velocity"));
   if (c->comm) {
     /* All ranks start from rank 0's parameters and velocity. */
@@ -457,8 +455,8 @@ static int forward(struct cu_run *c, const float *x, int b) {
 
     /* out^T (no x b) = W^T (no x ni) in^T (ni x b), all column-major. */
     TRY(gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, no, b, ni, c->d_pv + m->woff[l], no, in, ni, out, no));
-    k_bias_act<<<blocks_for((size_t)b * no), CU_THREADS, 0, c->stream>>>(
-        out, c->d_pv + m->boff[l], b, no, l + 1 < m->nlayers);
+    k_bias_act<<<blocks_for((size_t)b * no), CU_THREADS, 0, c->stream>>>(out, c->d_pv + m->boff[l],
+                                                                         b, no, l + 1 < m->nlayers);
     TRY(launch_ok("the bias and ReLU kernel"));
     in = out;
   }
@@ -525,9 +523,9 @@ static int evaluate(struct cu_run *c, int n, double *loss, double *acc) {
                                                    c->d_eval);
     TRY(launch_ok("the loss reduction kernel"));
   }
-  TRY(cu_ok(cudaMemcpyAsync(c->h_eval, c->d_eval, 2 * sizeof(double), cudaMemcpyDeviceToHost,
-                            c->stream),
-            "cudaMemcpyAsync of the evaluation sums"));
+  TRY(cu_ok(
+      cudaMemcpyAsync(c->h_eval, c->d_eval, 2 * sizeof(double), cudaMemcpyDeviceToHost, c->stream),
+      "cudaMemcpyAsync of the evaluation sums"));
   TRY(cu_ok(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after the evaluation"));
   *loss = c->h_eval[0] / n;
   *acc = c->h_eval[1] / n;
@@ -539,9 +537,9 @@ static int evaluate(struct cu_run *c, int n, double *loss, double *acc) {
 static int download(struct cu_run *c) {
   size_t np = c->m->nparams;
 
-  TRY(cu_ok(cudaMemcpyAsync(c->m->params, c->d_pv, np * sizeof(float), cudaMemcpyDeviceToHost,
-                            c->stream),
-            "cudaMemcpyAsync of the parameters to the host"));
+  TRY(cu_ok(
+      cudaMemcpyAsync(c->m->params, c->d_pv, np * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
+      "cudaMemcpyAsync of the parameters to the host"));
   TRY(cu_ok(cudaMemcpyAsync(c->m->velocity, c->d_pv + np, np * sizeof(float),
                             cudaMemcpyDeviceToHost, c->stream),
             "cudaMemcpyAsync of the velocity to the host"));
@@ -598,8 +596,7 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
       TRY(cu_ok(cudaMemcpyAsync(c->d_x, c->h_x[cur], (size_t)b * train->dim * sizeof(float),
                                 cudaMemcpyHostToDevice, c->stream),
                 "cudaMemcpyAsync of the inputs"));
-      TRY(cu_ok(cudaMemcpyAsync(c->d_y, c->h_y[cur], (size_t)b, cudaMemcpyHostToDevice,
-                                c->stream),
+      TRY(cu_ok(cudaMemcpyAsync(c->d_y, c->h_y[cur], (size_t)b, cudaMemcpyHostToDevice, c->stream),
                 "cudaMemcpyAsync of the labels"));
     }
     TRY(cu_ok(cudaEventRecord(c->ev[0], c->stream), "cudaEventRecord"));
@@ -611,7 +608,8 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
                   "ncclAllReduce of the gradients"));
     TRY(cu_ok(cudaEventRecord(c->ev[2], c->stream), "cudaEventRecord"));
     k_sgd<<<blocks_for(m->nparams), CU_THREADS, 0, c->stream>>>(
-        c->d_pv, c->d_pv + m->nparams, c->d_grad, m->nparams, tr_lr_at(o, step, total), o->momentum);
+        c->d_pv, c->d_pv + m->nparams, c->d_grad, m->nparams, tr_lr_at(o, step, total),
+        o->momentum);
     TRY(launch_ok("the SGD kernel"));
     TRY(cu_ok(cudaEventRecord(c->ev[3], c->stream), "cudaEventRecord"));
     TRY(cu_ok(cudaMemcpyAsync(c->h_stats, c->d_grad + m->nparams, 2 * sizeof(float),
@@ -643,9 +641,8 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
         TRY(evaluate(c, test_n, &tloss, &tacc));
         have_eval = 1;
       }
-      tr_report_epoch(o, (int)(step / spe) + 1, nepochs, eloss / esteps,
-                      eok / ((double)esteps * B), tacc,
-                      et > 0 ? (double)esteps * B / et : 0);
+      tr_report_epoch(o, (int)(step / spe) + 1, nepochs, eloss / esteps, eok / ((double)esteps * B),
+                      tacc, et > 0 ? (double)esteps * B / et : 0);
       if (o->checkpoint[0]) {
         TRY(download(c));
         if (tr_checkpoint_save(o->checkpoint, m, step + 1, err, sizeof err) != 0) {
@@ -666,8 +663,8 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
 
 /* Everything after the device count check: set up, train, write the
  * results back to m and the files the options name. */
-static int run(struct cu_run *c, int ndev, const struct tr_data *train,
-               const struct tr_data *test, struct tr_result *r, int *argc, char ***argv) {
+static int run(struct cu_run *c, int ndev, const struct tr_data *train, const struct tr_data *test,
+               struct tr_result *r, int *argc, char ***argv) {
   const struct tr_opts *o = c->o;
   long start = 0;
   char err[512];
@@ -686,8 +683,8 @@ static int run(struct cu_run *c, int ndev, const struct tr_data *train,
   /* The same refusals, in the same words, as the CPU paths. */
   if (tr_steps_per_epoch(train->n, o->batch) < 1) {
     if (c->rank == 0)
-      fprintf(stderr, "muster-train: --batch %d is larger than the %d training samples\n",
-              o->batch, train->n);
+      fprintf(stderr, "muster-train: --batch %d is larger than the %d training samples\n", o->batch,
+              train->n);
     c->all_fail = 1;
     return 2;
   }

@@ -42,8 +42,8 @@ static uint32_t be32(const unsigned char *p) {
 
 /* Reads a whole IDX file into *buf (malloc'ed) after checking its header:
  * magic 0x0000 08 ndims, then ndims big-endian sizes, then the bytes. */
-static int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf,
-                    char *err, size_t errlen) {
+static int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf, char *err,
+                    size_t errlen) {
   unsigned char head[16];
   size_t want = 1, hl = 4 + 4 * (size_t)ndims;
   struct stat st;
@@ -74,8 +74,8 @@ static int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char *
     want *= dims[i];
   }
   if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size != hl + want) {
-    snprintf(err, errlen, "%s: %s: the header promises %zu bytes of data, the file has %lld",
-             path, (size_t)st.st_size < hl + want ? "truncated" : "trailing bytes", want,
+    snprintf(err, errlen, "%s: %s: the header promises %zu bytes of data, the file has %lld", path,
+             (size_t)st.st_size < hl + want ? "truncated" : "trailing bytes", want,
              (long long)st.st_size - (long long)hl);
     goto bad;
   }

@@ -45,7 +45,8 @@ static void usage(FILE *f) {
 /* --bench-sgemm N: the single-thread rate of an N x N x N cblas_sgemm, the
  * compute bound that bench/trainer compares the training rate with. */
 static int bench_sgemm(int n) {
-  float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
+  float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4),
+        *c = malloc((size_t)n * n * 4);
   double t0, t, flops = 2.0 * n * n * n;
   long it = 0;
 
@@ -309,8 +310,7 @@ static int synthetic_split(const struct tr_opts *o, struct tr_data *train, struc
   int ntest = o->synthetic / 6 > 0 ? o->synthetic / 6 : 1, rc;
   struct tr_data all;
 
-  rc = tr_data_synthetic(o->synthetic + ntest, o->sizes[0], o->sizes[o->nsizes - 1], o->seed,
-                         &all);
+  rc = tr_data_synthetic(o->synthetic + ntest, o->sizes[0], o->sizes[o->nsizes - 1], o->seed, &all);
   if (rc)
     return rc;
   *train = all;
@@ -337,9 +337,9 @@ static int synthetic_split(const struct tr_opts *o, struct tr_data *train, struc
  *   openblas_set_num_threads() says later, and idle ones spin, stealing the
  *   core another rank needs: OPENBLAS_NUM_THREADS = --threads. */
 static void blas_setup(char **argv, int threads) {
-  static const char *const weak[] = {"prescott", "core2",   "penryn", "dunnington", "nehalem",
-                                     "atom",     "katmai",  "northwood", "banias", "sandybridge",
-                                     "unknown"};
+  static const char *const weak[] = {"prescott", "core2",       "penryn", "dunnington",
+                                     "nehalem",  "atom",        "katmai", "northwood",
+                                     "banias",   "sandybridge", "unknown"};
   const char *core = openblas_get_corename(), *want = NULL;
   char nthreads[16];
   int again = 0, is_weak = 0;
@@ -412,8 +412,9 @@ int main(int argc, char **argv) {
     if (!rc)
       rc = tr_data_load_mnist(o.data_dir, 0, &test, err, sizeof(err));
     if (rc) {
-      fprintf(stderr, "muster-train: %s\n(the MNIST files come from scripts/setup.sh; or give "
-                      "--data DIR or --synthetic N)\n",
+      fprintf(stderr,
+              "muster-train: %s\n(the MNIST files come from scripts/setup.sh; or give "
+              "--data DIR or --synthetic N)\n",
               err);
       tr_data_cleanup(&train);
       return 2;

@@ -135,8 +135,8 @@ static void forward(struct tr_mlp *m, const float *x, int b) {
 
 /* Softmax cross-entropy of the logits of b rows: loss sum and correct
  * count; delta = (softmax - onehot) * scale. */
-static void softmax_xent(const float *z, const uint8_t *y, int b, int k, float scale,
-                         float *delta, double *loss, double *correct) {
+static void softmax_xent(const float *z, const uint8_t *y, int b, int k, float scale, float *delta,
+                         double *loss, double *correct) {
   double ls = 0, ok = 0;
 
   for (int r = 0; r < b; r++) {
@@ -170,8 +170,7 @@ void tr_mlp_backprop(struct tr_mlp *m, const float *x, const uint8_t *y, int b, 
   double loss, correct;
 
   forward(m, x, b);
-  softmax_xent(m->act[L], y, b, m->sizes[L], 1.0f / (float)global_b, m->delta[L], &loss,
-               &correct);
+  softmax_xent(m->act[L], y, b, m->sizes[L], 1.0f / (float)global_b, m->delta[L], &loss, &correct);
   for (int l = L - 1; l >= 0; l--) {
     int ni = m->sizes[l], no = m->sizes[l + 1];
     const float *in = l ? m->act[l] : x;
@@ -195,7 +194,8 @@ void tr_mlp_backprop(struct tr_mlp *m, const float *x, const uint8_t *y, int b, 
 }
 
 TR_HOT /* w -= lr * v over n elements. */
-TR_HOT static void axpy_neg(float *restrict w, const float *restrict v, size_t n, float lr) {
+    TR_HOT static void
+    axpy_neg(float *restrict w, const float *restrict v, size_t n, float lr) {
   for (size_t i = 0; i < n; i++)
     w[i] -= lr * v[i];
 }
@@ -228,15 +228,15 @@ double tr_mlp_train_step(struct tr_mlp *m, const float *x, const uint8_t *y, int
     /* The lower layer's delta needs this layer's weights before they move. */
     if (l > 0) {
       float *dn = m->delta[l];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ni, no, 1.0f, d, no, w, no, 0.0f,
-                  dn, ni);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ni, no, 1.0f, d, no, w, no, 0.0f, dn,
+                  ni);
       relu_backward(dn, in, (size_t)b * ni);
     }
     /* v = momentum * v + in^T d, in the GEMM itself (beta = momentum):
      * the gradient never takes memory of its own. Then w -= lr * v while
      * both are still in cache. */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ni, no, b, 1.0f, in, ni, d, no,
-                momentum, vw, no);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ni, no, b, 1.0f, in, ni, d, no, momentum,
+                vw, no);
     axpy_neg(w, vw, (size_t)ni * no, lr);
     column_sums_into(m->velocity + m->boff[l], d, b, no, momentum);
     axpy_neg(m->params + m->boff[l], m->velocity + m->boff[l], (size_t)no, lr);
@@ -244,9 +244,8 @@ double tr_mlp_train_step(struct tr_mlp *m, const float *x, const uint8_t *y, int
   return loss;
 }
 
-void tr_mlp_sgd(float *restrict params, float *restrict velocity,
-                       const float *restrict grad, size_t lo, size_t hi, float lr,
-                       float momentum) {
+void tr_mlp_sgd(float *restrict params, float *restrict velocity, const float *restrict grad,
+                size_t lo, size_t hi, float lr, float momentum) {
   if (momentum == 0) {
     for (size_t i = lo; i < hi; i++)
       params[i] -= lr * grad[i];
@@ -280,10 +279,10 @@ double tr_mlp_flops_per_sample(const struct tr_mlp *m) {
 
   for (int l = 0; l < m->nlayers; l++) {
     double mn = (double)m->sizes[l] * m->sizes[l + 1];
-    f += 2 * mn;       /* forward */
-    f += 2 * mn;       /* dW */
+    f += 2 * mn; /* forward */
+    f += 2 * mn; /* dW */
     if (l > 0)
-      f += 2 * mn;     /* d_in */
+      f += 2 * mn; /* d_in */
   }
   return f;
 }

@@ -19,7 +19,7 @@
 #define TR_MAX_LAYERS 16
 
 struct tr_mlp {
-  int nlayers;                     /* weight layers: nsizes - 1 */
+  int nlayers; /* weight layers: nsizes - 1 */
   int sizes[TR_MAX_LAYERS + 1];
   size_t nparams;
   size_t woff[TR_MAX_LAYERS], boff[TR_MAX_LAYERS];
@@ -56,8 +56,8 @@ double tr_mlp_train_step(struct tr_mlp *m, const float *x, const uint8_t *y, int
 
 /* One SGD step with momentum on params[lo, hi) from grad (same indexing):
  * v = momentum * v + g; w -= lr * v (PyTorch's SGD, dampening 0). */
-void tr_mlp_sgd(float *params, float *velocity, const float *grad, size_t lo, size_t hi,
-                float lr, float momentum);
+void tr_mlp_sgd(float *params, float *velocity, const float *grad, size_t lo, size_t hi, float lr,
+                float momentum);
 
 /* Mean loss and accuracy (0..1) of the network on d. */
 void tr_mlp_evaluate(struct tr_mlp *m, const struct tr_data *d, double *loss, double *accuracy);

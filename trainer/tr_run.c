@@ -4,8 +4,8 @@
 #include "muster_errors.h"
 
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +24,17 @@ double tr_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-long tr_steps_per_epoch(int n, int b) { return b > 0 ? n / b : 0; }
+long tr_steps_per_epoch(int n, int b) {
+  return b > 0 ? n / b : 0;
+}
 
 void tr_shard(int b, int r, int k, int *lo, int *hi) {
   *lo = (int)((long)b * r / k);
   *hi = (int)((long)b * (r + 1) / k);
 }
 
-void tr_gather(const struct tr_data *d, const int *perm, long step_in_epoch, int b, int lo,
-               int hi, float *x, uint8_t *y) {
+void tr_gather(const struct tr_data *d, const int *perm, long step_in_epoch, int b, int lo, int hi,
+               float *x, uint8_t *y) {
   const int *idx = perm + step_in_epoch * b;
 
   for (int i = lo; i < hi; i++) {
@@ -42,8 +44,8 @@ void tr_gather(const struct tr_data *d, const int *perm, long step_in_epoch, int
   }
 }
 
-void tr_report_epoch(const struct tr_opts *o, int epoch, int epochs, double loss,
-                     double train_acc, double test_acc, double samples_per_s) {
+void tr_report_epoch(const struct tr_opts *o, int epoch, int epochs, double loss, double train_acc,
+                     double test_acc, double samples_per_s) {
   if (o->quiet)
     return;
   printf("epoch %d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  samples/s %.0f\n", epoch, epochs,
@@ -55,8 +57,8 @@ void tr_print_summary(const struct tr_result *r) {
   printf("{\"mode\": \"%s\", \"ranks\": %d, \"steps\": %ld, \"samples\": %ld, "
          "\"samples_per_s\": %.1f, \"final_loss\": %.6f, \"test_accuracy\": %.4f, "
          "\"test_loss\": %.6f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"total_s\": %.4f}\n",
-         r->mode, r->ranks, r->steps, r->samples, r->samples_per_s, r->final_loss,
-         r->test_accuracy, r->test_loss, r->compute_s, r->comm_s, r->total_s);
+         r->mode, r->ranks, r->steps, r->samples, r->samples_per_s, r->final_loss, r->test_accuracy,
+         r->test_loss, r->compute_s, r->comm_s, r->total_s);
   fflush(stdout);
 }
 
@@ -120,8 +122,7 @@ int tr_checkpoint_save(const char *path, const struct tr_mlp *m, long step, char
   return 0;
 }
 
-int tr_checkpoint_load(const char *path, struct tr_mlp *m, long *step, char *err,
-                       size_t errlen) {
+int tr_checkpoint_load(const char *path, struct tr_mlp *m, long *step, char *err, size_t errlen) {
   struct ckpt_head h;
   FILE *f = fopen(path, "rb");
   int rc = MUSTER_E_INVALID;
@@ -135,8 +136,9 @@ int tr_checkpoint_load(const char *path, struct tr_mlp *m, long *step, char *err
     goto out;
   }
   if (h.nsizes != m->nlayers + 1 || (size_t)h.nparams != m->nparams) {
-    snprintf(err, errlen, "--resume %s: the checkpoint is of another network (%d layers, %lld "
-                          "parameters; this run has %d and %zu)",
+    snprintf(err, errlen,
+             "--resume %s: the checkpoint is of another network (%d layers, %lld "
+             "parameters; this run has %d and %zu)",
              path, h.nsizes, (long long)h.nparams, m->nlayers + 1, m->nparams);
     goto out;
   }
@@ -205,8 +207,8 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
     if (s_in == 0 && step > 0)
       tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);
     tr_gather(train, perm, s_in, o->batch, 0, o->batch, x, y);
-    last_loss = tr_mlp_train_step(m, x, y, o->batch, tr_lr_at(o, step, total), o->momentum, &ok) /
-                o->batch;
+    last_loss =
+        tr_mlp_train_step(m, x, y, o->batch, tr_lr_at(o, step, total), o->momentum, &ok) / o->batch;
     t_train += tr_now() - t0;
     t_epoch += tr_now() - t0;
     ep_loss += last_loss;

@@ -16,14 +16,14 @@ enum tr_device { TR_CPU, TR_CUDA };
 struct tr_opts {
   enum tr_mode mode;
   enum tr_device device;
-  int sync;               /* ps: 1 --sync (default), 0 --async */
-  char data_dir[1024];    /* --data */
-  int synthetic;          /* --synthetic N (0: use --data) */
+  int sync;            /* ps: 1 --sync (default), 0 --async */
+  char data_dir[1024]; /* --data */
+  int synthetic;       /* --synthetic N (0: use --data) */
   int sizes[TR_MAX_LAYERS + 1];
   int nsizes;
-  int epochs;             /* --epochs (ignored when steps > 0) */
-  long steps;             /* --steps: total optimizer steps */
-  int batch;              /* --batch: global batch */
+  int epochs; /* --epochs (ignored when steps > 0) */
+  long steps; /* --steps: total optimizer steps */
+  int batch;  /* --batch: global batch */
   float lr, momentum;
   uint64_t seed;
   char checkpoint[1024];  /* --checkpoint PATH ("" none) */
@@ -44,12 +44,12 @@ struct tr_result {
   int ranks;
   long steps;
   double samples_per_s;
-  double final_loss;      /* mean loss of the last global batch */
-  double test_accuracy;   /* 0..1 */
+  double final_loss;    /* mean loss of the last global batch */
+  double test_accuracy; /* 0..1 */
   double test_loss;
   double compute_s, comm_s, total_s;
   long samples;
-  int report;             /* 1: this process prints the summary (rank 0, or a PS worker 0) */
+  int report; /* 1: this process prints the summary (rank 0, or a PS worker 0) */
 };
 
 /* Steps in one epoch of n samples with global batch b (a last partial
@@ -61,13 +61,13 @@ void tr_shard(int b, int r, int k, int *lo, int *hi);
 
 /* Copies the rows of global batch step (within its epoch's order perm)
  * that [lo, hi) selects into x (rows x dim) and y. */
-void tr_gather(const struct tr_data *d, const int *perm, long step_in_epoch, int b, int lo,
-               int hi, float *x, uint8_t *y);
+void tr_gather(const struct tr_data *d, const int *perm, long step_in_epoch, int b, int lo, int hi,
+               float *x, uint8_t *y);
 
 /* Prints "epoch E/N  loss L  train_acc A  test_acc T  samples/s S" to
  * stdout unless quiet. */
-void tr_report_epoch(const struct tr_opts *o, int epoch, int epochs, double loss,
-                     double train_acc, double test_acc, double samples_per_s);
+void tr_report_epoch(const struct tr_opts *o, int epoch, int epochs, double loss, double train_acc,
+                     double test_acc, double samples_per_s);
 
 /* Prints the one-line JSON summary (the last line of output). */
 void tr_print_summary(const struct tr_result *r);
@@ -79,8 +79,8 @@ int tr_checkpoint_save(const char *path, const struct tr_mlp *m, long step, char
 
 /* Loads a checkpoint into m (whose layer sizes must match) and *step.
  * Returns 0 or an error with err filled. */
-int tr_checkpoint_load(const char *path, struct tr_mlp *m, long *step, char *err,
-                       size_t errlen) __attribute__((warn_unused_result));
+int tr_checkpoint_load(const char *path, struct tr_mlp *m, long *step, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 /* Writes the final parameters as raw floats (for tests comparing modes). */
 int tr_dump_params(const char *path, const struct tr_mlp *m) __attribute__((warn_unused_result));

@@ -751,7 +751,8 @@ __attribute__((warn_unused_result)) static int assignment_parse(json_t *ans) {
       char name[256];
 
       if (kl >= sizeof(name) || strncmp(*e, "MUSTER_WORKER_TOKEN=", 20) == 0 ||
-          strncmp(*e, "MUSTER_BIND_IP=", 15) == 0 || strncmp(*e, "MUSTER_ORPHAN_TIMEOUT=", 22) == 0 ||
+          strncmp(*e, "MUSTER_BIND_IP=", 15) == 0 ||
+          strncmp(*e, "MUSTER_ORPHAN_TIMEOUT=", 22) == 0 ||
           strncmp(*e, "MUSTER_LOG_LEVEL=", 17) == 0)
         continue;
       memcpy(name, *e, kl);
@@ -2318,8 +2319,10 @@ static void heartbeat(void) {
   if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
     int64_t now = util_mono_ms();
     if (rc == MUSTER_E_UNREACHABLE && now - wd.last_contact_ms > wd.orphan_ms) {
-      LOG(LOG_ERROR, "no answer from the controller for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
-          "ending this worker", (now - wd.last_contact_ms) / 1000);
+      LOG(LOG_ERROR,
+          "no answer from the controller for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
+          "ending this worker",
+          (now - wd.last_contact_ms) / 1000);
       stop_begin(FINISH_SILENT, 0, now);
       goto out;
     }

@@ -88,10 +88,9 @@ static const char usage_stop[] =
     "Stops workers: the ones named, or with --all every live worker of the\n"
     "session (default $MUSTER_SESSION or default).\n";
 
-static const char usage_logs[] =
-    "usage: muster logs [-f] [--stderr] ID\n"
-    "\n"
-    "Prints a worker's output; -f follows it until the worker ends.\n";
+static const char usage_logs[] = "usage: muster logs [-f] [--stderr] ID\n"
+                                 "\n"
+                                 "Prints a worker's output; -f follows it until the worker ends.\n";
 
 static const char usage_exec[] =
     "usage: muster exec [-n] [--env K=V]... [--cwd DIR] ID -- COMMAND [ARGS...]\n"
@@ -201,7 +200,9 @@ static const char *session_default(void) {
 /* ---- output ---- */
 
 /* The worker object exactly as the controller sent it. */
-static void print_worker_json(const muster_worker *w) { fputs(w->json ? w->json : "null", stdout); }
+static void print_worker_json(const muster_worker *w) {
+  fputs(w->json ? w->json : "null", stdout);
+}
 
 static void print_list_json(const muster_worker_list *l) {
   printf("[");
@@ -388,13 +389,13 @@ static int cmd_launch(int argc, char **argv) {
   o.session = session_default();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define VALUE()                                                  \
-  do {                                                           \
-    if (!v) {                                                    \
-      code = usage_error(usage_launch, "%s needs a value", a);   \
-      goto out;                                                  \
-    }                                                            \
-    i++;                                                         \
+#define VALUE()                                                                                    \
+  do {                                                                                             \
+    if (!v) {                                                                                      \
+      code = usage_error(usage_launch, "%s needs a value", a);                                     \
+      goto out;                                                                                    \
+    }                                                                                              \
+    i++;                                                                                           \
   } while (0)
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(usage_launch, stdout);
@@ -419,7 +420,8 @@ static int cmd_launch(int argc, char **argv) {
     } else if (strcmp(a, "--gpu") == 0) {
       VALUE();
       if (parse_int(v, 0, 64, &l) != 0) {
-        code = usage_error(usage_launch, "--gpu must be a whole number from 0 to 64, not \"%s\"", v);
+        code =
+            usage_error(usage_launch, "--gpu must be a whole number from 0 to 64, not \"%s\"", v);
         goto out;
       }
       o.nvidia_gpu = (int)l;
@@ -523,7 +525,8 @@ static void progress_draw(struct progress *p) {
                           p->wfc ? counts[MUSTER_SUCCEEDED] : counts[MUSTER_RUNNING], p->n,
                           p->wfc ? "succeeded" : "running");
   for (int s = 0; s <= MUSTER_STATUS_UNKNOWN && len < sizeof(line); s++) {
-    if (!counts[s] || s == (p->wfc ? MUSTER_SUCCEEDED : MUSTER_RUNNING) || s == MUSTER_STATUS_UNKNOWN)
+    if (!counts[s] || s == (p->wfc ? MUSTER_SUCCEEDED : MUSTER_RUNNING) ||
+        s == MUSTER_STATUS_UNKNOWN)
       continue;
     len += (size_t)snprintf(line + len, sizeof(line) - len, ", %zu %s", counts[s],
                             muster_status_name((muster_status)s));
@@ -706,7 +709,8 @@ static int cmd_ps(int argc, char **argv) {
     } else if (strcmp(a, "--json") == 0) {
       as_json = 1;
     } else if ((strcmp(a, "--session") == 0 || strcmp(a, "--role") == 0 ||
-                strcmp(a, "--status") == 0) && v) {
+                strcmp(a, "--status") == 0) &&
+               v) {
       i++;
       if (a[2] == 's' && a[3] == 'e')
         session = v;
@@ -718,8 +722,10 @@ static int cmd_ps(int argc, char **argv) {
           if (strcmp(v, muster_status_name((muster_status)s)) == 0)
             break;
         if (s == MUSTER_STATUS_UNKNOWN) {
-          code = usage_error(usage_ps, "--status must be scheduling, starting, running, "
-                                       "succeeded, failed or stopped, not \"%s\"", v);
+          code = usage_error(usage_ps,
+                             "--status must be scheduling, starting, running, "
+                             "succeeded, failed or stopped, not \"%s\"",
+                             v);
           goto out;
         }
         statuses |= 1u << s;
@@ -1066,7 +1072,7 @@ static int cmd_rsh(int argc, char **argv) {
  * the rest of the daemon's environment is its own worker's, and the rank
  * gets its own worker's instead. */
 static int rank_forwards(const char *var) {
-  static const char *const prefixes[] = {"OMPI_", "PMIX_", "OPAL_", "ORTE_",
+  static const char *const prefixes[] = {"OMPI_",        "PMIX_",        "OPAL_",      "ORTE_",
                                          "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE="};
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
     if (strncmp(var, prefixes[i], strlen(prefixes[i])) == 0)
@@ -1095,9 +1101,12 @@ static int cmd_rank(int argc, char **argv) {
   if (i >= argc)
     return usage_error(usage_rank, "give the command");
   if (!rank_s || !ranks || !token) {
-    fprintf(stderr, "muster rank: %s is not set: muster rank is started by muster run's "
-                    "mpirun only\n", !rank_s ? "OMPI_COMM_WORLD_RANK"
-                                            : !ranks ? "MUSTER_EXEC_RANKS" : "MUSTER_EXEC_TOKEN");
+    fprintf(stderr,
+            "muster rank: %s is not set: muster rank is started by muster run's "
+            "mpirun only\n",
+            !rank_s  ? "OMPI_COMM_WORLD_RANK"
+            : !ranks ? "MUSTER_EXEC_RANKS"
+                     : "MUSTER_EXEC_TOKEN");
     return EXIT_USAGE;
   }
   {
@@ -1195,8 +1204,8 @@ static int cmd_run(int argc, char **argv) {
         o.mode = MUSTER_RUN_EXEC;
       else
         return usage_error(usage_run, "--mode must be ps, allreduce or exec, not \"%s\"", v);
-    } else if (strcmp(a, "--workers") == 0 || strcmp(a, "--ps") == 0 ||
-               strcmp(a, "--gpu") == 0 || strcmp(a, "--port") == 0) {
+    } else if (strcmp(a, "--workers") == 0 || strcmp(a, "--ps") == 0 || strcmp(a, "--gpu") == 0 ||
+               strcmp(a, "--port") == 0) {
       i++;
       if (parse_int(v, strcmp(a, "--workers") == 0 ? 1 : 0, strcmp(a, "--port") == 0 ? 65535 : 1024,
                     &l) != 0)

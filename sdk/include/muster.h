@@ -39,7 +39,7 @@ typedef enum muster_status {
 #define MUSTER_X_STATUS(sym, name, terminal) MUSTER_##sym,
   MUSTER_STATUSES(MUSTER_X_STATUS)
 #undef MUSTER_X_STATUS
-  MUSTER_STATUS_UNKNOWN
+      MUSTER_STATUS_UNKNOWN
 } muster_status;
 
 /* "scheduling", ... ("unknown" for MUSTER_STATUS_UNKNOWN). */
@@ -58,12 +58,12 @@ typedef struct muster_worker {
   int nvidia_gpu;
   char *script, *code, *kernel;
   char *ip_address, *hostname;
-  int exec_port;  /* 0 if unknown */
+  int exec_port; /* 0 if unknown */
   char *backend, *backend_ref;
   int has_exit_code;
   int exit_code;
-  int signal;     /* 0 if none */
-  char *failure;  /* the sentence saying why it failed, or NULL */
+  int signal;    /* 0 if none */
+  char *failure; /* the sentence saying why it failed, or NULL */
   char *created_at, *running_at, *finished_at, *last_heartbeat;
   char *json; /* the whole worker object as the controller sent it */
 } muster_worker;
@@ -114,9 +114,9 @@ typedef struct muster_launch_opts {
   const char *script, *code, *kernel;
   const char *const *command; /* argv, ncommand entries */
   size_t ncommand;
-  const char *const *args;    /* arguments of script/code/command */
+  const char *const *args; /* arguments of script/code/command */
   size_t nargs;
-  const char *const *env;     /* "NAME=value" strings */
+  const char *const *env; /* "NAME=value" strings */
   size_t nenv;
   const char *const *secret_env; /* "NAME=value"; never shown back */
   size_t nsecret_env;
@@ -166,8 +166,8 @@ typedef int (*muster_data_cb)(void *arg, const char *data, size_t len);
 
 /* Reads worker id's output from byte offset; with follow, keeps reading
  * until the worker has ended. */
-int muster_logs(muster_client *c, const char *id, muster_stream stream, int64_t offset,
-                int follow, muster_data_cb cb, void *arg) MUSTER_WARN_UNUSED;
+int muster_logs(muster_client *c, const char *id, muster_stream stream, int64_t offset, int follow,
+                muster_data_cb cb, void *arg) MUSTER_WARN_UNUSED;
 
 typedef struct muster_event {
   int64_t seq;
@@ -198,9 +198,9 @@ void muster_client_cancel(muster_client *c);
 
 /* Where and how to reach one worker's exec channel. */
 typedef struct muster_exec_target {
-  char host[64];  /* the worker's ip_address */
-  int port;       /* its exec_port */
-  char token[128];/* its session's exec token */
+  char host[64];   /* the worker's ip_address */
+  int port;        /* its exec_port */
+  char token[128]; /* its session's exec token */
   char worker_id[16];
 } muster_exec_target;
 
@@ -215,10 +215,10 @@ int muster_exec_target_get(muster_client *c, const char *id,
 typedef struct muster_exec_opts {
   const char *const *argv; /* the command, argc entries */
   size_t argc;
-  const char *const *env;  /* "NAME=value" on top of the worker's environment */
+  const char *const *env; /* "NAME=value" on top of the worker's environment */
   size_t nenv;
-  const char *cwd;         /* NULL: the worker's working directory */
-  int stdin_fd;            /* relayed to the command; -1: none (closed at once) */
+  const char *cwd; /* NULL: the worker's working directory */
+  int stdin_fd;    /* relayed to the command; -1: none (closed at once) */
   /* Output: handed to the callbacks if set, else written to the fds (-1:
    * dropped). */
   int stdout_fd, stderr_fd;
@@ -249,19 +249,19 @@ typedef enum muster_run_mode {
 
 /* A line of a process's output (without its newline): role "ps", "worker"
  * or "mpirun", index, stream. Called from several threads, one at a time. */
-typedef void (*muster_run_output_cb)(void *arg, const char *role, int index,
-                                     muster_stream stream, const char *line, size_t len);
+typedef void (*muster_run_output_cb)(void *arg, const char *role, int index, muster_stream stream,
+                                     const char *line, size_t len);
 
 typedef struct muster_run_opts {
   muster_run_mode mode;
   int n_workers, n_ps;
   double cpu, memory;
-  int nvidia_gpu;       /* per training worker (PS get none) */
-  int port;             /* the cluster spec's port (default 2222) */
-  double timeout_seconds; /* for the workers to be running (default 60) */
+  int nvidia_gpu;          /* per training worker (PS get none) */
+  int port;                /* the cluster spec's port (default 2222) */
+  double timeout_seconds;  /* for the workers to be running (default 60) */
   const char *const *argv; /* the command, argc entries */
   size_t argc;
-  const char *session;  /* NULL: a new session of its own, "run-<random>" */
+  const char *session; /* NULL: a new session of its own, "run-<random>" */
   /* allreduce: the muster program, run as Open MPI's rsh agent ("<it> rsh")
    * and to start each rank inside its worker ("<it> rank"); NULL: "muster",
    * found on the PATH. */

@@ -14,27 +14,25 @@
 extern "C" {
 #endif
 
-#define MUSTER_ERRORS(X)                                                              \
-  X(NOMEM, 1, "out_of_memory", 500, "out of memory")                                  \
-  X(MALFORMED, 2, "malformed_request", 400, "the request is malformed")               \
-  X(UNAUTHORIZED, 3, "unauthorized", 401, "a valid bearer token is required")         \
-  X(FORBIDDEN, 4, "forbidden", 403, "this token is not allowed to do that")           \
-  X(NOT_FOUND, 5, "not_found", 404, "no such resource")                               \
-  X(CONFLICT, 6, "illegal_transition", 409, "the worker's state does not allow this") \
-  X(TOO_LARGE, 7, "body_too_large", 413, "the request body is larger than 1 MiB")     \
-  X(INVALID, 8, "invalid_value", 422, "a field has an invalid value")                 \
-  X(SHUTTING_DOWN, 9, "shutting_down", 503, "the controller is shutting down")        \
-  X(INTERNAL, 10, "internal_error", 500, "internal error")                            \
-  X(DB, 11, "database_error", 500, "the database failed")                             \
-  X(SCHEMA_TOO_NEW, 12, "schema_too_new", 500,                                        \
-    "the database was written by a newer muster")                                     \
-  X(IO, 13, "io_error", 500, "an input/output operation failed")                      \
-  X(UNREACHABLE, 14, "unreachable", 503, "the controller could not be reached")       \
-  X(TIMEOUT, 15, "timeout", 504, "the operation timed out")                           \
-  X(METHOD, 16, "method_not_allowed", 405, "method not allowed on this path")         \
-  X(CAPACITY, 17, "exceeds_capacity", 422,                                            \
-    "the request can never fit the backend's capacity")                               \
-  X(PROTOCOL, 18, "protocol_error", 502, "the peer answered something unexpected")    \
+#define MUSTER_ERRORS(X)                                                                           \
+  X(NOMEM, 1, "out_of_memory", 500, "out of memory")                                               \
+  X(MALFORMED, 2, "malformed_request", 400, "the request is malformed")                            \
+  X(UNAUTHORIZED, 3, "unauthorized", 401, "a valid bearer token is required")                      \
+  X(FORBIDDEN, 4, "forbidden", 403, "this token is not allowed to do that")                        \
+  X(NOT_FOUND, 5, "not_found", 404, "no such resource")                                            \
+  X(CONFLICT, 6, "illegal_transition", 409, "the worker's state does not allow this")              \
+  X(TOO_LARGE, 7, "body_too_large", 413, "the request body is larger than 1 MiB")                  \
+  X(INVALID, 8, "invalid_value", 422, "a field has an invalid value")                              \
+  X(SHUTTING_DOWN, 9, "shutting_down", 503, "the controller is shutting down")                     \
+  X(INTERNAL, 10, "internal_error", 500, "internal error")                                         \
+  X(DB, 11, "database_error", 500, "the database failed")                                          \
+  X(SCHEMA_TOO_NEW, 12, "schema_too_new", 500, "the database was written by a newer muster")       \
+  X(IO, 13, "io_error", 500, "an input/output operation failed")                                   \
+  X(UNREACHABLE, 14, "unreachable", 503, "the controller could not be reached")                    \
+  X(TIMEOUT, 15, "timeout", 504, "the operation timed out")                                        \
+  X(METHOD, 16, "method_not_allowed", 405, "method not allowed on this path")                      \
+  X(CAPACITY, 17, "exceeds_capacity", 422, "the request can never fit the backend's capacity")     \
+  X(PROTOCOL, 18, "protocol_error", 502, "the peer answered something unexpected")                 \
   X(BACKEND, 19, "backend_error", 500, "the backend failed")
 
 /* Every error is a negative int; 0 (MUSTER_OK) is success. */

@@ -9,12 +9,12 @@
 #ifndef MUSTER_STATUS_H
 #define MUSTER_STATUS_H
 
-#define MUSTER_STATUSES(X)         \
-  X(SCHEDULING, "scheduling", 0)   \
-  X(STARTING, "starting", 0)       \
-  X(RUNNING, "running", 0)         \
-  X(SUCCEEDED, "succeeded", 1)     \
-  X(FAILED, "failed", 1)           \
+#define MUSTER_STATUSES(X)                                                                         \
+  X(SCHEDULING, "scheduling", 0)                                                                   \
+  X(STARTING, "starting", 0)                                                                       \
+  X(RUNNING, "running", 0)                                                                         \
+  X(SUCCEEDED, "succeeded", 1)                                                                     \
+  X(FAILED, "failed", 1)                                                                           \
   X(STOPPED, "stopped", 1)
 
 #endif

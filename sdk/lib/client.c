@@ -41,13 +41,15 @@ struct buf {
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init_once(void) {
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 static const char *const status_names[] = {
 #define MUSTER_X_STATUS(sym, name, terminal) name,
     MUSTER_STATUSES(MUSTER_X_STATUS)
 #undef MUSTER_X_STATUS
-    "unknown"};
+        "unknown"};
 
 const char *muster_status_name(muster_status s) {
   return (unsigned)s <= MUSTER_STATUS_UNKNOWN ? status_names[s] : "unknown";
@@ -55,8 +57,8 @@ const char *muster_status_name(muster_status s) {
 
 int muster_status_terminal(muster_status s) {
   switch (s) {
-#define MUSTER_X_STATUS(sym, name, terminal) \
-  case MUSTER_##sym:                         \
+#define MUSTER_X_STATUS(sym, name, terminal)                                                       \
+  case MUSTER_##sym:                                                                               \
     return terminal;
     MUSTER_STATUSES(MUSTER_X_STATUS)
 #undef MUSTER_X_STATUS
@@ -93,12 +95,18 @@ static void clear_error(muster_client *c) {
   c->has_errfield = 0;
 }
 
-const char *muster_client_errmsg(const muster_client *c) { return c ? c->errmsg : ""; }
+const char *muster_client_errmsg(const muster_client *c) {
+  return c ? c->errmsg : "";
+}
 const char *muster_client_errfield(const muster_client *c) {
   return c && c->has_errfield ? c->errfield : NULL;
 }
-const char *muster_client_url(const muster_client *c) { return c->url; }
-void muster_client_set_timeout(muster_client *c, double seconds) { c->timeout_s = seconds; }
+const char *muster_client_url(const muster_client *c) {
+  return c->url;
+}
+void muster_client_set_timeout(muster_client *c, double seconds) {
+  c->timeout_s = seconds;
+}
 void muster_client_cancel(muster_client *c) {
   __atomic_store_n(&c->cancel, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock(&c->sock_lock);
@@ -107,7 +115,9 @@ void muster_client_cancel(muster_client *c) {
   pthread_mutex_unlock(&c->sock_lock);
 }
 
-static int cancelled(muster_client *c) { return __atomic_load_n(&c->cancel, __ATOMIC_SEQ_CST); }
+static int cancelled(muster_client *c) {
+  return __atomic_load_n(&c->cancel, __ATOMIC_SEQ_CST);
+}
 
 static int progress_cb(void *arg, curl_off_t a, curl_off_t b, curl_off_t c2, curl_off_t d) {
   muster_client *c = arg;
@@ -118,7 +128,6 @@ static int progress_cb(void *arg, curl_off_t a, curl_off_t b, curl_off_t c2, cur
   (void)d;
   return cancelled(c) ? 1 : 0;
 }
-
 
 static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a) {
   muster_client *c = arg;
@@ -259,7 +268,6 @@ static size_t collect(char *p, size_t size, size_t n, void *arg) {
   return add;
 }
 
-
 /* Maps an error answer (status >= 400, body b) to a muster error. */
 static int answer_error(muster_client *c, long status, const struct buf *b) {
   json_t *j = b->data ? json_loadb(b->data, b->len, 0, NULL) : NULL;
@@ -273,7 +281,7 @@ static int answer_error(muster_client *c, long status, const struct buf *b) {
     err = muster_error_from_name(code);
     set_error(c, err, field, "%s", msg ? msg : muster_strerror(err));
   } else {
-    err = status == 401 ? MUSTER_E_UNAUTHORIZED
+    err = status == 401   ? MUSTER_E_UNAUTHORIZED
           : status == 404 ? MUSTER_E_NOT_FOUND
                           : MUSTER_E_PROTOCOL;
     set_error(c, err, NULL, "the controller answered HTTP %ld", status);
@@ -357,8 +365,8 @@ static int http(muster_client *c, const struct call *k) {
   } else if (cc == CURLE_WRITE_ERROR && b.too_big) {
     rc = set_error(c, MUSTER_E_TOO_LARGE, NULL, "the controller's answer is larger than 256 MiB");
   } else if (cc == CURLE_OPERATION_TIMEDOUT && status == 0) {
-    rc = set_error(c, MUSTER_E_TIMEOUT, NULL, "no answer from %s within %g s", c->url,
-                   k->timeout_s);
+    rc =
+        set_error(c, MUSTER_E_TIMEOUT, NULL, "no answer from %s within %g s", c->url, k->timeout_s);
   } else if (cc != CURLE_OK && status == 0) {
     rc = set_error(c, MUSTER_E_UNREACHABLE, NULL, "could not reach the controller at %s: %s",
                    c->url, cerr[0] ? cerr : curl_easy_strerror(cc));
@@ -569,7 +577,8 @@ int muster_launch(muster_client *c, const muster_launch_opts *o, muster_worker_l
 }
 
 static int id_ok(muster_client *c, const char *id) {
-  if (!id || strlen(id) != 12 || strncmp(id, "w-", 2) != 0 || strspn(id + 2, "abcdefghijklmnopqrstuvwxyz0123456789") != 10)
+  if (!id || strlen(id) != 12 || strncmp(id, "w-", 2) != 0 ||
+      strspn(id + 2, "abcdefghijklmnopqrstuvwxyz0123456789") != 10)
     return set_error(c, MUSTER_E_INVALID, "id", "\"%.40s\" is not a worker id (like w-3kf9x2m1qa)",
                      id ? id : "(null)");
   return 0;
@@ -763,8 +772,8 @@ static size_t stream_dispatch(char *p, size_t size, size_t n, void *arg) {
 
 /* Like http() for a GET whose answer is streamed to write. Returns 0 also
  * when the writer ended the transfer on purpose (*stopped set). */
-static int http_stream(muster_client *c, const char *path, curl_write_callback write,
-                       void *wdata, const int *stopped, long silence_s) {
+static int http_stream(muster_client *c, const char *path, curl_write_callback write, void *wdata,
+                       const int *stopped, long silence_s) {
   struct curl_slist *hdrs = NULL;
   struct buf err = {NULL, 0, 0};
   struct stream_call s = {c, write, wdata, &err};
@@ -803,8 +812,8 @@ static int http_stream(muster_client *c, const char *path, curl_write_callback w
   return rc;
 }
 
-int muster_logs(muster_client *c, const char *id, muster_stream stream, int64_t offset,
-                int follow, muster_data_cb cb, void *arg) {
+int muster_logs(muster_client *c, const char *id, muster_stream stream, int64_t offset, int follow,
+                muster_data_cb cb, void *arg) {
   struct logs_ctx l = {cb, arg, 0, {NULL, 0, 0}};
   char path[128];
   int rc;

@@ -228,8 +228,9 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t n = recv(fd, in + inlen, FRAME_MAX + 5 - inlen, 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        snprintf(err, errlen, "the connection to worker %s (%s:%d) closed before the command "
-                              "ended%s%s",
+        snprintf(err, errlen,
+                 "the connection to worker %s (%s:%d) closed before the command "
+                 "ended%s%s",
                  t->worker_id, t->host, t->port, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
         goto out;
       }

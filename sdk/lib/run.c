@@ -3,12 +3,12 @@
 #include "muster.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,8 +109,8 @@ static void emit(struct proc *p, int is_err, const char *data, size_t len) {
     buf[*n] = '\0';
     pthread_mutex_lock(&run->lock);
     if (run->o->on_output)
-      run->o->on_output(run->o->arg, p->role, p->index, is_err ? MUSTER_STDERR : MUSTER_STDOUT,
-                        buf, *n);
+      run->o->on_output(run->o->arg, p->role, p->index, is_err ? MUSTER_STDERR : MUSTER_STDOUT, buf,
+                        *n);
     if (!is_err && strcmp(p->role, "ps") != 0) {
       const char *text = buf;
       /* mpirun --tag-output: "[1,0]<stdout>:line" is rank 0's line. */
@@ -225,8 +225,8 @@ static char *xasprintf(const char *fmt, ...) {
 
 /* TF_CONFIG for task (type, index) of cluster (a JSON object). */
 static char *tf_config(json_t *cluster, const char *type, int index) {
-  json_t *t = json_pack("{s:O, s:{s:s, s:i}}", "cluster", cluster, "task", "type", type,
-                        "index", index);
+  json_t *t =
+      json_pack("{s:O, s:{s:s, s:i}}", "cluster", cluster, "task", "type", type, "index", index);
   char *s = json_dumps(t, JSON_COMPACT);
   json_decref(t);
   return s;
@@ -405,7 +405,8 @@ static void run_allreduce(struct run *run, const char *master) {
   for (char **e = environ; *e; e++)
     nenv++;
   envp = calloc(nenv + 7, sizeof(*envp));
-  if (oom || !envp || !hosts || !exec_ranks || !agent || !own[5] || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+  if (oom || !envp || !hosts || !exec_ranks || !agent || !own[5] || pipe2(out, O_CLOEXEC) != 0 ||
+      pipe2(err, O_CLOEXEC) != 0) {
     fail(run, NULL, "could not prepare mpirun: %s", strerror(errno));
     goto out;
   }

@@ -13,7 +13,9 @@
 
 static struct ctl_proc ctl;
 
-static void fresh(void) { memset(&ctl, 0, sizeof(ctl)); }
+static void fresh(void) {
+  memset(&ctl, 0, sizeof(ctl));
+}
 
 START_TEST(eight_idle_workers_get_eight_distinct_ips) {
   json_t *workers, *ans, *w;
@@ -41,8 +43,7 @@ START_TEST(eight_idle_workers_get_eight_distinct_ips) {
     ck_assert_int_gt(json_integer_value(json_object_get(w, "exec_port")), 0);
     ck_assert_ptr_nonnull(h_str(w, "running_at"));
     for (j = 0; j < i; j++)
-      ck_assert_str_ne(ip, h_str(json_array_get(json_object_get(ans, "workers"), j),
-                                 "ip_address"));
+      ck_assert_str_ne(ip, h_str(json_array_get(json_object_get(ans, "workers"), j), "ip_address"));
   }
   json_decref(ans);
   json_decref(workers);
@@ -195,9 +196,8 @@ START_TEST(await_times_out_on_a_worker_blocked_in_scheduling) {
   ck_assert_str_eq(h_str(f, "status"), "scheduling");
   json_decref(ans);
   /* It was not stopped: once room frees up, it runs. */
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{\"ids\": [\"x\"]}", "", NULL,
-                          NULL),
-                   422);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers/stop", "{\"ids\": [\"x\"]}", "", NULL, NULL), 422);
   {
     char body[96];
     snprintf(body, sizeof(body), "{\"ids\": [\"%s\"]}", h_str(json_array_get(big, 0), "id"));
@@ -325,28 +325,24 @@ START_TEST(bad_requests_name_what_was_wrong) {
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "n");
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "code"), "invalid_value");
   json_decref(ans);
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"memory\": -2}", "", &ans,
-                          NULL),
-                   422);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"memory\": -2}", "", &ans, NULL), 422);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "memory");
   json_decref(ans);
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 100000}", "",
-                          &ans, NULL),
-                   422);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 100000}", "", &ans, NULL), 422);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "cpu");
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "code"), "exceeds_capacity");
   json_decref(ans);
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"env\": [1]}", "", &ans,
-                          NULL),
-                   422);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"env\": [1]}", "", &ans, NULL), 422);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "env");
   json_decref(ans);
   ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": ", "", &ans, NULL), 400);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "code"), "malformed_request");
   json_decref(ans);
   ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "[1]", "", NULL, NULL), 400);
-  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers/w-0000000000", NULL, "", &ans, NULL),
-                   404);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers/w-0000000000", NULL, "", &ans, NULL), 404);
   ck_assert_ptr_nonnull(strstr(h_str(json_object_get(ans, "error"), "message"), "w-0000000000"));
   json_decref(ans);
   ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/await",
@@ -526,9 +522,9 @@ START_TEST(gpus_are_handed_out_as_distinct_indices) {
   ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
   json_decref(ans);
   /* Three GPUs can never fit two. */
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"nvidia_gpu\": 3}", "",
-                          &ans, NULL),
-                   422);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"nvidia_gpu\": 3}", "", &ans, NULL),
+      422);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "nvidia_gpu");
   json_decref(ans);
   json_decref(blocked);
@@ -551,8 +547,10 @@ START_TEST(events_stream_live_transitions_in_order) {
   json_decref(h_await(&ctl, workers, 1, 20));
   ck_assert_int_eq(h_sse(&ctl, 0, 4, 5000, &events), 4);
   p = events;
-  const char *steps[][2] = {{"null", "\"scheduling\""}, {"\"scheduling\"", "\"starting\""},
-                            {"\"starting\"", "\"running\""}, {"\"running\"", "\"succeeded\""}};
+  const char *steps[][2] = {{"null", "\"scheduling\""},
+                            {"\"scheduling\"", "\"starting\""},
+                            {"\"starting\"", "\"running\""},
+                            {"\"running\"", "\"succeeded\""}};
   for (int i = 0; i < 4; i++) {
     snprintf(want, sizeof(want), "\"worker_id\":\"%s\",\"from\":%s,\"to\":%s", id, steps[i][0],
              steps[i][1]);

@@ -18,7 +18,9 @@
 
 static struct ctl_proc ctl;
 
-static void fresh(void) { memset(&ctl, 0, sizeof(ctl)); }
+static void fresh(void) {
+  memset(&ctl, 0, sizeof(ctl));
+}
 
 /* How many lines of path are exactly line. */
 static int count_lines(const char *path, const char *line) {
@@ -109,17 +111,16 @@ START_TEST(a_registration_from_another_attempt_is_refused) {
   /* The worker's own token, as its workerd holds it. */
   snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
   ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  ck_assert_int_eq(
-      sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
-      SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
+                   SQLITE_OK);
   sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
   ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
   snprintf(auth, sizeof(auth), "%s", (const char *)sqlite3_column_text(st, 0));
   sqlite3_finalize(st);
   sqlite3_close(h);
   snprintf(path, sizeof(path), "/api/v1/workers/%s/register", id);
-  ck_assert_int_eq(h_http(&ctl, "POST", path,
-                          "{\"ip_address\": \"127.0.0.1\", \"attempt\": 7}", auth, &out, NULL),
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"ip_address\": \"127.0.0.1\", \"attempt\": 7}",
+                          auth, &out, NULL),
                    409);
   ck_assert_str_eq(h_str(json_object_get(out, "error"), "field"), "attempt");
   ck_assert_ptr_nonnull(strstr(h_str(json_object_get(out, "error"), "message"), "attempt 1"));
@@ -257,9 +258,8 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   /* The row now says what a recycled pid looks like: the decoy's pid, with
    * whatever else the backend recorded to know its process. */
   colon = strchr(ref, ':');
-  snprintf(sql, sizeof(sql),
-           "UPDATE workers SET pid = %d, backend_ref = '%d%s' WHERE id = '%s'", (int)decoy,
-           (int)decoy, colon ? colon : "", id);
+  snprintf(sql, sizeof(sql), "UPDATE workers SET pid = %d, backend_ref = '%d%s' WHERE id = '%s'",
+           (int)decoy, (int)decoy, colon ? colon : "", id);
   db_exec(&ctl, sql);
   ctl.extra[0] = "--heartbeat-timeout";
   ctl.extra[1] = "1";
@@ -268,8 +268,7 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "lost"));
   json_decref(w);
   usleep(1500 * 1000); /* past the heartbeat timeout */
-  ck_assert_msg(waitpid(decoy, &st, WNOHANG) == 0, "the controller signalled pid %d",
-                (int)decoy);
+  ck_assert_msg(waitpid(decoy, &st, WNOHANG) == 0, "the controller signalled pid %d", (int)decoy);
   kill(decoy, SIGKILL);
   waitpid(decoy, NULL, 0);
   json_decref(ans);
@@ -456,8 +455,8 @@ START_TEST(kill9_at_random_moments_runs_nothing_twice) {
   for (double until = h_now() + 60; h_now() < until;) {
     json_t *live = NULL;
     size_t n;
-    ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?status=scheduling,starting,running",
-                            NULL, "", &live, NULL),
+    ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?status=scheduling,starting,running", NULL,
+                            "", &live, NULL),
                      200);
     n = json_array_size(json_object_get(live, "workers"));
     json_decref(live);
@@ -468,8 +467,7 @@ START_TEST(kill9_at_random_moments_runs_nothing_twice) {
   {
     /* Every worker the controller knows, answered or not. */
     json_t *list = NULL;
-    ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?limit=5000", NULL, "", &list, NULL),
-                     200);
+    ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?limit=5000", NULL, "", &list, NULL), 200);
     json_array_foreach(json_object_get(list, "workers"), i, w) {
       const char *st = h_str(w, "status");
       ck_assert_msg(strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 ||

@@ -66,8 +66,7 @@ static void kill_workers(struct ctl_proc *c) {
   /* The controller may be down: read the pids from its database. */
   snprintf(path, sizeof(path), "%s/muster.db", c->dir);
   if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, "SELECT pid, backend_ref FROM workers", -1, &st, NULL) ==
-          SQLITE_OK) {
+      sqlite3_prepare_v2(db, "SELECT pid, backend_ref FROM workers", -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
       const char *ref = (const char *)sqlite3_column_text(st, 1);
       long pids[2] = {sqlite3_column_int64(st, 0), 0};
@@ -97,8 +96,7 @@ long h_workerd_pid(struct ctl_proc *c, const char *id) {
 
   snprintf(path, sizeof(path), "%s/muster.db", c->dir);
   if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, "SELECT pid FROM workers WHERE id = ?1", -1, &st, NULL) ==
-          SQLITE_OK) {
+      sqlite3_prepare_v2(db, "SELECT pid FROM workers WHERE id = ?1", -1, &st, NULL) == SQLITE_OK) {
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st) == SQLITE_ROW)
       pid = sqlite3_column_int64(st, 0);
@@ -419,8 +417,8 @@ json_t *h_wait_status(struct ctl_proc *c, const char *id, const char *status, do
       return w;
     usleep(50 * 1000);
   } while (h_now() < until);
-  ck_abort_msg("worker %s is %s, not %s, after %g s (failure: %s)", id, h_str(w, "status"),
-               status, timeout_s, h_str(w, "failure") ? h_str(w, "failure") : "none");
+  ck_abort_msg("worker %s is %s, not %s, after %g s (failure: %s)", id, h_str(w, "status"), status,
+               timeout_s, h_str(w, "failure") ? h_str(w, "failure") : "none");
   return NULL;
 }
 

@@ -34,9 +34,16 @@ static struct db *open_ok(void) {
 }
 
 static void insert(struct db *db, const char *id) {
-  struct db_worker_new w = {.id = id, .session = "s", .role = "worker", .cpu = 1, .memory = 2,
-                            .kernel = "python3", .args_json = "[]", .env_json = "{}",
-                            .secret_env_json = "{\"SECRET\":\"v\"}", .token = "tok",
+  struct db_worker_new w = {.id = id,
+                            .session = "s",
+                            .role = "worker",
+                            .cpu = 1,
+                            .memory = 2,
+                            .kernel = "python3",
+                            .args_json = "[]",
+                            .env_json = "{}",
+                            .secret_env_json = "{\"SECRET\":\"v\"}",
+                            .token = "tok",
                             .backend = "local"};
   ck_assert_int_eq(db_begin(db), 0);
   ck_assert_int_eq(db_session_touch(db, "s", "127.0.0.1"), 0);
@@ -112,8 +119,7 @@ START_TEST(transition_writes_row_and_event_together) {
   insert(db, "w-aaaaaaaaaa");
   ck_assert_int_eq(db_begin(db), 0);
   f.backend_ref = "123";
-  ck_assert_int_eq(db_worker_transition(db, "w-aaaaaaaaaa", "scheduling", "starting", &f, "go"),
-                   0);
+  ck_assert_int_eq(db_worker_transition(db, "w-aaaaaaaaaa", "scheduling", "starting", &f, "go"), 0);
   ck_assert_int_eq(db_commit(db), 0);
   w = db_worker_json(db, "w-aaaaaaaaaa");
   ck_assert_str_eq(json_string_value(json_object_get(w, "status")), "starting");
@@ -309,8 +315,8 @@ START_TEST(state_machine_table) {
   for (int a = 0; a < WS_COUNT_; a++)
     for (int b = 0; b < WS_COUNT_; b++) {
       int want = (a == WS_SCHEDULING && (b == WS_STARTING || b == WS_FAILED || b == WS_STOPPED)) ||
-                 (a == WS_STARTING && (b == WS_STARTING || b == WS_RUNNING || b == WS_FAILED ||
-                                         b == WS_STOPPED)) ||
+                 (a == WS_STARTING &&
+                  (b == WS_STARTING || b == WS_RUNNING || b == WS_FAILED || b == WS_STOPPED)) ||
                  (a == WS_RUNNING && (b == WS_SUCCEEDED || b == WS_FAILED || b == WS_STOPPED));
       ck_assert_int_eq(sm_legal(a, b), want);
     }

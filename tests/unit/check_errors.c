@@ -5,11 +5,11 @@
 #include <string.h>
 
 START_TEST(names_map_back_to_codes) {
-#define X(sym, num, name, status, msg)                                  \
-  ck_assert_int_eq(muster_error_from_name(name), MUSTER_E_##sym);       \
-  ck_assert_str_eq(muster_error_name(MUSTER_E_##sym), name);            \
-  ck_assert_str_eq(muster_strerror(MUSTER_E_##sym), msg);               \
-  ck_assert_int_eq(muster_error_http_status(MUSTER_E_##sym), status);   \
+#define X(sym, num, name, status, msg)                                                             \
+  ck_assert_int_eq(muster_error_from_name(name), MUSTER_E_##sym);                                  \
+  ck_assert_str_eq(muster_error_name(MUSTER_E_##sym), name);                                       \
+  ck_assert_str_eq(muster_strerror(MUSTER_E_##sym), msg);                                          \
+  ck_assert_int_eq(muster_error_http_status(MUSTER_E_##sym), status);                              \
   ck_assert_int_lt(MUSTER_E_##sym, 0);
   MUSTER_ERRORS(X)
 #undef X

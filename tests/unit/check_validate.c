@@ -16,14 +16,14 @@ static int launch(const char *text, const char **field, char *msg, size_t msglen
   return rc;
 }
 
-#define EXPECT_FIELD(text, code, name)                               \
-  do {                                                               \
-    const char *field = NULL;                                        \
-    char msg[512];                                                   \
-    ck_assert_int_eq(launch(text, &field, msg, sizeof(msg)), code);  \
-    ck_assert_ptr_nonnull(field);                                    \
-    ck_assert_str_eq(field, name);                                   \
-    ck_assert_ptr_nonnull(strstr(msg, name));                        \
+#define EXPECT_FIELD(text, code, name)                                                             \
+  do {                                                                                             \
+    const char *field = NULL;                                                                      \
+    char msg[512];                                                                                 \
+    ck_assert_int_eq(launch(text, &field, msg, sizeof(msg)), code);                                \
+    ck_assert_ptr_nonnull(field);                                                                  \
+    ck_assert_str_eq(field, name);                                                                 \
+    ck_assert_ptr_nonnull(strstr(msg, name));                                                      \
   } while (0)
 
 START_TEST(defaults_are_those_of_design) {
@@ -72,8 +72,7 @@ START_TEST(unknown_fields_are_refused) {
   const char *field = NULL;
   char msg[512];
 
-  ck_assert_int_eq(launch("{\"n\": 1, \"memroy\": 2}", &field, msg, sizeof(msg)),
-                   MUSTER_E_INVALID);
+  ck_assert_int_eq(launch("{\"n\": 1, \"memroy\": 2}", &field, msg, sizeof(msg)), MUSTER_E_INVALID);
   ck_assert_ptr_nonnull(strstr(msg, "memroy"));
 }
 END_TEST
@@ -82,12 +81,11 @@ START_TEST(cml_empty_strings_mean_absent) {
   const char *field = NULL;
   char msg[512];
 
-  ck_assert_int_eq(launch("{\"n\": 1, \"script\": \"\", \"code\": \"print(1)\"}", &field, msg,
-                          sizeof(msg)),
-                   0);
-  ck_assert_int_eq(launch("{\"n\": 1, \"code\": \"!echo hi\", \"kernel\": \"java\"}", &field, msg,
-                          sizeof(msg)),
-                   0);
+  ck_assert_int_eq(
+      launch("{\"n\": 1, \"script\": \"\", \"code\": \"print(1)\"}", &field, msg, sizeof(msg)), 0);
+  ck_assert_int_eq(
+      launch("{\"n\": 1, \"code\": \"!echo hi\", \"kernel\": \"java\"}", &field, msg, sizeof(msg)),
+      0);
 }
 END_TEST
 

@@ -7,8 +7,13 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-jobs=$(nproc)
 status=0
+# The style rules a machine can check (format, banned functions, number
+# parsing): a failure fails the run, after the tests have run too.
+echo "== style =="
+bash scripts/check-style.sh || status=1
+
+jobs=$(nproc)
 for variant in plain sanitize; do
   dir=build-test-$variant
   flags=(-DCMAKE_BUILD_TYPE=Debug)

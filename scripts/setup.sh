@@ -7,7 +7,7 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
       check libsubunit-dev python3 iproute2 procps
       jupyter-nbconvert python3-ipykernel
-      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format)
+      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang)
 
 missing=()
 for p in "${pkgs[@]}"; do

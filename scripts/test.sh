@@ -13,6 +13,11 @@ status=0
 echo "== style =="
 bash scripts/check-style.sh || status=1
 
+# The fuzzers (clang libFuzzer + ASan + UBSan), about 20 s each, from the
+# seed corpus in tests/fuzz/corpus.
+echo "== fuzz =="
+bash scripts/fuzz.sh 20 || status=1
+
 jobs=$(nproc)
 for variant in plain sanitize; do
   dir=build-test-$variant

@@ -71,6 +71,12 @@ static int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char *
       snprintf(err, errlen, "%s: dimension %d is %u", path, i, dims[i]);
       goto bad;
     }
+    /* The product must not wrap (it is then compared with the file's
+     * size, and indexes the data): 2^31 bytes is more than any IDX set. */
+    if (want > (1ULL << 31) / dims[i]) {
+      snprintf(err, errlen, "%s: the dimensions promise more than 2^31 bytes", path);
+      goto bad;
+    }
     want *= dims[i];
   }
   if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size != hl + want) {

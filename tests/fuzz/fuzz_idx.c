@@ -1,6 +1,7 @@
 /* fuzz_idx.c: libFuzzer target for muster-train's MNIST IDX reader
  * (tr_data.c). The input is split into an images file and a labels file
- * (the first byte says where), written where the reader looks for them,
+ * (the first two bytes, big-endian, give the images file's length),
+ * written where the reader looks for them,
  * and loaded. Any crash, leak or undefined behaviour is a finding; a
  * refusal with a sentence is the expected answer to a bad file. */
 #include "tr_data.h"
@@ -40,11 +41,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       (void)mkdir(dir, 0700);
     }
   }
-  if (size < 1)
+  if (size < 2)
     return 0;
-  cut = size > 1 ? (size_t)data[0] * (size - 1) / 255 : 0;
-  put("train-images-idx3-ubyte", data + 1, cut);
-  put("train-labels-idx1-ubyte", data + 1 + cut, size - 1 - cut);
+  cut = (size_t)data[0] << 8 | data[1];
+  if (cut > size - 2)
+    cut = size - 2;
+  put("train-images-idx3-ubyte", data + 2, cut);
+  put("train-labels-idx1-ubyte", data + 2 + cut, size - 2 - cut);
   if (tr_data_load_mnist(dir, 1, &d, err, sizeof(err)) == 0)
     tr_data_cleanup(&d);
   return 0;

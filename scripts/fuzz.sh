@@ -7,13 +7,13 @@
 # input is kept in build-fuzz/artifacts/ (add it to the seed corpus once
 # fixed, as a regression input).
 #
-# usage: scripts/fuzz.sh [SECONDS] [NAME...]   (names: launch idx)
+# usage: scripts/fuzz.sh [SECONDS] [NAME...]   (names: launch idx sse)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(launch idx)
+[ ${#names[@]} -gt 0 ] || names=(launch idx sse)
 
 cc=$(command -v clang || command -v clang-14 || true)
 if [ -z "$cc" ]; then
@@ -40,6 +40,8 @@ for name in "${names[@]}"; do
     launch) build launch tests/fuzz/fuzz_launch.c controller/validate.c common/errors.c \
               -- $(pkg-config --cflags --libs jansson) ;;
     idx) build idx tests/fuzz/fuzz_idx.c trainer/tr_data.c common/errors.c -- -lm ;;
+    sse) build sse tests/fuzz/fuzz_sse.c common/errors.c \
+           -- $(pkg-config --cflags --libs jansson libcurl) -lpthread ;;
     *) echo "fuzz: no fuzzer named $name" >&2; exit 2 ;;
   esac
   scratch=$(mktemp -d)

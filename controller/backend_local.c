@@ -533,7 +533,6 @@ static void start_done(const struct job *j, pid_t pid) {
    * only this thread reaps. */
   if (util_proc_stat(pid, &start, &zombie) != 0)
     start = 0;
-  FAULT_POINT("local_spawned");
   pthread_mutex_lock(&lb.mu);
   p = lp_find(j->id);
   if (p && p->attempt == j->attempt) {
@@ -587,6 +586,9 @@ static void start_batch(struct job **jobs, int n) {
     wvars_fill(&w[i], jobs[i]);
     sent[i] = zygote_send(&w[i]) == 0;
   }
+  /* The workerds exist (or are being forked) and nothing records them yet:
+   * the window a crash must not turn into a second run. */
+  FAULT_POINT("local_spawned");
   for (int i = 0; i < n; i++) {
     pid_t pid = 0;
     int rc = MUSTER_E_BACKEND;

@@ -335,6 +335,13 @@ enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char 
   return w ? api_respond_json(c, MHD_HTTP_OK, w) : api_respond_error(c, MUSTER_E_DB, NULL, NULL);
 }
 
+/* The worker id of an ids[] item: an id, or a worker object (borrowed;
+ * NULL if neither). */
+static const char *item_id(json_t *item) {
+  return json_is_object(item) ? json_string_value(json_object_get(item, "id"))
+                              : json_string_value(item);
+}
+
 enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)arg;
   json_t *body = NULL, *ids, *item, *out = json_array();
@@ -368,8 +375,7 @@ enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const
     goto out;
   }
   json_array_foreach(ids, i, item) {
-    const char *id = json_is_object(item) ? json_string_value(json_object_get(item, "id"))
-                                          : json_string_value(item);
+    const char *id = item_id(item);
     if (!validate_worker_id(id)) {
       ret = api_respond_error(c, MUSTER_E_INVALID, "ids", "ids[%zu] is not a worker id", i);
       goto out;
@@ -377,8 +383,7 @@ enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const
   }
   rd = api_reader_get();
   json_array_foreach(ids, i, item) {
-    const char *id = json_is_object(item) ? json_string_value(json_object_get(item, "id"))
-                                          : json_string_value(item);
+    const char *id = item_id(item);
     json_t *w = db_worker_json(rd->db, id);
     if (!w) {
       api_reader_put(rd);
@@ -402,8 +407,7 @@ enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const
   }
   if (json_array_size(ids)) {
     json_array_foreach(ids, i, item) {
-      const char *id = json_is_object(item) ? json_string_value(json_object_get(item, "id"))
-                                            : json_string_value(item);
+      const char *id = item_id(item);
       snprintf(targets[i], sizeof(targets[i]), "%s", id);
     }
   } else {

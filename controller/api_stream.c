@@ -21,6 +21,7 @@
 struct events_ctx {
   struct stream s; /* first: the registry sees only this part */
   int64_t last_seq;
+  int catching_up; /* the last batch was full: more are waiting */
   char *buf;
   size_t len, pos;
 };
@@ -42,6 +43,8 @@ static ssize_t copy_out(char **bufp, size_t *len, size_t *pos, char *out, size_t
 
 /* A client further behind than this many events is told to list again. */
 #define EVENTS_MAX_BEHIND 100000
+/* Events read (and buffered) at a time for one client. */
+#define EVENTS_BATCH 512
 
 /* libmicrohttpd asks for the next bytes of the event stream, only as fast
  * as the client takes them: at most 512 events are buffered per client. The
@@ -63,7 +66,10 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
     if (g.shutting_down)
       return MHD_CONTENT_READER_END_OF_STREAM;
     rd = api_reader_get();
-    newest = db_last_event_seq(rd->db);
+    /* Only a client that is catching up (its last batch was full) can be
+     * far behind: the newest seq is looked up for it alone, not on every
+     * wake of every stream. */
+    newest = e->catching_up ? db_last_event_seq(rd->db) : e->last_seq;
     if (newest - e->last_seq > EVENTS_MAX_BEHIND) {
       api_reader_put(rd);
       /* Catching up event by event would take longer than a fresh list:
@@ -77,8 +83,9 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
       return e->len ? copy_out(&e->buf, &e->len, &e->pos, out, max)
                     : MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    n = db_events_since(rd->db, e->last_seq, 512, &e->buf, &e->len, &e->last_seq);
+    n = db_events_since(rd->db, e->last_seq, EVENTS_BATCH, &e->buf, &e->len, &e->last_seq);
     api_reader_put(rd);
+    e->catching_up = n == EVENTS_BATCH;
     if (n < 0)
       return MHD_CONTENT_READER_END_WITH_ERROR;
     if (n == 0 && e->s.keepalive_due) {

@@ -42,7 +42,7 @@ enum {
   "id, session, name, role, status, cpu, memory, nvidia_gpu, script, code, command, "              \
   "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "                      \
   "backend_ref, exit_code, failure, created_at, running_at, finished_at, "                         \
-  "last_heartbeat, signal, attempt, waiting_for, rowid"
+  "last_heartbeat, signal, attempt, waiting_for"
 
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,27 @@ static struct ctl_proc ctl;
 
 static void fresh(void) {
   memset(&ctl, 0, sizeof(ctl));
+}
+
+/* Starts a shell command (from fmt) in the background: a client of the
+ * controller under test. Returns its pid, to wait for or kill. */
+static pid_t sh_bg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static pid_t sh_bg(const char *fmt, ...) {
+  char cmd[1400];
+  va_list ap;
+  pid_t p;
+
+  va_start(ap, fmt);
+  ck_assert_int_lt(vsnprintf(cmd, sizeof(cmd), fmt, ap), (int)sizeof(cmd));
+  va_end(ap);
+  p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  return p;
 }
 
 /* How many lines of path are exactly line. */
@@ -159,34 +181,17 @@ START_TEST(appends_racing_a_followed_log_neither_hang_nor_get_lost) {
   unsetenv("MUSTER_FAULT");
   /* Big launches that can never be admitted meanwhile: the lock is busy,
    * as on a controller in use. */
-  launcher = fork();
-  ck_assert_int_ge(launcher, 0);
-  if (launcher == 0) {
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd),
-             "sleep 0.4; for i in $(seq 8); do curl -s -m 20 -H 'Authorization: Bearer %s' "
-             "-d '{\"n\": 1024, \"cpu\": 1, \"memory\": 0.01}' %s/api/v1/workers >/dev/null; "
-             "done",
-             ctl.token, ctl.url);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
+  launcher = sh_bg("sleep 0.4; for i in $(seq 8); do curl -s -m 20 -H 'Authorization: Bearer %s' "
+                   "-d '{\"n\": 1024, \"cpu\": 1, \"memory\": 0.01}' %s/api/v1/workers "
+                   ">/dev/null; done",
+                   ctl.token, ctl.url);
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"kernel\": \"sh\", \"code\": "
                            "\"sleep 0.5; i=0; while [ $i -lt 400 ]; do echo line $i; "
                            "i=$((i+1)); [ $((i % 20)) -eq 0 ] && sleep 0.02; done\"}");
-  for (int k = 0; k < nf; k++) {
-    followers[k] = fork();
-    ck_assert_int_ge(followers[k], 0);
-    if (followers[k] == 0) {
-      char cmd[800];
-      snprintf(cmd, sizeof(cmd),
-               "curl -s -m 30 -H 'Authorization: Bearer %s' "
-               "'%s/api/v1/workers/%s/logs?follow=1' > %s.follow%d",
-               ctl.token, ctl.url, h_str(json_array_get(workers, 0), "id"), ctl.dir, k);
-      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-      _exit(127);
-    }
-  }
+  for (int k = 0; k < nf; k++)
+    followers[k] = sh_bg("curl -s -m 30 -H 'Authorization: Bearer %s' "
+                         "'%s/api/v1/workers/%s/logs?follow=1' > %s.follow%d",
+                         ctl.token, ctl.url, h_str(json_array_get(workers, 0), "id"), ctl.dir, k);
   /* Another writer appends to the same log file without a word to the
    * controller, as fast as it can: a reader at the end of the file sees it
    * grow at any moment, the gap between its look and its wait included. */
@@ -351,21 +356,12 @@ START_TEST(abandoned_waits_are_freed) {
            h_str(json_array_get(blocked, 0), "id"));
   snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?follow=1",
            h_str(json_array_get(workers, 0), "id"));
-  for (int k = 0; k < 3; k++) {
-    pid_t p = fork();
-    ck_assert_int_ge(p, 0);
-    if (p == 0) {
-      char cmd[1400];
-      /* A client that gives up after half a second. */
-      snprintf(cmd, sizeof(cmd),
-               "curl -s -m 0.5 -H 'Authorization: Bearer %s' -d '%s' %s/api/v1/workers/await "
-               ">/dev/null; curl -s -m 0.5 -H 'Authorization: Bearer %s' '%s%s' >/dev/null",
-               ctl.token, body, ctl.url, ctl.token, ctl.url, path);
-      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-      _exit(127);
-    }
-    waitpid(p, NULL, 0);
-  }
+  /* Clients that give up after half a second. */
+  for (int k = 0; k < 3; k++)
+    waitpid(sh_bg("curl -s -m 0.5 -H 'Authorization: Bearer %s' -d '%s' %s/api/v1/workers/await "
+                  ">/dev/null; curl -s -m 0.5 -H 'Authorization: Bearer %s' '%s%s' >/dev/null",
+                  ctl.token, body, ctl.url, ctl.token, ctl.url, path),
+            NULL, 0);
   for (i = 0; i < 50; i++) {
     if (h_metric(&ctl, "muster_await_waiting") == 0 &&
         h_metric(&ctl, "muster_streams_waiting") == 0)

@@ -8,9 +8,9 @@
 #include "muster_errors.h"
 #include "state.h"
 #include "util.h"
+#include "validate.h"
 #include "worker_spec.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,12 +56,12 @@ static int worker_auth_locked(struct MHD_Connection *c, const char *id, struct l
 enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_worker_info info;
   struct db_fields f = DB_FIELDS_INIT;
-  char status[16], ip[64], detail[160];
-  const char *hostname;
-  json_t *body, *v, *answer;
+  struct register_req reg;
+  char status[16], detail[160], msg[256];
+  const char *hostname, *ip, *field;
+  json_t *body, *answer;
   struct lw *w;
   enum MHD_Result ret = MHD_NO;
-  unsigned char addr[16];
   unsigned long long start_time;
   char ref[64];
   int rc, attempt;
@@ -69,30 +69,17 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   body = api_parse_body(c, rq, &ret);
   if (!body)
     return ret;
-  v = json_object_get(body, "ip_address");
-  if (!json_is_string(v) || (inet_pton(AF_INET, json_string_value(v), addr) != 1 &&
-                             inet_pton(AF_INET6, json_string_value(v), addr) != 1)) {
+  rc = validate_register(body, &reg, &field, msg, sizeof(msg));
+  if (rc) {
     json_decref(body);
-    return api_respond_error(c, MUSTER_E_INVALID, "ip_address", "ip_address must be an IP address");
+    return api_respond_error(c, rc, field, "%s", msg);
   }
-  snprintf(ip, sizeof(ip), "%s", json_string_value(v));
-  hostname = json_string_value(json_object_get(body, "hostname"));
-  if (hostname && strlen(hostname) > 255)
-    hostname = NULL;
-  v = json_object_get(body, "exec_port");
-  if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < 65536)
-    f.exec_port = (int)json_integer_value(v);
-  v = json_object_get(body, "pid");
-  if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30))
-    f.pid = (int)json_integer_value(v);
-  v = json_object_get(body, "start_time");
-  start_time = json_is_integer(v) && json_integer_value(v) > 0
-                   ? (unsigned long long)json_integer_value(v)
-                   : 0;
-  v = json_object_get(body, "attempt");
-  attempt = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < (1 << 30)
-                ? (int)json_integer_value(v)
-                : 0;
+  f.exec_port = reg.exec_port;
+  f.pid = reg.pid;
+  ip = reg.ip_address;
+  hostname = reg.hostname;
+  start_time = reg.start_time;
+  attempt = reg.attempt;
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
@@ -207,9 +194,10 @@ enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const ch
 
 enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_fields f = DB_FIELDS_INIT;
-  char status[16], why[1200];
-  const char *reason;
-  json_t *body, *code, *sig;
+  struct exit_req ex;
+  char status[16], msg[256];
+  const char *field;
+  json_t *body;
   enum MHD_Result ret = MHD_NO;
   enum wstatus to;
   struct lw *w;
@@ -218,34 +206,20 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
   body = api_parse_body(c, rq, &ret);
   if (!body)
     return ret;
-  code = json_object_get(body, "exit_code");
-  sig = json_object_get(body, "signal");
-  reason = json_string_value(json_object_get(body, "reason"));
-  if ((code && !json_is_null(code) && !json_is_integer(code)) ||
-      (sig && !json_is_null(sig) && !json_is_integer(sig))) {
+  rc = validate_exit(body, &ex, &field, msg, sizeof(msg));
+  if (rc) {
     json_decref(body);
-    return api_respond_error(c, MUSTER_E_INVALID, "exit_code",
-                             "exit_code and signal must be integers or null");
+    return api_respond_error(c, rc, field, "%s", msg);
   }
-  why[0] = '\0';
-  if (json_is_integer(code))
-    f.exit_code = (int)json_integer_value(code);
-  if (json_is_integer(sig) && json_integer_value(sig) > 0 && json_integer_value(sig) < 128) {
-    f.signal = (int)json_integer_value(sig);
-    snprintf(why, sizeof(why), "the script was killed by signal %d (%s)", f.signal,
-             strsignal(f.signal));
-  } else if (f.exit_code > 0) {
-    snprintf(why, sizeof(why), "the script exited with code %d", f.exit_code);
-  }
-  if (reason && *reason)
-    snprintf(why, sizeof(why), "%.1000s", reason);
-  to = why[0] ? WS_FAILED : WS_SUCCEEDED;
-  f.failure = why[0] ? why : NULL;
+  f.exit_code = ex.exit_code;
+  f.signal = ex.signal;
+  f.failure = ex.failure[0] ? ex.failure : NULL;
+  to = ex.failure[0] ? WS_FAILED : WS_SUCCEEDED;
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
   if (!rc && w)
-    rc = sm_finish_locked(w, to, &f, why[0] ? why : "the script exited with code 0",
+    rc = sm_finish_locked(w, to, &f, ex.failure[0] ? ex.failure : "the script exited with code 0",
                           BACKEND_KILL_LATER);
   state_unlock();
   json_decref(body);

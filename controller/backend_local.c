@@ -14,6 +14,7 @@
  * time differs belongs to someone else and is never signalled.
  */
 #include "backend.h"
+#include "envlists.h"
 
 #include "fault.h"
 #include "log.h"
@@ -872,9 +873,7 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
    * environment: PATH, HOME, LANG. The settings meant for workerd itself
    * pass through. */
   for (char **e = environ; *e; e++)
-    if ((strncmp(*e, "MUSTER_", 7) != 0 && strncmp(*e, "CDSW_", 5) != 0) ||
-        strncmp(*e, "MUSTER_ORPHAN_TIMEOUT=", 22) == 0 ||
-        strncmp(*e, "MUSTER_LOG_LEVEL=", 17) == 0 || strncmp(*e, "MUSTER_FAULT=", 13) == 0)
+    if (env_to_worker(*e))
       lb.base_env[lb.base_env_len++] = *e;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -1,6 +1,7 @@
 /* main.c: muster-controller's command line, start-up and shutdown. */
 #include "api.h"
 #include "backend.h"
+#include "hostport.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -50,15 +51,8 @@ static void usage(FILE *out) {
 }
 
 static int parse_listen(const char *arg, struct ctl_config *cfg) {
-  const char *colon = strrchr(arg, ':');
-  long port;
-
-  if (!colon || (size_t)(colon - arg) >= sizeof(cfg->listen_host))
+  if (hostport_split(arg, strlen(arg), cfg->listen_host, sizeof(cfg->listen_host), 0, &cfg->port))
     return MUSTER_E_INVALID;
-  if (util_parse_long(colon + 1, 0, 65535, &port) != 0)
-    return MUSTER_E_INVALID;
-  snprintf(cfg->listen_host, sizeof(cfg->listen_host), "%.*s", (int)(colon - arg), arg);
-  cfg->port = (int)port;
   return 0;
 }
 

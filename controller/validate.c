@@ -3,6 +3,8 @@
 
 #include "muster_errors.h"
 
+#include <arpa/inet.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -328,5 +330,73 @@ int validate_await(json_t *body, struct await_req *out, const char **field, char
     }
     json_array_append_new(out->ids, json_string(id));
   }
+  return 0;
+}
+
+/* An integer member in [lo, hi], or 0. */
+static json_int_t int_in(json_t *body, const char *key, json_int_t lo, json_int_t hi) {
+  json_t *v = json_object_get(body, key);
+  return json_is_integer(v) && json_integer_value(v) >= lo && json_integer_value(v) <= hi
+             ? json_integer_value(v)
+             : 0;
+}
+
+int validate_register(json_t *body, struct register_req *out, const char **field, char *msg,
+                      size_t msglen) {
+  unsigned char addr[16];
+  const char *ip;
+
+  memset(out, 0, sizeof(*out));
+  *field = NULL;
+  if (!json_is_object(body))
+    return fail(MUSTER_E_MALFORMED, field, NULL, msg, msglen,
+                "the request body must be a JSON object");
+  ip = json_string_value(json_object_get(body, "ip_address"));
+  if (!ip || strlen(ip) >= sizeof(out->ip_address) ||
+      (inet_pton(AF_INET, ip, addr) != 1 && inet_pton(AF_INET6, ip, addr) != 1))
+    return fail(MUSTER_E_INVALID, field, "ip_address", msg, msglen,
+                "ip_address must be an IP address");
+  snprintf(out->ip_address, sizeof(out->ip_address), "%s", ip);
+  out->hostname = json_string_value(json_object_get(body, "hostname"));
+  if (out->hostname && strlen(out->hostname) > 255)
+    out->hostname = NULL;
+  out->exec_port = (int)int_in(body, "exec_port", 1, 65535);
+  out->pid = (int)int_in(body, "pid", 1, (1 << 30) - 1);
+  out->start_time = (unsigned long long)int_in(body, "start_time", 1, LLONG_MAX);
+  out->attempt = (int)int_in(body, "attempt", 1, (1 << 30) - 1);
+  return 0;
+}
+
+int validate_exit(json_t *body, struct exit_req *out, const char **field, char *msg,
+                  size_t msglen) {
+  json_t *code, *sig;
+  const char *reason;
+
+  memset(out, 0, sizeof(*out));
+  *field = NULL;
+  if (!json_is_object(body))
+    return fail(MUSTER_E_MALFORMED, field, NULL, msg, msglen,
+                "the request body must be a JSON object");
+  code = json_object_get(body, "exit_code");
+  sig = json_object_get(body, "signal");
+  if ((code && !json_is_null(code) && !json_is_integer(code)) ||
+      (sig && !json_is_null(sig) && !json_is_integer(sig)))
+    return fail(MUSTER_E_INVALID, field, "exit_code", msg, msglen,
+                "exit_code and signal must be integers or null");
+  /* An exit status is 0..255; anything else is reported as it came, cut
+   * to an int's range. */
+  if (json_is_integer(code))
+    out->exit_code = (int)(json_integer_value(code) > INT_MAX   ? INT_MAX
+                           : json_integer_value(code) < INT_MIN ? INT_MIN
+                                                                : json_integer_value(code));
+  out->signal = (int)int_in(body, "signal", 1, 127);
+  if (out->signal)
+    snprintf(out->failure, sizeof(out->failure), "the script was killed by signal %d (%s)",
+             out->signal, strsignal(out->signal));
+  else if (out->exit_code > 0)
+    snprintf(out->failure, sizeof(out->failure), "the script exited with code %d", out->exit_code);
+  reason = json_string_value(json_object_get(body, "reason"));
+  if (reason && *reason)
+    snprintf(out->failure, sizeof(out->failure), "%.1000s", reason);
   return 0;
 }

@@ -43,6 +43,32 @@ struct await_req {
 int validate_await(json_t *body, struct await_req *out, const char **field, char *msg,
                    size_t msglen) __attribute__((warn_unused_result));
 
+/* A workerd's registration (POST /api/v1/workers/{id}/register). Fields it
+ * may leave out, or that are out of range, come out as 0 / NULL: they are
+ * its own account of itself, checked against what the controller knows. */
+struct register_req {
+  char ip_address[64];           /* an IPv4 or IPv6 address (required) */
+  const char *hostname;          /* borrowed; NULL if absent or over 255 bytes */
+  int exec_port;                 /* 1..65535, or 0 */
+  int pid;                       /* 1..2^30, or 0 */
+  unsigned long long start_time; /* the pid's start time (/proc), or 0 */
+  int attempt;                   /* the start attempt it belongs to, or 0 */
+};
+
+int validate_register(json_t *body, struct register_req *out, const char **field, char *msg,
+                      size_t msglen) __attribute__((warn_unused_result));
+
+/* A workerd's report of how the script ended (POST .../exit). failure is
+ * the sentence the worker fails with, "" when it succeeded. */
+struct exit_req {
+  int exit_code; /* as reported, or 0 */
+  int signal;    /* 1..127, or 0 */
+  char failure[1200];
+};
+
+int validate_exit(json_t *body, struct exit_req *out, const char **field, char *msg, size_t msglen)
+    __attribute__((warn_unused_result));
+
 /* 1 if s looks like a worker id: "w-" and 10 of [a-z0-9]. */
 int validate_worker_id(const char *s);
 

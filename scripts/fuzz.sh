@@ -7,13 +7,14 @@
 # input is kept in build-fuzz/artifacts/ (add it to the seed corpus once
 # fixed, as a regression input).
 #
-# usage: scripts/fuzz.sh [SECONDS] [NAME...]   (names: launch idx sse)
+# usage: scripts/fuzz.sh [SECONDS] [NAME...]
+#   (names: launch worker idx sse ps hostport)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(launch idx sse)
+[ ${#names[@]} -gt 0 ] || names=(launch worker idx sse ps hostport)
 
 cc=$(command -v clang || command -v clang-14 || true)
 if [ -z "$cc" ]; then
@@ -39,6 +40,11 @@ for name in "${names[@]}"; do
   case $name in
     launch) build launch tests/fuzz/fuzz_launch.c controller/validate.c common/errors.c \
               -- $(pkg-config --cflags --libs jansson) ;;
+    worker) build worker tests/fuzz/fuzz_worker.c controller/validate.c common/errors.c \
+              -- $(pkg-config --cflags --libs jansson) ;;
+    ps) build ps tests/fuzz/fuzz_ps.c trainer/tr_ps_wire.c common/util.c common/hostport.c \
+          common/errors.c -- $(pkg-config --cflags --libs jansson) -lm ;;
+    hostport) build hostport tests/fuzz/fuzz_hostport.c common/hostport.c ;;
     idx) build idx tests/fuzz/fuzz_idx.c trainer/tr_data.c common/errors.c -- -lm ;;
     sse) build sse tests/fuzz/fuzz_sse.c common/errors.c \
            -- $(pkg-config --cflags --libs jansson libcurl) -lpthread ;;

@@ -1,6 +1,8 @@
 /* muster.c: the muster command-line tool. It uses only libmuster's public
- * API (muster.h), as curl's tool uses only libcurl's. */
+ * API (muster.h), as curl's tool uses only libcurl's, and the header-only
+ * lists of common/envlists.h. */
 #include "muster.h"
+#include "envlists.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -961,37 +963,6 @@ out:
   return code;
 }
 
-/* Fills t from the list of exec addresses muster run hands its mpirun
- * ("ip:port,ip:port,...", the port after each entry's last colon, as the ip
- * may be IPv6): the entry whose ip is host, or if host is NULL the index-th.
- * Returns 0, or -1 if there is no such entry. */
-static int exec_list_find(const char *list, const char *host, long index, const char *token,
-                          muster_exec_target *t) {
-  memset(t, 0, sizeof(*t));
-  for (const char *p = list; p && *p; index--) {
-    size_t len = strcspn(p, ",");
-    const char *colon = memrchr(p, ':', len);
-    size_t hl = colon ? (size_t)(colon - p) : 0;
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    /* The port runs to the entry's end (the next ',' or the list's end). */
-    if (colon && end != p + len)
-      port = 0;
-    if (hl > 0 && hl < sizeof(t->host) && port > 0 && port <= 65535 &&
-        (host ? strlen(host) == hl && strncmp(p, host, hl) == 0 : index == 0)) {
-      memcpy(t->host, p, hl);
-      t->port = (int)port;
-      snprintf(t->token, sizeof(t->token), "%s", token);
-      snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", t->host);
-      return 0;
-    }
-    p += len;
-    if (*p == ',')
-      p++;
-  }
-  return -1;
-}
-
 /* Finds host's exec port and token: from muster run's environment, or
  * from the controller (the running worker with that address). */
 static int rsh_target(const char *host, muster_exec_target *t) {
@@ -1000,7 +971,7 @@ static int rsh_target(const char *host, muster_exec_target *t) {
   muster_worker_list ws = {0};
   int rc;
 
-  if (hosts && token && exec_list_find(hosts, host, 0, token, t) == 0)
+  if (hosts && token && muster_exec_list_find(hosts, host, 0, token, t) == 0)
     return 0;
   if ((rc = connect_client(&c)))
     return rc;
@@ -1068,18 +1039,9 @@ static int cmd_rsh(int argc, char **argv) {
   return exit_code;
 }
 
-/* What an Open MPI daemon gives its ranks, and what mpirun -x passes on:
- * the rest of the daemon's environment is its own worker's, and the rank
- * gets its own worker's instead. */
-static int rank_forwards(const char *var) {
-  static const char *const prefixes[] = {"OMPI_",        "PMIX_",        "OPAL_",      "ORTE_",
-                                         "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE="};
-  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-    if (strncmp(var, prefixes[i], strlen(prefixes[i])) == 0)
-      return 1;
-  return 0;
-}
-
+/* A rank gets what its Open MPI daemon says (env_rank_forwards); the rest
+ * of the daemon's environment is its own worker's, and the rank gets its own
+ * worker's instead. */
 static int cmd_rank(int argc, char **argv) {
   const char *ranks = getenv("MUSTER_EXEC_RANKS"), *token = getenv("MUSTER_EXEC_TOKEN");
   const char *rank_s = getenv("OMPI_COMM_WORLD_RANK");
@@ -1115,7 +1077,7 @@ static int cmd_rank(int argc, char **argv) {
     if (end == rank_s || *end)
       rank = -1;
   }
-  if (rank < 0 || exec_list_find(ranks, NULL, rank, token, &t) != 0) {
+  if (rank < 0 || muster_exec_list_find(ranks, NULL, rank, token, &t) != 0) {
     fprintf(stderr, "muster rank: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", rank_s,
             ranks);
     return EXIT_USAGE;
@@ -1128,7 +1090,7 @@ static int cmd_rank(int argc, char **argv) {
     return EXIT_CONTROLLER;
   nenv = 0;
   for (char **e = environ; *e; e++)
-    if (rank_forwards(*e))
+    if (env_rank_forwards(*e))
       env[nenv++] = *e;
   snprintf(rank_env, sizeof(rank_env), "RANK=%ld", rank);
   env[nenv++] = rank_env;

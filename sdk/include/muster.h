@@ -212,6 +212,15 @@ int muster_session_exec_token(muster_client *c, const char *session, char *buf,
 int muster_exec_target_get(muster_client *c, const char *id,
                            muster_exec_target *out) MUSTER_WARN_UNUSED;
 
+/* Finds a worker's exec address in list, the comma-separated "ip:port"
+ * exec addresses muster run hands its mpirun and its ranks
+ * (MUSTER_EXEC_HOSTS: one per host; MUSTER_EXEC_RANKS: one per rank): the
+ * entry whose ip is host, or if host is NULL the index-th (from 0). t gets
+ * that address and token. Returns 0, or MUSTER_E_NOT_FOUND if the list has
+ * no such entry. */
+int muster_exec_list_find(const char *list, const char *host, long index, const char *token,
+                          muster_exec_target *t) MUSTER_WARN_UNUSED;
+
 typedef struct muster_exec_opts {
   const char *const *argv; /* the command, argc entries */
   size_t argc;

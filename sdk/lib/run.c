@@ -1,4 +1,6 @@
 /* run.c: muster_run_cluster(), see muster.h. */
+#include "envlists.h"
+#include "hostport.h"
 #include "internal.h"
 #include "muster.h"
 
@@ -280,6 +282,25 @@ static int list_add(char **list, const char *fmt, ...) {
   return joined ? 0 : -1;
 }
 
+/* The exec-address lists (MUSTER_EXEC_HOSTS, MUSTER_EXEC_RANKS) are written
+ * here and read by muster_exec_list_find() below, both in the format of
+ * hostport.h: "ip:port,ip:port,...". */
+static int exec_list_add(char **list, const muster_worker *w) {
+  return list_add(list, "%s:%d", w->ip_address, w->exec_port);
+}
+
+int muster_exec_list_find(const char *list, const char *host, long index, const char *token,
+                          muster_exec_target *t) {
+  memset(t, 0, sizeof(*t));
+  if (hostport_list_find(list, host, index, t->host, sizeof(t->host), &t->port) != 0) {
+    memset(t, 0, sizeof(*t));
+    return MUSTER_E_NOT_FOUND;
+  }
+  snprintf(t->token, sizeof(t->token), "%s", token ? token : "");
+  snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", t->host);
+  return 0;
+}
+
 /* A rank or daemon that lost its worker's exec connection makes mpirun exit
  * with 255 (what muster rank and muster rsh then say, as ssh does). The
  * controller tells the monitor which worker failed, and why, moments later:
@@ -334,10 +355,10 @@ static void run_allreduce(struct run *run, const char *master) {
         continue;
       placed[j] = 1;
       slots++;
-      oom |= list_add(&exec_ranks, "%s:%d", w->ip_address, w->exec_port);
+      oom |= exec_list_add(&exec_ranks, w);
     }
     oom |= list_add(&hosts, "%s:%d", head->ip_address, slots);
-    oom |= list_add(&exec_hosts, "%s:%d", head->ip_address, head->exec_port);
+    oom |= exec_list_add(&exec_hosts, head);
   }
   agent = xasprintf("%s rsh", program);
   snprintf(np, sizeof(np), "%zu", run->workers.count);
@@ -411,8 +432,7 @@ static void run_allreduce(struct run *run, const char *master) {
     goto out;
   }
   for (char **e = environ; *e; e++)
-    if (strncmp(*e, "MUSTER_EXEC_", 12) != 0 && strncmp(*e, "MASTER_ADDR=", 12) != 0 &&
-        strncmp(*e, "MASTER_PORT=", 12) != 0 && strncmp(*e, "WORLD_SIZE=", 11) != 0)
+    if (!env_run_sets(*e))
       envp[off++] = *e;
   for (int i = 0; i < 6; i++)
     envp[off++] = own[i];

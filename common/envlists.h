@@ -1,0 +1,67 @@
+/*
+ * envlists.h: which environment variables cross each boundary between the
+ * parts, in one place. Every list holds entries that end in '=' (one
+ * variable) or not (every variable whose name starts so).
+ *
+ *   controller -> workerd    env_to_worker(): the controller's environment
+ *                            is the worker's "image" (PATH, HOME, LANG...),
+ *                            less its own muster/CML settings, its API
+ *                            token above all; workerd's own settings pass.
+ *   workerd -> the script    env_workerd_only(): what workerd keeps to
+ *                            itself: its token, its bind address, its own
+ *                            settings.
+ *   muster run -> mpirun     env_run_sets(): what muster run sets itself
+ *                            for mpirun (and drops from its own
+ *                            environment so that the two cannot disagree).
+ *   Open MPI daemon -> rank  env_rank_forwards(): what `muster rank` takes
+ *                            from the daemon into the rank; the rest of the
+ *                            rank's environment is its own worker's.
+ *
+ * Header only (static inline): the CLI, which links libmuster alone, uses
+ * it too.
+ */
+#ifndef MUSTER_ENVLISTS_H
+#define MUSTER_ENVLISTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+/* Whether var ("NAME=value") is in the NULL-terminated list. */
+static inline bool env_in(const char *var, const char *const *list) {
+  for (; *list; list++)
+    if (strncmp(var, *list, strlen(*list)) == 0)
+      return true;
+  return false;
+}
+
+/* The settings meant for workerd itself, which it does not hand on. */
+static inline bool env_workerd_only(const char *var) {
+  static const char *const list[] = {"MUSTER_WORKER_TOKEN=", "MUSTER_BIND_IP=",
+                                     "MUSTER_ORPHAN_TIMEOUT=", "MUSTER_LOG_LEVEL=", NULL};
+  return env_in(var, list);
+}
+
+/* Whether the controller's variable var reaches the workers it starts. */
+static inline bool env_to_worker(const char *var) {
+  static const char *const controller_own[] = {"MUSTER_", "CDSW_", NULL};
+  static const char *const for_workerd[] = {
+      "MUSTER_ORPHAN_TIMEOUT=", "MUSTER_LOG_LEVEL=", "MUSTER_FAULT=", NULL};
+  return !env_in(var, controller_own) || env_in(var, for_workerd);
+}
+
+/* What muster run sets for its mpirun itself. */
+static inline bool env_run_sets(const char *var) {
+  static const char *const list[] = {"MUSTER_EXEC_",
+                                     "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE=", NULL};
+  return env_in(var, list);
+}
+
+/* What an Open MPI daemon gives its ranks (and what mpirun -x passes on). */
+static inline bool env_rank_forwards(const char *var) {
+  static const char *const list[] = {"OMPI_",        "PMIX_",        "OPAL_",       "ORTE_",
+                                     "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE=", NULL};
+  return env_in(var, list);
+}
+
+#endif

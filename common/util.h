@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* On every internal function whose answer says whether it worked: a caller
+ * that drops the answer does not compile. */
+#define MUST_CHECK __attribute__((warn_unused_result))
+
 /* Writes the current UTC time as "2026-11-21T14:00:00.123Z" into buf. */
 void util_now_iso(char *buf, size_t size);
 
@@ -15,10 +19,10 @@ int64_t util_mono_ms(void);
 
 /* Fills out with len random characters of [a-z0-9] and a NUL (out holds len+1).
  * Returns 0, or a negative muster error if the kernel's random source failed. */
-__attribute__((warn_unused_result)) int util_random_alnum(char *out, size_t len);
+MUST_CHECK int util_random_alnum(char *out, size_t len);
 
 /* Fills out with 2*nbytes random hex digits and a NUL. Same returns. */
-__attribute__((warn_unused_result)) int util_random_hex(char *out, size_t nbytes);
+MUST_CHECK int util_random_hex(char *out, size_t nbytes);
 
 /* Compares two NUL-terminated secrets in time that depends only on their
  * lengths. Returns 1 if equal. */
@@ -27,18 +31,18 @@ int util_secret_equal(const char *a, const char *b);
 /* Parses a whole decimal string into *out within [min, max].
  * Returns 0, or MUSTER_E_INVALID if s is empty, has trailing junk or is out
  * of range. */
-__attribute__((warn_unused_result)) int util_parse_long(const char *s, long min, long max,
+MUST_CHECK int util_parse_long(const char *s, long min, long max,
                                                         long *out);
 
 /* Same for a finite double. */
-__attribute__((warn_unused_result)) int util_parse_double(const char *s, double min, double max,
+MUST_CHECK int util_parse_double(const char *s, double min, double max,
                                                           double *out);
 
 /* Reads process pid's start time (clock ticks after boot, field 22 of
  * /proc/PID/stat; pid 0: this process) and whether it is a zombie: with the
  * pid, what tells a process from a later one that got the same pid. Returns
  * 0, MUSTER_E_NOT_FOUND if there is no such process, or MUSTER_E_PROTOCOL. */
-__attribute__((warn_unused_result)) int util_proc_stat(long pid, unsigned long long *start,
+MUST_CHECK int util_proc_stat(long pid, unsigned long long *start,
                                                        int *zombie);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include "api.h"
 #include "db.h"
+#include "util.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -75,14 +76,14 @@ json_t *api_worker_read(const char *id);
 /* ---- answers (api_http.c) ---- */
 
 /* Queues body (a reference is stolen) as a JSON answer with status. */
-enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status, json_t *body);
+MUST_CHECK enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status, json_t *body);
 /* Queues the error object for err with a sentence from fmt (NULL: err's
  * own message) and field, if any. */
-enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
+MUST_CHECK enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
                                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-enum MHD_Result api_respond_empty(struct MHD_Connection *c, unsigned status);
+MUST_CHECK enum MHD_Result api_respond_empty(struct MHD_Connection *c, unsigned status);
 /* Queues text (malloc'ed; taken over, freed by libmicrohttpd) as JSON. */
-enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text, size_t len);
+MUST_CHECK enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text, size_t len);
 
 /* The bearer token of the request (borrowed), or NULL. */
 const char *api_bearer(struct MHD_Connection *c);
@@ -94,7 +95,7 @@ json_t *api_parse_body(struct MHD_Connection *c, struct req *rq, enum MHD_Result
 /* ---- await (api_client.c) ---- */
 
 /* Answers a resumed await and frees its waiter. */
-enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq);
+MUST_CHECK enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq);
 void api_waiter_free(struct waiter *wt);
 
 /* ---- logs (api_worker.c) ---- */
@@ -106,21 +107,21 @@ int api_log_path(const char *id, const char *stream, char *buf, size_t size)
 
 /* ---- the handlers ---- */
 
-enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const char *id);
-enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char *id);
-enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name);
-enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_static(struct MHD_Connection *c, struct req *rq, const char *url);
-enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id);
-enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id);
-enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id);
-enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id);
-enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg);
-enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name);
+MUST_CHECK enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_static(struct MHD_Connection *c, struct req *rq, const char *url);
+MUST_CHECK enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id);
 
 #endif

@@ -10,6 +10,8 @@
 #ifndef MUSTER_DB_H
 #define MUSTER_DB_H
 
+#include "util.h"
+
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -152,7 +154,7 @@ int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_
  * ("id: N\ndata: {...}\n\n"). *last is set to the last seq written.
  * Returns the number of events, or a negative error. *out is malloc'ed
  * (caller frees) and may be NULL when 0 is returned. */
-int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
+MUST_CHECK int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
                     int64_t *last);
 
 /* Largest event seq (0 if none). */

@@ -13,13 +13,15 @@
 #ifndef MUSTER_WCACHE_H
 #define MUSTER_WCACHE_H
 
+#include "util.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 /* Looks id up. On a hit returns 1 and a malloc'ed copy of its text in
  * *text (length *len; the caller frees it). On a miss returns 0 and the
  * stripe's generation in *gen, to hand to wcache_put() after reading. */
-int wcache_get(const char *id, char **text, size_t *len, uint64_t *gen);
+MUST_CHECK int wcache_get(const char *id, char **text, size_t *len, uint64_t *gen);
 
 /* Stores text (copied) for id, unless id was invalidated since gen. */
 void wcache_put(const char *id, const char *text, size_t len, uint64_t gen);

@@ -121,7 +121,7 @@ struct ps_net {
 
 enum { WAIT_ALL, WAIT_ANY };
 
-#define PS_CHECK __attribute__((warn_unused_result))
+#define PS_CHECK MUST_CHECK
 
 /* ---- tr_ps_wire.c: the cluster spec ---- */
 
@@ -173,9 +173,9 @@ void ps_fill_hello(struct ps_hello *h, const struct tr_opts *o, const struct tr_
 
 /* ---- tr_ps_server.c, tr_ps_worker.c ---- */
 
-int ps_run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps_cluster *cl,
+PS_CHECK int ps_run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps_cluster *cl,
                   long steps, double startup_s, struct tr_result *r);
-int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+PS_CHECK int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                   const struct tr_data *test, const struct ps_cluster *cl, long steps,
                   double startup_s, struct tr_result *r);
 

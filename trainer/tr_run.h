@@ -7,6 +7,7 @@
 
 #include "tr_data.h"
 #include "tr_mlp.h"
+#include "util.h"
 
 #include <stdint.h>
 
@@ -94,22 +95,22 @@ float tr_lr_at(const struct tr_opts *o, long step, long total);
 double tr_now(void);
 
 /* The modes; each returns a process exit code (0 on success) and fills r. */
-int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+MUST_CHECK int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                   const struct tr_data *test, struct tr_result *r);
-int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+MUST_CHECK int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                      const struct tr_data *test, struct tr_result *r, int *argc, char ***argv);
 /* --bench-allreduce: the time of a bare MPI_Allreduce of n floats (under
  * mpirun), the reference for the trainer's per-step exchange. */
-int tr_bench_allreduce(long n, int *argc, char ***argv);
+MUST_CHECK int tr_bench_allreduce(long n, int *argc, char ***argv);
 /* MPI_Init, skipping Open MPI's probes for network hardware this host does
  * not have. */
 void tr_mpi_init(int *argc, char ***argv);
 
 /* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.c). */
-int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+MUST_CHECK int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
               const struct tr_data *test, struct tr_result *r);
 /* --device cuda (tr_cuda.cu); single or allreduce (NCCL). */
-int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+MUST_CHECK int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                 const struct tr_data *test, struct tr_result *r, int *argc, char ***argv);
 
 #endif

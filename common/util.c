@@ -29,7 +29,7 @@ int64_t util_mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int fill_random(unsigned char *buf, size_t len) {
+static MUST_CHECK int fill_random(unsigned char *buf, size_t len) {
   size_t got = 0;
 
   while (got < len) {

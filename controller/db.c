@@ -173,7 +173,7 @@ static int exec_stmt(sqlite3_stmt *s) {
   return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
 }
 
-static int apply_migrations(struct db *db, char *errbuf, size_t errlen) {
+static MUST_CHECK int apply_migrations(struct db *db, char *errbuf, size_t errlen) {
   sqlite3_stmt *s = NULL;
   int version = 0, rc;
   char *err = NULL;
@@ -230,7 +230,7 @@ db_error:
 
 /* Opens path; readonly skips the set-up and migrations that only the
  * writer does. */
-static int db_open_mode(const char *path, int readonly, struct db **out, char *errbuf,
+static MUST_CHECK int db_open_mode(const char *path, int readonly, struct db **out, char *errbuf,
                         size_t errlen) {
   struct db *db = calloc(1, sizeof(*db));
   int rc, flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
@@ -307,7 +307,7 @@ int db_commit(struct db *db) {
 
 /* Runs a statement that writes worker id's row, outside or inside a
  * transaction, with the cache kept behind no reader. */
-static int exec_write(struct db *db, sqlite3_stmt *s, const char *id) {
+static MUST_CHECK int exec_write(struct db *db, sqlite3_stmt *s, const char *id) {
   int rc;
 
   if (!sqlite3_get_autocommit(db->conn)) {

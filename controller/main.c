@@ -50,7 +50,7 @@ static void usage(FILE *out) {
                "  --version                 print the version\n");
 }
 
-static int parse_listen(const char *arg, struct ctl_config *cfg) {
+static MUST_CHECK int parse_listen(const char *arg, struct ctl_config *cfg) {
   if (hostport_split(arg, strlen(arg), cfg->listen_host, sizeof(cfg->listen_host), 0, &cfg->port))
     return MUSTER_E_INVALID;
   return 0;
@@ -58,7 +58,7 @@ static int parse_listen(const char *arg, struct ctl_config *cfg) {
 
 /* Fills cfg from argv. Returns 0, 1 for --help/--version (exit 0), or
  * MUSTER_E_INVALID after printing what was wrong. */
-static int parse_args(int argc, char **argv, struct ctl_config *cfg) {
+static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) {
   char self[PATH_MAX];
   ssize_t n;
   const char *home = getenv("HOME");

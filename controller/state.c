@@ -468,7 +468,7 @@ int sm_fail_locked(struct lw *w, const char *why) {
 
 /* ---- start-up ---- */
 
-static int mkdir_p(const char *path, mode_t mode) {
+static MUST_CHECK int mkdir_p(const char *path, mode_t mode) {
   if (mkdir(path, mode) == 0 || errno == EEXIST)
     return 0;
   return -errno;
@@ -477,7 +477,7 @@ static int mkdir_p(const char *path, mode_t mode) {
 /* Makes path's mode exactly mode (when it exists), saying so when it had
  * to: the state directory holds tokens and secret_env, whatever umask or
  * earlier hand created it. Returns 0 or -errno. */
-static int tighten(const char *path, mode_t mode) {
+static MUST_CHECK int tighten(const char *path, mode_t mode) {
   struct stat st;
 
   if (stat(path, &st) != 0)
@@ -506,7 +506,7 @@ static int secure_state_dir(char *err, size_t errlen) {
   return rc ? MUSTER_E_IO : 0;
 }
 
-static int read_or_create_token(char *err, size_t errlen) {
+static MUST_CHECK int read_or_create_token(char *err, size_t errlen) {
   char path[600];
   FILE *f;
   int fd;

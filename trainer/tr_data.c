@@ -1,5 +1,6 @@
 /* tr_data.c: see tr_data.h. */
 #include "tr_data.h"
+#include "util.h"
 
 #include "muster_errors.h"
 
@@ -42,7 +43,7 @@ static uint32_t be32(const unsigned char *p) {
 
 /* Reads a whole IDX file into *buf (malloc'ed) after checking its header:
  * magic 0x0000 08 ndims, then ndims big-endian sizes, then the bytes. */
-static int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf, char *err,
+static MUST_CHECK int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf, char *err,
                     size_t errlen) {
   unsigned char head[16];
   size_t want = 1, hl = 4 + 4 * (size_t)ndims;

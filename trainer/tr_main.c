@@ -1,5 +1,6 @@
 /* tr_main.c: muster-train's command line and mode dispatch. */
 #include "tr_run.h"
+#include "util.h"
 
 #include "muster_errors.h"
 
@@ -116,7 +117,7 @@ static int bad(const char *opt, const char *v, const char *want) {
   return 2;
 }
 
-static int parse_long(const char *s, long min, long max, long *out) {
+static MUST_CHECK int parse_long(const char *s, long min, long max, long *out) {
   char *end;
   long v;
 
@@ -130,7 +131,7 @@ static int parse_long(const char *s, long min, long max, long *out) {
   return 0;
 }
 
-static int parse_float(const char *s, double min, double max, float *out) {
+static MUST_CHECK int parse_float(const char *s, double min, double max, float *out) {
   char *end;
   double v;
 
@@ -144,7 +145,7 @@ static int parse_float(const char *s, double min, double max, float *out) {
   return 0;
 }
 
-static int parse_layers(const char *s, struct tr_opts *o) {
+static MUST_CHECK int parse_layers(const char *s, struct tr_opts *o) {
   o->nsizes = 0;
   while (s && *s) {
     char *end;
@@ -164,13 +165,14 @@ static int parse_layers(const char *s, struct tr_opts *o) {
 }
 
 /* Fills o from argv; returns 0, or an exit code (0 after --help is 1). */
-static int parse_args(int argc, char **argv, struct tr_opts *o) {
+static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
   memset(o, 0, sizeof(*o));
   o->mode = TR_SINGLE;
   o->device = TR_CPU;
   o->sync = 1;
   snprintf(o->data_dir, sizeof(o->data_dir), "%s", MUSTER_DATA_DIR);
-  parse_layers("784,256,128,10", o);
+  if (parse_layers("784,256,128,10", o) != 0)
+    abort(); /* the default is well formed */
   o->epochs = 5;
   o->batch = 128;
   o->lr = 0.1f;
@@ -306,7 +308,8 @@ static int parse_args(int argc, char **argv, struct tr_opts *o) {
 }
 
 /* The test set of a synthetic run: the same classes, other samples. */
-static int synthetic_split(const struct tr_opts *o, struct tr_data *train, struct tr_data *test) {
+static MUST_CHECK int synthetic_split(const struct tr_opts *o, struct tr_data *train,
+                                      struct tr_data *test) {
   int ntest = o->synthetic / 6 > 0 ? o->synthetic / 6 : 1, rc;
   struct tr_data all;
 

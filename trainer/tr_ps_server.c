@@ -41,7 +41,7 @@ static int hello_differs(const struct ps_hello *a, const struct ps_hello *b, cha
 
 /* Binds and listens on a (the PS's address in the cluster spec). Returns the
  * socket or -1 with err filled. */
-static int ps_listen(const struct ps_addr *a, const char *name, char *err, size_t errlen) {
+static MUST_CHECK int ps_listen(const struct ps_addr *a, const char *name, char *err, size_t errlen) {
   struct addrinfo hints, *res = NULL, *ai;
   int fd = -1, e = 0, gai;
 
@@ -116,7 +116,7 @@ static void refuse(struct ps_conn *c, const char *text) {
  * missing after the window) or 2 (a worker of another configuration: it is
  * told why) with err filled.
  */
-static int ps_accept_workers(int lfd, struct ps_net *nt, const struct ps_cluster *cl,
+static MUST_CHECK int ps_accept_workers(int lfd, struct ps_net *nt, const struct ps_cluster *cl,
                              const struct ps_hello *mine, size_t rbytes, size_t tbytes,
                              double window_s, double io_timeout_s, char *err, size_t errlen) {
   struct ps_conn pend[PS_MAX_STRANGERS];

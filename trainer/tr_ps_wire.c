@@ -30,7 +30,7 @@ void ps_cluster_cleanup(struct ps_cluster *cl) {
 }
 
 /* Splits "host:port" (or "[v6]:port") into a. Returns 0 or -1. */
-static int parse_addr(const char *s, struct ps_addr *a) {
+static MUST_CHECK int parse_addr(const char *s, struct ps_addr *a) {
   size_t len = strlen(s);
   int port;
 
@@ -43,7 +43,7 @@ static int parse_addr(const char *s, struct ps_addr *a) {
 
 /* Fills *out from the JSON array arr of "host:port" strings (new array in
  * *out, freed by ps_cluster_cleanup). Returns 0 or -1 with err filled. */
-static int parse_addr_list(json_t *arr, const char *what, struct ps_addr **out, int *n, char *err,
+static MUST_CHECK int parse_addr_list(json_t *arr, const char *what, struct ps_addr **out, int *n, char *err,
                            size_t errlen) {
   size_t i, k;
 

@@ -1,5 +1,6 @@
 /* tr_run.c: see tr_run.h; also the single-process mode. */
 #include "tr_run.h"
+#include "util.h"
 
 #include "muster_errors.h"
 
@@ -74,7 +75,7 @@ struct ckpt_head {
   int64_t step;
 };
 
-static int write_all(int fd, const void *p, size_t n) {
+static MUST_CHECK int write_all(int fd, const void *p, size_t n) {
   const char *c = p;
   while (n) {
     ssize_t w = write(fd, c, n);

@@ -3,6 +3,7 @@
  * lists of common/envlists.h. */
 #include "muster.h"
 #include "envlists.h"
+#include "util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -295,7 +296,7 @@ static void print_show(const muster_worker *w) {
 
 /* ---- argument helpers ---- */
 
-static int parse_double(const char *s, double min, double *out) {
+static MUST_CHECK int parse_double(const char *s, double min, double *out) {
   char *end;
   double v;
 
@@ -307,7 +308,7 @@ static int parse_double(const char *s, double min, double *out) {
   return 0;
 }
 
-static int parse_int(const char *s, long min, long max, long *out) {
+static MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {
   char *end;
   long v;
 
@@ -324,7 +325,13 @@ struct strv {
   size_t n, cap;
 };
 
-static int strv_push(struct strv *s, const char *x) {
+/* What a command says and exits with when memory runs out. */
+static int out_of_memory(void) {
+  fprintf(stderr, "muster: out of memory\n");
+  return EXIT_CONTROLLER;
+}
+
+static MUST_CHECK int strv_push(struct strv *s, const char *x) {
   if (s->n == s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 16;
     const char **v = realloc(s->v, cap * sizeof(*v));
@@ -339,7 +346,7 @@ static int strv_push(struct strv *s, const char *x) {
 
 /* Reads whitespace-separated ids from stdin into ids (the strings are
  * kept in *store, freed by the caller). */
-static int read_ids_stdin(struct strv *ids, char **store) {
+static MUST_CHECK int read_ids_stdin(struct strv *ids, char **store) {
   size_t cap = 0, len = 0;
   char *buf = NULL;
   int ch;
@@ -440,14 +447,20 @@ static int cmd_launch(int argc, char **argv) {
       o.kernel = v;
     } else if (strcmp(a, "--arg") == 0) {
       VALUE();
-      strv_push(&args, v);
+      if (strv_push(&args, v) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
     } else if (strcmp(a, "--env") == 0 || strcmp(a, "--secret-env") == 0) {
       VALUE();
       if (!strchr(v, '=') || v[0] == '=') {
         code = usage_error(usage_launch, "%s takes NAME=value, not \"%s\"", a, v);
         goto out;
       }
-      strv_push(a[2] == 'e' ? &env : &secret, v);
+      if (strv_push(a[2] == 'e' ? &env : &secret, v) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
     } else if (strcmp(a, "--role") == 0) {
       VALUE();
       o.role = v;
@@ -639,7 +652,10 @@ static int cmd_await(int argc, char **argv) {
       code = usage_error(usage_await, "unknown option %s", a);
       goto out;
     } else {
-      strv_push(&ids, a);
+      if (strv_push(&ids, a) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
     }
   }
   if (from_stdin && read_ids_stdin(&ids, &store) != 0) {
@@ -654,7 +670,7 @@ static int cmd_await(int argc, char **argv) {
     goto out;
   show_progress = isatty(2) && !opt_url && !opt_token;
   if (show_progress)
-    progress_start(&prog, ids.v, ids.n, wfc);
+    (void)progress_start(&prog, ids.v, ids.n, wfc); /* best effort */
   rc = muster_await(c, ids.v, ids.n, wfc, timeout, &r);
   if (show_progress)
     progress_stop(&prog);
@@ -823,7 +839,10 @@ static int cmd_stop(int argc, char **argv) {
       code = usage_error(usage_stop, "unknown option or missing value: %s", a);
       goto out;
     } else {
-      strv_push(&ids, a);
+      if (strv_push(&ids, a) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
     }
   }
   if (!all && ids.n == 0) {
@@ -909,7 +928,10 @@ static int cmd_exec(int argc, char **argv) {
     } else if (strcmp(a, "-n") == 0) {
       no_stdin = 1;
     } else if (strcmp(a, "--env") == 0 && i + 1 < argc && strchr(argv[i + 1], '=')) {
-      strv_push(&env, argv[++i]);
+      if (strv_push(&env, argv[++i]) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
     } else if (strcmp(a, "--cwd") == 0 && i + 1 < argc) {
       cwd = argv[++i];
     } else if (strcmp(a, "--") == 0) {
@@ -965,7 +987,7 @@ out:
 
 /* Finds host's exec port and token: from muster run's environment, or
  * from the controller (the running worker with that address). */
-static int rsh_target(const char *host, muster_exec_target *t) {
+static MUST_CHECK int rsh_target(const char *host, muster_exec_target *t) {
   const char *hosts = getenv("MUSTER_EXEC_HOSTS"), *token = getenv("MUSTER_EXEC_TOKEN");
   muster_client *c = NULL;
   muster_worker_list ws = {0};

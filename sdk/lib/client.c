@@ -1,5 +1,6 @@
 /* client.c: libmuster, see muster.h. */
 #include "internal.h"
+#include "util.h"
 #include "muster.h"
 
 #include <curl/curl.h>
@@ -200,7 +201,7 @@ int muster_client_new(const char *url, const char *token, muster_client **out) {
 }
 
 /* Reads the first line of path into buf; 0 or -1. */
-static int read_line(const char *path, char *buf, size_t size) {
+static MUST_CHECK int read_line(const char *path, char *buf, size_t size) {
   FILE *f = fopen(path, "r");
   int ok;
 
@@ -335,7 +336,7 @@ static int prepare(muster_client *c, const char *path, int json_body, char *url,
   return 0;
 }
 
-static int http(muster_client *c, const struct call *k) {
+static MUST_CHECK int http(muster_client *c, const struct call *k) {
   struct curl_slist *hdrs = NULL;
   struct buf b = {NULL, 0, 0};
   char url[2048], cerr[CURL_ERROR_SIZE] = "";
@@ -516,7 +517,7 @@ static json_t *kv_object(muster_client *c, const char *what, const char *const *
 }
 
 /* Runs a JSON call whose body is req (stolen). */
-static int json_call(muster_client *c, const char *method, const char *path, json_t *req,
+static MUST_CHECK int json_call(muster_client *c, const char *method, const char *path, json_t *req,
                      double timeout_s, json_t **answer) {
   char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
   struct call k = {method, path, text, timeout_s, answer, NULL};
@@ -772,7 +773,7 @@ static size_t stream_dispatch(char *p, size_t size, size_t n, void *arg) {
 
 /* Like http() for a GET whose answer is streamed to write. Returns 0 also
  * when the writer ended the transfer on purpose (*stopped set). */
-static int http_stream(muster_client *c, const char *path, curl_write_callback write, void *wdata,
+static MUST_CHECK int http_stream(muster_client *c, const char *path, curl_write_callback write, void *wdata,
                        const int *stopped, long silence_s) {
   struct curl_slist *hdrs = NULL;
   struct buf err = {NULL, 0, 0};

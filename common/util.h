@@ -31,18 +31,15 @@ int util_secret_equal(const char *a, const char *b);
 /* Parses a whole decimal string into *out within [min, max].
  * Returns 0, or MUSTER_E_INVALID if s is empty, has trailing junk or is out
  * of range. */
-MUST_CHECK int util_parse_long(const char *s, long min, long max,
-                                                        long *out);
+MUST_CHECK int util_parse_long(const char *s, long min, long max, long *out);
 
 /* Same for a finite double. */
-MUST_CHECK int util_parse_double(const char *s, double min, double max,
-                                                          double *out);
+MUST_CHECK int util_parse_double(const char *s, double min, double max, double *out);
 
 /* Reads process pid's start time (clock ticks after boot, field 22 of
  * /proc/PID/stat; pid 0: this process) and whether it is a zombie: with the
  * pid, what tells a process from a later one that got the same pid. Returns
  * 0, MUSTER_E_NOT_FOUND if there is no such process, or MUSTER_E_PROTOCOL. */
-MUST_CHECK int util_proc_stat(long pid, unsigned long long *start,
-                                                       int *zombie);
+MUST_CHECK int util_proc_stat(long pid, unsigned long long *start, int *zombie);
 
 #endif

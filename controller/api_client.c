@@ -195,7 +195,7 @@ static enum MHD_Result collect_status(void *cls, enum MHD_ValueKind kind, const 
  * (a cursor from an earlier page's "next"). Returns 0, or queues a 422
  * naming the parameter through *ret. */
 static MUST_CHECK int page_params(struct MHD_Connection *c, int *limit, int64_t *before,
-                       enum MHD_Result *ret) {
+                                  enum MHD_Result *ret) {
   const char *l = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
   const char *b = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
   long v;

@@ -76,14 +76,17 @@ json_t *api_worker_read(const char *id);
 /* ---- answers (api_http.c) ---- */
 
 /* Queues body (a reference is stolen) as a JSON answer with status. */
-MUST_CHECK enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status, json_t *body);
+MUST_CHECK enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status,
+                                            json_t *body);
 /* Queues the error object for err with a sentence from fmt (NULL: err's
  * own message) and field, if any. */
 MUST_CHECK enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char *field,
-                                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                                             const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 MUST_CHECK enum MHD_Result api_respond_empty(struct MHD_Connection *c, unsigned status);
 /* Queues text (malloc'ed; taken over, freed by libmicrohttpd) as JSON. */
-MUST_CHECK enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text, size_t len);
+MUST_CHECK enum MHD_Result api_respond_text(struct MHD_Connection *c, unsigned status, char *text,
+                                            size_t len);
 
 /* The bearer token of the request (borrowed), or NULL. */
 const char *api_bearer(struct MHD_Connection *c);
@@ -111,7 +114,8 @@ MUST_CHECK enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, 
 MUST_CHECK enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *arg);
 MUST_CHECK enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const char *id);
 MUST_CHECK enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq,
+                                            const char *arg);
 MUST_CHECK enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const char *arg);
 MUST_CHECK enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name);
 MUST_CHECK enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg);

@@ -25,7 +25,7 @@
  * On success returns 0 and *live is the worker if it is still live (NULL
  * if it is terminal). Called locked. */
 static MUST_CHECK int worker_auth_locked(struct MHD_Connection *c, const char *id, struct lw **live,
-                              char *status, size_t statuslen) {
+                                         char *status, size_t statuslen) {
   const char *t = api_bearer(c);
   struct db_worker_info info;
   struct lw *w;

@@ -21,6 +21,7 @@
 #include "muster_errors.h"
 #include "state.h"
 #include "util.h"
+#include "zygote_proto.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -169,7 +170,7 @@ static void slot_to_ip(int slot, char *buf, size_t size) {
   snprintf(buf, size, "127.0.%d.%d", 1 + slot / 254, 1 + slot % 254);
 }
 
-static int ip_to_slot(const char *ip) {
+static MUST_CHECK int ip_to_slot(const char *ip) {
   unsigned a, b;
   char tail;
 
@@ -178,7 +179,7 @@ static int ip_to_slot(const char *ip) {
   return (int)((a - 1) * 254 + (b - 1));
 }
 
-static int ip_alloc(void) {
+static MUST_CHECK int ip_alloc(void) {
   for (int k = 0; k < IP_SLOTS; k++) {
     int slot = (lb.ip_next + k) % IP_SLOTS;
     if (!lb.ip_used[slot]) {
@@ -341,11 +342,12 @@ static void signal_worker(pid_t pid, unsigned long long start, int sig) {
 
 /* Spawns workerd (the fork server, or one worker) with standard input from
  * /dev/null, its output appended to logpath, and fd3, if not -1, as its fd
- * 3; in its own session, so that it outlives a controller restart and can be
- * signalled as a group with its script; with default signal handling, since
- * the controller ignores SIGPIPE. Returns posix_spawn's answer. */
-static int spawn_workerd(pid_t *pid, const char *logpath, int fd3, char *const argv[],
-                         char *const envp[]) {
+ * 3 (ZYGOTE_FD); in its own session, so that it outlives a controller
+ * restart and can be signalled as a group with its script; with default
+ * signal handling, since the controller ignores SIGPIPE. Returns
+ * posix_spawn's answer. */
+static MUST_CHECK int spawn_workerd(pid_t *pid, const char *logpath, int fd3, char *const argv[],
+                                    char *const envp[]) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   sigset_t none, defaults;
@@ -353,7 +355,7 @@ static int spawn_workerd(pid_t *pid, const char *logpath, int fd3, char *const a
 
   posix_spawn_file_actions_init(&fa);
   if (fd3 >= 0)
-    posix_spawn_file_actions_adddup2(&fa, fd3, 3);
+    posix_spawn_file_actions_adddup2(&fa, fd3, ZYGOTE_FD);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
@@ -385,11 +387,11 @@ static void zygote_close(void) {
   lb.zygote_retry_ms = util_mono_ms() + 10000;
 }
 
-/* Starts the fork server (muster-workerd --zygote); on failure workers are
- * simply spawned. */
+/* Starts the fork server (muster-workerd --zygote; its protocol is
+ * common/zygote_proto.h); on failure workers are simply spawned. */
 static void zygote_start(void) {
   char logpath[1100];
-  char *argv[] = {lb.cfg.workerd_path, "--zygote", NULL};
+  char *argv[] = {lb.cfg.workerd_path, ZYGOTE_ARG, NULL};
   struct pollfd p;
   pid_t hello = -1;
   int sv[2], rc;
@@ -411,7 +413,7 @@ static void zygote_start(void) {
   p.fd = lb.zygote_fd;
   p.events = POLLIN;
   if (poll(&p, 1, 2000) != 1 || recv(lb.zygote_fd, &hello, sizeof(hello), 0) != sizeof(hello) ||
-      hello != 0) {
+      hello != ZYGOTE_HELLO) {
     /* Not a fork server (a --workerd that predates it, or a wrapper): spawn
      * every worker, and do not try again. */
     LOG(LOG_INFO, "%s is not a fork server; spawning each worker", lb.cfg.workerd_path);
@@ -435,7 +437,7 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
   snprintf(w->ip, sizeof(w->ip), "MUSTER_BIND_IP=%s", j->where.bind_ip);
   snprintf(w->attempt, sizeof(w->attempt), "MUSTER_WORKER_ATTEMPT=%d", j->attempt);
   snprintf(w->logpath, sizeof(w->logpath), "%s/workers/%s.log", lb.cfg.state_dir, j->id);
-  snprintf(w->log, sizeof(w->log), "MUSTER_LOG_FILE=%s", w->logpath);
+  snprintf(w->log, sizeof(w->log), ZYGOTE_LOG_FILE "=%s", w->logpath);
   w->v[0] = w->url;
   w->v[1] = w->id;
   w->v[2] = w->token;
@@ -446,8 +448,8 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
 
 /* Sends one request to the fork server. Returns 0, or an error (nothing was
  * sent; the fork server is closed if it broke). */
-static int zygote_send(const struct wvars *w) {
-  char req[4096];
+static MUST_CHECK int zygote_send(const struct wvars *w) {
+  char req[ZYGOTE_REQ_MAX];
   size_t len = 0;
 
   if (lb.zygote_fd < 0)
@@ -471,7 +473,7 @@ static int zygote_send(const struct wvars *w) {
  * Returns 0 with *pid set; MUSTER_E_BACKEND if it could not fork (nothing
  * started); MUSTER_E_PROTOCOL if it broke (whether it started the worker is
  * unknown). */
-static int zygote_recv(pid_t *pid) {
+static MUST_CHECK int zygote_recv(pid_t *pid) {
   struct pollfd p = {.fd = lb.zygote_fd, .events = POLLIN};
   pid_t answer;
 
@@ -493,7 +495,7 @@ static int zygote_recv(pid_t *pid) {
 
 /* Starts one workerd without the fork server. Returns 0 with *pid set, or
  * an error with a sentence in err. */
-static int spawn_direct(const struct wvars *w, pid_t *pid, char *err, size_t errlen) {
+static MUST_CHECK int spawn_direct(const struct wvars *w, pid_t *pid, char *err, size_t errlen) {
   char *argv[] = {lb.cfg.workerd_path, NULL};
   char **envp = calloc(lb.base_env_len + 6, sizeof(*envp));
   int rc;
@@ -1063,7 +1065,7 @@ static void local_release(const char *id) {
 
 /* Parses "PID:START". Returns 0, or -1 for anything else (a bare pid from
  * an older controller is not enough to know the process). */
-static int ref_parse(const char *ref, pid_t *pid, unsigned long long *start) {
+static MUST_CHECK int ref_parse(const char *ref, pid_t *pid, unsigned long long *start) {
   char *end;
   long p;
   unsigned long long s;

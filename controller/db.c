@@ -231,7 +231,7 @@ db_error:
 /* Opens path; readonly skips the set-up and migrations that only the
  * writer does. */
 static MUST_CHECK int db_open_mode(const char *path, int readonly, struct db **out, char *errbuf,
-                        size_t errlen) {
+                                   size_t errlen) {
   struct db *db = calloc(1, sizeof(*db));
   int rc, flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
 

@@ -155,7 +155,7 @@ int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_
  * Returns the number of events, or a negative error. *out is malloc'ed
  * (caller frees) and may be NULL when 0 is returned. */
 MUST_CHECK int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
-                    int64_t *last);
+                               int64_t *last);
 
 /* Largest event seq (0 if none). */
 int64_t db_last_event_seq(struct db *db);

@@ -8,13 +8,13 @@
 # fixed, as a regression input).
 #
 # usage: scripts/fuzz.sh [SECONDS] [NAME...]
-#   (names: launch worker idx sse ps hostport)
+#   (names: launch worker idx sse ps hostport exec)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(launch worker idx sse ps hostport)
+[ ${#names[@]} -gt 0 ] || names=(launch worker idx sse ps hostport exec)
 
 cc=$(command -v clang || command -v clang-14 || true)
 if [ -z "$cc" ]; then
@@ -44,6 +44,9 @@ for name in "${names[@]}"; do
               -- $(pkg-config --cflags --libs jansson) ;;
     ps) build ps tests/fuzz/fuzz_ps.c trainer/tr_ps_wire.c common/util.c common/hostport.c \
           common/errors.c -- $(pkg-config --cflags --libs jansson) -lm ;;
+    exec) build exec tests/fuzz/fuzz_exec.c sdk/lib/exec.c sdk/lib/client.c sdk/lib/run.c \
+            common/errors.c common/hostport.c -- $(pkg-config --cflags --libs jansson libcurl) \
+            -lpthread ;;
     hostport) build hostport tests/fuzz/fuzz_hostport.c common/hostport.c ;;
     idx) build idx tests/fuzz/fuzz_idx.c trainer/tr_data.c common/errors.c -- -lm ;;
     sse) build sse tests/fuzz/fuzz_sse.c common/errors.c \

@@ -43,8 +43,8 @@ static uint32_t be32(const unsigned char *p) {
 
 /* Reads a whole IDX file into *buf (malloc'ed) after checking its header:
  * magic 0x0000 08 ndims, then ndims big-endian sizes, then the bytes. */
-static MUST_CHECK int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf, char *err,
-                    size_t errlen) {
+static MUST_CHECK int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf,
+                               char *err, size_t errlen) {
   unsigned char head[16];
   size_t want = 1, hl = 4 + 4 * (size_t)ndims;
   struct stat st;

@@ -174,9 +174,9 @@ void ps_fill_hello(struct ps_hello *h, const struct tr_opts *o, const struct tr_
 /* ---- tr_ps_server.c, tr_ps_worker.c ---- */
 
 PS_CHECK int ps_run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps_cluster *cl,
-                  long steps, double startup_s, struct tr_result *r);
+                           long steps, double startup_s, struct tr_result *r);
 PS_CHECK int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
-                  const struct tr_data *test, const struct ps_cluster *cl, long steps,
-                  double startup_s, struct tr_result *r);
+                           const struct tr_data *test, const struct ps_cluster *cl, long steps,
+                           double startup_s, struct tr_result *r);
 
 #endif

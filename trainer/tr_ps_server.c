@@ -41,7 +41,8 @@ static int hello_differs(const struct ps_hello *a, const struct ps_hello *b, cha
 
 /* Binds and listens on a (the PS's address in the cluster spec). Returns the
  * socket or -1 with err filled. */
-static MUST_CHECK int ps_listen(const struct ps_addr *a, const char *name, char *err, size_t errlen) {
+static MUST_CHECK int ps_listen(const struct ps_addr *a, const char *name, char *err,
+                                size_t errlen) {
   struct addrinfo hints, *res = NULL, *ai;
   int fd = -1, e = 0, gai;
 
@@ -117,8 +118,9 @@ static void refuse(struct ps_conn *c, const char *text) {
  * told why) with err filled.
  */
 static MUST_CHECK int ps_accept_workers(int lfd, struct ps_net *nt, const struct ps_cluster *cl,
-                             const struct ps_hello *mine, size_t rbytes, size_t tbytes,
-                             double window_s, double io_timeout_s, char *err, size_t errlen) {
+                                        const struct ps_hello *mine, size_t rbytes, size_t tbytes,
+                                        double window_s, double io_timeout_s, char *err,
+                                        size_t errlen) {
   struct ps_conn pend[PS_MAX_STRANGERS];
   struct pollfd pfd[PS_MAX_STRANGERS + 1];
   int npend = 0, npolled, have = 0, rc = 1;

@@ -43,8 +43,8 @@ static MUST_CHECK int parse_addr(const char *s, struct ps_addr *a) {
 
 /* Fills *out from the JSON array arr of "host:port" strings (new array in
  * *out, freed by ps_cluster_cleanup). Returns 0 or -1 with err filled. */
-static MUST_CHECK int parse_addr_list(json_t *arr, const char *what, struct ps_addr **out, int *n, char *err,
-                           size_t errlen) {
+static MUST_CHECK int parse_addr_list(json_t *arr, const char *what, struct ps_addr **out, int *n,
+                                      char *err, size_t errlen) {
   size_t i, k;
 
   if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > PS_MAX_PEERS) {

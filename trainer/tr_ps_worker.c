@@ -21,7 +21,7 @@
 /* Connects to a, retrying until deadline (util_mono_ms) while the PS is not
  * up yet. Returns the socket or -1 with err filled. */
 static MUST_CHECK int connect_retry(const struct ps_addr *a, const char *name, int64_t deadline,
-                         double window_s, char *err, size_t errlen) {
+                                    double window_s, char *err, size_t errlen) {
   int64_t backoff = 50;
   char last[256] = "no attempt";
 

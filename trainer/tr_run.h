@@ -96,9 +96,10 @@ double tr_now(void);
 
 /* The modes; each returns a process exit code (0 on success) and fills r. */
 MUST_CHECK int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
-                  const struct tr_data *test, struct tr_result *r);
-MUST_CHECK int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
-                     const struct tr_data *test, struct tr_result *r, int *argc, char ***argv);
+                             const struct tr_data *test, struct tr_result *r);
+MUST_CHECK int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m,
+                                const struct tr_data *train, const struct tr_data *test,
+                                struct tr_result *r, int *argc, char ***argv);
 /* --bench-allreduce: the time of a bare MPI_Allreduce of n floats (under
  * mpirun), the reference for the trainer's per-step exchange. */
 MUST_CHECK int tr_bench_allreduce(long n, int *argc, char ***argv);
@@ -108,9 +109,10 @@ void tr_mpi_init(int *argc, char ***argv);
 
 /* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.c). */
 MUST_CHECK int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
-              const struct tr_data *test, struct tr_result *r);
+                         const struct tr_data *test, struct tr_result *r);
 /* --device cuda (tr_cuda.cu); single or allreduce (NCCL). */
 MUST_CHECK int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
-                const struct tr_data *test, struct tr_result *r, int *argc, char ***argv);
+                           const struct tr_data *test, struct tr_result *r, int *argc,
+                           char ***argv);
 
 #endif

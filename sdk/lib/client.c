@@ -1,7 +1,7 @@
 /* client.c: libmuster, see muster.h. */
 #include "internal.h"
-#include "util.h"
 #include "muster.h"
+#include "util.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -518,7 +518,7 @@ static json_t *kv_object(muster_client *c, const char *what, const char *const *
 
 /* Runs a JSON call whose body is req (stolen). */
 static MUST_CHECK int json_call(muster_client *c, const char *method, const char *path, json_t *req,
-                     double timeout_s, json_t **answer) {
+                                double timeout_s, json_t **answer) {
   char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
   struct call k = {method, path, text, timeout_s, answer, NULL};
   int rc;
@@ -773,8 +773,8 @@ static size_t stream_dispatch(char *p, size_t size, size_t n, void *arg) {
 
 /* Like http() for a GET whose answer is streamed to write. Returns 0 also
  * when the writer ended the transfer on purpose (*stopped set). */
-static MUST_CHECK int http_stream(muster_client *c, const char *path, curl_write_callback write, void *wdata,
-                       const int *stopped, long silence_s) {
+static MUST_CHECK int http_stream(muster_client *c, const char *path, curl_write_callback write,
+                                  void *wdata, const int *stopped, long silence_s) {
   struct curl_slist *hdrs = NULL;
   struct buf err = {NULL, 0, 0};
   struct stream_call s = {c, write, wdata, &err};

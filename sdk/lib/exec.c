@@ -1,5 +1,8 @@
-/* exec.c: the client of a worker's exec channel; see docs/exec-protocol.md. */
+/* exec.c: the client of a worker's exec channel; see docs/exec-protocol.md.
+ * The framing is common/exec_wire.h, shared with the server in workerd. */
+#include "exec_wire.h"
 #include "muster.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,7 +18,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define FRAME_MAX (1024 * 1024)
 #define OUT_MAX (4 * 1024 * 1024)
 
 void muster_exec_opts_init(muster_exec_opts *o) {
@@ -46,7 +48,7 @@ int muster_exec_target_get(muster_client *c, const char *id, muster_exec_target 
   return rc;
 }
 
-static int write_all(int fd, const char *p, size_t n) {
+static MUST_CHECK int write_all(int fd, const char *p, size_t n) {
   while (n) {
     ssize_t w = write(fd, p, n);
     if (w < 0) {
@@ -65,11 +67,11 @@ struct outbuf {
   size_t len, cap;
 };
 
-static int out_frame(struct outbuf *o, char type, const void *payload, size_t n) {
-  if (o->len + 5 + n > o->cap) {
+static MUST_CHECK int out_frame(struct outbuf *o, char type, const void *payload, size_t n) {
+  if (o->len + EXEC_WIRE_HDR_LEN + n > o->cap) {
     size_t cap = o->cap ? o->cap : 65536;
     char *grown;
-    while (cap < o->len + 5 + n)
+    while (cap < o->len + EXEC_WIRE_HDR_LEN + n)
       cap *= 2;
     grown = realloc(o->data, cap);
     if (!grown)
@@ -77,42 +79,68 @@ static int out_frame(struct outbuf *o, char type, const void *payload, size_t n)
     o->data = grown;
     o->cap = cap;
   }
-  o->data[o->len] = type;
-  o->data[o->len + 1] = (char)(n >> 24);
-  o->data[o->len + 2] = (char)(n >> 16);
-  o->data[o->len + 3] = (char)(n >> 8);
-  o->data[o->len + 4] = (char)n;
+  exec_wire_put_hdr((unsigned char *)o->data + o->len, type, n);
   if (n)
-    memcpy(o->data + o->len + 5, payload, n);
-  o->len += 5 + n;
+    memcpy(o->data + o->len + EXEC_WIRE_HDR_LEN, payload, n);
+  o->len += EXEC_WIRE_HDR_LEN + n;
   return 0;
 }
 
-static int connect_to(const muster_exec_target *t, char *err, size_t errlen) {
+/* Connects to t's exec port within EXEC_WIRE_CONNECT_MS (an address that
+ * drops packets would otherwise hold a connect() for minutes), giving up at
+ * once when o->cancel becomes non-zero. Returns a non-blocking socket, or -1
+ * with err filled. */
+static MUST_CHECK int connect_to(const muster_exec_target *t, const muster_exec_opts *o, char *err,
+                                 size_t errlen) {
   struct addrinfo hints, *res = NULL;
   char port[16];
-  int fd = -1, one = 1, gai;
+  int fd, one = 1, gai, e = 0;
+  socklen_t elen = sizeof(e);
 
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
   snprintf(port, sizeof(port), "%d", t->port);
   gai = getaddrinfo(t->host, port, &hints, &res);
   if (gai) {
     snprintf(err, errlen, "cannot resolve %s: %s", t->host, gai_strerror(gai));
     return -1;
   }
-  fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
-  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-    snprintf(err, errlen, "cannot reach worker %s at %s:%d: %s", t->worker_id, t->host, t->port,
-             strerror(errno));
-    if (fd >= 0)
-      close(fd);
-    freeaddrinfo(res);
-    return -1;
+  fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, res->ai_protocol);
+  if (fd < 0) {
+    e = errno;
+  } else if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    e = errno;
+    for (int waited = 0; e == EINPROGRESS || e == EINTR; waited += 100) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      int r;
+
+      if (waited >= EXEC_WIRE_CONNECT_MS) {
+        e = ETIMEDOUT;
+        break;
+      }
+      if (o->cancel && *o->cancel) {
+        e = ECANCELED;
+        break;
+      }
+      r = poll(&p, 1, 100);
+      if (r < 0 && errno != EINTR)
+        e = errno;
+      else if (r > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
+        e = errno; /* else e is the connect's answer: 0 once connected */
+    }
   }
   freeaddrinfo(res);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if (fd < 0 || e) {
+    snprintf(err, errlen, "cannot reach worker %s at %s:%d: %s", t->worker_id, t->host, t->port,
+             e == ETIMEDOUT ? "no answer within 10 s" : strerror(e));
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    /* Only latency is lost. */
+  }
   return fd;
 }
 
@@ -140,7 +168,7 @@ static char *hello(const muster_exec_target *t, const muster_exec_opts *o) {
   return text;
 }
 
-static int deliver(const muster_exec_opts *o, int is_err, const char *p, size_t n) {
+static MUST_CHECK int deliver(const muster_exec_opts *o, int is_err, const char *p, size_t n) {
   muster_data_cb cb = is_err ? o->on_stderr : o->on_stdout;
   int fd = is_err ? o->stderr_fd : o->stdout_fd;
 
@@ -164,18 +192,21 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
     snprintf(err, errlen, "no command given");
     return MUSTER_E_INVALID;
   }
-  fd = connect_to(t, err, errlen);
+  fd = connect_to(t, o, err, errlen);
   if (fd < 0)
     return MUSTER_E_UNREACHABLE;
   h = hello(t, o);
-  in = malloc(FRAME_MAX + 5);
-  if (!h || !in || out_frame(&out, 'H', h, strlen(h)) != 0) {
+  in = malloc(EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN);
+  if (!h || !in || out_frame(&out, EXEC_FRAME_HELLO, h, strlen(h)) != 0) {
     snprintf(err, errlen, "out of memory");
     rc = MUSTER_E_NOMEM;
     goto out;
   }
-  if (!stdin_open && out_frame(&out, 'I', NULL, 0) != 0)
+  if (!stdin_open && out_frame(&out, EXEC_FRAME_STDIN, NULL, 0) != 0) {
+    snprintf(err, errlen, "out of memory");
+    rc = MUSTER_E_NOMEM;
     goto out;
+  }
 
   while (!done) {
     struct pollfd p[2];
@@ -206,12 +237,18 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
       char buf[65536];
       ssize_t n = read(o->stdin_fd, buf, sizeof(buf));
       if (n > 0) {
-        if (out_frame(&out, 'I', buf, (size_t)n) != 0)
+        if (out_frame(&out, EXEC_FRAME_STDIN, buf, (size_t)n) != 0) {
+          snprintf(err, errlen, "out of memory");
+          rc = MUSTER_E_NOMEM;
           goto out;
+        }
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
         stdin_open = 0;
-        if (out_frame(&out, 'I', NULL, 0) != 0)
+        if (out_frame(&out, EXEC_FRAME_STDIN, NULL, 0) != 0) {
+          snprintf(err, errlen, "out of memory");
+          rc = MUSTER_E_NOMEM;
           goto out;
+        }
       }
     }
     if (p[0].revents & POLLOUT) {
@@ -226,7 +263,7 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
       }
     }
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      ssize_t n = recv(fd, in + inlen, FRAME_MAX + 5 - inlen, 0);
+      ssize_t n = recv(fd, in + inlen, EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN - inlen, 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         snprintf(err, errlen,
                  "the connection to worker %s (%s:%d) closed before the command "
@@ -239,26 +276,30 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
       inlen += (size_t)n;
       /* Handle every complete frame. */
       for (;;) {
-        size_t plen;
-        if (inlen < 5)
+        struct exec_wire_hdr fh;
+        /* A type this protocol does not define is skipped like the ones
+         * this end has no use for. */
+        enum exec_wire_rc hr = exec_wire_parse_hdr((const unsigned char *)in, inlen, &fh);
+        const char *payload = in + EXEC_WIRE_HDR_LEN;
+        size_t plen = fh.len;
+
+        if (hr == EXEC_WIRE_SHORT)
           break;
-        plen = (size_t)(unsigned char)in[1] << 24 | (size_t)(unsigned char)in[2] << 16 |
-               (size_t)(unsigned char)in[3] << 8 | (unsigned char)in[4];
-        if (plen > FRAME_MAX) {
+        if (hr == EXEC_WIRE_TOO_LARGE) {
           snprintf(err, errlen, "worker %s sent a frame of %zu bytes", t->worker_id, plen);
           rc = MUSTER_E_PROTOCOL;
           goto out;
         }
-        if (inlen < 5 + plen)
+        if (inlen < EXEC_WIRE_HDR_LEN + plen)
           break;
-        if (in[0] == 'O' || in[0] == 'E') {
-          if (deliver(o, in[0] == 'E', in + 5, plen) != 0) {
+        if (fh.type == EXEC_FRAME_STDOUT || fh.type == EXEC_FRAME_STDERR) {
+          if (deliver(o, fh.type == EXEC_FRAME_STDERR, payload, plen) != 0) {
             snprintf(err, errlen, "the output could not be delivered");
             rc = MUSTER_E_IO;
             goto out;
           }
-        } else if (in[0] == 'X') {
-          json_t *x = json_loadb(in + 5, plen, 0, NULL);
+        } else if (fh.type == EXEC_FRAME_EXIT) {
+          json_t *x = json_loadb(payload, plen, 0, NULL);
           json_t *code = json_object_get(x, "exit_code"), *sig = json_object_get(x, "signal");
           const char *why = json_string_value(json_object_get(x, "error"));
           if (json_is_integer(code))
@@ -268,7 +309,8 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
           rc = 0;
           if (why) {
             snprintf(err, errlen, "worker %s: %s", t->worker_id, why);
-            if (strstr(why, "token") || strstr(why, "unauthorized"))
+            if (*exit_code == 126 &&
+                (strcmp(why, EXEC_WIRE_ERR_TOKEN) == 0 || strcmp(why, EXEC_WIRE_ERR_NO_TOKEN) == 0))
               rc = MUSTER_E_FORBIDDEN;
             else if (*exit_code == 127)
               rc = MUSTER_E_NOT_FOUND;
@@ -277,8 +319,8 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
           done = 1;
           break;
         }
-        memmove(in, in + 5 + plen, inlen - 5 - plen);
-        inlen -= 5 + plen;
+        memmove(in, in + EXEC_WIRE_HDR_LEN + plen, inlen - EXEC_WIRE_HDR_LEN - plen);
+        inlen -= EXEC_WIRE_HDR_LEN + plen;
       }
     }
   }

@@ -3,10 +3,14 @@
 #include "harness.h"
 #include "muster.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -337,6 +341,79 @@ START_TEST(default_client_discovers_the_local_controller) {
 }
 END_TEST
 
+/* A loopback port that takes no more connections: a listener with a backlog
+ * of 0, filled by one connection that is never accepted. A SYN to it is
+ * dropped, as by a host that is down or a firewall, so a connect() would
+ * wait the kernel's two minutes. fds gets the two sockets to close. */
+static int silent_port(int fds[2]) {
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t len = sizeof(a);
+
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fds[0], 0);
+  ck_assert_int_eq(bind(fds[0], (struct sockaddr *)&a, len), 0);
+  ck_assert_int_eq(listen(fds[0], 0), 0);
+  ck_assert_int_eq(getsockname(fds[0], (struct sockaddr *)&a, &len), 0);
+  fds[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_eq(connect(fds[1], (struct sockaddr *)&a, len), 0);
+  return ntohs(a.sin_port);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static volatile int cancel_flag;
+
+static void *cancel_soon(void *arg) {
+  (void)arg;
+  usleep(300 * 1000);
+  cancel_flag = 1;
+  return NULL;
+}
+
+START_TEST(exec_gives_up_on_a_worker_that_does_not_answer) {
+  const char *argv[] = {"true"};
+  muster_exec_target t;
+  muster_exec_opts o;
+  char err[512];
+  int fds[2], code;
+  double t0, took;
+  pthread_t th;
+
+  memset(&t, 0, sizeof(t));
+  snprintf(t.host, sizeof(t.host), "127.0.0.1");
+  t.port = silent_port(fds);
+  snprintf(t.token, sizeof(t.token), "x");
+  snprintf(t.worker_id, sizeof(t.worker_id), "w-silent0000");
+  muster_exec_opts_init(&o);
+  o.argv = argv;
+  o.argc = 1;
+
+  /* Within its connect timeout, saying what it waited for. */
+  t0 = now_s();
+  ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), MUSTER_E_UNREACHABLE);
+  took = now_s() - t0;
+  ck_assert_msg(took > 9 && took < 20, "gave up after %.1f s", took);
+  ck_assert_msg(strstr(err, "w-silent0000") && strstr(err, "no answer within 10 s"), "%s", err);
+
+  /* And at once when cancelled. */
+  cancel_flag = 0;
+  o.cancel = &cancel_flag;
+  ck_assert_int_eq(pthread_create(&th, NULL, cancel_soon, NULL), 0);
+  t0 = now_s();
+  ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), MUSTER_E_UNREACHABLE);
+  took = now_s() - t0;
+  pthread_join(th, NULL);
+  ck_assert_msg(took < 3, "a cancelled connect took %.1f s", took);
+  close(fds[1]);
+  close(fds[0]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sdk");
   TCase *tc = tcase_create("libmuster");
@@ -351,6 +428,7 @@ int main(void) {
   tcase_add_test(tc, events_follow_and_cancel);
   tcase_add_test(tc, errors_map_back_to_the_table);
   tcase_add_test(tc, default_client_discovers_the_local_controller);
+  tcase_add_test(tc, exec_gives_up_on_a_worker_that_does_not_answer);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

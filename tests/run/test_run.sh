@@ -67,6 +67,9 @@ check "...and the command's exit code is muster exec's (5, got $rc)" test $rc -e
 "$muster" exec -n "$id" -- no-such-program-xyz > /dev/null 2> "$tmp/exec2.err"; rc=$?
 check "a missing program: exit 127 and a message naming it (got $rc)" \
   bash -c "[ $rc -eq 127 ] && grep -q no-such-program-xyz '$tmp/exec2.err'"
+"$muster" exec -n "$id" -- no-such-tokenizer > /dev/null 2> "$tmp/exec3.err"; rc=$?
+check "a missing program whose name holds \"token\" is still missing, not a refused token (127, got $rc)" \
+  bash -c "[ $rc -eq 127 ] && grep -q no-such-tokenizer '$tmp/exec3.err'"
 ip=$("$muster" show "$id" | awk '/^ip_address:/{print $2}')
 out=$("$muster" rsh -x "$ip" echo 'rsh:$MUSTER_WORKER_ID' 2>&1); rc=$?
 check "muster rsh HOST runs a shell command line in the worker at HOST (Open MPI's agent)" \

@@ -1,0 +1,262 @@
+/*
+ * child.c: starting child processes, for the worker's command (its script)
+ * and for the exec channel's commands alike.
+ *
+ * Everything a child needs is prepared before fork() (struct child_spec); the
+ * child (child_run()) only wires its descriptors, resets its signals and
+ * executes, allocating nothing. Whether exec succeeded comes back through a
+ * close-on-exec status pipe (child_exec_failed()). The worker's command
+ * (command_start(), child_reap()) is workerd's own child, in its process
+ * group; an exec command leads a group of its own.
+ */
+#include "workerd.h"
+
+#include "log.h"
+#include "muster_errors.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+
+/* Frees a NULL-terminated array of strings and the strings; NULL is fine. */
+void strv_free(char **v) {
+  if (!v)
+    return;
+  for (char **p = v; *p; p++)
+    free(*p);
+  free(v);
+}
+
+/* Closes *fd if it is open and marks it closed. */
+void fd_close(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+void fd_close_pair(int p[2]) {
+  fd_close(&p[0]);
+  fd_close(&p[1]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Starting a child                                                         */
+
+/* Runs in the child after fork(): wires the standard streams, resets the
+ * signals, enters cwd, sets the environment to the prepared one and executes
+ * the command. On failure it sends the stage and errno through status_fd and
+ * exits 127; the parent writes the sentence. It calls no malloc (the
+ * environment is swapped by pointer, not rebuilt with setenv), because
+ * libcurl may have left a resolver thread behind that held a lock. */
+__attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
+  struct exec_status st = {STAGE_SETUP, 0};
+  struct sigaction dfl;
+  sigset_t none;
+  ssize_t n;
+
+  /* Both sides call setpgid, so that the group exists before either the
+   * parent signals it or the command starts children. */
+  if (cs->own_group && setpgid(0, 0) != 0) {
+    st.err = errno;
+    goto fail;
+  }
+  /* An exec command must not outlive a workerd that was killed outright
+   * (SIGKILL, a crash): no one would relay or reap it. */
+  if (cs->own_group && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    st.err = errno;
+    goto fail;
+  }
+  if (dup2(cs->in_fd, 0) < 0 || dup2(cs->out_fd, 1) < 0 || dup2(cs->err_fd, 2) < 0) {
+    st.err = errno;
+    goto fail;
+  }
+  /* Nothing of ours (libcurl's socket, the exec sockets, the pipes' other
+   * ends) may leak into the command; the status pipe is close-on-exec
+   * already. */
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+      max = 65536;
+    for (int fd = 3; fd < max; fd++)
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  /* Handlers first, then the mask (the parent blocked everything around
+   * fork), so a pending signal never runs our handler in the child. */
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; sig++)
+    sigaction(sig, &dfl, NULL); /* fails harmlessly for SIGKILL, SIGSTOP */
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  /* workerd died between fork() and prctl(): the death signal missed us. */
+  if (cs->own_group && getppid() != cs->parent)
+    _exit(127);
+
+  if (cs->cwd && chdir(cs->cwd) != 0) {
+    st.stage = STAGE_CHDIR;
+    st.err = errno;
+    goto fail;
+  }
+  /* execvp searches the PATH of the environment it runs in, which is now the
+   * assigned one, as with clearenv() and setenv(). */
+  environ = cs->envp;
+  execvp(cs->argv[0], cs->argv);
+  st.stage = STAGE_EXEC;
+  st.err = errno;
+fail:
+  n = write(cs->status_fd, &st, sizeof(st));
+  (void)n;
+  _exit(127);
+}
+
+/* Forks a child that runs cs (child_run()). Every signal is blocked around
+ * fork(), so that none of our handlers runs in the child before it has
+ * reset them. Returns the child's pid, or -1 with errno set. */
+pid_t child_spawn(const struct child_spec *cs) {
+  sigset_t all, old;
+  pid_t pid;
+  int saved;
+
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
+  pid = fork();
+  if (pid == 0)
+    child_run(cs);
+  saved = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  errno = saved;
+  return pid;
+}
+
+/* Waits until the child whose status pipe's read end is status_fd (the
+ * parent having closed the write end) has executed its command, or failed
+ * to. Blocks only until exec, which closes the pipe; signals are unblocked
+ * again, so a SIGCHLD may interrupt the read. Returns true with *st filled
+ * if the child failed before the command started, false otherwise. */
+bool child_exec_failed(int status_fd, struct exec_status *st) {
+  ssize_t n;
+
+  do
+    n = read(status_fd, st, sizeof(*st));
+  while (n < 0 && errno == EINTR);
+  return n == (ssize_t)sizeof(*st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The worker's command                                                     */
+
+/* Starts the assigned command with its output on two pipes, and waits until
+ * it has been executed or has failed to be (the status pipe tells which).
+ * A failure to execute is not an error here: it shows as a reason in
+ * wd.reason, a sentence on the command's stderr, and exit 127 through
+ * SIGCHLD. Returns 0, or MUSTER_E_IO/MUSTER_E_NOMEM if no child could be
+ * started at all, with wd.reason set for the exit report. */
+MUST_CHECK int command_start(void) {
+  int outp[2] = {-1, -1}, errp[2] = {-1, -1}, statp[2] = {-1, -1};
+  int devnull = -1;
+  struct exec_status st;
+  pid_t pid;
+  int rc = MUSTER_E_IO;
+
+  wd.out.ring = malloc(WD_STREAM_CAP);
+  wd.err.ring = malloc(WD_STREAM_CAP);
+  if (!wd.out.ring || !wd.err.ring) {
+    snprintf(wd.reason, sizeof(wd.reason), "cannot start \"%s\": out of memory", wd.argv[0]);
+    rc = MUSTER_E_NOMEM;
+    goto out;
+  }
+  if (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 || pipe2(statp, O_CLOEXEC) != 0 ||
+      (devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 ||
+      fcntl(outp[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(errp[0], F_SETFL, O_NONBLOCK) != 0) {
+    snprintf(wd.reason, sizeof(wd.reason), "cannot start \"%s\": %s", wd.argv[0], strerror(errno));
+    goto out;
+  }
+
+  {
+    struct child_spec cs = {.in_fd = devnull,
+                            .out_fd = outp[1],
+                            .err_fd = errp[1],
+                            .status_fd = statp[1],
+                            .argv = wd.argv,
+                            .envp = wd.envp,
+                            .cwd = wd.cwd};
+
+    pid = child_spawn(&cs);
+  }
+  if (pid < 0) {
+    snprintf(wd.reason, sizeof(wd.reason), "cannot start \"%s\": %s", wd.argv[0], strerror(errno));
+    goto out;
+  }
+  wd.child = pid;
+  wd.out.fd = outp[0];
+  wd.err.fd = errp[0];
+  outp[0] = errp[0] = -1;
+  fd_close(&statp[1]);
+
+  if (child_exec_failed(statp[0], &st)) {
+    const char *what = st.stage == STAGE_CHDIR  ? "cannot change to directory"
+                       : st.stage == STAGE_EXEC ? "cannot run"
+                                                : "cannot set up the standard streams of";
+    const char *arg = st.stage == STAGE_CHDIR ? wd.cwd : wd.argv[0];
+    char line[WD_REASON_MAX + 32];
+    int k;
+
+    snprintf(wd.reason, sizeof(wd.reason), "%s \"%s\": %s", what, arg, strerror(st.err));
+    LOG(LOG_WARN, "%s", wd.reason);
+    /* The user reads the command's stderr first, so say it there too. */
+    k = snprintf(line, sizeof(line), "muster-workerd: %s\n", wd.reason);
+    stream_append(&wd.err, line, (size_t)k < sizeof(line) ? (size_t)k : sizeof(line) - 1,
+                  util_mono_ms());
+  } else {
+    LOG(LOG_INFO, "started \"%s\" as process %ld", wd.argv[0], (long)pid);
+  }
+  rc = 0;
+out:
+  fd_close_pair(outp);
+  fd_close_pair(errp);
+  fd_close_pair(statp);
+  fd_close(&devnull);
+  return rc;
+}
+
+/* Collects the child's exit status if it has exited, and starts the 2 s
+ * window in which its pipes are still read. */
+void child_reap(int64_t now) {
+  int st;
+  pid_t r;
+
+  if (wd.child <= 0 || wd.child_done)
+    return;
+  do
+    r = waitpid(wd.child, &st, WNOHANG);
+  while (r < 0 && errno == EINTR);
+  if (r == 0)
+    return;
+  if (r < 0) {
+    /* Cannot happen unless someone else reaped it; end rather than hang. */
+    LOG(LOG_ERROR, "lost track of the command: %s", strerror(errno));
+    snprintf(wd.reason, sizeof(wd.reason), "muster-workerd lost track of the command");
+    wd.wait_status = -1;
+  } else {
+    wd.wait_status = st;
+    if (WIFEXITED(st))
+      LOG(LOG_INFO, "the command exited with code %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+      LOG(LOG_INFO, "the command was killed by signal %d", WTERMSIG(st));
+  }
+  wd.child_done = true;
+  wd.drain_until_ms = now + WD_DRAIN_MS;
+}

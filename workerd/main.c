@@ -1,0 +1,648 @@
+/*
+ * main.c: muster-workerd, the daemon that runs inside every worker: its
+ * entry point, configuration, signals, main loop, heartbeats and end.
+ *
+ * It registers the worker's address with the controller, runs the worker's
+ * command, ships the command's stdout and stderr to the controller, sends
+ * heartbeats, and reports how the command ended. It also serves the exec
+ * channel (docs/exec-protocol.md): the launching session runs commands in
+ * the worker through it, as it would through SSH.
+ *
+ * It is single-threaded: one poll() loop over the command's two output pipes,
+ * the exec channel's sockets and pipes, and a self-pipe that turns SIGCHLD,
+ * SIGTERM and SIGINT into readable bytes.
+ * HTTP calls are blocking (libcurl easy interface, one handle reused for
+ * keep-alive); each is bounded by a 10 s timeout, and while one runs the
+ * command simply fills its pipes and waits, which is the back-pressure we want.
+ *
+ * The controller may restart at any moment. workerd survives that: register
+ * and the exit report retry with backoff for 10 minutes, logs stay buffered
+ * (up to 8 MiB per stream) until the next flush gets through, and heartbeats
+ * are simply tried again at the next interval, so a worker re-attaches by
+ * being heard again.
+ *
+ * Environment: MUSTER_CONTROLLER_URL, MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN
+ * (a secret: never logged), MUSTER_BIND_IP (optional), MUSTER_LOG_LEVEL
+ * (optional: error, warn, info or debug). stderr is the daemon's log file.
+ *
+ * The other modules (workerd.h lists them): client.c talks to the
+ * controller, logship.c ships the command's output, child.c starts children,
+ * exec_server.c serves the exec channel, zygote.c is the fork server.
+ */
+#include "workerd.h"
+
+#include "log.h"
+#include "muster_errors.h"
+#include "util.h"
+#include "zygote_proto.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The daemon's one state (workerd.h). */
+struct wd_state wd;
+
+/* The write end of the self-pipe, read by the signal handler. It is set once
+ * before any handler is installed and never changes afterwards. */
+static int sig_write_fd = -1;
+
+/* ------------------------------------------------------------------------ */
+/* Start-up                                                                 */
+
+/* Makes sure that file descriptors 0, 1 and 2 are open (on /dev/null if the
+ * backend closed them), so that no pipe we create later lands on one of them
+ * and gets clobbered by the child's dup2() calls. */
+static void std_fds_ensure(void) {
+  for (int fd = 0; fd < 3; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+      continue;
+    /* open() takes the lowest free descriptor, which is this one. */
+    int n = open("/dev/null", O_RDWR);
+    if (n > fd)
+      close(n);
+  }
+}
+
+/* Sets the log level from MUSTER_LOG_LEVEL, if it is set to a known name. */
+static void log_level_from_env(void) {
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  const char *v = getenv("MUSTER_LOG_LEVEL");
+
+  if (!v)
+    return;
+  for (int i = 0; i < 4; i++)
+    if (strcmp(v, names[i]) == 0)
+      log_verbosity = i;
+}
+
+/* Copies the environment variable name into out (size bytes) after checking
+ * that it is set, non-empty and short enough. Returns 0 or MUSTER_E_INVALID
+ * (logged, naming the variable but never its value). */
+MUST_CHECK static int env_copy(const char *name, char *out, size_t size) {
+  const char *v = getenv(name);
+  size_t n;
+
+  if (!v || !*v) {
+    LOG(LOG_ERROR, "%s is not set", name);
+    return MUSTER_E_INVALID;
+  }
+  n = strlen(v);
+  if (n >= size) {
+    LOG(LOG_ERROR, "%s is longer than %zu characters", name, size - 1);
+    return MUSTER_E_INVALID;
+  }
+  memcpy(out, v, n + 1);
+  return 0;
+}
+
+/* Reads and checks the configuration from the environment into wd.
+ * Returns 0 or MUSTER_E_INVALID (logged). */
+MUST_CHECK static int config_load(void) {
+  const char *bind_ip = getenv("MUSTER_BIND_IP");
+  size_t n;
+  int rc;
+
+  rc = env_copy("MUSTER_CONTROLLER_URL", wd.url, sizeof(wd.url));
+  if (rc)
+    goto out;
+  rc = env_copy("MUSTER_WORKER_ID", wd.id, sizeof(wd.id));
+  if (rc)
+    goto out;
+  rc = env_copy("MUSTER_WORKER_TOKEN", wd.token, sizeof(wd.token));
+  if (rc)
+    goto out;
+
+  rc = MUSTER_E_INVALID;
+  if (strncmp(wd.url, "http://", 7) != 0 && strncmp(wd.url, "https://", 8) != 0) {
+    LOG(LOG_ERROR, "MUSTER_CONTROLLER_URL must start with http:// or https://");
+    goto out;
+  }
+  /* The contract says no trailing slash; tolerate one rather than build
+   * "//api/v1" paths. */
+  n = strlen(wd.url);
+  while (n > 8 && wd.url[n - 1] == '/')
+    wd.url[--n] = '\0';
+  /* The id goes into URL paths, so it must need no escaping. */
+  for (const char *p = wd.id; *p; p++) {
+    if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') && !(*p >= '0' && *p <= '9') &&
+        *p != '-' && *p != '_') {
+      LOG(LOG_ERROR, "MUSTER_WORKER_ID may hold only letters, digits, '-' and '_'");
+      goto out;
+    }
+  }
+  /* The token goes into a header line: a control character or a space in it
+   * would let it forge other headers. */
+  for (const char *p = wd.token; *p; p++) {
+    if (*p <= ' ' || *p == 0x7f) {
+      LOG(LOG_ERROR, "MUSTER_WORKER_TOKEN holds a space or a control character");
+      goto out;
+    }
+  }
+  /* A worker whose controller never comes back must not live forever:
+   * after MUSTER_ORPHAN_TIMEOUT seconds (default 600) without any answer it
+   * ends itself, as a container would be reaped with its cluster. */
+  wd.orphan_ms = 600 * 1000;
+  if (getenv("MUSTER_ORPHAN_TIMEOUT")) {
+    long secs;
+    if (util_parse_long(getenv("MUSTER_ORPHAN_TIMEOUT"), 1, 7 * 86400, &secs) != 0) {
+      LOG(LOG_ERROR, "MUSTER_ORPHAN_TIMEOUT must be a number of seconds (1 to 604800)");
+      goto out;
+    }
+    wd.orphan_ms = secs * 1000;
+  }
+  /* The controller accepts the registration of one start attempt only: a
+   * workerd of an earlier one (started before a controller crash) is refused
+   * and ends without running anything. */
+  if (getenv("MUSTER_WORKER_ATTEMPT") &&
+      util_parse_long(getenv("MUSTER_WORKER_ATTEMPT"), 1, 1L << 30, &wd.attempt) != 0) {
+    LOG(LOG_ERROR, "MUSTER_WORKER_ATTEMPT must be a start attempt number (1 or more)");
+    goto out;
+  }
+  wd.last_contact_ms = util_mono_ms();
+  if (bind_ip && *bind_ip) {
+    n = strlen(bind_ip);
+    if (n >= sizeof(wd.ip)) {
+      LOG(LOG_ERROR, "MUSTER_BIND_IP is too long");
+      goto out;
+    }
+    memcpy(wd.ip, bind_ip, n + 1);
+  }
+  rc = 0;
+out:
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Signals                                                                  */
+
+/* Turns a signal into one byte on the self-pipe; the main loop does the work.
+ * A full pipe loses the byte, which is harmless: one pending byte per kind
+ * of signal is all the loop needs. */
+static void on_signal(int signo) {
+  int saved = errno;
+  unsigned char b = (unsigned char)signo;
+  ssize_t n = write(sig_write_fd, &b, 1);
+
+  (void)n;
+  errno = saved;
+}
+
+/* Creates the self-pipe and installs the handlers for SIGCHLD, SIGTERM and
+ * SIGINT; ignores SIGPIPE, which the child gets back at its default.
+ * Returns 0 or MUSTER_E_IO (logged). */
+MUST_CHECK static int signals_install(void) {
+  struct sigaction sa;
+  int p[2];
+
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+    LOG(LOG_ERROR, "cannot create the signal pipe: %s", strerror(errno));
+    return MUSTER_E_IO;
+  }
+  wd.sig_read_fd = p[0];
+  sig_write_fd = p[1];
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  /* Only an exit of the child matters, not its being stopped or continued. */
+  sa.sa_flags = SA_NOCLDSTOP;
+  if (sigaction(SIGCHLD, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
+      sigaction(SIGINT, &sa, NULL) != 0)
+    return MUSTER_E_IO;
+  sa.sa_handler = SIG_IGN;
+  sa.sa_flags = 0;
+  if (sigaction(SIGPIPE, &sa, NULL) != 0)
+    return MUSTER_E_IO;
+  return 0;
+}
+
+/* Empties the self-pipe. Sets *child if SIGCHLD arrived and *term to SIGTERM
+ * or SIGINT if one of them did (left alone otherwise). */
+void signals_take(bool *child, int *term) {
+  unsigned char buf[64];
+  ssize_t n;
+
+  while ((n = read(wd.sig_read_fd, buf, sizeof(buf))) > 0) {
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] == SIGCHLD)
+        *child = true;
+      else if (buf[i] == SIGTERM || buf[i] == SIGINT)
+        *term = buf[i];
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stopping                                                                 */
+
+/* Decides to stop, in the given mode, unless a stop is already under way or
+ * the command has already ended (then its own end is what gets reported).
+ * signo is SIGTERM or SIGINT when a signal asked, else 0. A running command
+ * gets SIGTERM now and SIGKILL 5 s later; an idle worker ends at once. */
+static void stop_begin(enum finish_mode mode, int signo, int64_t now) {
+  if (wd.stopping || wd.child_done)
+    return;
+  wd.stopping = true;
+  wd.mode = mode;
+  wd.stop_signal = signo;
+  if (wd.child > 0) {
+    kill(wd.child, SIGTERM);
+    wd.kill_at_ms = now + WD_KILL_GRACE_MS;
+  } else {
+    wd.finish = true;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Heartbeats and the main loop                                             */
+
+/* Sends one heartbeat and acts on the answer: a stop, or an answer saying
+ * that the controller no longer knows this worker, starts stopping. A
+ * controller that cannot be reached is not an error: the next interval tries
+ * again, and succeeding is all it takes to re-attach. */
+static void heartbeat(void) {
+  json_t *ans = NULL;
+  json_t *stop;
+  long status;
+  int rc = http_post("heartbeat", true, "{}", 2, &status);
+
+  if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
+    int64_t now = util_mono_ms();
+    if (rc == MUSTER_E_UNREACHABLE && now - wd.last_contact_ms > wd.orphan_ms) {
+      LOG(LOG_ERROR,
+          "no answer from the controller for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
+          "ending this worker",
+          (now - wd.last_contact_ms) / 1000);
+      stop_begin(FINISH_SILENT, 0, now);
+      goto out;
+    }
+    LOG(LOG_DEBUG, "heartbeat not delivered (%s); next one in %" PRId64 " ms",
+        rc ? "unreachable" : "server error", wd.hb_interval_ms);
+    goto out;
+  }
+  if (rc) {
+    LOG(LOG_WARN, "heartbeat failed: %s", muster_strerror(rc));
+    goto out;
+  }
+  if (status == 401 || status == 403 || status == 404 || status == 409) {
+    LOG(LOG_INFO, "the controller no longer runs this worker (HTTP %ld); stopping", status);
+    stop_begin(FINISH_SILENT, 0, util_mono_ms());
+    goto out;
+  }
+  if (status != 200) {
+    LOG(LOG_WARN, "unexpected HTTP %ld to a heartbeat", status);
+    goto out;
+  }
+  ans = json_loadb(wd.answer, wd.answer_len, 0, NULL);
+  stop = json_object_get(ans, "stop");
+  if (!json_is_boolean(stop)) {
+    LOG(LOG_WARN, "the heartbeat answer has no boolean \"stop\"");
+    goto out;
+  }
+  LOG(LOG_DEBUG, "heartbeat delivered");
+  if (json_is_true(stop)) {
+    LOG(LOG_INFO, "the controller asked this worker to stop");
+    stop_begin(FINISH_QUIET, 0, util_mono_ms());
+  }
+out:
+  json_decref(ans);
+}
+
+/* The earlier of two deadlines. */
+static int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+/* Runs until the worker must end: the command has exited and its pipes are
+ * drained (or 2 s have passed), or an idle worker was told to stop; then the
+ * exec channel is wound down (its commands killed, for at most 5 s). Reads
+ * the pipes, ships logs, heartbeats, serves exec, and turns signals into
+ * stop decisions.
+ * Returns 0, or MUSTER_E_IO if poll() itself failed. */
+MUST_CHECK static int main_loop(void) {
+  int rc = 0;
+
+  for (;;) {
+    struct pollfd p[3 + EX_POLL_MAX];
+    int nfds = 0, at_out = -1, at_err = -1;
+    int64_t now = util_mono_ms();
+    int64_t next = INT64_MAX;
+    int timeout;
+    bool child = false;
+    int term = 0;
+
+    /* The worker's own end (an idle worker told to stop, a script that
+     * exited and was drained) waits for the exec channel to wind down:
+     * its commands are killed, their clients told, for at most 5 s. */
+    if (!wd.ending && (wd.finish || (wd.child_done && ((wd.out.fd < 0 && wd.err.fd < 0) ||
+                                                       now >= wd.drain_until_ms)))) {
+      wd.ending = true;
+      fd_close(&wd.out.fd);
+      fd_close(&wd.err.fd);
+    }
+    if ((wd.ending || wd.stopping) && !ex_stopping())
+      ex_stop_all(now);
+    if (wd.ending && ex_done(now))
+      break;
+    if (wd.stopping && !wd.child_done && now >= wd.kill_at_ms) {
+      LOG(LOG_WARN, "the command is still running %d s after SIGTERM; sending SIGKILL",
+          WD_KILL_GRACE_MS / 1000);
+      kill(wd.child, SIGKILL);
+      wd.kill_at_ms = INT64_MAX;
+    }
+    if (!wd.stopping && !wd.child_done && !wd.ending && now >= wd.next_hb_ms) {
+      heartbeat();
+      wd.next_hb_ms = util_mono_ms() + wd.hb_interval_ms;
+      continue; /* the call took time, and may have decided a stop */
+    }
+    streams_flush_due(now);
+
+    if (!wd.stopping && !wd.child_done && !wd.ending)
+      next = min64(next, wd.next_hb_ms);
+    if (wd.stopping && !wd.child_done)
+      next = min64(next, wd.kill_at_ms);
+    if (wd.child_done && !wd.ending)
+      next = min64(next, wd.drain_until_ms);
+    next = min64(next, ex_next_deadline());
+    if (wd.out.ring)
+      next = min64(next, stream_deadline(&wd.out));
+    if (wd.err.ring)
+      next = min64(next, stream_deadline(&wd.err));
+    now = util_mono_ms();
+    timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)min64(next - now, INT_MAX);
+
+    p[nfds++] = (struct pollfd){.fd = wd.sig_read_fd, .events = POLLIN};
+    if (wd.out.fd >= 0) {
+      at_out = nfds;
+      p[nfds++] = (struct pollfd){.fd = wd.out.fd, .events = POLLIN};
+    }
+    if (wd.err.fd >= 0) {
+      at_err = nfds;
+      p[nfds++] = (struct pollfd){.fd = wd.err.fd, .events = POLLIN};
+    }
+    ex_poll_add(p, &nfds, now);
+    if (poll(p, (nfds_t)nfds, timeout) < 0) {
+      if (errno == EINTR)
+        continue;
+      LOG(LOG_ERROR, "poll: %s", strerror(errno));
+      rc = MUSTER_E_IO;
+      break;
+    }
+    now = util_mono_ms();
+    /* Pipes before SIGCHLD, so the drain window starts after what is here. */
+    if (at_out >= 0 && p[at_out].revents)
+      stream_read(&wd.out, now);
+    if (at_err >= 0 && p[at_err].revents)
+      stream_read(&wd.err, now);
+    if (p[0].revents) {
+      signals_take(&child, &term);
+      if (child) {
+        child_reap(now);
+        ex_reap(now);
+      }
+      if (term) {
+        LOG(LOG_INFO, "received %s; stopping", term == SIGTERM ? "SIGTERM" : "SIGINT");
+        stop_begin(FINISH_REPORT, term, now);
+      }
+    }
+    ex_poll_handle(p, now);
+  }
+  fd_close(&wd.out.fd);
+  fd_close(&wd.err.fd);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The end                                                                  */
+
+/* Builds the exit report: exit code, or signal, and the reason the command
+ * could not start if that is what happened. Returns a new string (free()),
+ * or NULL if out of memory. */
+static char *exit_body(void) {
+  json_t *o = json_object();
+  json_t *code = NULL, *sig = NULL, *reason = NULL;
+  char *s = NULL;
+
+  if (!o)
+    goto out;
+  if (wd.child_done && wd.wait_status >= 0 && WIFEXITED(wd.wait_status))
+    code = json_integer(WEXITSTATUS(wd.wait_status));
+  else if (wd.child_done && wd.wait_status >= 0 && WIFSIGNALED(wd.wait_status))
+    sig = json_integer(WTERMSIG(wd.wait_status));
+  else if (!wd.child_done && wd.stop_signal)
+    sig = json_integer(wd.stop_signal); /* an idle worker killed by a signal */
+  reason = wd.reason[0] ? json_string(wd.reason) : json_null();
+  if (json_object_set_new(o, "exit_code", code ? code : json_null()) != 0 ||
+      json_object_set_new(o, "signal", sig ? sig : json_null()) != 0 ||
+      json_object_set_new(o, "reason", reason) != 0)
+    goto out;
+  s = json_dumps(o, JSON_COMPACT);
+out:
+  json_decref(o);
+  return s;
+}
+
+/* Ends the worker as wd.mode says. For FINISH_REPORT it ships the remaining
+ * logs and then reports the exit, retrying both with backoff for 10 minutes
+ * (a 4xx to the report means the controller already considers the worker
+ * finished). Returns 0, MUSTER_E_TIMEOUT (logged) or MUSTER_E_NOMEM. */
+MUST_CHECK static int finish(void) {
+  struct backoff b;
+  char *body = NULL;
+  long status;
+  int rc = 0;
+
+  if (wd.mode == FINISH_SILENT)
+    goto out;
+  if (wd.mode == FINISH_QUIET) {
+    /* One try: the controller stopped this worker and may refuse logs now. */
+    if (streams_flush_all() != 0)
+      LOG(LOG_INFO, "the last output of the command could not be shipped");
+    goto out;
+  }
+  body = exit_body();
+  if (!body) {
+    rc = MUSTER_E_NOMEM;
+    goto out;
+  }
+  backoff_init(&b);
+  /* A worker ended by SIGTERM is most often being stopped by the controller,
+   * which knows the outcome already: a short try is enough. The long one is
+   * for a command that ended by itself, whose result must not be lost. */
+  if (wd.stop_signal)
+    b.give_up_ms = util_mono_ms() + 10 * 1000;
+  for (;;) {
+    if (streams_flush_all() == 0) {
+      rc = http_post("exit", true, body, strlen(body), &status);
+      if (rc == 0 && status >= 200 && status < 300) {
+        LOG(LOG_INFO, "reported the exit: %s", body);
+        break;
+      }
+      if (rc == 0 && status < 500) {
+        LOG(LOG_INFO, "the controller already considers this worker finished (HTTP %ld)", status);
+        break;
+      }
+    }
+    rc = backoff_wait(&b, false);
+    if (rc) {
+      LOG(LOG_ERROR, "could not report the exit in time; giving up");
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  free(body);
+  return rc;
+}
+
+/* Ends what the command left behind in our process group (say, a daemonised
+ * grandchild that still holds its pipes): the worker ends with workerd, as a
+ * container ends with its first process. Only when workerd leads the group,
+ * as the backend's setsid() makes it; otherwise the group belongs to whoever
+ * started us (a shell, a test) and is not ours to signal. */
+static void group_terminate(void) {
+  struct sigaction ign;
+
+  if (wd.child <= 0 || getpgrp() != getpid())
+    return;
+  memset(&ign, 0, sizeof(ign));
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGTERM, &ign, NULL);
+  kill(0, SIGTERM);
+}
+
+/* Frees everything in wd and closes its descriptors, so that sanitizer runs
+ * see no leaks. */
+static void cleanup(void) {
+  ex_cleanup();
+  http_cleanup();
+  strv_free(wd.argv);
+  strv_free(wd.envp);
+  free(wd.cwd);
+  if (wd.exec_token) {
+    explicit_bzero(wd.exec_token, strlen(wd.exec_token));
+    free(wd.exec_token);
+    wd.exec_token = NULL;
+  }
+  free(wd.out.ring);
+  free(wd.err.ring);
+  fd_close(&wd.out.fd);
+  fd_close(&wd.err.fd);
+  fd_close(&wd.listen_fd);
+  explicit_bzero(wd.token, sizeof(wd.token));
+}
+
+/* Runs one worker: reads its configuration from the environment, registers,
+ * runs its command and reports how it ended. curl_global_init() must have
+ * been called. Returns the process's exit code. */
+int worker_main(void) {
+  int code = 1;
+  int rc;
+
+  std_fds_ensure();
+  log_level_from_env();
+  wd.listen_fd = wd.sig_read_fd = -1;
+  wd.out = (struct stream){.name = "stdout", .fd = -1};
+  wd.err = (struct stream){.name = "stderr", .fd = -1};
+  wd.controller_up = true;
+  wd.mode = FINISH_REPORT;
+  wd.kill_at_ms = INT64_MAX;
+  wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
+
+  rc = config_load();
+  if (rc == 0)
+    rc = signals_install();
+  if (rc == 0)
+    rc = http_init();
+  if (rc)
+    goto out;
+  if (!wd.ip[0]) {
+    struct backoff b;
+
+    /* The host's name or route may not be there yet on a node that is still
+     * coming up; that is worth the same patience as the controller itself. */
+    backoff_init(&b);
+    while ((rc = ip_toward_controller(wd.ip, sizeof(wd.ip))) == MUSTER_E_UNREACHABLE) {
+      rc = backoff_wait(&b, true);
+      if (rc)
+        break;
+    }
+    if (rc == MUSTER_E_SHUTTING_DOWN)
+      code = 0;
+    if (rc)
+      goto out;
+  }
+  rc = exec_listen();
+  if (rc)
+    goto out;
+  LOG(LOG_INFO, "worker %s on %s, exec port %d, controller %s", wd.id, wd.ip, wd.exec_port, wd.url);
+
+  rc = register_worker();
+  if (rc == MUSTER_E_SHUTTING_DOWN) {
+    LOG(LOG_INFO, "stopped before registering");
+    code = 0;
+  }
+  if (rc)
+    goto out;
+  if (wd.argv)
+    LOG(LOG_INFO, "registered; running \"%s\" with %zu more arguments", wd.argv[0], wd.argc - 1);
+  else
+    LOG(LOG_INFO, "registered as an idle worker");
+  wd.next_hb_ms = util_mono_ms() + wd.hb_interval_ms;
+
+  if (wd.argv && command_start() != 0)
+    wd.finish = true; /* reported below, with wd.reason */
+  rc = main_loop();
+  if (rc) {
+    /* Never leave the command running without anyone to watch it. */
+    if (wd.child > 0 && !wd.child_done)
+      kill(wd.child, SIGKILL);
+    goto out;
+  }
+  rc = finish();
+  if (rc == 0)
+    code = 0;
+out:
+  group_terminate();
+  cleanup();
+  return code;
+}
+
+int main(int argc, char **argv) {
+  int code;
+
+  log_set_program("muster-workerd");
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("muster-workerd %s\n", MUSTER_VERSION);
+    return 0;
+  }
+  if (argc > 2 || (argc == 2 && strcmp(argv[1], ZYGOTE_ARG) != 0)) {
+    fprintf(stderr,
+            "usage: muster-workerd [--zygote]\n"
+            "Started by the muster controller's backend, configured by MUSTER_CONTROLLER_URL,\n"
+            "MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN and optionally MUSTER_BIND_IP.\n"
+            "--zygote serves the local backend as a fork server on fd 3.\n");
+    return 2;
+  }
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    LOG(LOG_ERROR, "cannot initialise libcurl");
+    return 1;
+  }
+  code = argc == 2 ? zygote_main() : worker_main();
+  curl_global_cleanup();
+  return code;
+}

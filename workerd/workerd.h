@@ -1,0 +1,236 @@
+/*
+ * workerd.h: muster-workerd's internal header: its limits, the types more
+ * than one module uses, the daemon's one state (wd), and what each module
+ * offers the others. main.c has the overall description; the modules:
+ *
+ *   main.c         main(), configuration, signals, the main loop, heartbeats,
+ *                  the exit report, cleanup
+ *   client.c       the controller client: HTTP, backoff, registration
+ *   logship.c      the command's output: ring buffers, shipped as logs
+ *   child.c        starting children (the worker's command and exec commands)
+ *   exec_server.c  the exec channel's server (docs/exec-protocol.md)
+ *   zygote.c       the fork server (--zygote) of the controller's local backend
+ *
+ * What a module keeps to itself stays static there; only what crosses
+ * modules is declared here.
+ */
+#ifndef MUSTER_WORKERD_H
+#define MUSTER_WORKERD_H
+
+#include "util.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifndef MUSTER_VERSION
+#define MUSTER_VERSION "dev"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Limits and timings                                                       */
+
+#define WD_URL_MAX 2048                    /* MUSTER_CONTROLLER_URL */
+#define WD_ID_MAX 64                       /* MUSTER_WORKER_ID */
+#define WD_TOKEN_MAX 512                   /* MUSTER_WORKER_TOKEN */
+#define WD_IP_MAX 64                       /* an IPv6 address with a zone fits */
+#define WD_ANSWER_MAX (1u << 20)           /* largest answer body we accept */
+#define WD_ARGV_MAX 4096                   /* most arguments in "command" */
+#define WD_ENV_MAX 4096                    /* most variables in "env" */
+#define WD_REASON_MAX 512                  /* the exit report's "reason" */
+#define WD_STREAM_CAP (8u << 20)           /* unshipped bytes kept per stream */
+#define WD_FLUSH_BYTES (64u << 10)         /* flush a stream once it holds this */
+#define WD_FLUSH_DELAY_MS 200              /* ... or this long after its first byte */
+#define WD_POST_MAX (512u << 10)           /* largest body of one logs POST */
+#define WD_READS_PER_WAKE 16               /* reads per stream per poll round */
+#define WD_RETRY_FIRST_MS 100              /* backoff: first delay ... */
+#define WD_RETRY_MAX_MS 5000               /* ... doubling up to this ... */
+#define WD_RETRY_TOTAL_MS (10 * 60 * 1000) /* ... for at most this long */
+#define WD_KILL_GRACE_MS 5000              /* SIGTERM to SIGKILL */
+#define WD_DRAIN_MS 2000                   /* reading pipes after the child exited */
+#define WD_CONNECT_TIMEOUT_MS 2000L
+#define WD_CALL_TIMEOUT_MS 10000L
+#define WD_HEARTBEAT_DEFAULT_MS 2000
+
+/* The exec server's size, which the main loop's pollfd array depends on. */
+#define EX_CONN_MAX 64 /* concurrent connections (commands) */
+#define EX_SPARE 16    /* more records, for refusals on their way */
+#define EX_POLL_MAX ((EX_CONN_MAX + EX_SPARE) * 4 + 1)
+
+/* ------------------------------------------------------------------------ */
+/* Shared types                                                             */
+
+/* One output stream of the command: a ring buffer of the bytes that the
+ * controller has not accepted yet. The ring is allocated once, at its full
+ * capacity; untouched pages cost no memory, and the read position returns to
+ * the start whenever the ring empties, so a worker whose logs flow normally
+ * only ever touches its first pages. */
+struct stream {
+  const char *name; /* "stdout" or "stderr", as in the logs URL */
+  int fd;           /* read end of the pipe; -1 once at EOF, or never opened */
+  char *ring;       /* WD_STREAM_CAP bytes; NULL for an idle worker */
+  size_t start;     /* offset of the oldest byte */
+  size_t len;       /* bytes held */
+  uint64_t dropped; /* bytes overwritten since the last successful flush */
+  int64_t first_ms; /* when the oldest held byte arrived; valid if len > 0 */
+};
+
+/* How the worker ends, decided by the first reason to stop. */
+enum finish_mode {
+  FINISH_REPORT, /* flush logs and report the exit, retrying for 10 minutes */
+  FINISH_QUIET,  /* the controller asked us to stop: one last flush, no report */
+  FINISH_SILENT  /* the controller no longer knows us: say nothing more */
+};
+
+/* Where the child failed before the command started, sent to the parent
+ * through a close-on-exec pipe (end of file there means exec succeeded). */
+enum exec_stage { STAGE_SETUP = 1, STAGE_CHDIR = 2, STAGE_EXEC = 3 };
+struct exec_status {
+  int stage;
+  int err;
+};
+
+/* What a child runs, prepared entirely before fork(): argv and envp are
+ * NULL-terminated; cwd may be NULL (stay where workerd is). */
+struct child_spec {
+  int in_fd, out_fd, err_fd; /* become the command's fds 0, 1 and 2 */
+  int status_fd;             /* close-on-exec pipe for a struct exec_status */
+  char *const *argv;
+  char **envp;
+  const char *cwd;
+  bool own_group; /* exec commands: own process group, killed with workerd */
+  pid_t parent;   /* with own_group: workerd's pid, taken before fork() */
+};
+
+/* Delays between attempts of a call that must eventually get through. */
+struct backoff {
+  int64_t give_up_ms;
+  int64_t delay_ms;
+};
+
+/* ------------------------------------------------------------------------ */
+/* The daemon's one state (defined in main.c)                               */
+
+/* In the manner of Redis's `server`. The exec server's own state (its
+ * connections) is exec_server.c's. */
+struct wd_state {
+  /* Configuration, from the environment. */
+  char url[WD_URL_MAX + 1];
+  char id[WD_ID_MAX + 1];
+  char token[WD_TOKEN_MAX + 1];
+  char ip[WD_IP_MAX];
+  long attempt; /* the start attempt the backend started this workerd for */
+  int exec_port;
+  int listen_fd;
+  int sig_read_fd;
+
+  /* HTTP. The answer buffer holds the body of the last call. */
+  CURL *curl;
+  struct curl_slist *hdr_json;
+  struct curl_slist *hdr_bytes;
+  char curl_err[CURL_ERROR_SIZE];
+  char *answer;
+  size_t answer_len;
+  bool answer_too_big;
+  bool controller_up;
+  int64_t last_contact_ms; /* when the controller last answered anything */
+  int64_t orphan_ms;       /* give up after this long without an answer */
+
+  /* What register assigned. argv and envp are NULL-terminated, owned here. */
+  int64_t hb_interval_ms;
+  char **argv;
+  size_t argc;
+  char **envp;
+  char *cwd;
+  char *exec_token; /* a secret: never logged; NULL = exec refused */
+
+  /* The command and how it ended. */
+  pid_t child;
+  bool child_done;
+  int wait_status;
+  int64_t drain_until_ms;
+  char reason[WD_REASON_MAX]; /* empty unless the command could not start */
+  struct stream out;
+  struct stream err;
+
+  /* Stopping. */
+  bool stopping; /* a stop was decided; mode says how to end */
+  bool finish;   /* leave the main loop now (idle worker, failed start) */
+  bool ending;   /* the main loop is winding down the exec channel to leave */
+  enum finish_mode mode;
+  int stop_signal;    /* SIGTERM or SIGINT if that is why we stop, else 0 */
+  int64_t kill_at_ms; /* when to send SIGKILL; INT64_MAX once sent */
+
+  /* Deadlines of the main loop. */
+  int64_t next_hb_ms;
+  int64_t logs_retry_at_ms;
+  int64_t logs_backoff_ms;
+};
+
+extern struct wd_state wd;
+
+/* ------------------------------------------------------------------------ */
+/* main.c                                                                   */
+
+/* Runs one worker from the environment; returns the process's exit code
+ * (the fork server's workers run it too). */
+int worker_main(void);
+/* Empties the self-pipe: *child if SIGCHLD arrived, *term SIGTERM or SIGINT
+ * if one of them did. */
+void signals_take(bool *child, int *term);
+
+/* ------------------------------------------------------------------------ */
+/* client.c: the controller client                                          */
+
+MUST_CHECK int ip_toward_controller(char *ip, size_t size);
+MUST_CHECK int http_init(void);
+void http_cleanup(void);
+MUST_CHECK int http_post(const char *suffix, bool json, const void *body, size_t len, long *status);
+void backoff_init(struct backoff *b);
+MUST_CHECK int backoff_wait(struct backoff *b, bool interruptible);
+MUST_CHECK int register_worker(void);
+
+/* ------------------------------------------------------------------------ */
+/* logship.c: the command's output, shipped as logs                         */
+
+void stream_append(struct stream *s, const char *data, size_t n, int64_t now);
+void stream_read(struct stream *s, int64_t now);
+int64_t stream_deadline(const struct stream *s);
+void streams_flush_due(int64_t now);
+MUST_CHECK int streams_flush_all(void);
+
+/* ------------------------------------------------------------------------ */
+/* child.c: children, and small helpers every module uses                   */
+
+void fd_close(int *fd);
+/* Closes both ends of a pipe (either may be -1 already). */
+void fd_close_pair(int p[2]);
+void strv_free(char **v);
+pid_t child_spawn(const struct child_spec *cs);
+bool child_exec_failed(int status_fd, struct exec_status *st);
+MUST_CHECK int command_start(void);
+void child_reap(int64_t now);
+
+/* ------------------------------------------------------------------------ */
+/* exec_server.c: the exec channel                                          */
+
+MUST_CHECK int exec_listen(void);
+void ex_stop_all(int64_t now);
+bool ex_stopping(void);
+bool ex_done(int64_t now);
+void ex_reap(int64_t now);
+int64_t ex_next_deadline(void);
+void ex_poll_add(struct pollfd *p, int *n, int64_t now);
+void ex_poll_handle(const struct pollfd *p, int64_t now);
+void ex_cleanup(void);
+
+/* ------------------------------------------------------------------------ */
+/* zygote.c: the fork server                                                */
+
+int zygote_main(void);
+
+#endif

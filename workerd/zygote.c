@@ -1,0 +1,142 @@
+/*
+ * zygote.c: muster-workerd --zygote, a fork server for the controller's local
+ * backend (its protocol: common/zygote_proto.h).
+ *
+ * Loading libcurl and its dozens of libraries costs several milliseconds of
+ * CPU per exec; forked from this warm process, a worker starts in a fraction
+ * of that. Each worker is forked twice so that it is not the fork server's
+ * child: the controller, a child subreaper, adopts and reaps it as if it had
+ * started it itself, and it runs worker_main() as a directly started one
+ * would.
+ */
+#include "workerd.h"
+
+#include "zygote_proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Starts one worker from a request of the controller's local backend: req
+ * holds n bytes of NUL-terminated "NAME=value" strings, the worker's
+ * settings, and ZYGOTE_LOG_FILE, where its output goes. The worker is
+ * forked twice so that it is not our child: its parent exits at once and
+ * the controller, a child subreaper, adopts it and reaps it, exactly as if
+ * it had started it itself. Returns the worker's pid or -errno. */
+static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n) {
+  int pfd[2];
+  pid_t mid, pid = -EAGAIN;
+  ssize_t got;
+
+  if (pipe2(pfd, O_CLOEXEC) != 0)
+    return -errno;
+  mid = fork();
+  if (mid < 0) {
+    int e = errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return -e;
+  }
+  if (mid == 0) {
+    pid_t w;
+
+    /* Reaped by the kernel is right for this middle process, not for its
+     * child: a worker that died before this process exits must stay a
+     * zombie for the controller to reap and see. */
+    signal(SIGCHLD, SIG_DFL);
+    close(sock);
+    close(pfd[0]);
+    w = fork();
+    if (w == 0) {
+      const char *logfile = NULL;
+      int fd;
+
+      /* The fork server ignores SIGCHLD (its children are reaped by the
+       * kernel); a worker must not: it waits for its script. */
+      signal(SIGCHLD, SIG_DFL);
+
+      close(pfd[1]);
+      setsid();
+      for (size_t off = 0; off < n;) {
+        char *kv = req + off;
+        size_t len = strnlen(kv, n - off);
+        char *eq = memchr(kv, '=', len);
+
+        /* req[n] is NUL, so the last string is terminated too. */
+        off += len + 1;
+        if (!eq)
+          continue;
+        *eq = '\0';
+        if (strcmp(kv, ZYGOTE_LOG_FILE) == 0)
+          logfile = eq + 1;
+        else
+          setenv(kv, eq + 1, 1);
+      }
+      fd = open("/dev/null", O_RDONLY);
+      if (fd >= 0 && fd != 0) {
+        dup2(fd, 0);
+        close(fd);
+      }
+      fd = logfile ? open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (fd > 2)
+          close(fd);
+      }
+      _exit(worker_main());
+    }
+    if (w < 0)
+      w = -errno;
+    if (write(pfd[1], &w, sizeof(w)) != (ssize_t)sizeof(w))
+      _exit(1);
+    _exit(0);
+  }
+  close(pfd[1]);
+  /* The answer comes as soon as the middle process has forked; it exits
+   * right after and the kernel reaps it (SIGCHLD is ignored here), so the
+   * next request need not wait for that. */
+  while ((got = read(pfd[0], &pid, sizeof(pid))) < 0 && errno == EINTR)
+    ;
+  close(pfd[0]);
+  return got == (ssize_t)sizeof(pid) ? pid : -EIO;
+}
+
+/* muster-workerd --zygote: serves the controller's local backend. Requests
+ * come as datagrams on fd ZYGOTE_FD (a SOCK_SEQPACKET socket); each gets the
+ * pid (or -errno) back. It ends when the controller closes the socket; the
+ * workers it started live on. */
+int zygote_main(void) {
+  char req[ZYGOTE_REQ_MAX + 1];
+  int sock = ZYGOTE_FD;
+
+  pid_t hello = ZYGOTE_HELLO;
+
+  signal(SIGPIPE, SIG_IGN);
+  /* The middle processes of zygote_fork() are reaped by the kernel. */
+  signal(SIGCHLD, SIG_IGN);
+  /* Says it is ready (and is a fork server at all). */
+  if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) < 0)
+    return 1;
+  for (;;) {
+    ssize_t n = recv(sock, req, sizeof(req) - 1, 0);
+    pid_t pid;
+
+    if (n == 0)
+      return 0;
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno == ECONNRESET ? 0 : 1;
+    }
+    req[n] = '\0';
+    pid = zygote_fork(sock, req, (size_t)n);
+    if (send(sock, &pid, sizeof(pid), MSG_NOSIGNAL) < 0)
+      return 0;
+  }
+}

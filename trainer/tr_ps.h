@@ -128,6 +128,8 @@ enum { WAIT_ALL, WAIT_ANY };
 /* Reads the cluster spec from TF_CONFIG into *cl. Returns 0 or -1 with a
  * sentence in err; ps_cluster_cleanup(cl) either way. */
 PS_CHECK int ps_cluster_from_env(struct ps_cluster *cl, char *err, size_t errlen);
+/* The same from the text of a TF_CONFIG (NULL: not set). */
+PS_CHECK int ps_cluster_parse(const char *text, struct ps_cluster *cl, char *err, size_t errlen);
 void ps_cluster_cleanup(struct ps_cluster *cl);
 
 /* ---- tr_ps_wire.c: connections and messages ---- */

@@ -72,7 +72,10 @@ static MUST_CHECK int parse_addr_list(json_t *arr, const char *what, struct ps_a
 /* Reads the cluster spec from TF_CONFIG into *cl. Returns 0 or -1 with a
  * sentence in err; ps_cluster_cleanup(cl) either way. */
 int ps_cluster_from_env(struct ps_cluster *cl, char *err, size_t errlen) {
-  const char *env = getenv("TF_CONFIG");
+  return ps_cluster_parse(getenv("TF_CONFIG"), cl, err, errlen);
+}
+
+int ps_cluster_parse(const char *env, struct ps_cluster *cl, char *err, size_t errlen) {
   json_error_t jerr;
   json_t *root, *cluster, *task, *type, *index;
   const char *t;

@@ -26,8 +26,7 @@ static void cluster(const uint8_t *data, size_t size) {
     return;
   memcpy(s, data, size);
   s[size] = '\0';
-  setenv("TF_CONFIG", s, 1);
-  if (ps_cluster_from_env(&cl, err, sizeof(err)) == 0) {
+  if (ps_cluster_parse(s, &cl, err, sizeof(err)) == 0) {
     /* What the caller relies on: the task's index is within its list. */
     if (cl.nps < 1 || cl.nworkers < 1 || cl.index < 0 ||
         cl.index >= (cl.is_ps ? cl.nps : cl.nworkers))

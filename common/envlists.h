@@ -37,8 +37,11 @@ static inline bool env_in(const char *var, const char *const *list) {
 
 /* The settings meant for workerd itself, which it does not hand on. */
 static inline bool env_workerd_only(const char *var) {
-  static const char *const list[] = {"MUSTER_WORKER_TOKEN=", "MUSTER_BIND_IP=",
-                                     "MUSTER_ORPHAN_TIMEOUT=", "MUSTER_LOG_LEVEL=", NULL};
+  /* MUSTER_TOKEN_I: the tokens of a Slurm job's workers, one of which is
+   * this workerd's (backend_slurm.c). */
+  static const char *const list[] = {"MUSTER_WORKER_TOKEN=", "MUSTER_TOKEN_",
+                                     "MUSTER_BIND_IP=",      "MUSTER_ORPHAN_TIMEOUT=",
+                                     "MUSTER_LOG_LEVEL=",    NULL};
   return env_in(var, list);
 }
 

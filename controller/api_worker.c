@@ -88,7 +88,7 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
     json_decref(body);
     return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
   }
-  if (!w || (w->status != WS_STARTING && w->status != WS_RUNNING)) {
+  if (!w || (w->status != WS_STARTING && w->status != WS_RUNNING && !lw_submitted(w))) {
     state_unlock();
     json_decref(body);
     return api_respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s is %s; it cannot register",
@@ -119,7 +119,7 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
                              "end",
                              id);
   }
-  if (w->status == WS_STARTING) {
+  if (w->status == WS_STARTING || lw_submitted(w)) {
     f.ip_address = ip;
     f.hostname = hostname;
     f.set_running_at = 1;
@@ -129,6 +129,10 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
       f.backend_ref = ref;
     snprintf(detail, sizeof(detail), "registered at %s", ip);
     rc = sm_begin();
+    /* A queueing backend's worker may register before the backend's own
+     * report of its start: it leaves the queue now. */
+    if (!rc && w->status == WS_SCHEDULING)
+      rc = sm_transition(w, WS_STARTING, NULL, "started (its muster-workerd registered)");
     if (!rc)
       rc = sm_transition(w, WS_RUNNING, &f, detail);
     if (!rc)

@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-static const struct backend_ops *const backends[] = {&backend_local_ops, &backend_external_ops};
+static const struct backend_ops *const backends[] = {&backend_local_ops, &backend_slurm_ops,
+                                                     &backend_external_ops};
 
 const struct backend_ops *backend_find(const char *name) {
   for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
@@ -13,5 +14,5 @@ const struct backend_ops *backend_find(const char *name) {
 }
 
 const char *backend_names(void) {
-  return "local, external";
+  return "local, slurm, external";
 }

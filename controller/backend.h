@@ -50,6 +50,7 @@ struct backend_start {
   const char *controller_url; /* where its workerd registers */
   const char *token;          /* the worker's bearer token: a secret */
   int attempt;
+  const struct backend_req *req; /* what it asked for */
   const struct backend_placement *where;
 };
 
@@ -61,7 +62,9 @@ struct backend_live {
   const char *ref; /* backend_ref as recorded, or NULL if none was */
   struct backend_req req;
   struct backend_placement where;
-  int adopted; /* out: 1 if the recorded attempt still runs */
+  int adopted;   /* out: 1 if the recorded attempt still runs */
+  char why[256]; /* out, when not adopted: why it ended ("" when unknown: a
+                    starting or submitted worker then gets a new attempt) */
 };
 
 /* How cancel() ends a worker's processes. */
@@ -73,6 +76,12 @@ enum backend_cancel {
 
 struct backend_ops {
   const char *name;
+  /* 1 for a backend with a queue of its own (Slurm): place() never holds a
+   * worker back; its attempt is committed and submitted while it stays
+   * `scheduling`, with the backend's reason in waiting_for (BACKEND_WAITING),
+   * until the backend reports BACKEND_STARTED, which makes it `starting`. A
+   * launch is submitted whole, in one submit() call. */
+  int queues;
   /* Prepares the backend and starts its thread. May block. Returns 0 or an
    * error with a sentence in err. */
   int (*init)(const struct ctl_config *cfg, char *err, size_t errlen);
@@ -115,6 +124,7 @@ const char *backend_names(void);
 
 extern const struct backend_ops backend_local_ops;    /* backend_local.c */
 extern const struct backend_ops backend_external_ops; /* backend_external.c */
+extern const struct backend_ops backend_slurm_ops;    /* backend_slurm.c */
 
 /* What a backend reports. */
 enum backend_event {
@@ -123,6 +133,7 @@ enum backend_event {
   BACKEND_EXITED,  /* workerd ended before the worker's end was reported */
   BACKEND_LOST,    /* workerd vanished (node failure, gone after a restart): why */
   BACKEND_ROOM,    /* room held past a worker's end came free: schedule again (no id) */
+  BACKEND_WAITING, /* queueing backends: still queued, detail says why */
 };
 
 struct backend_report {

@@ -69,7 +69,7 @@ struct job {
   enum { JOB_START, JOB_CANCEL } kind;
   char id[16];
   char token[72];
-  char controller_url[128];
+  char controller_url[600];
   int attempt;
   struct backend_placement where;
   enum backend_cancel how;
@@ -426,7 +426,7 @@ static void zygote_start(void) {
 
 /* The settings one workerd is started with. */
 struct wvars {
-  char url[200], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
+  char url[640], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
   const char *v[6];
 };
 

@@ -29,9 +29,16 @@ static void usage(FILE *out) {
                "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
                "                            port 0 picks a free one)\n"
                "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
-               "  --backend NAME            how workers are started: local (default), or\n"
+               "  --backend NAME            how workers are started: local (default), slurm\n"
+               "                            (a Slurm job per launch, from a login node), or\n"
                "                            external (starts nothing: workerd is started by\n"
                "                            hand or by a load generator)\n"
+               "  --advertise-url URL       where workers reach this controller (default: the\n"
+               "                            --listen address; set it when that is 0.0.0.0 or\n"
+               "                            behind NAT)\n"
+               "  --slurm-partition P       slurm: the partition jobs go to (default: Slurm's)\n"
+               "  --slurm-account A         slurm: the account jobs are charged to\n"
+               "  --slurm-arg ARG           slurm: one more sbatch argument (repeatable)\n"
                "  --retain S                keep ended workers, their events and logs for S s\n"
                "                            (default 604800, 7 days; 0 keeps them forever)\n"
                "  --start-timeout S         fail workers not registered after S s (default 60)\n"
@@ -158,6 +165,27 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
       NEED_VALUE();
       bad = util_parse_long(v, 1, 64, &l);
       cfg->http_threads = (int)l;
+    } else if (strcmp(a, "--advertise-url") == 0) {
+      NEED_VALUE();
+      if (strncmp(v, "http://", 7) != 0 || strlen(v) >= sizeof(cfg->advertise_url)) {
+        fprintf(stderr, "muster-controller: --advertise-url must be an http:// URL, not \"%s\"\n",
+                v);
+        return MUSTER_E_INVALID;
+      }
+      snprintf(cfg->advertise_url, sizeof(cfg->advertise_url), "%s", v);
+    } else if (strcmp(a, "--slurm-partition") == 0) {
+      NEED_VALUE();
+      snprintf(cfg->slurm_partition, sizeof(cfg->slurm_partition), "%s", v);
+    } else if (strcmp(a, "--slurm-account") == 0) {
+      NEED_VALUE();
+      snprintf(cfg->slurm_account, sizeof(cfg->slurm_account), "%s", v);
+    } else if (strcmp(a, "--slurm-arg") == 0) {
+      NEED_VALUE();
+      if (cfg->nslurm_args == (int)(sizeof(cfg->slurm_args) / sizeof(cfg->slurm_args[0]))) {
+        fprintf(stderr, "muster-controller: at most 32 --slurm-arg\n");
+        return MUSTER_E_INVALID;
+      }
+      cfg->slurm_args[cfg->nslurm_args++] = (char *)v;
     } else if (strcmp(a, "--workerd") == 0) {
       NEED_VALUE();
       snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s", v);

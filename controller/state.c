@@ -54,7 +54,9 @@ int ws_terminal(enum wstatus s) {
 int sm_legal(enum wstatus from, enum wstatus to) {
   switch (from) {
   case WS_SCHEDULING:
-    return to == WS_STARTING || to == WS_FAILED || to == WS_STOPPED;
+    /* scheduling -> scheduling: an attempt handed to a backend with a queue
+     * of its own, where it waits until that backend starts it. */
+    return to == WS_SCHEDULING || to == WS_STARTING || to == WS_FAILED || to == WS_STOPPED;
   case WS_STARTING:
     /* starting -> starting: a new attempt, when a restarted controller
      * finds the recorded one not running (it never registered). */
@@ -562,7 +564,7 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   w->status = st;
   w->attempt = info->attempt;
   w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
-  if (st == WS_SCHEDULING)
+  if (st == WS_SCHEDULING && !lw_submitted(w))
     return;
   if (r->n == r->cap) {
     int cap = r->cap ? 2 * r->cap : 64;
@@ -608,7 +610,11 @@ static void restore_live_locked(void) {
     if (r.live[i].adopted) {
       w->ref_known = 1;
       adopted++;
-    } else if (w->status == WS_STARTING) {
+    } else if (r.live[i].why[0]) {
+      if (sm_fail_locked(w, r.live[i].why) != 0)
+        LOG(LOG_ERROR, "could not mark %s failed: %s", w->id, db_errmsg(g.db));
+      lost++;
+    } else if (w->status == WS_STARTING || w->status == WS_SCHEDULING) {
       w->restart = 1;
       restarted++;
     } else {
@@ -680,7 +686,10 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   host = g.cfg.listen_host;
   if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0')
     host = "127.0.0.1";
-  snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
+  if (g.cfg.advertise_url[0])
+    snprintf(g.controller_url, sizeof(g.controller_url), "%s", g.cfg.advertise_url);
+  else
+    snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
 
   rc = g.backend->init(&g.cfg, err, errlen);
   if (rc)
@@ -695,6 +704,25 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
 
 /* ---- reports from the backend ---- */
 
+const char *state_controller_url(void) {
+  return g.controller_url;
+}
+
+int sm_start_submitted_locked(struct lw *w, const char *detail) {
+  int rc;
+
+  ASSERT_LOCKED();
+  rc = sm_begin();
+  if (!rc)
+    rc = sm_transition(w, WS_STARTING, NULL, detail ? detail : "the backend started it");
+  if (!rc) {
+    w->waiting_for[0] = '\0';
+    return sm_commit();
+  }
+  sm_rollback();
+  return rc;
+}
+
 void backend_report(const struct backend_report *r) {
   struct lw *w;
 
@@ -707,12 +735,25 @@ void backend_report(const struct backend_report *r) {
   w = lw_find_locked(r->id);
   /* About an attempt that is no longer current, or a worker that already
    * ended: nothing to do. */
-  if (!w || w->attempt != r->attempt || ws_terminal(w->status) || w->status == WS_SCHEDULING) {
+  if (!w || w->attempt != r->attempt || ws_terminal(w->status) ||
+      (w->status == WS_SCHEDULING && !lw_submitted(w))) {
     state_unlock();
     return;
   }
   switch (r->event) {
+  case BACKEND_WAITING:
+    if (w->status == WS_SCHEDULING && r->detail && strcmp(r->detail, w->waiting_for) != 0) {
+      snprintf(w->waiting_for, sizeof(w->waiting_for), "%s", r->detail);
+      if (db_worker_set_waiting(g.db, w->id, w->waiting_for) != 0)
+        LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
+    }
+    break;
   case BACKEND_STARTED:
+    /* A queueing backend started it: it leaves the queue. */
+    if (w->status == WS_SCHEDULING && sm_start_submitted_locked(w, r->detail) != 0) {
+      LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
+      break;
+    }
     if (db_worker_set_ref(g.db, w->id, w->attempt, r->ref) != 0)
       LOG(LOG_ERROR, "could not record how %s runs: %s", w->id, db_errmsg(g.db));
     else
@@ -797,33 +838,67 @@ static void check_timeouts_locked(int64_t now) {
   }
 }
 
+/* Whether schedule_locked() has something to do for w. */
+static int wants_start(const struct lw *w) {
+  if (w->status == WS_STARTING)
+    return w->restart;
+  if (w->status != WS_SCHEDULING)
+    return 0;
+  return !lw_submitted(w) || w->restart;
+}
+
 /* Hands the backend every worker that waits for a start, oldest first,
  * while it has room: the backend reserves room (place), the new attempts
  * are committed with the `starting` state, and only then is the backend
  * asked to act (submit). A worker that does not fit now does not hold back
- * smaller ones behind it; why it waits is recorded. */
+ * smaller ones behind it; why it waits is recorded.
+ *
+ * A queueing backend (Slurm) gets whole launches, however large, and its
+ * workers stay `scheduling` with their new attempt committed: they leave
+ * the queue when the backend reports them started. */
 static void schedule_locked(void) {
+  const int queues = g.backend->queues;
+  int cap = 64;
+  struct backend_placement *where = NULL;
+  struct backend_start *starts = NULL;
+  struct lw **batch = NULL;
   struct lw *w = g.head;
 
   g.schedule_needed = 0;
+  if (queues) {
+    cap = 1;
+    for (struct lw *x = g.head; x; x = x->next)
+      cap++;
+  }
+  where = calloc((size_t)cap, sizeof(*where));
+  starts = calloc((size_t)cap, sizeof(*starts));
+  batch = calloc((size_t)cap, sizeof(*batch));
+  if (!where || !starts || !batch) {
+    LOG(LOG_ERROR, "out of memory scheduling workers");
+    g.schedule_needed = 1;
+    goto out;
+  }
   while (w) {
-    struct backend_placement where[64];
-    struct backend_start starts[64];
-    struct lw *batch[64];
+    const char *launch = NULL;
     int n = 0, rc;
 
     rc = sm_begin();
     if (rc) {
       LOG(LOG_ERROR, "could not begin a transaction: %s", db_errmsg(g.db));
-      return;
+      goto out;
     }
-    for (; w && n < 64; w = w->next) {
+    for (; w && n < cap; w = w->next) {
       struct db_fields f = DB_FIELDS_INIT;
       char why[160], detail[256];
       int next_attempt = w->attempt + 1;
+      enum wstatus to = WS_STARTING;
 
-      if (w->status != WS_SCHEDULING && !(w->status == WS_STARTING && w->restart))
+      if (!wants_start(w))
         continue;
+      /* One launch per submit for a queueing backend: the next launch
+       * starts the next batch. */
+      if (queues && launch && strcmp(launch, w->launch) != 0)
+        break;
       memset(&where[n], 0, sizeof(where[n]));
       if (!g.backend->place(w->id, &w->req, &where[n], why, sizeof(why))) {
         if (w->status == WS_SCHEDULING && strcmp(why, w->waiting_for) != 0) {
@@ -833,18 +908,24 @@ static void schedule_locked(void) {
         }
         continue;
       }
+      launch = w->launch;
+      if (queues && w->status == WS_SCHEDULING)
+        to = WS_SCHEDULING;
       f.attempt = next_attempt;
       f.bind_ip = where[n].bind_ip[0] ? where[n].bind_ip : NULL;
       f.gpu_indices = where[n].gpu_indices[0] ? where[n].gpu_indices : NULL;
-      if (w->status == WS_STARTING)
+      if (w->restart)
         snprintf(detail, sizeof(detail),
                  "attempt %d on the %s backend: attempt %d was not running when the "
                  "controller restarted",
                  next_attempt, g.backend->name, w->attempt);
+      else if (to == WS_SCHEDULING)
+        snprintf(detail, sizeof(detail), "attempt %d submitted to the %s backend's queue",
+                 next_attempt, g.backend->name);
       else
         snprintf(detail, sizeof(detail), "attempt %d on the %s backend%s%s", next_attempt,
                  g.backend->name, where[n].bind_ip[0] ? ", address " : "", where[n].bind_ip);
-      if (sm_transition(w, WS_STARTING, &f, detail) != 0) {
+      if (sm_transition(w, to, &f, detail) != 0) {
         /* The row may be half written: the whole batch goes back, and
          * tries again on the next pass. */
         LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
@@ -853,16 +934,23 @@ static void schedule_locked(void) {
         for (int i = 0; i < n; i++)
           g.backend->release(batch[i]->id);
         g.schedule_needed = 1;
-        return;
+        goto out;
       }
-      w->waiting_for[0] = '\0';
+      if (to == WS_SCHEDULING) {
+        snprintf(w->waiting_for, sizeof(w->waiting_for), "submitted to the %s backend",
+                 g.backend->name);
+        if (db_worker_set_waiting(g.db, w->id, w->waiting_for) != 0)
+          LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
+      } else {
+        w->waiting_for[0] = '\0';
+      }
       batch[n++] = w;
     }
     FAULT_POINT("schedule_before_commit");
     if (sm_commit() != 0) {
       for (int i = 0; i < n; i++)
         g.backend->release(batch[i]->id);
-      return;
+      goto out;
     }
     /* Committed: whatever crashes from here on, a workerd of another
      * attempt can never register. */
@@ -872,11 +960,16 @@ static void schedule_locked(void) {
       starts[i].controller_url = g.controller_url;
       starts[i].token = batch[i]->token;
       starts[i].attempt = batch[i]->attempt;
+      starts[i].req = &batch[i]->req;
       starts[i].where = &where[i];
     }
     if (n)
       g.backend->submit(starts, n);
   }
+out:
+  free(where);
+  free(starts);
+  free(batch);
 }
 
 /* Retention: terminal workers past --retain go, with their events, logs and

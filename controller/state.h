@@ -62,6 +62,12 @@ struct ctl_config {
   double memory;   /* GiB */
   int gpus;
   int http_threads;
+  char advertise_url[512]; /* where workers reach the controller ("": from --listen) */
+  /* The slurm backend. */
+  char slurm_partition[128];
+  char slurm_account[128];
+  char *slurm_args[32]; /* --slurm-arg, in order (point into argv) */
+  int nslurm_args;
 };
 
 /* A worker that is not yet terminal, as the controller keeps it in memory.
@@ -127,7 +133,7 @@ struct ctl {
   struct db *db;
   char api_token[72];
   int token_new; /* created at this start: print it once */
-  char controller_url[128];
+  char controller_url[600];
   struct lw *head, *tail;
   struct lw *hash[4096];
   int live_count;
@@ -205,6 +211,19 @@ int sm_stop_many_locked(char (*ids)[16], int n, const char *detail)
 
 /* sm_finish_locked() for a failure: f.failure = why, killed at once. */
 int sm_fail_locked(struct lw *w, const char *why) __attribute__((warn_unused_result));
+/* Where workers reach the controller (--advertise-url, or from --listen).
+ * Set before the backend starts; never changes after. */
+const char *state_controller_url(void);
+
+/* A worker that a queueing backend (backend_ops.queues) holds: its attempt
+ * is committed and submitted, and it is still `scheduling` in the backend's
+ * queue. */
+static inline int lw_submitted(const struct lw *w) {
+  return w->status == WS_SCHEDULING && w->attempt > 0;
+}
+/* scheduling -> starting for a submitted worker the backend started, in a
+ * transaction of its own. */
+MUST_CHECK int sm_start_submitted_locked(struct lw *w, const char *detail);
 
 void waiter_add_locked(struct waiter *wt);
 void waiter_remove_locked(struct waiter *wt);

@@ -33,7 +33,8 @@ extern "C" {
   X(METHOD, 16, "method_not_allowed", 405, "method not allowed on this path")                      \
   X(CAPACITY, 17, "exceeds_capacity", 422, "the request can never fit the backend's capacity")     \
   X(PROTOCOL, 18, "protocol_error", 502, "the peer answered something unexpected")                 \
-  X(BACKEND, 19, "backend_error", 500, "the backend failed")
+  X(BACKEND, 19, "backend_error", 500, "the backend failed")                                       \
+  X(BACKEND_DOWN, 20, "backend_unavailable", 503, "the backend cannot be reached")
 
 /* Every error is a negative int; 0 (MUSTER_OK) is success. */
 typedef enum muster_error {

@@ -1,0 +1,1044 @@
+/*
+ * backend_slurm.c: the "slurm" backend (see backend.h, docs/backends.md).
+ *
+ * The controller runs where sbatch, squeue and scancel work (a login node).
+ * A launch of N workers is one Slurm job of N tasks: sbatch allocates them
+ * all at once (the gang starts together or not at all), and the job's
+ * script starts one job step per worker with srun, each step a
+ * muster-workerd bound to its worker id, so that stopping one worker can end
+ * its step alone. The job's name is "muster-LAUNCH" and its comment lists
+ * "muster:ID:ATTEMPT,..." so that a restarted controller finds its jobs
+ * again.
+ *
+ * It is a queueing backend: a submitted worker stays `scheduling` while its
+ * job is PENDING (Slurm's reason is its waiting_for) and becomes `starting`
+ * when the job runs; its workerd then registers from its node.
+ *
+ * Every Slurm command runs on this backend's own thread, never under the
+ * state lock, with a timeout, and reads machine-readable output (sbatch
+ * --parsable, squeue --json). The one exception is could_ever_fit(), which
+ * runs `sbatch --test-only` on the launching request's own thread (the
+ * state lock is not held there) so that a request Slurm says can never run
+ * is refused at launch.
+ */
+#include "backend.h"
+#include "envlists.h"
+#include "log.h"
+#include "muster_errors.h"
+#include "state.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define SB_CMD_TIMEOUT_MS 30000  /* any one Slurm command */
+#define SB_TEST_TIMEOUT_MS 10000 /* sbatch --test-only, while a launch waits */
+#define SB_POLL_MS 1000          /* squeue, while jobs are tracked */
+#define SB_GONE_GRACE_MS 30000   /* a submitted job squeue does not list yet */
+#define SB_OUT_MAX (16u << 20)   /* most output read from one command */
+
+/* One worker of a tracked job. */
+struct sb_worker {
+  char id[16];
+  int attempt;
+  char token[72];
+  int started;      /* BACKEND_STARTED sent */
+  int ended;        /* cancelled by the controller, or reported lost */
+  char reason[300]; /* the last BACKEND_WAITING sent */
+};
+
+/* One Slurm job: one launch's workers. */
+struct sb_job {
+  long jobid; /* 0 until sbatch answered */
+  char launch[16];
+  int n;
+  struct sb_worker *w;
+  struct backend_req req;
+  int submitted;            /* sbatch has been run (jobid set, or refused) */
+  int64_t since_ms;         /* when it was submitted (or adopted) */
+  int seen;                 /* squeue listed it at least once */
+  int cancel_job;           /* every worker is cancelled: scancel the job */
+  char (*cancel_steps)[16]; /* workers whose step is to be cancelled */
+  int ncancel_steps;
+  struct sb_job *next;
+};
+
+static struct {
+  pthread_mutex_t mu; /* leaf lock: never held while calling backend_report */
+  pthread_cond_t cv;
+  pthread_t thread;
+  int running, stop;
+  struct ctl_config cfg;
+  char controller_url[600]; /* where workerd registers */
+  struct sb_job *jobs;
+} sb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- running a command ---- */
+
+/* The output of one command. */
+struct sb_out {
+  char *out, *err; /* NUL-terminated, never NULL after sb_run() */
+  int status;      /* exit code, or 128 + signal; -1 if it could not run */
+  int timed_out;
+};
+
+static void sb_out_free(struct sb_out *o) {
+  free(o->out);
+  free(o->err);
+  memset(o, 0, sizeof(*o));
+}
+
+static int append(char **buf, size_t *len, const char *data, size_t n) {
+  char *grown;
+
+  if (*len + n > SB_OUT_MAX)
+    n = SB_OUT_MAX - *len;
+  grown = realloc(*buf, *len + n + 1);
+  if (!grown)
+    return -1;
+  memcpy(grown + *len, data, n);
+  *len += n;
+  grown[*len] = '\0';
+  *buf = grown;
+  return 0;
+}
+
+/* Runs argv with envp (NULL: ours), feeding it input (may be NULL), and
+ * collects its output; kills it after timeout_ms. Returns 0 when it ran (its
+ * exit status in o->status), or -1 with o->err saying why it could not. */
+static MUST_CHECK int sb_run(char *const argv[], char *const envp[], const char *input,
+                             int timeout_ms, struct sb_out *o) {
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  posix_spawn_file_actions_t fa;
+  size_t olen = 0, elen = 0, ilen = input ? strlen(input) : 0, ioff = 0;
+  int64_t deadline = util_mono_ms() + timeout_ms;
+  pid_t pid;
+  int rc, st;
+
+  memset(o, 0, sizeof(*o));
+  o->status = -1;
+  o->out = calloc(1, 1);
+  o->err = calloc(1, 1);
+  if (!o->out || !o->err || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
+      pipe2(err, O_CLOEXEC)) {
+    for (int i = 0; i < 2; i++) {
+      if (in[i] >= 0)
+        close(in[i]);
+      if (out[i] >= 0)
+        close(out[i]);
+      if (err[i] >= 0)
+        close(err[i]);
+    }
+    return -1;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp ? envp : environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  if (rc != 0) {
+    close(in[1]);
+    close(out[0]);
+    close(err[0]);
+    free(o->err);
+    o->err = NULL;
+    if (asprintf(&o->err, "cannot run %s: %s", argv[0], strerror(rc)) < 0)
+      o->err = NULL;
+    return -1;
+  }
+  (void)fcntl(in[1], F_SETFL, O_NONBLOCK);
+  if (ilen == 0) {
+    close(in[1]);
+    in[1] = -1;
+  }
+  while (out[0] >= 0 || err[0] >= 0) {
+    struct pollfd p[3];
+    int np = 0, left = (int)(deadline - util_mono_ms());
+
+    if (left <= 0) {
+      o->timed_out = 1;
+      kill(pid, SIGKILL);
+      break;
+    }
+    p[np++] = (struct pollfd){.fd = out[0], .events = POLLIN};
+    p[np++] = (struct pollfd){.fd = err[0], .events = POLLIN};
+    p[np++] = (struct pollfd){.fd = in[1], .events = POLLOUT};
+    if (poll(p, (nfds_t)np, left) < 0 && errno != EINTR)
+      break;
+    for (int i = 0; i < 2; i++) {
+      int *fd = i == 0 ? &out[0] : &err[0];
+      char buf[65536];
+      ssize_t k;
+
+      if (*fd < 0 || !p[i].revents)
+        continue;
+      k = read(*fd, buf, sizeof(buf));
+      if (k > 0) {
+        if (append(i == 0 ? &o->out : &o->err, i == 0 ? &olen : &elen, buf, (size_t)k) != 0)
+          k = 0;
+      }
+      if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN)) {
+        close(*fd);
+        *fd = -1;
+      }
+    }
+    if (in[1] >= 0 && p[2].revents) {
+      ssize_t k = write(in[1], input + ioff, ilen - ioff);
+      if (k > 0)
+        ioff += (size_t)k;
+      if ((k < 0 && errno != EAGAIN && errno != EINTR) || ioff == ilen) {
+        close(in[1]);
+        in[1] = -1;
+      }
+    }
+  }
+  if (in[1] >= 0)
+    close(in[1]);
+  if (out[0] >= 0)
+    close(out[0]);
+  if (err[0] >= 0)
+    close(err[0]);
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  o->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return 0;
+}
+
+/* Slurm's own words from a failed command: its stderr's last line, without
+ * "sbatch: error: " and the like. */
+static void slurm_words(const struct sb_out *o, const char *cmd, char *buf, size_t len) {
+  const char *s = o->err ? o->err : "";
+  const char *last = s, *p;
+  size_t n;
+
+  if (o->timed_out) {
+    snprintf(buf, len, "%s did not answer within %d s", cmd, SB_CMD_TIMEOUT_MS / 1000);
+    return;
+  }
+  for (p = s; *p; p++)
+    if (*p == '\n' && p[1])
+      last = p + 1;
+  n = strcspn(last, "\n");
+  for (const char *pre = "error: "; (p = memmem(last, n, pre, strlen(pre)));) {
+    n -= (size_t)(p + strlen(pre) - last);
+    last = p + strlen(pre);
+  }
+  if (strncmp(last, "Batch job submission failed: ", 29) == 0 && n > 29) {
+    last += 29;
+    n -= 29;
+  }
+  if (n == 0)
+    snprintf(buf, len, "%s failed with exit code %d", cmd, o->status);
+  else
+    snprintf(buf, len, "%.*s", (int)n, last);
+}
+
+/* Whether Slurm's words say it could not be reached at all. */
+static int slurm_unreachable(const char *words) {
+  return strstr(words, "Unable to contact slurm controller") != NULL ||
+         strstr(words, "Zero Bytes were transmitted") != NULL ||
+         strstr(words, "did not answer within") != NULL || strstr(words, "cannot run ") == words;
+}
+
+/* ---- the shape of a task ---- */
+
+/* Slurm allocates whole cores: a fractional request rounds up. */
+static int task_cpus(const struct backend_req *r) {
+  int c = (int)ceil(r->cpu - 1e-9);
+  return c < 1 ? 1 : c;
+}
+
+/* Memory per allocated core in MiB (rounded up), 0 when none was asked. */
+static long task_mem_per_cpu(const struct backend_req *r) {
+  if (r->memory <= 0)
+    return 0;
+  return (long)ceil(r->memory * 1024.0 / task_cpus(r));
+}
+
+/* Appends the resource and placement options of a job of ntasks tasks of
+ * shape r to argv (room for 16 more). */
+static int shape_args(const struct backend_req *r, int ntasks, char *argv[], int n,
+                      char bufs[4][64]) {
+  snprintf(bufs[0], 64, "--ntasks=%d", ntasks);
+  argv[n++] = bufs[0];
+  snprintf(bufs[1], 64, "--cpus-per-task=%d", task_cpus(r));
+  argv[n++] = bufs[1];
+  if (task_mem_per_cpu(r) > 0) {
+    snprintf(bufs[2], 64, "--mem-per-cpu=%ld", task_mem_per_cpu(r));
+    argv[n++] = bufs[2];
+  }
+  if (r->ngpu > 0) {
+    snprintf(bufs[3], 64, "--gpus-per-task=%d", r->ngpu);
+    argv[n++] = bufs[3];
+  }
+  if (sb.cfg.slurm_partition[0]) {
+    argv[n++] = "--partition";
+    argv[n++] = sb.cfg.slurm_partition;
+  }
+  if (sb.cfg.slurm_account[0]) {
+    argv[n++] = "--account";
+    argv[n++] = sb.cfg.slurm_account;
+  }
+  return n;
+}
+
+/* ---- could_ever_fit: sbatch --test-only ---- */
+
+/* Asks Slurm whether a job of one task of shape r could ever run. Returns 0,
+ * MUSTER_E_CAPACITY (Slurm says it cannot) or MUSTER_E_BACKEND_DOWN, with
+ * Slurm's words in words. */
+static int test_only(const struct backend_req *r, char *words, size_t len) {
+  char *argv[64], bufs[4][64];
+  struct sb_out o;
+  int n = 0, rc;
+
+  argv[n++] = "sbatch";
+  argv[n++] = "--test-only";
+  argv[n++] = "--job-name=muster-test";
+  n = shape_args(r, 1, argv, n, bufs);
+  for (int i = 0; i < sb.cfg.nslurm_args && n < 60; i++)
+    argv[n++] = sb.cfg.slurm_args[i];
+  argv[n++] = "--wrap=true";
+  argv[n] = NULL;
+  if (sb_run(argv, NULL, NULL, SB_TEST_TIMEOUT_MS, &o) != 0) {
+    snprintf(words, len, "%s", o.err ? o.err : "cannot run sbatch");
+    sb_out_free(&o);
+    return MUSTER_E_BACKEND_DOWN;
+  }
+  rc = 0;
+  if (o.status != 0 || o.timed_out) {
+    slurm_words(&o, "sbatch", words, len);
+    rc = slurm_unreachable(words) ? MUSTER_E_BACKEND_DOWN : MUSTER_E_CAPACITY;
+  }
+  sb_out_free(&o);
+  return rc;
+}
+
+static int slurm_could_ever_fit(const struct backend_req *r, const char **field, char *msg,
+                                size_t msglen) {
+  char words[400];
+  int rc = test_only(r, words, sizeof(words));
+
+  if (rc == 0)
+    return 0;
+  if (rc == MUSTER_E_BACKEND_DOWN) {
+    *field = NULL;
+    snprintf(msg, msglen, "Slurm cannot be reached: %s", words);
+    return rc;
+  }
+  /* Which field: the first one whose smallest value makes Slurm agree. */
+  *field = NULL;
+  {
+    struct backend_req t = *r;
+    t.ngpu = 0;
+    if (r->ngpu > 0 && test_only(&t, msg, msglen) == 0)
+      *field = "nvidia_gpu";
+    t = *r;
+    t.cpu = 1;
+    if (!*field && r->cpu > 1 && test_only(&t, msg, msglen) == 0)
+      *field = "cpu";
+    t = *r;
+    t.memory = 0;
+    if (!*field && r->memory > 0 && test_only(&t, msg, msglen) == 0)
+      *field = "memory";
+  }
+  snprintf(msg, msglen, "Slurm says this worker can never run%s%s%s: %s", *field ? " (" : "",
+           *field ? *field : "", *field ? ")" : "", words);
+  return MUSTER_E_CAPACITY;
+}
+
+/* ---- the job script ---- */
+
+/* Quotes s for sh in single quotes into buf. */
+static void sh_quote(const char *s, char *buf, size_t len) {
+  size_t o = 0;
+
+  if (len < 3)
+    return;
+  buf[o++] = '\'';
+  for (; *s && o + 5 < len; s++) {
+    if (*s == '\'') {
+      memcpy(buf + o, "'\\''", 4);
+      o += 4;
+    } else {
+      buf[o++] = *s;
+    }
+  }
+  buf[o++] = '\'';
+  buf[o] = '\0';
+}
+
+/* The batch script of job j: one srun step per worker, in the background,
+ * then a wait. Each step's workerd gets its own id, attempt and token (the
+ * tokens travel in the job's environment as MUSTER_TOKEN_I, never on a
+ * command line). */
+static char *job_script(const struct sb_job *j) {
+  char workerd[2200], cpus[32], mem[48], gpus[48];
+  size_t cap = 256 + (size_t)j->n * 2600, len = 0;
+  char *s = malloc(cap);
+
+  if (!s)
+    return NULL;
+  sh_quote(sb.cfg.workerd_path, workerd, sizeof(workerd));
+  snprintf(cpus, sizeof(cpus), "-c %d", task_cpus(&j->req));
+  mem[0] = gpus[0] = '\0';
+  if (task_mem_per_cpu(&j->req) > 0)
+    snprintf(mem, sizeof(mem), " --mem-per-cpu=%ld", task_mem_per_cpu(&j->req));
+  if (j->req.ngpu > 0)
+    snprintf(gpus, sizeof(gpus), " --gpus-per-task=%d", j->req.ngpu);
+  len += (size_t)snprintf(s + len, cap - len,
+                          "#!/bin/sh\n"
+                          "# muster launch %s: one job step per worker\n",
+                          j->launch);
+  for (int i = 0; i < j->n; i++)
+    len += (size_t)snprintf(s + len, cap - len,
+                            "MUSTER_WORKER_ID=%s MUSTER_WORKER_ATTEMPT=%d "
+                            "MUSTER_WORKER_TOKEN=\"$MUSTER_TOKEN_%d\" "
+                            "srun --exact -n1 -N1 %s%s%s -J %s %s &\n",
+                            j->w[i].id, j->w[i].attempt, i, cpus, mem, gpus, j->w[i].id, workerd);
+  snprintf(s + len, cap - len, "wait\n");
+  return s;
+}
+
+/* ---- the backend thread: sbatch, scancel, squeue ---- */
+
+static void report(enum backend_event ev, const struct sb_worker *w, const char *ref,
+                   const char *detail) {
+  struct backend_report r = {
+      .event = ev, .id = w->id, .attempt = w->attempt, .ref = ref, .detail = detail};
+  backend_report(&r);
+}
+
+/* Submits job j (not under sb.mu). On success j->jobid is set; a refusal
+ * is reported for every worker with Slurm's words. */
+static void submit_job(struct sb_job *j) {
+  char *argv[80], bufs[4][64], name[64], comment[64], output[700], chdir[1100];
+  char **envp = NULL, **tok = NULL;
+  char *script = job_script(j), *comment_text = NULL;
+  size_t nenv = 0, clen = 0;
+  struct sb_out o = {0};
+  char words[400];
+  int n = 0;
+
+  (void)comment;
+  for (char **e = environ; *e; e++)
+    nenv++;
+  envp = calloc(nenv + (size_t)j->n + 4, sizeof(*envp));
+  tok = calloc((size_t)j->n + 2, sizeof(*tok));
+  comment_text = malloc(16 + (size_t)j->n * 32);
+  if (!script || !envp || !tok || !comment_text) {
+    snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
+    goto refuse;
+  }
+  nenv = 0;
+  for (char **e = environ; *e; e++)
+    if (env_to_worker(*e))
+      envp[nenv++] = *e;
+  for (int i = 0; i < j->n; i++) {
+    if (asprintf(&tok[i], "MUSTER_TOKEN_%d=%s", i, j->w[i].token) < 0) {
+      tok[i] = NULL;
+      snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
+      goto refuse;
+    }
+    envp[nenv++] = tok[i];
+  }
+  if (asprintf(&tok[j->n], "MUSTER_CONTROLLER_URL=%s", sb.controller_url) < 0) {
+    tok[j->n] = NULL;
+    snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
+    goto refuse;
+  }
+  envp[nenv++] = tok[j->n];
+  envp[nenv] = NULL;
+  clen = (size_t)snprintf(comment_text, 16, "muster:");
+  for (int i = 0; i < j->n; i++)
+    clen += (size_t)snprintf(comment_text + clen, 32, "%s%s:%d", i ? "," : "", j->w[i].id,
+                             j->w[i].attempt);
+
+  snprintf(name, sizeof(name), "--job-name=muster-%s", j->launch);
+  snprintf(output, sizeof(output), "--output=%s/slurm/%%j.out", sb.cfg.state_dir);
+  snprintf(chdir, sizeof(chdir), "--chdir=%s", sb.cfg.workdir);
+  argv[n++] = "sbatch";
+  argv[n++] = "--parsable";
+  argv[n++] = name;
+  argv[n++] = "--comment";
+  argv[n++] = comment_text;
+  argv[n++] = output;
+  argv[n++] = chdir;
+  n = shape_args(&j->req, j->n, argv, n, bufs);
+  for (int i = 0; i < sb.cfg.nslurm_args && n < 76; i++)
+    argv[n++] = sb.cfg.slurm_args[i];
+  argv[n] = NULL;
+  if (sb_run(argv, envp, script, SB_CMD_TIMEOUT_MS, &o) != 0) {
+    snprintf(words, sizeof(words), "%s", o.err ? o.err : "cannot run sbatch");
+    goto refuse;
+  }
+  if (o.status != 0 || o.timed_out) {
+    slurm_words(&o, "sbatch", words, sizeof(words));
+    goto refuse;
+  }
+  {
+    char *end;
+    long id = strtol(o.out, &end, 10);
+    if (end == o.out || id <= 0 || (*end && *end != ';' && *end != '\n')) {
+      snprintf(words, sizeof(words), "sbatch answered \"%.100s\", not a job id", o.out);
+      goto refuse;
+    }
+    pthread_mutex_lock(&sb.mu);
+    j->jobid = id;
+    j->since_ms = util_mono_ms();
+    pthread_mutex_unlock(&sb.mu);
+    LOG(LOG_INFO, "launch %s: Slurm job %ld, %d tasks", j->launch, id, j->n);
+  }
+  goto out;
+
+refuse:
+  LOG(LOG_WARN, "launch %s: Slurm refused the job: %s", j->launch, words);
+  pthread_mutex_lock(&sb.mu);
+  for (int i = 0; i < j->n; i++)
+    j->w[i].ended = 1;
+  pthread_mutex_unlock(&sb.mu);
+  for (int i = 0; i < j->n; i++)
+    report(BACKEND_REFUSED, &j->w[i], NULL, words);
+out:
+  sb_out_free(&o);
+  for (int i = 0; tok && i <= j->n; i++)
+    free(tok[i]);
+  free(tok);
+  free(envp);
+  free(script);
+  free(comment_text);
+}
+
+/* Runs scancel with args (not under sb.mu); logs a failure. */
+static void scancel(const char *what, char *const args[]) {
+  char *argv[16];
+  struct sb_out o;
+  int n = 0;
+
+  argv[n++] = "scancel";
+  for (int i = 0; args[i] && n < 15; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0 || o.status != 0) {
+    char words[400];
+    slurm_words(&o, "scancel", words, sizeof(words));
+    LOG(LOG_WARN, "could not cancel %s: %s", what, words);
+  }
+  sb_out_free(&o);
+}
+
+/* Ends the step of worker id in job jobid: its step is the one named id. */
+static void cancel_step(long jobid, const char *id) {
+  char *argv[] = {"squeue", "--steps", "--noheader", "--format=%i %j", NULL, NULL};
+  char jobs[64];
+  struct sb_out o;
+
+  snprintf(jobs, sizeof(jobs), "--jobs=%ld", jobid);
+  argv[4] = jobs;
+  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) == 0 && o.status == 0) {
+    for (char *line = o.out; line && *line;) {
+      char *nl = strchr(line, '\n'), step[64], name[64];
+      if (nl)
+        *nl = '\0';
+      if (sscanf(line, "%63s %63s", step, name) == 2 && strcmp(name, id) == 0) {
+        char *args[] = {step, NULL};
+        scancel(id, args);
+      }
+      line = nl ? nl + 1 : NULL;
+    }
+  }
+  sb_out_free(&o);
+}
+
+/* A sentence for a job that ended in state with reason. */
+static void end_sentence(const char *state, const char *reason, const char *nodes, char *buf,
+                         size_t len) {
+  if (strcmp(state, "NODE_FAIL") == 0)
+    snprintf(buf, len, "node %s failed (Slurm: NODE_FAIL)", nodes && *nodes ? nodes : "?");
+  else if (strcmp(state, "OUT_OF_MEMORY") == 0)
+    snprintf(buf, len, "killed: out of memory (Slurm: OUT_OF_MEMORY)");
+  else if (strcmp(state, "TIMEOUT") == 0)
+    snprintf(buf, len, "hit the job's time limit (Slurm: TIMEOUT)");
+  else if (strcmp(state, "CANCELLED") == 0)
+    snprintf(buf, len, "cancelled outside muster (Slurm: CANCELLED)");
+  else if (strcmp(state, "PREEMPTED") == 0)
+    snprintf(buf, len, "preempted by Slurm (Slurm: PREEMPTED)");
+  else if (strcmp(state, "BOOT_FAIL") == 0)
+    snprintf(buf, len, "its node failed to boot (Slurm: BOOT_FAIL)");
+  else if (strcmp(state, "DEADLINE") == 0)
+    snprintf(buf, len, "missed the job's deadline (Slurm: DEADLINE)");
+  else if (strcmp(state, "FAILED") == 0)
+    snprintf(buf, len, "its Slurm job failed (Slurm: FAILED, %s)",
+             reason && *reason ? reason : "no reason given");
+  else
+    snprintf(buf, len, "its Slurm job ended before its muster-workerd said how (Slurm: %s)", state);
+}
+
+/* What squeue says of one job. */
+struct sq_job {
+  long id;
+  const char *state, *reason, *nodes, *comment;
+};
+
+/* Parses squeue --json's jobs into *out (pointers into root). */
+static int squeue_parse(json_t *root, struct sq_job **out, size_t *n) {
+  json_t *jobs = json_object_get(root, "jobs"), *j;
+  size_t i;
+
+  *out = NULL;
+  *n = 0;
+  if (!json_is_array(jobs))
+    return -1;
+  *out = calloc(json_array_size(jobs) + 1, sizeof(**out));
+  if (!*out)
+    return -1;
+  json_array_foreach(jobs, i, j) {
+    struct sq_job *q = &(*out)[*n];
+    q->id = (long)json_integer_value(json_object_get(j, "job_id"));
+    q->state = json_string_value(json_object_get(j, "job_state"));
+    q->reason = json_string_value(json_object_get(j, "state_reason"));
+    q->nodes = json_string_value(json_object_get(j, "nodes"));
+    q->comment = json_string_value(json_object_get(j, "comment"));
+    if (q->id > 0 && q->state)
+      (*n)++;
+  }
+  return 0;
+}
+
+/* Runs squeue --json. Returns its parsed output (to json_decref) or NULL
+ * with words filled. */
+static json_t *squeue_json(char *words, size_t len) {
+  char *argv[] = {"squeue", "--json", NULL};
+  struct sb_out o;
+  json_t *root = NULL;
+
+  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0) {
+    snprintf(words, len, "%s", o.err ? o.err : "cannot run squeue");
+  } else if (o.status != 0 || o.timed_out) {
+    slurm_words(&o, "squeue", words, len);
+  } else {
+    json_error_t je;
+    root = json_loads(o.out, 0, &je);
+    if (!root)
+      snprintf(words, len, "squeue --json printed something that is not JSON (%s)", je.text);
+  }
+  sb_out_free(&o);
+  return root;
+}
+
+static int state_is(const char *s, const char *name) {
+  return s && strcmp(s, name) == 0;
+}
+
+/* What to report after a poll, gathered under sb.mu, sent after. */
+struct sb_note {
+  enum backend_event ev;
+  struct sb_worker w;
+  char ref[32];
+  char detail[300];
+};
+
+static void job_free(struct sb_job *j) {
+  free(j->w);
+  free(j->cancel_steps);
+  free(j);
+}
+
+/* One round of squeue: reports what changed for every tracked job. */
+static void poll_jobs(void) {
+  char words[400];
+  json_t *root = squeue_json(words, sizeof(words));
+  struct sq_job *q = NULL;
+  size_t nq = 0, nn = 0, capn = 0;
+  struct sb_note *notes = NULL;
+  int64_t now = util_mono_ms();
+
+  if (!root || squeue_parse(root, &q, &nq) != 0) {
+    static int64_t last_warn;
+    if (now - last_warn > 30000) {
+      LOG(LOG_WARN, "cannot read the Slurm queue: %s", root ? "no jobs array" : words);
+      last_warn = now;
+    }
+    json_decref(root);
+    free(q);
+    return;
+  }
+  pthread_mutex_lock(&sb.mu);
+  for (struct sb_job **pj = &sb.jobs; *pj;) {
+    struct sb_job *j = *pj;
+    const struct sq_job *s = NULL;
+    int ended = 0, live = 0;
+    char detail[300];
+
+    if (!j->jobid) {
+      pj = &j->next;
+      continue;
+    }
+    for (size_t i = 0; i < nq; i++)
+      if (q[i].id == j->jobid)
+        s = &q[i];
+    detail[0] = '\0';
+    if (s) {
+      j->seen = 1;
+      if (state_is(s->state, "PENDING") || state_is(s->state, "REQUEUED") ||
+          state_is(s->state, "SUSPENDED"))
+        snprintf(detail, sizeof(detail), "the Slurm queue: %s (job %ld)",
+                 s->reason && *s->reason ? s->reason : s->state, j->jobid);
+      else if (!state_is(s->state, "RUNNING") && !state_is(s->state, "CONFIGURING"))
+        ended = 1;
+    } else if (j->seen || now - j->since_ms > SB_GONE_GRACE_MS) {
+      ended = 1;
+    }
+    for (int i = 0; i < j->n; i++) {
+      struct sb_worker *w = &j->w[i];
+      struct sb_note *nt;
+
+      if (w->ended)
+        continue;
+      if (nn == capn) {
+        size_t cap = capn ? 2 * capn : 64;
+        struct sb_note *grown = realloc(notes, cap * sizeof(*grown));
+        if (!grown)
+          break;
+        notes = grown;
+        capn = cap;
+      }
+      nt = &notes[nn];
+      memset(nt, 0, sizeof(*nt));
+      nt->w = *w;
+      if (ended) {
+        if (s)
+          end_sentence(s->state, s->reason, s->nodes, nt->detail, sizeof(nt->detail));
+        else
+          snprintf(nt->detail, sizeof(nt->detail), "lost: Slurm no longer knows its job %ld",
+                   j->jobid);
+        nt->ev = BACKEND_LOST;
+        w->ended = 1;
+        nn++;
+      } else if (detail[0]) {
+        if (strcmp(detail, w->reason) != 0) {
+          snprintf(w->reason, sizeof(w->reason), "%s", detail);
+          nt->ev = BACKEND_WAITING;
+          snprintf(nt->detail, sizeof(nt->detail), "%s", detail);
+          nn++;
+        }
+        live = 1;
+      } else {
+        if (!w->started) {
+          w->started = 1;
+          nt->ev = BACKEND_STARTED;
+          snprintf(nt->ref, sizeof(nt->ref), "%ld", j->jobid);
+          snprintf(nt->detail, sizeof(nt->detail),
+                   "Slurm job %ld runs on %s: %d core%s per worker (%g asked; Slurm allocates "
+                   "whole cores)",
+                   j->jobid, s && s->nodes ? s->nodes : "?", task_cpus(&j->req),
+                   task_cpus(&j->req) == 1 ? "" : "s", j->req.cpu);
+          nn++;
+        }
+        live = 1;
+      }
+    }
+    if (!live && !j->cancel_job && !j->ncancel_steps) {
+      *pj = j->next;
+      job_free(j);
+      continue;
+    }
+    pj = &j->next;
+  }
+  pthread_mutex_unlock(&sb.mu);
+  for (size_t i = 0; i < nn; i++)
+    report(notes[i].ev, &notes[i].w, notes[i].ref[0] ? notes[i].ref : NULL, notes[i].detail);
+  free(notes);
+  free(q);
+  json_decref(root);
+}
+
+static void *backend_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&sb.mu);
+  while (!sb.stop) {
+    struct sb_job *todo = NULL;
+    long cancel_job = 0, step_job = 0;
+    char step_id[16] = "";
+    struct timespec ts;
+
+    for (struct sb_job *j = sb.jobs; j; j = j->next) {
+      if (!j->submitted) {
+        todo = j;
+        break;
+      }
+      if (j->jobid && j->cancel_job) {
+        cancel_job = j->jobid;
+        j->cancel_job = 0;
+        j->ncancel_steps = 0;
+        break;
+      }
+      if (j->jobid && j->ncancel_steps) {
+        step_job = j->jobid;
+        snprintf(step_id, sizeof(step_id), "%s", j->cancel_steps[--j->ncancel_steps]);
+        break;
+      }
+    }
+    if (todo) {
+      todo->submitted = 1;
+      pthread_mutex_unlock(&sb.mu);
+      submit_job(todo);
+      pthread_mutex_lock(&sb.mu);
+      continue;
+    }
+    if (cancel_job || step_job) {
+      pthread_mutex_unlock(&sb.mu);
+      if (cancel_job) {
+        char job[32], *args[] = {job, NULL};
+        snprintf(job, sizeof(job), "%ld", cancel_job);
+        scancel(job, args);
+      } else {
+        cancel_step(step_job, step_id);
+      }
+      pthread_mutex_lock(&sb.mu);
+      continue;
+    }
+    if (sb.jobs) {
+      pthread_mutex_unlock(&sb.mu);
+      poll_jobs();
+      pthread_mutex_lock(&sb.mu);
+    }
+    if (sb.stop)
+      break;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += SB_POLL_MS / 1000;
+    ts.tv_nsec += (SB_POLL_MS % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&sb.cv, &sb.mu, &ts);
+  }
+  pthread_mutex_unlock(&sb.mu);
+  return NULL;
+}
+
+/* ---- the operations ---- */
+
+static int slurm_init(const struct ctl_config *cfg, char *err, size_t errlen) {
+  pthread_condattr_t ca;
+  char dir[600];
+
+  sb.cfg = *cfg;
+  snprintf(sb.controller_url, sizeof(sb.controller_url), "%s", state_controller_url());
+  snprintf(dir, sizeof(dir), "%s/slurm", cfg->state_dir);
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "could not create %s: %s", dir, strerror(errno));
+    return MUSTER_E_IO;
+  }
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&sb.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  sb.stop = 0;
+  if (pthread_create(&sb.thread, NULL, backend_main, NULL) != 0) {
+    snprintf(err, errlen, "could not start the Slurm backend's thread");
+    return MUSTER_E_INTERNAL;
+  }
+  sb.running = 1;
+  return 0;
+}
+
+static void slurm_shutdown(void) {
+  if (!sb.running)
+    return;
+  pthread_mutex_lock(&sb.mu);
+  sb.stop = 1;
+  pthread_cond_signal(&sb.cv);
+  pthread_mutex_unlock(&sb.mu);
+  pthread_join(sb.thread, NULL);
+  sb.running = 0;
+  while (sb.jobs) {
+    struct sb_job *j = sb.jobs;
+    sb.jobs = j->next;
+    job_free(j);
+  }
+}
+
+static int slurm_place(const char *id, const struct backend_req *r, struct backend_placement *where,
+                       char *why, size_t whylen) {
+  (void)id;
+  (void)r;
+  (void)why;
+  (void)whylen;
+  memset(where, 0, sizeof(*where));
+  return 1;
+}
+
+static void slurm_submit(const struct backend_start *ws, int n) {
+  struct sb_job *j = calloc(1, sizeof(*j));
+
+  if (j)
+    j->w = calloc((size_t)n, sizeof(*j->w));
+  if (!j || !j->w) {
+    /* Nothing can be reported from here (the state lock is held); the
+     * workers stay queued with "submitted to the slurm backend". */
+    free(j);
+    LOG(LOG_ERROR, "out of memory submitting %d workers to Slurm", n);
+    return;
+  }
+  snprintf(j->launch, sizeof(j->launch), "%s", ws[0].launch ? ws[0].launch : "l-unknown");
+  j->n = n;
+  for (int i = 0; i < n; i++) {
+    snprintf(j->w[i].id, sizeof(j->w[i].id), "%s", ws[i].id);
+    snprintf(j->w[i].token, sizeof(j->w[i].token), "%s", ws[i].token);
+    j->w[i].attempt = ws[i].attempt;
+  }
+  j->req = *ws[0].req;
+  j->since_ms = util_mono_ms();
+  pthread_mutex_lock(&sb.mu);
+  j->next = sb.jobs;
+  sb.jobs = j;
+  pthread_cond_signal(&sb.cv);
+  pthread_mutex_unlock(&sb.mu);
+}
+
+static void slurm_cancel(const char *id, enum backend_cancel how) {
+  (void)how;
+  pthread_mutex_lock(&sb.mu);
+  for (struct sb_job *j = sb.jobs; j; j = j->next) {
+    int left = 0, found = -1;
+
+    for (int i = 0; i < j->n; i++) {
+      if (strcmp(j->w[i].id, id) == 0)
+        found = i;
+      else
+        left += !j->w[i].ended;
+    }
+    if (found < 0)
+      continue;
+    j->w[found].ended = 1;
+    if (!left) {
+      j->cancel_job = 1;
+    } else {
+      char(*grown)[16] = realloc(j->cancel_steps, (size_t)(j->ncancel_steps + 1) * 16);
+      if (grown) {
+        j->cancel_steps = grown;
+        snprintf(j->cancel_steps[j->ncancel_steps++], 16, "%s", id);
+      }
+    }
+    pthread_cond_signal(&sb.cv);
+    break;
+  }
+  pthread_mutex_unlock(&sb.mu);
+}
+
+static void slurm_release(const char *id) {
+  (void)id;
+}
+
+/* After a restart: finds the jobs an earlier controller submitted (their
+ * comment names their workers and attempts), adopts what is queued or
+ * running, and says why the others ended. */
+static void slurm_reconcile(struct backend_live *ws, int n) {
+  char words[400];
+  json_t *root;
+  struct sq_job *q = NULL;
+  size_t nq = 0;
+
+  if (n == 0)
+    return;
+  root = squeue_json(words, sizeof(words));
+  if (!root || squeue_parse(root, &q, &nq) != 0) {
+    /* Without the queue nothing can be told: keep every worker as it is
+     * recorded; the next polls decide. */
+    LOG(LOG_WARN, "restart: cannot read the Slurm queue (%s); adopting every recorded worker",
+        root ? "no jobs array" : words);
+    for (int i = 0; i < n; i++)
+      ws[i].adopted = 1;
+    json_decref(root);
+    free(q);
+    return;
+  }
+  for (size_t k = 0; k < nq; k++) {
+    const char *c = q[k].comment;
+    int live = state_is(q[k].state, "PENDING") || state_is(q[k].state, "RUNNING") ||
+               state_is(q[k].state, "CONFIGURING") || state_is(q[k].state, "REQUEUED") ||
+               state_is(q[k].state, "SUSPENDED");
+    struct sb_job *j = NULL;
+
+    if (!c || strncmp(c, "muster:", 7) != 0)
+      continue;
+    for (int i = 0; i < n; i++) {
+      char key[40];
+      const char *at;
+      size_t kl = (size_t)snprintf(key, sizeof(key), "%s:%d", ws[i].id, ws[i].attempt);
+
+      at = strstr(c + 7, key);
+      if (!at || (at[kl] != ',' && at[kl] != '\0') || (at[-1] != ',' && at[-1] != ':'))
+        continue;
+      if (!live) {
+        end_sentence(q[k].state, q[k].reason, q[k].nodes, ws[i].why, sizeof(ws[i].why));
+        continue;
+      }
+      ws[i].adopted = 1;
+      if (!j) {
+        j = calloc(1, sizeof(*j));
+        if (j)
+          j->w = calloc((size_t)n, sizeof(*j->w));
+        if (!j || !j->w) {
+          free(j);
+          j = NULL;
+          continue;
+        }
+        j->jobid = q[k].id;
+        j->submitted = 1;
+        j->seen = 1;
+        j->since_ms = util_mono_ms();
+        snprintf(j->launch, sizeof(j->launch), "adopted");
+        j->req = ws[i].req;
+        j->next = sb.jobs;
+        sb.jobs = j;
+      }
+      snprintf(j->w[j->n].id, sizeof(j->w[j->n].id), "%s", ws[i].id);
+      j->w[j->n].attempt = ws[i].attempt;
+      j->w[j->n].started = ws[i].registered || state_is(q[k].state, "RUNNING");
+      j->n++;
+    }
+  }
+  free(q);
+  json_decref(root);
+}
+
+static void slurm_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {
+  *cpu_used = *cpu_total = *mem_used = *mem_total = 0;
+}
+
+const struct backend_ops backend_slurm_ops = {
+    .name = "slurm",
+    .queues = 1,
+    .init = slurm_init,
+    .shutdown = slurm_shutdown,
+    .could_ever_fit = slurm_could_ever_fit,
+    .place = slurm_place,
+    .submit = slurm_submit,
+    .cancel = slurm_cancel,
+    .release = slurm_release,
+    .reconcile = slurm_reconcile,
+    .ref_from_register = NULL,
+    .usage = slurm_usage,
+};

@@ -315,8 +315,8 @@ START_TEST(state_machine_table) {
    * scheduling -> scheduling an attempt submitted to a queueing backend. */
   for (int a = 0; a < WS_COUNT_; a++)
     for (int b = 0; b < WS_COUNT_; b++) {
-      int want = (a == WS_SCHEDULING && (b == WS_SCHEDULING || b == WS_STARTING ||
-                                         b == WS_FAILED || b == WS_STOPPED)) ||
+      int want = (a == WS_SCHEDULING &&
+                  (b == WS_SCHEDULING || b == WS_STARTING || b == WS_FAILED || b == WS_STOPPED)) ||
                  (a == WS_STARTING &&
                   (b == WS_STARTING || b == WS_RUNNING || b == WS_FAILED || b == WS_STOPPED)) ||
                  (a == WS_RUNNING && (b == WS_SUCCEEDED || b == WS_FAILED || b == WS_STOPPED));

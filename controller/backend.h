@@ -113,6 +113,9 @@ struct backend_ops {
    * state, so a crash right after cannot leave a running worker the
    * backend does not know. Pure formatting: no I/O. Returns 0 or -1. */
   int (*ref_from_register)(long pid, unsigned long long start_time, char *ref, size_t len);
+  /* Optional: what the backend makes of a request, in words, for the event
+   * of its submission ("1 core per worker (0.5 asked; ...)"). */
+  void (*describe)(const struct backend_req *r, char *buf, size_t len);
   /* Capacity, for /metrics and messages (NULL-safe). */
   void (*usage)(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total);
 };

@@ -274,6 +274,17 @@ static long task_mem_per_cpu(const struct backend_req *r) {
   return (long)ceil(r->memory * 1024.0 / task_cpus(r));
 }
 
+static void slurm_describe(const struct backend_req *r, char *buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "%d core%s per worker", task_cpus(r),
+                              task_cpus(r) == 1 ? "" : "s");
+  if (n < len && r->cpu != task_cpus(r))
+    n += (size_t)snprintf(buf + n, len - n, " (%g asked; Slurm allocates whole cores)", r->cpu);
+  if (n < len && task_mem_per_cpu(r) > 0)
+    n += (size_t)snprintf(buf + n, len - n, ", %ld MiB per core", task_mem_per_cpu(r));
+  if (n < len && r->ngpu > 0)
+    snprintf(buf + n, len - n, ", %d GPU%s", r->ngpu, r->ngpu == 1 ? "" : "s");
+}
+
 /* Appends the resource and placement options of a job of ntasks tasks of
  * shape r to argv (room for 16 more). */
 static int shape_args(const struct backend_req *r, int ntasks, char *argv[], int n,
@@ -747,11 +758,8 @@ static void poll_jobs(void) {
           w->started = 1;
           nt->ev = BACKEND_STARTED;
           snprintf(nt->ref, sizeof(nt->ref), "%ld", j->jobid);
-          snprintf(nt->detail, sizeof(nt->detail),
-                   "Slurm job %ld runs on %s: %d core%s per worker (%g asked; Slurm allocates "
-                   "whole cores)",
-                   j->jobid, s && s->nodes ? s->nodes : "?", task_cpus(&j->req),
-                   task_cpus(&j->req) == 1 ? "" : "s", j->req.cpu);
+          snprintf(nt->detail, sizeof(nt->detail), "Slurm job %ld runs on %s", j->jobid,
+                   s && s->nodes ? s->nodes : "?");
           nn++;
         }
         live = 1;
@@ -1040,5 +1048,6 @@ const struct backend_ops backend_slurm_ops = {
     .release = slurm_release,
     .reconcile = slurm_reconcile,
     .ref_from_register = NULL,
+    .describe = slurm_describe,
     .usage = slurm_usage,
 };

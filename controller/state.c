@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -542,6 +543,37 @@ static MUST_CHECK int read_or_create_token(char *err, size_t errlen) {
   return 0;
 }
 
+/* One controller per state directory: a second one would run the same
+ * workers twice. The lock (flock on DIR/lock, which holds the owner's pid)
+ * lasts as long as the process, however it ends. */
+static int lock_state_dir(char *err, size_t errlen) {
+  char path[600], pid[32];
+  int fd;
+  ssize_t n;
+
+  snprintf(path, sizeof(path), "%s/lock", g.cfg.state_dir);
+  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "could not open %s: %s", path, strerror(errno));
+    return MUSTER_E_IO;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    n = read(fd, pid, sizeof(pid) - 1);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    snprintf(err, errlen, "another muster-controller (pid %s) uses the state directory %s",
+             pid[0] ? pid : "?", g.cfg.state_dir);
+    close(fd);
+    return MUSTER_E_CONFLICT;
+  }
+  n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || write(fd, pid, (size_t)n) != n) {
+    /* The lock holds all the same; only the pid in the message is lost. */
+  }
+  /* Kept open (and locked) for the life of the process. */
+  return 0;
+}
+
 struct restore {
   struct backend_live *live;
   int n, cap;
@@ -672,6 +704,9 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   rc = secure_state_dir(err, errlen);
   if (rc)
     return rc;
+  rc = lock_state_dir(err, errlen);
+  if (rc)
+    return rc;
   rc = read_or_create_token(err, errlen);
   if (rc)
     return rc;
@@ -770,10 +805,13 @@ void backend_report(const struct backend_report *r) {
   case BACKEND_ROOM:
     break;
   case BACKEND_EXITED:
-  case BACKEND_LOST:
-    if (sm_fail_locked(w, r->detail) != 0)
-      LOG(LOG_ERROR, "could not record the end of %s: %s", r->id, db_errmsg(g.db));
+  case BACKEND_LOST: {
+    int rc = sm_fail_locked(w, r->detail);
+    if (rc != 0)
+      LOG(LOG_ERROR, "could not record the end of %s (%s): %s", r->id, muster_error_name(rc),
+          rc == MUSTER_E_DB ? db_errmsg(g.db) : r->detail);
     break;
+  }
   }
   state_unlock();
 }
@@ -919,10 +957,13 @@ static void schedule_locked(void) {
                  "attempt %d on the %s backend: attempt %d was not running when the "
                  "controller restarted",
                  next_attempt, g.backend->name, w->attempt);
-      else if (to == WS_SCHEDULING)
-        snprintf(detail, sizeof(detail), "attempt %d submitted to the %s backend's queue",
-                 next_attempt, g.backend->name);
-      else
+      else if (to == WS_SCHEDULING) {
+        char shape[160] = "";
+        if (g.backend->describe)
+          g.backend->describe(&w->req, shape, sizeof(shape));
+        snprintf(detail, sizeof(detail), "attempt %d submitted to the %s backend's queue%s%s",
+                 next_attempt, g.backend->name, shape[0] ? ": " : "", shape);
+      } else
         snprintf(detail, sizeof(detail), "attempt %d on the %s backend%s%s", next_attempt,
                  g.backend->name, where[n].bind_ip[0] ? ", address " : "", where[n].bind_ip);
       if (sm_transition(w, to, &f, detail) != 0) {

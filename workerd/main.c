@@ -414,6 +414,7 @@ MUST_CHECK static int main_loop(void) {
         ex_reap(now);
       }
       if (term) {
+        wd.term_received = term;
         LOG(LOG_INFO, "received %s; stopping", term == SIGTERM ? "SIGTERM" : "SIGINT");
         stop_begin(FINISH_REPORT, term, now);
       }
@@ -444,6 +445,15 @@ static char *exit_body(void) {
     sig = json_integer(WTERMSIG(wd.wait_status));
   else if (!wd.child_done && wd.stop_signal)
     sig = json_integer(wd.stop_signal); /* an idle worker killed by a signal */
+  /* The controller's own stops never need a reason (the worker is stopped
+   * already and this report changes nothing). A signal from anyone else
+   * (a scancel, a node shutdown, a kill by hand) reaches workerd and the
+   * script together: say so, rather than only that the script was killed. */
+  if (!wd.reason[0] && wd.term_received && !code)
+    snprintf(wd.reason, sizeof(wd.reason),
+             "stopped from outside muster: muster-workerd was sent %s (a Slurm cancel, a "
+             "node shutdown or a kill)",
+             wd.term_received == SIGTERM ? "SIGTERM" : "SIGINT");
   reason = wd.reason[0] ? json_string(wd.reason) : json_null();
   if (json_object_set_new(o, "exit_code", code ? code : json_null()) != 0 ||
       json_object_set_new(o, "signal", sig ? sig : json_null()) != 0 ||

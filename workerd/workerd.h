@@ -163,6 +163,7 @@ struct wd_state {
   bool ending;   /* the main loop is winding down the exec channel to leave */
   enum finish_mode mode;
   int stop_signal;    /* SIGTERM or SIGINT if that is why we stop, else 0 */
+  int term_received;  /* SIGTERM or SIGINT came, whether or not it started the stop */
   int64_t kill_at_ms; /* when to send SIGKILL; INT64_MAX once sent */
 
   /* Deadlines of the main loop. */

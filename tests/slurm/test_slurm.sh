@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# muster's slurm backend on a real multi-node Slurm cluster: three slurmd
+# nodes, each in its own network namespace with its own address and
+# hostname (tests/slurm/cluster.sh), and the controller on the login node,
+# as a user would run it. Checks what a user sees: workers on the nodes'
+# addresses, Slurm's queue reason while a launch waits, refusals naming the
+# field, stops that end steps and jobs, Slurm's ends as sentences, adoption
+# after a controller restart, and a 503 when Slurm is down.
+#
+# usage: tests/slurm/test_slurm.sh BUILD_DIR   (as root; ctest runs it)
+set -uo pipefail
+build=$(cd "${1:?usage: test_slurm.sh BUILD_DIR}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=$here/cluster.sh
+
+# A cluster of this test's own, torn down whatever happens.
+export MUSTER_SLURM_PREFIX=msb$$
+export MUSTER_SLURM_DIR=/tmp/muster-slurm-test-$$
+net=${MUSTER_SLURM_NET:-10.78.0}
+tmp=$(mktemp -d /tmp/muster-slurm-ctl.XXXXXX)
+chmod 755 "$tmp"
+ctl_pid=
+pass=0 fail=0
+
+cleanup() {
+  [ -n "$ctl_pid" ] && kill -9 "$ctl_pid" 2>/dev/null
+  if [ "$fail" -gt 0 ] && [ -f "$tmp/controller.log" ]; then
+    echo "# the controller's log, last lines:"
+    tail -25 "$tmp/controller.log" | sed 's/^/#   /'
+  fi
+  bash "$cluster" down >/dev/null 2>&1 || echo "# cluster.sh down failed" >&2
+  if [ -n "${KEEP:-}" ]; then echo "# kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+check() { # check "what a user sees" COMMAND...
+  local what=$1
+  shift
+  if "$@" >/dev/null 2>&1; then
+    echo "ok - $what"
+    pass=$((pass + 1))
+  else
+    echo "not ok - $what"
+    fail=$((fail + 1))
+  fi
+}
+
+# on the login node
+login() { bash "$cluster" exec "$@"; }
+m() { login env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
+  "$build/muster" "$@"; }
+api() { # api METHOD PATH [BODY]: prints the body, then the status on a line
+  login curl -s -X "$1" -H "Authorization: Bearer $(cat "$tmp/state/token")" \
+    -H 'Content-Type: application/json' ${3:+-d "$3"} -w '\n%{http_code}\n' \
+    "http://127.0.0.1:8470$2"
+}
+field() { python3 -c 'import json,sys; w=json.load(sys.stdin); print(w.get(sys.argv[1]) or "")' "$1"; }
+status_of() { m show --json "$1" 2>/dev/null | field status; }
+wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds
+  local secs=$1 what=$2 end
+  shift 2
+  end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $end ]; then
+      echo "# gave up after ${secs} s waiting for $what" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+is_status() { [ "$(status_of "$1")" = "$2" ]; }
+
+start_controller() {
+  # Not through login(): $! must be the controller itself (cluster.sh exec
+  # execs into it), not a subshell around it.
+  bash "$cluster" exec "$build/muster-controller" --backend slurm --listen 0.0.0.0:8470 \
+    --advertise-url "http://$net.1:8470" --state-dir "$tmp/state" --workdir "$tmp" \
+    --start-timeout 30 >>"$tmp/controller.log" 2>&1 &
+  ctl_pid=$!
+  wait_for 20 "the controller to answer" login curl -sf http://127.0.0.1:8470/api/v1/health
+}
+
+bash "$cluster" up >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log"; echo "not ok - the Slurm cluster came up"; exit 1; }
+start_controller || { tail -20 "$tmp/controller.log"; exit 1; }
+
+# --- a launch runs on the nodes, each worker at its node's address
+mapfile -t ids < <(m launch -n 3 --cpu 0.5 --memory 0.25)
+check "muster launch -n 3 printed 3 worker ids" test ${#ids[@]} -eq 3
+m await --running --timeout 60 "${ids[@]}" >/dev/null
+for id in "${ids[@]}"; do
+  ip=$(m show --json "$id" | field ip_address)
+  host=$(m show --json "$id" | field hostname)
+  check "$id runs at a node's own address ($ip), not loopback" bash -c "[[ '$ip' == $net.1[0-9] ]]"
+  check "...with its node's hostname ($host)" bash -c "[[ '$host' == n[1-3] ]]"
+done
+job=$(login squeue --noheader --format=%i --name="muster-$(m show --json "${ids[0]}" | field launch)" 2>/dev/null | head -1)
+[ -n "$job" ] || job=$(login squeue --noheader --format='%i %k' | awk -v id="${ids[0]}" 'index($2, id) {print $1}' | head -1)
+check "the launch is one Slurm job (job $job) whose comment names its workers" \
+  bash -c "bash '$cluster' exec squeue --noheader --format=%k --jobs='$job' | grep -q '${ids[1]}:1'"
+events() { login curl -s --max-time 2 -H "Authorization: Bearer $(cat "$tmp/state/token")" \
+  "http://127.0.0.1:8470/api/v1/events?since=0"; }
+events >"$tmp/events.txt"
+check "the worker's events say how its 0.5 cores round in Slurm" \
+  grep -q "\"worker_id\":\"${ids[0]}\".*submitted to the slurm backend's queue: 1 core per worker (0.5 asked; Slurm allocates whole cores), 256 MiB per core" "$tmp/events.txt"
+
+# --- stopping one worker ends its step only; stopping the rest, the job
+m stop "${ids[0]}" >/dev/null
+wait_for 10 "the step of ${ids[0]} to end" \
+  bash -c "! bash '$cluster' exec squeue --steps --noheader --format=%j --jobs='$job' | grep -q '${ids[0]}'"
+check "a stopped worker's step ends" test $? -eq 0
+check "...and the others run on" bash -c "[ \"\$(bash '$cluster' exec squeue --steps --noheader --format=%j --jobs='$job' | grep -c '^w-')\" = 2 ]"
+check "...still running for muster" is_status "${ids[1]}" running
+m stop "${ids[1]}" "${ids[2]}" >/dev/null
+wait_for 10 "job $job to be cancelled" \
+  bash -c "bash '$cluster' exec squeue -t all --noheader --format=%T --jobs='$job' | grep -q CANCELLED"
+check "stopping every worker of a launch cancels its job" test $? -eq 0
+
+# --- what Slurm can never run is refused at launch, naming the field
+out=$(api POST /api/v1/workers '{"n": 1, "cpu": 3}')
+check "a worker of 3 cores (no node has 3) is refused with 422" bash -c "[ '$(tail -1 <<<"$out")' = 422 ]"
+check "...naming the field cpu and quoting Slurm" \
+  bash -c "grep -q '\"field\": *\"cpu\"' <<<'$out' && grep -q 'Requested node configuration is not available' <<<'$out'"
+out=$(api POST /api/v1/workers '{"n": 1, "cpu": 1, "memory": 5}')
+check "a worker of 5 GiB (nodes have 2) is refused naming memory" \
+  bash -c "[ '$(tail -1 <<<"$out")' = 422 ] && grep -q '\"field\": *\"memory\"' <<<'$out'"
+
+# --- a launch that must wait is scheduling, with Slurm's reason
+mapfile -t big < <(m launch -n 3 --cpu 2 --memory 0.5)
+m await --running --timeout 60 "${big[@]}" >/dev/null
+check "three workers of 2 cores fill the three nodes" is_status "${big[2]}" running
+small=$(m launch --cpu 1 --memory 0.25)
+wait_for 15 "$small to show Slurm's reason" \
+  bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$small' | grep -q 'the Slurm queue: Resources'"
+check "a launch Slurm cannot place now waits: scheduling, 'the Slurm queue: Resources'" test $? -eq 0
+check "...its status is scheduling" is_status "$small" scheduling
+
+# --- a controller restart adopts what Slurm still runs or queues
+kill -9 "$ctl_pid"
+wait "$ctl_pid" 2>/dev/null
+start_controller
+check "after a kill -9 and restart, a running worker is still running" is_status "${big[0]}" running
+check "...and the queued one still scheduling" is_status "$small" scheduling
+m stop "${big[@]}" >/dev/null
+m await --running --timeout 60 "$small" >/dev/null
+check "room freed in Slurm starts the queued worker" is_status "$small" running
+
+# --- Slurm's ends become sentences
+sjob=$(login squeue --noheader --format='%i %k' | awk -v id="$small" 'index($2, id) {print $1}' | head -1)
+login scancel "$sjob"
+wait_for 15 "$small to fail" is_status "$small" failed
+check "a job cancelled outside muster fails its worker saying so" \
+  bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$small' | grep -Eq 'cancelled outside muster|stopped from outside muster: muster-workerd was sent SIGTERM'"
+
+# --- a script runs on a node and its end is reported
+sid=$(m launch --cpu 1 --memory 0.25 -- sh -c 'echo "on $(hostname)"; exit 3')
+m await --timeout 60 "$sid" >/dev/null
+check "a script's exit code comes back (failed, exit 3)" \
+  bash -c "[ \"\$(bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$sid' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"exit_code\"])')\" = 3 ]"
+check "...and its output, written on a node, is in its logs" \
+  bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sid' | grep -q 'on n[1-3]'"
+
+# --- Slurm down: 503 with Slurm's words, nothing recorded
+before=$(m ls -a --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+kill "$(cat "$MUSTER_SLURM_DIR/run/slurmctld.pid")" 2>/dev/null
+sleep 1
+out=$(api POST /api/v1/workers '{"n": 2, "cpu": 1}')
+check "with slurmctld down, a launch gets 503 backend_unavailable" \
+  bash -c "[ '$(tail -1 <<<"$out")' = 503 ] && grep -q backend_unavailable <<<'$out'"
+check "...quoting Slurm" bash -c "grep -qi 'slurm' <<<'$out'"
+after=$(m ls -a --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+check "...and records no worker ($before before, $after after)" test "$before" = "$after"
+
+if grep -q 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"; then
+  echo "not ok - the controller's log has a sanitizer report"
+  grep -m5 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"
+  fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -34,6 +34,7 @@
 #define EXEC_WIRE_ERR_NO_TOKEN "this worker has no exec token"
 /* How long the client waits for the TCP connection to a worker. */
 #define EXEC_WIRE_CONNECT_MS 10000
+#define EXEC_WIRE_CONNECT_S "10" /* the same, for messages */
 
 /* A frame header, decoded. */
 struct exec_wire_hdr {

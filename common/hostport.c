@@ -37,6 +37,8 @@ int hostport_split(const char *s, size_t len, char *host, size_t hostcap, int po
 
 int hostport_list_find(const char *list, const char *host, long index, char *hostout,
                        size_t hostcap, int *port) {
+  if (!host && index < 0)
+    return -1;
   for (const char *p = list; p && *p; index--) {
     size_t len = strcspn(p, ",");
 

@@ -74,8 +74,8 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
     json_decref(body);
     return api_respond_error(c, rc, field, "%s", msg);
   }
-  f.exec_port = reg.exec_port;
-  f.pid = reg.pid;
+  f.exec_port = reg.exec_port ? reg.exec_port : -1; /* null when not given */
+  f.pid = reg.pid ? reg.pid : -1;
   ip = reg.ip_address;
   hostname = reg.hostname;
   start_time = reg.start_time;
@@ -215,8 +215,9 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
     json_decref(body);
     return api_respond_error(c, rc, field, "%s", msg);
   }
-  f.exit_code = ex.exit_code;
-  f.signal = ex.signal;
+  /* What the report leaves out stays null (-1 is "not given" here). */
+  f.exit_code = ex.has_exit_code ? ex.exit_code : -1;
+  f.signal = ex.signal ? ex.signal : -1;
   f.failure = ex.failure[0] ? ex.failure : NULL;
   to = ex.failure[0] ? WS_FAILED : WS_SUCCEEDED;
 

@@ -57,7 +57,14 @@ static void usage(FILE *out) {
                "  --version                 print the version\n");
 }
 
+/* HOST:PORT, or :PORT for every address. */
 static MUST_CHECK int parse_listen(const char *arg, struct ctl_config *cfg) {
+  char full[600];
+
+  if (arg[0] == ':') {
+    snprintf(full, sizeof(full), "0.0.0.0%.590s", arg);
+    arg = full;
+  }
   if (hostport_split(arg, strlen(arg), cfg->listen_host, sizeof(cfg->listen_host), 0, &cfg->port))
     return MUSTER_E_INVALID;
   return 0;

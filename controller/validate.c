@@ -385,6 +385,7 @@ int validate_exit(json_t *body, struct exit_req *out, const char **field, char *
                 "exit_code and signal must be integers or null");
   /* An exit status is 0..255; anything else is reported as it came, cut
    * to an int's range. */
+  out->has_exit_code = json_is_integer(code);
   if (json_is_integer(code))
     out->exit_code = (int)(json_integer_value(code) > INT_MAX   ? INT_MAX
                            : json_integer_value(code) < INT_MIN ? INT_MIN

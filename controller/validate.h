@@ -50,7 +50,7 @@ struct register_req {
   char ip_address[64];           /* an IPv4 or IPv6 address (required) */
   const char *hostname;          /* borrowed; NULL if absent or over 255 bytes */
   int exec_port;                 /* 1..65535, or 0 */
-  int pid;                       /* 1..2^30, or 0 */
+  int pid;                       /* 1..2^30 - 1, or 0 */
   unsigned long long start_time; /* the pid's start time (/proc), or 0 */
   int attempt;                   /* the start attempt it belongs to, or 0 */
 };
@@ -61,8 +61,9 @@ int validate_register(json_t *body, struct register_req *out, const char **field
 /* A workerd's report of how the script ended (POST .../exit). failure is
  * the sentence the worker fails with, "" when it succeeded. */
 struct exit_req {
-  int exit_code; /* as reported, or 0 */
-  int signal;    /* 1..127, or 0 */
+  int exit_code; /* as reported (when has_exit_code) */
+  int has_exit_code;
+  int signal; /* 1..127, or 0 */
   char failure[1200];
 };
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OUT_MAX (4 * 1024 * 1024)
@@ -110,12 +111,18 @@ static MUST_CHECK int connect_to(const muster_exec_target *t, const muster_exec_
   if (fd < 0) {
     e = errno;
   } else if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    struct timespec ts;
+    int64_t deadline;
+
     e = errno;
-    for (int waited = 0; e == EINPROGRESS || e == EINTR; waited += 100) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    deadline = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + EXEC_WIRE_CONNECT_MS;
+    while (e == EINPROGRESS || e == EINTR) {
       struct pollfd p = {.fd = fd, .events = POLLOUT};
       int r;
 
-      if (waited >= EXEC_WIRE_CONNECT_MS) {
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      if ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 >= deadline) {
         e = ETIMEDOUT;
         break;
       }
@@ -133,7 +140,7 @@ static MUST_CHECK int connect_to(const muster_exec_target *t, const muster_exec_
   freeaddrinfo(res);
   if (fd < 0 || e) {
     snprintf(err, errlen, "cannot reach worker %s at %s:%d: %s", t->worker_id, t->host, t->port,
-             e == ETIMEDOUT ? "no answer within 10 s" : strerror(e));
+             e == ETIMEDOUT ? "no answer within " EXEC_WIRE_CONNECT_S " s" : strerror(e));
     if (fd >= 0)
       close(fd);
     return -1;
@@ -193,8 +200,8 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
     return MUSTER_E_INVALID;
   }
   fd = connect_to(t, o, err, errlen);
-  if (fd < 0)
-    return MUSTER_E_UNREACHABLE;
+  if (fd < 0) /* cancelled: as a cancel anywhere else here */
+    return o->cancel && *o->cancel ? MUSTER_E_SHUTTING_DOWN : MUSTER_E_UNREACHABLE;
   h = hello(t, o);
   in = malloc(EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN);
   if (!h || !in || out_frame(&out, EXEC_FRAME_HELLO, h, strlen(h)) != 0) {
@@ -304,7 +311,8 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
           const char *why = json_string_value(json_object_get(x, "error"));
           if (json_is_integer(code))
             *exit_code = (int)json_integer_value(code);
-          else if (json_is_integer(sig))
+          else if (json_is_integer(sig) && json_integer_value(sig) > 0 &&
+                   json_integer_value(sig) < 128)
             *exit_code = 128 + (int)json_integer_value(sig);
           rc = 0;
           if (why) {

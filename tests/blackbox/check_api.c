@@ -480,8 +480,19 @@ START_TEST(a_script_killed_by_a_signal_is_a_failure_naming_it) {
   ck_assert_ptr_nonnull(f);
   ck_assert_str_eq(h_str(f, "status"), "failed");
   ck_assert_int_eq(json_integer_value(json_object_get(f, "signal")), 9);
+  /* Killed: there is no exit code, and the API says null, not 0. */
+  ck_assert_msg(json_is_null(json_object_get(f, "exit_code")), "exit_code is not null");
   ck_assert_msg(strstr(h_str(f, "failure"), "killed by signal 9") != NULL, "failure: %s",
                 h_str(f, "failure"));
+  json_decref(ans);
+  json_decref(workers);
+  /* And one that exits has no signal. */
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"code\": \"!exit 3\"}");
+  ans = h_await(&ctl, workers, 1, 20);
+  f = json_array_get(json_object_get(ans, "failures"), 0);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 3);
+  ck_assert_msg(json_is_null(json_object_get(f, "signal")), "signal is not null");
   json_decref(ans);
   json_decref(workers);
   h_finish(&ctl);

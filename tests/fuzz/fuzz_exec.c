@@ -78,10 +78,15 @@ static void *serve(void *arg) {
   const struct peer *pr = arg;
   const uint8_t *data = pr->data;
   size_t size = pr->size;
-  int fd = accept(listener, NULL, NULL);
+  struct pollfd lp = {.fd = listener, .events = POLLIN};
+  int fd;
   char buf[4096];
   size_t off = 0;
 
+  /* The client may never come (its connect failed): never wait forever. */
+  if (poll(&lp, 1, 5000) != 1)
+    return NULL;
+  fd = accept(listener, NULL, NULL);
   if (fd < 0)
     return NULL;
   /* The hello comes first; then the bytes go out while whatever the client

@@ -10,6 +10,7 @@
  * the expected answer to garbage. */
 #include "tr_ps.h"
 
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static void cluster(const uint8_t *data, size_t size) {
   struct ps_cluster cl;
   char *s = malloc(size + 1), err[1024];
 
+  err[0] = '\0';
   if (!s)
     return;
   memcpy(s, data, size);
@@ -33,6 +35,9 @@ static void cluster(const uint8_t *data, size_t size) {
       abort();
     for (int i = 0; i < cl.nps; i++)
       if (!cl.ps[i].host[0] || !cl.ps[i].port[0])
+        abort();
+    for (int i = 0; i < cl.nworkers; i++)
+      if (!cl.worker[i].host[0] || !cl.worker[i].port[0])
         abort();
   } else if (!err[0]) {
     abort(); /* a refusal says why */
@@ -53,8 +58,11 @@ static void wire(const uint8_t *data, size_t size) {
   cap = (size_t)data[1] * 64;
   data += 2;
   size -= 2;
+  /* The writing end does not block: a round writes a piece, and reads
+   * at most one message, so bytes may pile up. */
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return;
+  (void)fcntl(sv[0], F_SETFL, O_NONBLOCK);
   ps_conn_init(&c);
   c.fd = sv[1];
   if (ps_conn_buffers(&c, cap, 0) != 0)
@@ -81,12 +89,6 @@ static void wire(const uint8_t *data, size_t size) {
       if (c.rh.len > c.rcap || c.rh.magic != PS_MAGIC || c.rh.version != PS_VERSION)
         abort();
       ps_conn_consume(&c);
-    } else if (sv[0] < 0 && off >= size) {
-      /* Nothing more will come, and the end was not noticed yet: one more
-       * read sees it. */
-      if (ps_conn_recv(&c, why, sizeof(why)) == 0 && !c.ready)
-        abort();
-      break;
     }
   }
 out:

@@ -71,6 +71,11 @@ check "a missing program: exit 127 and a message naming it (got $rc)" \
 check "a missing program whose name holds \"token\" is still missing, not a refused token (127, got $rc)" \
   bash -c "[ $rc -eq 127 ] && grep -q no-such-tokenizer '$tmp/exec3.err'"
 ip=$("$muster" show "$id" | awk '/^ip_address:/{print $2}')
+port=$("$muster" show "$id" | awk '/^exec_port:/{print $2}')
+OMPI_COMM_WORLD_RANK=0 MUSTER_EXEC_RANKS="$ip:$port" MUSTER_EXEC_TOKEN=not-the-token \
+  "$muster" rank -- true > /dev/null 2> "$tmp/rank.err"; rc=$?
+check "a wrong exec token is refused by the worker: 126 and 'wrong exec token' (got $rc)" \
+  bash -c "[ $rc -eq 126 ] && grep -q 'wrong exec token' '$tmp/rank.err'"
 out=$("$muster" rsh -x "$ip" echo 'rsh:$MUSTER_WORKER_ID' 2>&1); rc=$?
 check "muster rsh HOST runs a shell command line in the worker at HOST (Open MPI's agent)" \
   bash -c "[ $rc -eq 0 ] && grep -q 'rsh:$id' <<<'$out'"

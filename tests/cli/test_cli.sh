@@ -232,6 +232,13 @@ URL=$CTL_URL
 TOKEN=$(cat "$ST/token")
 export MUSTER_STATE_DIR=$ST
 
+# One controller per state directory: a second would run the same workers
+# twice.
+run 10 "$CONTROLLER" --listen 127.0.0.1:0 --state-dir "$ST" --workerd "$WORKERD"
+check "a second controller on the same state directory is refused, naming the first one's pid" \
+  eval '[ $RC != 0 ] && has "$ERR$OUT" "another muster-controller (pid $CTL_PID) uses the state directory"'
+check "...and the first one still answers" eval 'curl -sf -m 2 "$URL/api/v1/health" >/dev/null'
+
 run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" ps
 check "discovery through MUSTER_STATE_DIR (no MUSTER_URL) works" \
   eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'

@@ -41,50 +41,127 @@ static char *dump_or_default(json_t *v, const char *dflt) {
 
 /* ---- POST /api/v1/workers ---- */
 
-enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char *arg) {
-  (void)arg;
+#define LAUNCH_MAX_GROUPS 16
+
+/* One shape of a launch: a plain launch has one; {"groups": [...]} (muster
+ * run's PS and workers of different shapes) several, started as one gang. */
+struct group {
   struct launch_req lr;
   struct backend_req req;
-  char launch[16];
-  const char *field = NULL;
-  char msg[512], master_ip[64];
-  char(*ids)[16] = NULL;
-  char(*tokens)[72] = NULL;
-  char *command = NULL, *args = NULL, *env = NULL, *secret = NULL;
-  json_t *body, *out = NULL;
-  enum MHD_Result ret = MHD_NO;
+  char (*ids)[16];
+  char (*tokens)[72];
+  char *command, *args, *env, *secret;
+};
+
+static void group_cleanup(struct group *gr) {
+  free(gr->ids);
+  free(gr->tokens);
+  free(gr->command);
+  free(gr->args);
+  free(gr->env);
+  free(gr->secret);
+}
+
+/* Validates one group's body and makes its ids and tokens. Returns 0 or an
+ * error with *field and msg filled. */
+static int group_prepare(json_t *body, struct group *gr, const char **field, char *msg,
+                         size_t msglen) {
+  int rc = validate_launch(body, &gr->lr, field, msg, msglen);
+
+  if (rc)
+    return rc;
+  gr->req.cpu = gr->lr.cpu;
+  gr->req.memory = gr->lr.memory;
+  gr->req.ngpu = gr->lr.nvidia_gpu;
+  rc = g.backend->could_ever_fit(&gr->req, field, msg, msglen);
+  if (rc)
+    return rc;
+  gr->ids = calloc((size_t)gr->lr.n, sizeof(*gr->ids));
+  gr->tokens = calloc((size_t)gr->lr.n, sizeof(*gr->tokens));
+  gr->command = gr->lr.command ? json_dumps(gr->lr.command, JSON_COMPACT) : NULL;
+  gr->args = dump_or_default(gr->lr.args, "[]");
+  gr->env = dump_or_default(gr->lr.env, "{}");
+  gr->secret = dump_or_default(gr->lr.secret_env, "{}");
+  if (!gr->ids || !gr->tokens || !gr->args || !gr->env || !gr->secret ||
+      (gr->lr.command && !gr->command)) {
+    snprintf(msg, msglen, "out of memory");
+    return MUSTER_E_NOMEM;
+  }
+  for (long i = 0; i < gr->lr.n; i++) {
+    memcpy(gr->ids[i], "w-", 2);
+    if (util_random_alnum(gr->ids[i] + 2, 10) != 0 || util_random_hex(gr->tokens[i], 24) != 0) {
+      snprintf(msg, msglen, "no random bytes for worker ids");
+      return MUSTER_E_INTERNAL;
+    }
+  }
+  return 0;
+}
+
+/* The groups of a launch body: the body itself, or its "groups" array (of
+ * 1..16 launch bodies, one session, at most LAUNCH_MAX_N workers in all). */
+static int groups_prepare(json_t *body, struct group *grs, int *ngr, const char **field, char *msg,
+                          size_t msglen) {
+  json_t *arr = json_is_object(body) ? json_object_get(body, "groups") : NULL;
+  long total = 0;
   int rc;
 
+  *ngr = 0;
+  if (!arr) {
+    *ngr = 1;
+    return group_prepare(body, &grs[0], field, msg, msglen);
+  }
+  *field = "groups";
+  if (json_object_size(body) != 1) {
+    snprintf(msg, msglen, "a body with \"groups\" holds nothing else: each group is a launch");
+    return MUSTER_E_INVALID;
+  }
+  if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > LAUNCH_MAX_GROUPS) {
+    snprintf(msg, msglen, "groups must be an array of 1 to %d launch objects", LAUNCH_MAX_GROUPS);
+    return MUSTER_E_INVALID;
+  }
+  for (size_t i = 0; i < json_array_size(arr); i++) {
+    rc = group_prepare(json_array_get(arr, i), &grs[i], field, msg, msglen);
+    *ngr = (int)i + 1;
+    if (rc) {
+      char inner[512];
+      snprintf(inner, sizeof(inner), "%s", msg);
+      snprintf(msg, msglen, "groups[%zu]: %s", i, inner);
+      return rc;
+    }
+    total += grs[i].lr.n;
+    if (strcmp(grs[i].lr.session, grs[0].lr.session) != 0 || total > LAUNCH_MAX_N) {
+      *field = "groups";
+      snprintf(msg, msglen,
+               total > LAUNCH_MAX_N ? "groups ask for more than %d workers in all"
+                                    : "the groups of one launch share one session",
+               LAUNCH_MAX_N);
+      return MUSTER_E_INVALID;
+    }
+  }
+  return 0;
+}
+
+enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)arg;
+  struct group grs[LAUNCH_MAX_GROUPS];
+  char launch[16];
+  const char *field = NULL, *session;
+  char msg[640], master_ip[64];
+  json_t *body, *out = NULL;
+  enum MHD_Result ret = MHD_NO;
+  long total = 0;
+  int rc, ngr = 0;
+
+  memset(grs, 0, sizeof(grs));
   body = api_parse_body(c, rq, &ret);
   if (!body)
     return ret;
-  rc = validate_launch(body, &lr, &field, msg, sizeof(msg));
-  req.cpu = lr.cpu;
-  req.memory = lr.memory;
-  req.ngpu = lr.nvidia_gpu;
-  if (!rc)
-    rc = g.backend->could_ever_fit(&req, &field, msg, sizeof(msg));
+  rc = groups_prepare(body, grs, &ngr, &field, msg, sizeof(msg));
   if (rc) {
     ret = api_respond_error(c, rc, field, "%s", msg);
     goto out;
   }
-  ids = calloc((size_t)lr.n, sizeof(*ids));
-  tokens = calloc((size_t)lr.n, sizeof(*tokens));
-  command = lr.command ? json_dumps(lr.command, JSON_COMPACT) : NULL;
-  args = dump_or_default(lr.args, "[]");
-  env = dump_or_default(lr.env, "{}");
-  secret = dump_or_default(lr.secret_env, "{}");
-  if (!ids || !tokens || !args || !env || !secret || (lr.command && !command)) {
-    ret = api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
-    goto out;
-  }
-  for (long i = 0; i < lr.n; i++) {
-    memcpy(ids[i], "w-", 2);
-    if (util_random_alnum(ids[i] + 2, 10) != 0 || util_random_hex(tokens[i], 24) != 0) {
-      ret = api_respond_error(c, MUSTER_E_INTERNAL, NULL, "no random bytes for worker ids");
-      goto out;
-    }
-  }
+  session = grs[0].lr.session;
   client_ip(c, master_ip, sizeof(master_ip));
   memcpy(launch, "l-", 2);
   if (util_random_alnum(launch + 2, 10) != 0) {
@@ -100,27 +177,30 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
   }
   rc = db_begin(g.db);
   if (!rc)
-    rc = db_session_touch(g.db, lr.session, master_ip);
-  for (long i = 0; !rc && i < lr.n; i++) {
-    struct db_worker_new w = {.id = ids[i],
-                              .session = lr.session,
-                              .name = lr.name,
-                              .role = lr.role,
-                              .cpu = lr.cpu,
-                              .memory = lr.memory,
-                              .nvidia_gpu = lr.nvidia_gpu,
-                              .script = lr.script,
-                              .code = lr.code,
-                              .kernel = lr.kernel,
-                              .command_json = command,
-                              .args_json = args,
-                              .env_json = env,
-                              .secret_env_json = secret,
-                              .token = tokens[i],
-                              .master_ip = master_ip,
-                              .backend = g.cfg.backend,
-                              .launch_id = launch};
-    rc = db_worker_insert(g.db, &w);
+    rc = db_session_touch(g.db, session, master_ip);
+  for (int k = 0; !rc && k < ngr; k++) {
+    const struct group *gr = &grs[k];
+    for (long i = 0; !rc && i < gr->lr.n; i++) {
+      struct db_worker_new w = {.id = gr->ids[i],
+                                .session = session,
+                                .name = gr->lr.name,
+                                .role = gr->lr.role,
+                                .cpu = gr->lr.cpu,
+                                .memory = gr->lr.memory,
+                                .nvidia_gpu = gr->lr.nvidia_gpu,
+                                .script = gr->lr.script,
+                                .code = gr->lr.code,
+                                .kernel = gr->lr.kernel,
+                                .command_json = gr->command,
+                                .args_json = gr->args,
+                                .env_json = gr->env,
+                                .secret_env_json = gr->secret,
+                                .token = gr->tokens[i],
+                                .master_ip = master_ip,
+                                .backend = g.cfg.backend,
+                                .launch_id = launch};
+      rc = db_worker_insert(g.db, &w);
+    }
   }
   if (!rc)
     rc = db_commit(g.db);
@@ -132,30 +212,31 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
                             "the launch could not be stored; nothing was launched");
     goto out;
   }
-  for (long i = 0; i < lr.n; i++)
-    if (lw_add_locked(ids[i], tokens[i], lr.session, launch, &req) != 0)
-      LOG(LOG_ERROR, "out of memory tracking %s", ids[i]);
+  for (int k = 0; k < ngr; k++)
+    for (long i = 0; i < grs[k].lr.n; i++)
+      if (lw_add_locked(grs[k].ids[i], grs[k].tokens[i], session, launch, &grs[k].req) != 0)
+        LOG(LOG_ERROR, "out of memory tracking %s", grs[k].ids[i]);
   streams_wake_events_locked();
   state_kick_locked();
   state_unlock();
   out = json_array();
   {
     struct reader *r = api_reader_get();
-    for (long i = 0; i < lr.n; i++)
-      json_array_append_new(out, db_worker_json(r->db, ids[i]));
+    for (int k = 0; k < ngr; k++)
+      for (long i = 0; i < grs[k].lr.n; i++)
+        json_array_append_new(out, db_worker_json(r->db, grs[k].ids[i]));
     api_reader_put(r);
   }
-  LOG(LOG_INFO, "launched %ld worker(s) in session %s", lr.n, lr.session);
+  for (int k = 0; k < ngr; k++)
+    total += grs[k].lr.n;
+  LOG(LOG_INFO, "launched %ld worker(s)%s in session %s", total, ngr > 1 ? " in groups" : "",
+      session);
   ret = api_respond_json(c, MHD_HTTP_CREATED, json_pack("{s:o}", "workers", out));
 
 out:
   json_decref(body);
-  free(ids);
-  free(tokens);
-  free(command);
-  free(args);
-  free(env);
-  free(secret);
+  for (int k = 0; k < ngr; k++)
+    group_cleanup(&grs[k]);
   return ret;
 }
 

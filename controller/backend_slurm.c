@@ -3,7 +3,9 @@
  *
  * The controller runs where sbatch, squeue and scancel work (a login node).
  * A launch of N workers is one Slurm job of N tasks: sbatch allocates them
- * all at once (the gang starts together or not at all), and the job's
+ * all at once (the gang starts together or not at all); a launch of several
+ * shapes (muster run's PS and workers) is one heterogeneous job, a
+ * component per shape, allocated together as well. The job's
  * script starts one job step per worker with srun, each step a
  * muster-workerd bound to its worker id, so that stopping one worker can end
  * its step alone. The job's name is "muster-LAUNCH" and its comment lists
@@ -51,11 +53,15 @@ extern char **environ;
 #define SB_POLL_MS 1000          /* squeue, while jobs are tracked */
 #define SB_GONE_GRACE_MS 30000   /* a submitted job squeue does not list yet */
 #define SB_OUT_MAX (16u << 20)   /* most output read from one command */
+#define SB_COMP_MAX 16           /* components of a heterogeneous job (launch groups) */
+#define SB_ARGV_MAX 512
 
 /* One worker of a tracked job. */
 struct sb_worker {
   char id[16];
   int attempt;
+  int comp; /* its component of a heterogeneous job (0 in a plain one) */
+  struct backend_req req;
   char token[72];
   int started;      /* BACKEND_STARTED sent */
   int ended;        /* cancelled by the controller, or reported lost */
@@ -68,7 +74,8 @@ struct sb_job {
   char launch[16];
   int n;
   struct sb_worker *w;
-  struct backend_req req;
+  struct backend_req req;   /* the first worker's shape */
+  int ncomp;                /* components: 1, or more for a heterogeneous job */
   int submitted;            /* sbatch has been run (jobid set, or refused) */
   int64_t since_ms;         /* when it was submitted (or adopted) */
   int seen;                 /* squeue listed it at least once */
@@ -285,8 +292,8 @@ static void slurm_describe(const struct backend_req *r, char *buf, size_t len) {
     snprintf(buf + n, len - n, ", %d GPU%s", r->ngpu, r->ngpu == 1 ? "" : "s");
 }
 
-/* Appends the resource and placement options of a job of ntasks tasks of
- * shape r to argv (room for 16 more). */
+/* Appends the resource and placement options of a job (or a component of a
+ * heterogeneous one) of ntasks tasks of shape r to argv (room for 16 more). */
 static int shape_args(const struct backend_req *r, int ntasks, char *argv[], int n,
                       char bufs[4][64]) {
   snprintf(bufs[0], 64, "--ntasks=%d", ntasks);
@@ -403,29 +410,36 @@ static void sh_quote(const char *s, char *buf, size_t len) {
  * tokens travel in the job's environment as MUSTER_TOKEN_I, never on a
  * command line). */
 static char *job_script(const struct sb_job *j) {
-  char workerd[2200], cpus[32], mem[48], gpus[48];
-  size_t cap = 256 + (size_t)j->n * 2600, len = 0;
+  char workerd[2200];
+  size_t cap = 256 + (size_t)j->n * 2700, len = 0;
   char *s = malloc(cap);
+  int het = j->ncomp > 1;
 
   if (!s)
     return NULL;
   sh_quote(sb.cfg.workerd_path, workerd, sizeof(workerd));
-  snprintf(cpus, sizeof(cpus), "-c %d", task_cpus(&j->req));
-  mem[0] = gpus[0] = '\0';
-  if (task_mem_per_cpu(&j->req) > 0)
-    snprintf(mem, sizeof(mem), " --mem-per-cpu=%ld", task_mem_per_cpu(&j->req));
-  if (j->req.ngpu > 0)
-    snprintf(gpus, sizeof(gpus), " --gpus-per-task=%d", j->req.ngpu);
   len += (size_t)snprintf(s + len, cap - len,
                           "#!/bin/sh\n"
                           "# muster launch %s: one job step per worker\n",
                           j->launch);
-  for (int i = 0; i < j->n; i++)
+  for (int i = 0; i < j->n; i++) {
+    const struct sb_worker *w = &j->w[i];
+    char shape[160], group[32] = "";
+    int sl = snprintf(shape, sizeof(shape), "-c %d", task_cpus(&w->req));
+
+    if (task_mem_per_cpu(&w->req) > 0)
+      sl += snprintf(shape + sl, sizeof(shape) - (size_t)sl, " --mem-per-cpu=%ld",
+                     task_mem_per_cpu(&w->req));
+    if (w->req.ngpu > 0)
+      snprintf(shape + sl, sizeof(shape) - (size_t)sl, " --gpus-per-task=%d", w->req.ngpu);
+    if (het)
+      snprintf(group, sizeof(group), " --het-group=%d", w->comp);
     len += (size_t)snprintf(s + len, cap - len,
                             "MUSTER_WORKER_ID=%s MUSTER_WORKER_ATTEMPT=%d "
                             "MUSTER_WORKER_TOKEN=\"$MUSTER_TOKEN_%d\" "
-                            "srun --exact -n1 -N1 %s%s%s -J %s %s &\n",
-                            j->w[i].id, j->w[i].attempt, i, cpus, mem, gpus, j->w[i].id, workerd);
+                            "srun%s --exact -n1 -N1 %s -J %s %s &\n",
+                            w->id, w->attempt, i, group, shape, w->id, workerd);
+  }
   snprintf(s + len, cap - len, "wait\n");
   return s;
 }
@@ -442,7 +456,7 @@ static void report(enum backend_event ev, const struct sb_worker *w, const char 
 /* Submits job j (not under sb.mu). On success j->jobid is set; a refusal
  * is reported for every worker with Slurm's words. */
 static void submit_job(struct sb_job *j) {
-  char *argv[80], bufs[4][64], name[64], comment[64], output[700], chdir[1100];
+  char *argv[SB_ARGV_MAX], bufs[SB_COMP_MAX][4][64], name[64], output[700], chdir[1100];
   char **envp = NULL, **tok = NULL;
   char *script = job_script(j), *comment_text = NULL;
   size_t nenv = 0, clen = 0;
@@ -450,7 +464,6 @@ static void submit_job(struct sb_job *j) {
   char words[400];
   int n = 0;
 
-  (void)comment;
   for (char **e = environ; *e; e++)
     nenv++;
   envp = calloc(nenv + (size_t)j->n + 4, sizeof(*envp));
@@ -494,9 +507,23 @@ static void submit_job(struct sb_job *j) {
   argv[n++] = comment_text;
   argv[n++] = output;
   argv[n++] = chdir;
-  n = shape_args(&j->req, j->n, argv, n, bufs);
-  for (int i = 0; i < sb.cfg.nslurm_args && n < 76; i++)
-    argv[n++] = sb.cfg.slurm_args[i];
+  /* One set of shape options per component, separated by ":" (the
+   * heterogeneous job syntax); the --slurm-args go to each. */
+  for (int c = 0, i = 0; c < j->ncomp; c++) {
+    int first = i, count = 0;
+
+    while (i < j->n && j->w[i].comp == c) {
+      i++;
+      count++;
+    }
+    if (c > 0)
+      argv[n++] = ":";
+    n = shape_args(&j->w[first].req, count, argv, n, bufs[c]);
+    for (int a = 0; a < sb.cfg.nslurm_args && n < SB_ARGV_MAX - 24; a++)
+      argv[n++] = sb.cfg.slurm_args[a];
+    if (n >= SB_ARGV_MAX - 24)
+      break;
+  }
   argv[n] = NULL;
   if (sb_run(argv, envp, script, SB_CMD_TIMEOUT_MS, &o) != 0) {
     snprintf(words, sizeof(words), "%s", o.err ? o.err : "cannot run sbatch");
@@ -559,12 +586,12 @@ static void scancel(const char *what, char *const args[]) {
 
 /* Ends the step of worker id in job jobid: its step is the one named id. */
 static void cancel_step(long jobid, const char *id) {
-  char *argv[] = {"squeue", "--steps", "--noheader", "--format=%i %j", NULL, NULL};
-  char jobs[64];
+  /* Not filtered by job: the components of a heterogeneous job have job
+   * ids of their own. Step names (worker ids) are unique. */
+  char *argv[] = {"squeue", "--steps", "--noheader", "--format=%i %j", NULL};
   struct sb_out o;
 
-  snprintf(jobs, sizeof(jobs), "--jobs=%ld", jobid);
-  argv[4] = jobs;
+  (void)jobid;
   if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) == 0 && o.status == 0) {
     for (char *line = o.out; line && *line;) {
       char *nl = strchr(line, '\n'), step[64], name[64];
@@ -607,6 +634,7 @@ static void end_sentence(const char *state, const char *reason, const char *node
 /* What squeue says of one job. */
 struct sq_job {
   long id;
+  long het_id; /* the heterogeneous job's leader, or 0 */
   const char *state, *reason, *nodes, *comment;
 };
 
@@ -625,6 +653,7 @@ static int squeue_parse(json_t *root, struct sq_job **out, size_t *n) {
   json_array_foreach(jobs, i, j) {
     struct sq_job *q = &(*out)[*n];
     q->id = (long)json_integer_value(json_object_get(j, "job_id"));
+    q->het_id = (long)json_integer_value(json_object_get(j, "het_job_id"));
     q->state = json_string_value(json_object_get(j, "job_state"));
     q->reason = json_string_value(json_object_get(j, "state_reason"));
     q->nodes = json_string_value(json_object_get(j, "nodes"));
@@ -758,8 +787,11 @@ static void poll_jobs(void) {
           w->started = 1;
           nt->ev = BACKEND_STARTED;
           snprintf(nt->ref, sizeof(nt->ref), "%ld", j->jobid);
-          snprintf(nt->detail, sizeof(nt->detail), "Slurm job %ld runs on %s", j->jobid,
-                   s && s->nodes ? s->nodes : "?");
+          size_t dl = (size_t)snprintf(nt->detail, sizeof(nt->detail), "Slurm job %ld runs on %s",
+                                       j->jobid, s && s->nodes ? s->nodes : "?");
+          for (size_t c = 0; c < nq && dl < sizeof(nt->detail); c++)
+            if (q[c].het_id == j->jobid && q[c].id != j->jobid && q[c].nodes)
+              dl += (size_t)snprintf(nt->detail + dl, sizeof(nt->detail) - dl, ", %s", q[c].nodes);
           nn++;
         }
         live = 1;
@@ -911,11 +943,21 @@ static void slurm_submit(const struct backend_start *ws, int n) {
   }
   snprintf(j->launch, sizeof(j->launch), "%s", ws[0].launch ? ws[0].launch : "l-unknown");
   j->n = n;
+  /* The launch's groups arrive in order: a new shape starts a new
+   * component of a heterogeneous job. */
   for (int i = 0; i < n; i++) {
+    const struct backend_req *r = ws[i].req, *prev = i ? ws[i - 1].req : NULL;
+
     snprintf(j->w[i].id, sizeof(j->w[i].id), "%s", ws[i].id);
     snprintf(j->w[i].token, sizeof(j->w[i].token), "%s", ws[i].token);
     j->w[i].attempt = ws[i].attempt;
+    j->w[i].req = *r;
+    if (prev && (r->cpu != prev->cpu || r->memory != prev->memory || r->ngpu != prev->ngpu) &&
+        j->ncomp < SB_COMP_MAX - 1)
+      j->ncomp++;
+    j->w[i].comp = j->ncomp;
   }
+  j->ncomp++;
   j->req = *ws[0].req;
   j->since_ms = util_mono_ms();
   pthread_mutex_lock(&sb.mu);
@@ -989,7 +1031,8 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
                state_is(q[k].state, "SUSPENDED");
     struct sb_job *j = NULL;
 
-    if (!c || strncmp(c, "muster:", 7) != 0)
+    /* A heterogeneous job is known by its leader (its first component). */
+    if (!c || strncmp(c, "muster:", 7) != 0 || (q[k].het_id && q[k].het_id != q[k].id))
       continue;
     for (int i = 0; i < n; i++) {
       char key[40];
@@ -1024,6 +1067,7 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
       }
       snprintf(j->w[j->n].id, sizeof(j->w[j->n].id), "%s", ws[i].id);
       j->w[j->n].attempt = ws[i].attempt;
+      j->w[j->n].req = ws[i].req;
       j->w[j->n].started = ws[i].registered || state_is(q[k].state, "RUNNING");
       j->n++;
     }

@@ -121,8 +121,8 @@ static const char usage_rank[] =
 
 static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
-    "                  [--memory G] [--gpu K] [--port P] [--timeout S] [--session S]\n"
-    "                  -- COMMAND [ARGS...]\n"
+    "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
+    "                  [--timeout S] [--session S] -- COMMAND [ARGS...]\n"
     "\n"
     "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
     "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
@@ -1203,11 +1203,16 @@ static int cmd_run(int argc, char **argv) {
       else
         o.port = (int)l;
     } else if (strcmp(a, "--cpu") == 0 || strcmp(a, "--memory") == 0 ||
-               strcmp(a, "--timeout") == 0) {
+               strcmp(a, "--timeout") == 0 || strcmp(a, "--ps-cpu") == 0 ||
+               strcmp(a, "--ps-memory") == 0) {
       i++;
       if (parse_double(v, 0, &d) != 0)
         return usage_error(usage_run, "%s must be a number >= 0, not \"%s\"", a, v);
-      if (a[2] == 'c')
+      if (strcmp(a, "--ps-cpu") == 0)
+        o.ps_cpu = d;
+      else if (strcmp(a, "--ps-memory") == 0)
+        o.ps_memory = d;
+      else if (a[2] == 'c')
         o.cpu = d;
       else if (a[2] == 'm')
         o.memory = d;

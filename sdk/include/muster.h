@@ -130,6 +130,13 @@ void muster_launch_opts_init(muster_launch_opts *o);
 int muster_launch(muster_client *c, const muster_launch_opts *o,
                   muster_worker_list *out) MUSTER_WARN_UNUSED;
 
+/* Launches n (1..16) groups of workers, each of its own shape and role, as
+ * one launch: a backend starts them as one gang (on Slurm, one job, a
+ * heterogeneous one when the shapes differ). The groups share a session.
+ * *out gets every worker, group after group. */
+int muster_launch_groups(muster_client *c, const muster_launch_opts *groups, size_t n,
+                         muster_worker_list *out) MUSTER_WARN_UNUSED;
+
 /* The worker id; *out is cleaned up with muster_worker_cleanup(). */
 int muster_get(muster_client *c, const char *id, muster_worker *out) MUSTER_WARN_UNUSED;
 
@@ -277,6 +284,10 @@ typedef struct muster_run_opts {
   const char *muster_program;
   muster_run_output_cb on_output;
   void *arg;
+  /* ps: each parameter server's cores and GiB; 0: as a worker's. PS and
+   * workers are one launch either way (on Slurm one job, a heterogeneous one
+   * when their shapes differ). */
+  double ps_cpu, ps_memory;
 } muster_run_opts;
 
 typedef struct muster_run_result {

@@ -531,12 +531,12 @@ static MUST_CHECK int json_call(muster_client *c, const char *method, const char
   return rc;
 }
 
-int muster_launch(muster_client *c, const muster_launch_opts *o, muster_worker_list *out) {
-  json_t *req = json_object(), *ans = NULL, *env = NULL, *secret = NULL;
-  int rc;
+/* The launch body of o: a new object, or NULL with c's error set. */
+static json_t *launch_body(muster_client *c, const muster_launch_opts *o) {
+  json_t *req = json_object(), *env = NULL, *secret = NULL;
 
-  out->count = 0;
-  out->items = NULL;
+  if (!req)
+    return NULL;
   json_object_set_new(req, "n", json_integer(o->n));
   json_object_set_new(req, "cpu", json_real(o->cpu));
   json_object_set_new(req, "memory", json_real(o->memory));
@@ -557,19 +557,50 @@ int muster_launch(muster_client *c, const muster_launch_opts *o, muster_worker_l
     json_object_set_new(req, "name", json_string(o->name));
   if (o->session)
     json_object_set_new(req, "session", json_string(o->session));
-  if (o->nenv && !(env = kv_object(c, "env", o->env, o->nenv))) {
-    json_decref(req);
-    return MUSTER_E_INVALID;
-  }
-  if (o->nsecret_env && !(secret = kv_object(c, "secret_env", o->secret_env, o->nsecret_env))) {
+  if ((o->nenv && !(env = kv_object(c, "env", o->env, o->nenv))) ||
+      (o->nsecret_env && !(secret = kv_object(c, "secret_env", o->secret_env, o->nsecret_env)))) {
     json_decref(req);
     json_decref(env);
-    return MUSTER_E_INVALID;
+    return NULL;
   }
   if (env)
     json_object_set_new(req, "env", env);
   if (secret)
     json_object_set_new(req, "secret_env", secret);
+  return req;
+}
+
+int muster_launch(muster_client *c, const muster_launch_opts *o, muster_worker_list *out) {
+  return muster_launch_groups(c, o, 1, out);
+}
+
+int muster_launch_groups(muster_client *c, const muster_launch_opts *groups, size_t n,
+                         muster_worker_list *out) {
+  json_t *req = NULL, *arr = NULL, *ans = NULL;
+  int rc;
+
+  out->count = 0;
+  out->items = NULL;
+  if (n == 0 || n > 16)
+    return set_error(c, MUSTER_E_INVALID, "groups", "a launch has 1 to 16 groups, not %zu", n);
+  if (n == 1) {
+    req = launch_body(c, &groups[0]);
+    if (!req)
+      return MUSTER_E_INVALID;
+  } else {
+    arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+      json_t *g = launch_body(c, &groups[i]);
+      if (!g) {
+        json_decref(arr);
+        return MUSTER_E_INVALID;
+      }
+      json_array_append_new(arr, g);
+    }
+    req = json_pack("{s:o}", "groups", arr);
+    if (!req)
+      return MUSTER_E_NOMEM;
+  }
   rc = json_call(c, "POST", "/api/v1/workers", req, c->timeout_s, &ans);
   if (!rc)
     rc = list_from_json(c, json_object_get(ans, "workers"), out);

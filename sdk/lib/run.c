@@ -548,24 +548,51 @@ out:
   free(procs);
 }
 
-/* Launches n workers of role; appends an error to run on failure. */
-static int launch_role(muster_client *c, struct run *run, const char *role, int n, int gpu,
-                       const char *session, muster_worker_list *out) {
-  muster_launch_opts lo;
+/* Launches the parameter servers (mode ps) and the workers as one launch,
+ * so that a backend places them as one gang; splits them into run->ps and
+ * run->workers. */
+static int launch_cluster(muster_client *c, struct run *run, const char *session) {
+  const muster_run_opts *o = run->o;
+  muster_launch_opts lo[2];
+  muster_worker_list all = {0};
+  size_t ng = 0, nps = o->mode == MUSTER_RUN_PS ? (size_t)o->n_ps : 0;
+  int rc;
 
-  out->count = 0;
-  out->items = NULL;
-  if (n == 0)
-    return 0;
-  muster_launch_opts_init(&lo);
-  lo.n = n;
-  lo.cpu = run->o->cpu;
-  lo.memory = run->o->memory;
-  lo.nvidia_gpu = gpu;
-  lo.role = role;
-  lo.name = role;
-  lo.session = session;
-  return muster_launch(c, &lo, out);
+  memset(&run->ps, 0, sizeof(run->ps));
+  memset(&run->workers, 0, sizeof(run->workers));
+  if (nps) {
+    muster_launch_opts_init(&lo[ng]);
+    lo[ng].n = (int)nps;
+    lo[ng].cpu = o->ps_cpu > 0 ? o->ps_cpu : o->cpu;
+    lo[ng].memory = o->ps_memory > 0 ? o->ps_memory : o->memory;
+    lo[ng].role = lo[ng].name = "ps";
+    lo[ng].session = session;
+    ng++;
+  }
+  muster_launch_opts_init(&lo[ng]);
+  lo[ng].n = o->n_workers;
+  lo[ng].cpu = o->cpu;
+  lo[ng].memory = o->memory;
+  lo[ng].nvidia_gpu = o->nvidia_gpu;
+  lo[ng].role = lo[ng].name = "worker";
+  lo[ng].session = session;
+  ng++;
+  rc = muster_launch_groups(c, lo, ng, &all);
+  if (rc)
+    return rc;
+  /* Group after group: the parameter servers first. */
+  run->ps.items = calloc(nps + 1, sizeof(*run->ps.items));
+  run->workers.items = calloc(all.count + 1, sizeof(*run->workers.items));
+  if (!run->ps.items || !run->workers.items) {
+    muster_worker_list_free(&all);
+    return MUSTER_E_NOMEM;
+  }
+  for (size_t i = 0; i < all.count; i++) {
+    muster_worker_list *l = i < nps ? &run->ps : &run->workers;
+    l->items[l->count++] = all.items[i];
+  }
+  free(all.items); /* the workers moved into the two lists */
+  return 0;
 }
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
@@ -606,9 +633,7 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
     snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
   }
-  rc = launch_role(c, &run, "ps", o->mode == MUSTER_RUN_PS ? o->n_ps : 0, 0, session, &run.ps);
-  if (!rc)
-    rc = launch_role(c, &run, "worker", o->n_workers, o->nvidia_gpu, session, &run.workers);
+  rc = launch_cluster(c, &run, session);
   if (rc)
     goto out;
 

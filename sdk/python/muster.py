@@ -444,7 +444,8 @@ class Client:
         return answer
 
     def run_cluster(self, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
-                    timeout_seconds=60, mode=None, command=None, port=2222, output=None):
+                    timeout_seconds=60, mode=None, command=None, port=2222, output=None,
+                    ps_cpu=None, ps_memory=None):
         """Launches a cluster, trains across it and stops it, as CML's
         ``cdsw_tensorflow_utils.run_cluster`` did (with no shared file system
         and no SSH).
@@ -490,6 +491,10 @@ class Client:
                 "--timeout", str(timeout_seconds)]
         if mode == "ps":
             args += ["--ps", str(int(n_ps))]
+            if ps_cpu:
+                args += ["--ps-cpu", str(ps_cpu)]
+            if ps_memory:
+                args += ["--ps-memory", str(ps_memory)]
         args += ["--"] + [str(a) for a in command]
         env = dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.token,
                    MUSTER_SESSION=self.session)
@@ -643,8 +648,10 @@ def worker_logs(worker_id, stream="stdout", offset=None):
 
 
 def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
-                timeout_seconds=60, mode=None, command=None, port=2222, output=None):
+                timeout_seconds=60, mode=None, command=None, port=2222, output=None,
+                ps_cpu=None, ps_memory=None):
     """Launches a cluster, trains across it, stops it: see
     :meth:`Client.run_cluster` (CML's ``cdsw_tensorflow_utils.run_cluster``)."""
     return default_client().run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu, worker_script,
-                                         timeout_seconds, mode, command, port, output)
+                                         timeout_seconds, mode, command, port, output,
+                                         ps_cpu, ps_memory)

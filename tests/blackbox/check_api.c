@@ -499,6 +499,50 @@ START_TEST(a_script_killed_by_a_signal_is_a_failure_naming_it) {
 }
 END_TEST
 
+START_TEST(a_launch_of_groups_is_one_launch_of_several_shapes) {
+  json_t *workers, *ans = NULL;
+  const char *field;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"groups\": [{\"n\": 1, \"cpu\": 0.1, \"role\": \"ps\", \"session\": "
+                           "\"g\"}, {\"n\": 2, \"cpu\": 0.2, \"session\": \"g\"}]}");
+  ck_assert_int_eq(json_array_size(workers), 3);
+  /* Group after group, each with its own shape, one launch. */
+  ck_assert_str_eq(h_str(json_array_get(workers, 0), "role"), "ps");
+  ck_assert_str_eq(h_str(json_array_get(workers, 1), "role"), "worker");
+  ck_assert(json_real_value(json_object_get(json_array_get(workers, 0), "cpu")) == 0.1);
+  ck_assert(json_real_value(json_object_get(json_array_get(workers, 2), "cpu")) == 0.2);
+  ans = h_await(&ctl, workers, 0, 20);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "failures")), 0);
+  json_decref(ans);
+  json_decref(workers);
+
+  /* What cannot be one launch is refused, naming groups, and stores
+   * nothing. */
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers",
+                          "{\"groups\": [{\"n\": 1, \"session\": \"a\"}, {\"n\": 1, "
+                          "\"session\": \"b\"}]}",
+                          "", &ans, NULL),
+                   422);
+  field = json_string_value(json_object_get(json_object_get(ans, "error"), "field"));
+  ck_assert_str_eq(field ? field : "", "groups");
+  json_decref(ans);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"groups\": [{\"n\": 1}], \"n\": 2}",
+                          "", NULL, NULL),
+                   422);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"groups\": [{\"n\": 1}, {\"n\": 0}]}",
+                          "", &ans, NULL),
+                   422);
+  ck_assert_ptr_nonnull(strstr(h_str(json_object_get(ans, "error"), "message"), "groups[1]"));
+  json_decref(ans);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers?session=a", NULL, "", &ans, NULL), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 0);
+  json_decref(ans);
+  h_finish(&ctl);
+}
+END_TEST
+
 START_TEST(gpus_are_handed_out_as_distinct_indices) {
   json_t *workers, *ans, *blocked, *w;
   char path[96], *out0 = NULL, *out1 = NULL;
@@ -649,6 +693,7 @@ int main(void) {
   tcase_add_test(tc, restart_after_kill9_keeps_state_and_reattaches_workers);
   tcase_add_test(tc, events_stream_live_transitions_in_order);
   tcase_add_test(tc, a_script_killed_by_a_signal_is_a_failure_naming_it);
+  tcase_add_test(tc, a_launch_of_groups_is_one_launch_of_several_shapes);
   tcase_add_test(tc, gpus_are_handed_out_as_distinct_indices);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);

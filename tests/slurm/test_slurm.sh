@@ -160,6 +160,33 @@ check "a script's exit code comes back (failed, exit 3)" \
 check "...and its output, written on a node, is in its logs" \
   bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sid' | grep -q 'on n[1-3]'"
 
+# --- muster run across the nodes: allreduce (one Open MPI daemon per node,
+# ranks over TCP between them), and ps with PS and workers of different
+# shapes as one heterogeneous job
+train=$build/muster-train
+m run --mode allreduce --workers 3 --cpu 2 --memory 0.5 --session ar --timeout 60 -- \
+  "$train" --mode allreduce --steps 30 --batch 96 --quiet >"$tmp/ar.out" 2>&1
+rc=$?
+check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 0
+check "...rank 0 reports 3 ranks and a test accuracy" grep -q '"ranks": 3,.*"test_accuracy"' "$tmp/ar.out"
+hosts=$(m ls -a --session ar --json | python3 -c 'import json,sys; print(" ".join(sorted({w["hostname"] for w in json.load(sys.stdin)})))')
+check "...its workers were on three nodes ($hosts)" test "$hosts" = "n1 n2 n3"
+m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 0.25 --workers 2 --cpu 2 --memory 0.5 --session ps \
+  --timeout 60 -- "$train" --mode ps --steps 30 --batch 96 --quiet >"$tmp/ps.out" 2>&1
+rc=$?
+check "muster run --mode ps with a 1-core PS and 2-core workers succeeds (exit $rc)" test $rc -eq 0
+check "...worker 0 reports its summary" grep -q '"mode": "ps"' "$tmp/ps.out"
+psid=$(m ls -a --session ps --role ps --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+login squeue -t all --json >"$tmp/queue.json"
+check "...as one heterogeneous Slurm job: two components, one comment naming all three" \
+  python3 -c '
+import json, sys
+jobs = [j for j in json.load(open(sys.argv[1]))["jobs"] if sys.argv[2] in (j.get("comment") or "")]
+leaders = {j["het_job_id"] for j in jobs}
+assert len(jobs) == 2 and len(leaders) == 1 and 0 not in leaders, jobs
+assert sorted(j["cpus"] for j in jobs) == [1, 4], [j["cpus"] for j in jobs]
+' "$tmp/queue.json" "$psid"
+
 # --- Slurm down: 503 with Slurm's words, nothing recorded
 before=$(m ls -a --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 kill "$(cat "$MUSTER_SLURM_DIR/run/slurmctld.pid")" 2>/dev/null

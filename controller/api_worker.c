@@ -9,6 +9,12 @@
 #include "state.h"
 #include "util.h"
 #include "validate.h"
+
+/* How workerd's exit report begins when a signal it did not get from the
+ * controller ended it (workerd/main.c), and how long the controller waits
+ * for a queueing backend's own account of that end. */
+#define OUTSIDE_PREFIX "stopped from outside muster"
+#define OUTSIDE_WAIT_MS 5000
 #include "worker_spec.h"
 
 #include <errno.h>
@@ -223,6 +229,20 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  /* Stopped from outside muster: a queueing backend (Slurm) is about to
+   * say why in its own words (a cancel, a time limit), which tells the
+   * user more than the workerd's SIGTERM. Its report is awaited for a few
+   * seconds; the workerd's words are the failure if none comes. */
+  if (!rc && w && g.backend->queues && !w->outside_why &&
+      strncmp(ex.failure, OUTSIDE_PREFIX, strlen(OUTSIDE_PREFIX)) == 0) {
+    w->outside_why = strdup(ex.failure);
+    w->outside_until_ms = util_mono_ms() + OUTSIDE_WAIT_MS;
+    if (w->outside_why) {
+      state_unlock();
+      json_decref(body);
+      return api_respond_json(c, MHD_HTTP_OK, json_object());
+    }
+  }
   if (!rc && w)
     rc = sm_finish_locked(w, to, &f, ex.failure[0] ? ex.failure : "the script exited with code 0",
                           BACKEND_KILL_LATER);

@@ -80,7 +80,10 @@ struct backend_ops {
    * worker back; its attempt is committed and submitted while it stays
    * `scheduling`, with the backend's reason in waiting_for (BACKEND_WAITING),
    * until the backend reports BACKEND_STARTED, which makes it `starting`. A
-   * launch is submitted whole, in one submit() call. */
+   * launch is submitted whole, in one submit() call. Such a backend also
+   * reports how its jobs end (BACKEND_LOST with its own words): when a
+   * workerd says it was stopped from outside muster, the controller waits
+   * a little for that report before it takes the workerd's words. */
   int queues;
   /* Prepares the backend and starts its thread. May block. Returns 0 or an
    * error with a sentence in err. */

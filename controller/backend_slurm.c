@@ -726,7 +726,7 @@ static void poll_jobs(void) {
   for (struct sb_job **pj = &sb.jobs; *pj;) {
     struct sb_job *j = *pj;
     const struct sq_job *s = NULL;
-    int ended = 0, live = 0;
+    int ended = 0, live = 0, continue_job = 0;
     char detail[300];
 
     if (!j->jobid) {
@@ -743,10 +743,16 @@ static void poll_jobs(void) {
           state_is(s->state, "SUSPENDED"))
         snprintf(detail, sizeof(detail), "the Slurm queue: %s (job %ld)",
                  s->reason && *s->reason ? s->reason : s->state, j->jobid);
+      else if (state_is(s->state, "COMPLETING"))
+        continue_job = 1; /* ending: its final state comes next */
       else if (!state_is(s->state, "RUNNING") && !state_is(s->state, "CONFIGURING"))
         ended = 1;
     } else if (j->seen || now - j->since_ms > SB_GONE_GRACE_MS) {
       ended = 1;
+    }
+    if (continue_job) {
+      pj = &j->next;
+      continue;
     }
     for (int i = 0; i < j->n; i++) {
       struct sb_worker *w = &j->w[i];

@@ -182,6 +182,7 @@ static void lw_remove_locked(struct lw *w) {
     g.tail = w->prev;
   g.live_count--;
   memset(w->token, 0, sizeof(w->token));
+  free(w->outside_why);
   free(w);
 }
 
@@ -868,7 +869,9 @@ static void check_timeouts_locked(int64_t now) {
                             "after the controller restarted"
                           : "did not register within the start timeout of %g s",
                g.cfg.start_timeout_s);
-    else if (w->status == WS_RUNNING && now - w->last_hb_ms > hb_ms)
+    else if (w->outside_why && now >= w->outside_until_ms)
+      snprintf(why, sizeof(why), "%s", w->outside_why);
+    else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms)
       snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
                g.cfg.heartbeat_timeout_s);
     if (why[0] && sm_fail_locked(w, why) != 0)
@@ -1201,6 +1204,7 @@ void state_cleanup(void) {
   g.backend_started = 0;
   for (; w; w = next) {
     next = w->next;
+    free(w->outside_why);
     free(w);
   }
   g.head = g.tail = NULL;

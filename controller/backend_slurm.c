@@ -694,8 +694,45 @@ struct sb_note {
   enum backend_event ev;
   struct sb_worker w;
   char ref[32];
-  char detail[300];
+  char detail[600];
+  long output_of; /* a job whose output may say why it ended (read after sb.mu) */
 };
+
+/* The last line of job jobid's output (STATE/slurm/JOBID.out) that says
+ * "error:" (srun's words for a step that could not start: a workerd that is
+ * not where --workerd says on that node, say), appended to buf. */
+static void append_output_error(long jobid, char *buf, size_t len) {
+  char path[700], tail[8192], *last = NULL;
+  ssize_t n;
+  int fd;
+
+  snprintf(path, sizeof(path), "%s/slurm/%ld.out", sb.cfg.state_dir, jobid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  if (lseek(fd, 0, SEEK_END) > (off_t)sizeof(tail) - 1)
+    (void)lseek(fd, -(off_t)sizeof(tail) + 1, SEEK_END);
+  else
+    (void)lseek(fd, 0, SEEK_SET);
+  n = read(fd, tail, sizeof(tail) - 1);
+  close(fd);
+  if (n <= 0)
+    return;
+  tail[n] = '\0';
+  for (char *line = tail; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl)
+      *nl = '\0';
+    if (strstr(line, "error:"))
+      last = line;
+    line = nl ? nl + 1 : NULL;
+  }
+  if (last) {
+    size_t at = strlen(buf);
+    if (at < len)
+      snprintf(buf + at, len - at, ": %.300s", last);
+  }
+}
 
 static void job_free(struct sb_job *j) {
   free(j->w);
@@ -772,6 +809,8 @@ static void poll_jobs(void) {
       memset(nt, 0, sizeof(*nt));
       nt->w = *w;
       if (ended) {
+        if (s && (state_is(s->state, "COMPLETED") || state_is(s->state, "FAILED")))
+          nt->output_of = j->jobid;
         if (s)
           end_sentence(s->state, s->reason, s->nodes, nt->detail, sizeof(nt->detail));
         else
@@ -811,8 +850,11 @@ static void poll_jobs(void) {
     pj = &j->next;
   }
   pthread_mutex_unlock(&sb.mu);
-  for (size_t i = 0; i < nn; i++)
+  for (size_t i = 0; i < nn; i++) {
+    if (notes[i].output_of)
+      append_output_error(notes[i].output_of, notes[i].detail, sizeof(notes[i].detail));
     report(notes[i].ev, &notes[i].w, notes[i].ref[0] ? notes[i].ref : NULL, notes[i].detail);
+  }
   free(notes);
   free(q);
   json_decref(root);

@@ -187,6 +187,18 @@ assert len(jobs) == 2 and len(leaders) == 1 and 0 not in leaders, jobs
 assert sorted(j["cpus"] for j in jobs) == [1, 4], [j["cpus"] for j in jobs]
 ' "$tmp/queue.json" "$psid"
 
+# --- a workerd that cannot start on the node: the worker fails with srun's
+# words, not after the start timeout
+kill -9 "$ctl_pid"
+wait "$ctl_pid" 2>/dev/null
+printf '#!/nonexistent/sh\n' >"$tmp/broken-workerd"
+chmod 755 "$tmp/broken-workerd"
+start_controller --workerd "$tmp/broken-workerd"
+bid=$(m launch --cpu 1 --memory 0.25)
+wait_for 20 "$bid to fail" is_status "$bid" failed
+check "a workerd that cannot start on its node fails the worker within seconds, quoting Slurm" \
+  bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$bid' | grep -q 'error: execve().*No such file or directory'"
+
 # --- a job's time limit (--slurm-arg passes sbatch options): the worker
 # fails saying so, in Slurm's words (Slurm's shortest limit is a minute)
 kill -9 "$ctl_pid"

@@ -284,8 +284,13 @@ int main(int argc, char **argv) {
     state_cleanup();
     return 1;
   }
-  LOG(LOG_INFO, "listening on %s (state in %s, %s backend: %g cores, %g GiB, %d GPUs)",
-      g.controller_url, g.cfg.state_dir, g.backend->name, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
+  if (strcmp(g.backend->name, "local") == 0)
+    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g cores, %g GiB, %d GPUs)",
+        g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
+  else
+    LOG(LOG_INFO, "listening on %s (state in %s, %s backend%s%s)", g.controller_url,
+        g.cfg.state_dir, g.backend->name, g.cfg.slurm_partition[0] ? ", partition " : "",
+        g.cfg.slurm_partition);
   printf("muster-controller: listening on %s\n", g.controller_url);
   /* The sign-in link carries the token: it goes to a terminal, once, never
    * into a file that stdout may be redirected to. */

@@ -107,7 +107,7 @@ MUST_CHECK int tr_bench_allreduce(long n, int *argc, char ***argv);
  * not have. */
 void tr_mpi_init(int *argc, char ***argv);
 
-/* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.c). */
+/* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.h). */
 MUST_CHECK int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                          const struct tr_data *test, struct tr_result *r);
 /* --device cuda (tr_cuda.cu); single or allreduce (NCCL). */

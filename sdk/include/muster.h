@@ -251,7 +251,9 @@ void muster_exec_opts_init(muster_exec_opts *o);
  * ran (whatever its exit code), MUSTER_E_UNREACHABLE if the worker could not
  * be reached or the connection broke, MUSTER_E_FORBIDDEN if the worker
  * refused the token, MUSTER_E_NOT_FOUND if the program does not exist
- * there. errbuf gets a sentence. Needs no client: it talks to the worker. */
+ * there, MUSTER_E_SHUTTING_DOWN when o->cancel ended it. The connection is
+ * given 10 s. errbuf gets a sentence. Needs no client: it talks to the
+ * worker. */
 int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
                    char *errbuf, size_t errlen) MUSTER_WARN_UNUSED;
 

@@ -123,9 +123,9 @@ static int groups_prepare(json_t *body, struct group *grs, int *ngr, const char 
     rc = group_prepare(json_array_get(arr, i), &grs[i], field, msg, msglen);
     *ngr = (int)i + 1;
     if (rc) {
-      char inner[512];
-      snprintf(inner, sizeof(inner), "%s", msg);
-      snprintf(msg, msglen, "groups[%zu]: %s", i, inner);
+      char inner[640];
+      snprintf(inner, sizeof(inner), "%.600s", msg);
+      snprintf(msg, msglen, "groups[%zu]: %.500s", i, inner);
       return rc;
     }
     total += grs[i].lr.n;

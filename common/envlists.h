@@ -53,6 +53,17 @@ static inline bool env_to_worker(const char *var) {
   return !env_in(var, controller_own) || env_in(var, for_workerd);
 }
 
+/* Whether the controller's variable var goes into a Slurm job it submits:
+ * what reaches any worker, less Slurm's own settings of the controller's
+ * process (a controller started inside a job must not hand that job's
+ * SLURM_JOB_ID to its own jobs), but with SLURM_CONF, which finds the
+ * cluster. */
+static inline bool env_to_slurm_job(const char *var) {
+  static const char *const slurm_own[] = {"SLURM_", "SBATCH_", "SRUN_", "SALLOC_", NULL};
+  static const char *const keep[] = {"SLURM_CONF=", NULL};
+  return env_to_worker(var) && (!env_in(var, slurm_own) || env_in(var, keep));
+}
+
 /* What muster run sets for its mpirun itself. */
 static inline bool env_run_sets(const char *var) {
   static const char *const list[] = {"MUSTER_EXEC_",

@@ -237,6 +237,7 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
       strncmp(ex.failure, OUTSIDE_PREFIX, strlen(OUTSIDE_PREFIX)) == 0) {
     w->outside_why = strdup(ex.failure);
     w->outside_until_ms = util_mono_ms() + OUTSIDE_WAIT_MS;
+    w->outside_signal = ex.signal;
     if (w->outside_why) {
       state_unlock();
       json_decref(body);

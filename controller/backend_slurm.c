@@ -93,7 +93,17 @@ static struct {
   struct ctl_config cfg;
   char controller_url[600]; /* where workerd registers */
   struct sb_job *jobs;
+  /* Workers a restart could not match with a job (squeue failed then):
+   * matched by the first poll that reads the queue. */
+  struct sb_worker *unresolved;
+  int nunresolved;
 } sb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void job_free(struct sb_job *j) {
+  free(j->w);
+  free(j->cancel_steps);
+  free(j);
+}
 
 /* ---- running a command ---- */
 
@@ -134,8 +144,10 @@ static MUST_CHECK int sb_run(char *const argv[], char *const envp[], const char 
   posix_spawn_file_actions_t fa;
   size_t olen = 0, elen = 0, ilen = input ? strlen(input) : 0, ioff = 0;
   int64_t deadline = util_mono_ms() + timeout_ms;
+  posix_spawnattr_t attr;
+  sigset_t none, all;
   pid_t pid;
-  int rc, st;
+  int rc, st = 0;
 
   memset(o, 0, sizeof(*o));
   o->status = -1;
@@ -157,7 +169,16 @@ static MUST_CHECK int sb_run(char *const argv[], char *const envp[], const char 
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp ? envp : environ);
+  /* Not the controller's blocked and ignored signals: Slurm's commands get
+   * the defaults. */
+  posix_spawnattr_init(&attr);
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp ? envp : environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   close(in[0]);
   close(out[1]);
@@ -224,21 +245,38 @@ static MUST_CHECK int sb_run(char *const argv[], char *const envp[], const char 
     close(out[0]);
   if (err[0] >= 0)
     close(err[0]);
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-    ;
-  o->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  /* The output is closed; the exit comes within the same deadline, or it
+   * is killed (a command that closed its output and lingers). */
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+
+    if (r == pid)
+      break;
+    if (r < 0 && errno != EINTR) {
+      st = -1;
+      break;
+    }
+    if (r == 0 && util_mono_ms() >= deadline && !o->timed_out) {
+      o->timed_out = 1;
+      kill(pid, SIGKILL);
+    }
+    if (r == 0)
+      usleep(o->timed_out ? 10000 : 2000);
+  }
+  o->status = st < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return 0;
 }
 
 /* Slurm's own words from a failed command: its stderr's last line, without
  * "sbatch: error: " and the like. */
-static void slurm_words(const struct sb_out *o, const char *cmd, char *buf, size_t len) {
+static void slurm_words(const struct sb_out *o, const char *cmd, int timeout_ms, char *buf,
+                        size_t len) {
   const char *s = o->err ? o->err : "";
   const char *last = s, *p;
   size_t n;
 
   if (o->timed_out) {
-    snprintf(buf, len, "%s did not answer within %d s", cmd, SB_CMD_TIMEOUT_MS / 1000);
+    snprintf(buf, len, "%s did not answer within %d s", cmd, timeout_ms / 1000);
     return;
   }
   for (p = s; *p; p++)
@@ -344,7 +382,7 @@ static int test_only(const struct backend_req *r, char *words, size_t len) {
   }
   rc = 0;
   if (o.status != 0 || o.timed_out) {
-    slurm_words(&o, "sbatch", words, len);
+    slurm_words(&o, "sbatch", SB_TEST_TIMEOUT_MS, words, len);
     rc = slurm_unreachable(words) ? MUSTER_E_BACKEND_DOWN : MUSTER_E_CAPACITY;
   }
   sb_out_free(&o);
@@ -462,7 +500,7 @@ static void submit_job(struct sb_job *j) {
   size_t nenv = 0, clen = 0;
   struct sb_out o = {0};
   char words[400];
-  int n = 0;
+  int n = 0, refused = 0;
 
   for (char **e = environ; *e; e++)
     nenv++;
@@ -473,9 +511,16 @@ static void submit_job(struct sb_job *j) {
     snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
     goto refuse;
   }
+  if (9 + j->ncomp * (10 + sb.cfg.nslurm_args) >= SB_ARGV_MAX) {
+    snprintf(words, sizeof(words),
+             "a job of %d shapes with %d --slurm-arg options has more sbatch arguments than "
+             "muster passes (%d)",
+             j->ncomp, sb.cfg.nslurm_args, SB_ARGV_MAX);
+    goto refuse;
+  }
   nenv = 0;
   for (char **e = environ; *e; e++)
-    if (env_to_worker(*e))
+    if (env_to_slurm_job(*e))
       envp[nenv++] = *e;
   for (int i = 0; i < j->n; i++) {
     if (asprintf(&tok[i], "MUSTER_TOKEN_%d=%s", i, j->w[i].token) < 0) {
@@ -530,7 +575,7 @@ static void submit_job(struct sb_job *j) {
     goto refuse;
   }
   if (o.status != 0 || o.timed_out) {
-    slurm_words(&o, "sbatch", words, sizeof(words));
+    slurm_words(&o, "sbatch", SB_CMD_TIMEOUT_MS, words, sizeof(words));
     goto refuse;
   }
   {
@@ -556,6 +601,7 @@ refuse:
   pthread_mutex_unlock(&sb.mu);
   for (int i = 0; i < j->n; i++)
     report(BACKEND_REFUSED, &j->w[i], NULL, words);
+  refused = 1;
 out:
   sb_out_free(&o);
   for (int i = 0; tok && i <= j->n; i++)
@@ -563,6 +609,18 @@ out:
   free(tok);
   free(envp);
   free(script);
+  /* A refused job is done with: only this thread frees jobs, and nothing
+   * else frees one without a job id. */
+  if (refused) {
+    pthread_mutex_lock(&sb.mu);
+    for (struct sb_job **pj = &sb.jobs; *pj; pj = &(*pj)->next)
+      if (*pj == j) {
+        *pj = j->next;
+        break;
+      }
+    pthread_mutex_unlock(&sb.mu);
+    job_free(j);
+  }
   free(comment_text);
 }
 
@@ -578,7 +636,7 @@ static void scancel(const char *what, char *const args[]) {
   argv[n] = NULL;
   if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0 || o.status != 0) {
     char words[400];
-    slurm_words(&o, "scancel", words, sizeof(words));
+    slurm_words(&o, "scancel", SB_CMD_TIMEOUT_MS, words, sizeof(words));
     LOG(LOG_WARN, "could not cancel %s: %s", what, words);
   }
   sb_out_free(&o);
@@ -638,6 +696,27 @@ struct sq_job {
   const char *state, *reason, *nodes, *comment;
 };
 
+/* A job's state: a string up to Slurm 22.05, an array of a base state and
+ * flags ("RUNNING", "COMPLETING") from 23.02: the first that is a final
+ * or a base state, else the first. */
+static const char *job_state_of(json_t *v) {
+  if (json_is_string(v))
+    return json_string_value(v);
+  if (json_is_array(v) && json_array_size(v) > 0)
+    return json_string_value(json_array_get(v, 0));
+  return NULL;
+}
+
+/* An integer: a number up to 22.05, {"set", "infinite", "number"} from
+ * 23.02. */
+static long number_of(json_t *v) {
+  if (json_is_object(v))
+    return json_is_true(json_object_get(v, "set"))
+               ? (long)json_integer_value(json_object_get(v, "number"))
+               : 0;
+  return (long)json_integer_value(v);
+}
+
 /* Parses squeue --json's jobs into *out (pointers into root). */
 static int squeue_parse(json_t *root, struct sq_job **out, size_t *n) {
   json_t *jobs = json_object_get(root, "jobs"), *j;
@@ -652,9 +731,9 @@ static int squeue_parse(json_t *root, struct sq_job **out, size_t *n) {
     return -1;
   json_array_foreach(jobs, i, j) {
     struct sq_job *q = &(*out)[*n];
-    q->id = (long)json_integer_value(json_object_get(j, "job_id"));
-    q->het_id = (long)json_integer_value(json_object_get(j, "het_job_id"));
-    q->state = json_string_value(json_object_get(j, "job_state"));
+    q->id = number_of(json_object_get(j, "job_id"));
+    q->het_id = number_of(json_object_get(j, "het_job_id"));
+    q->state = job_state_of(json_object_get(j, "job_state"));
     q->reason = json_string_value(json_object_get(j, "state_reason"));
     q->nodes = json_string_value(json_object_get(j, "nodes"));
     q->comment = json_string_value(json_object_get(j, "comment"));
@@ -674,7 +753,7 @@ static json_t *squeue_json(char *words, size_t len) {
   if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0) {
     snprintf(words, len, "%s", o.err ? o.err : "cannot run squeue");
   } else if (o.status != 0 || o.timed_out) {
-    slurm_words(&o, "squeue", words, len);
+    slurm_words(&o, "squeue", SB_CMD_TIMEOUT_MS, words, len);
   } else {
     json_error_t je;
     root = json_loads(o.out, 0, &je);
@@ -687,6 +766,25 @@ static json_t *squeue_json(char *words, size_t len) {
 
 static int state_is(const char *s, const char *name) {
   return s && strcmp(s, name) == 0;
+}
+
+/* Slurm's final job states; any other state (PENDING, RUNNING and the
+ * passing ones: COMPLETING, CONFIGURING, SIGNALING, STAGE_OUT, RESIZING,
+ * REQUEUED, SUSPENDED, STOPPED...) is not an end. */
+static int state_final(const char *s) {
+  static const char *const final[] = {"COMPLETED", "CANCELLED", "FAILED",
+                                      "TIMEOUT",   "NODE_FAIL", "PREEMPTED",
+                                      "BOOT_FAIL", "DEADLINE",  "OUT_OF_MEMORY"};
+  for (size_t i = 0; i < sizeof(final) / sizeof(final[0]); i++)
+    if (state_is(s, final[i]))
+      return 1;
+  return 0;
+}
+
+/* Waiting for resources, not running yet. */
+static int state_queued(const char *s) {
+  return state_is(s, "PENDING") || state_is(s, "REQUEUED") || state_is(s, "REQUEUE_HOLD") ||
+         state_is(s, "SUSPENDED");
 }
 
 /* What to report after a poll, gathered under sb.mu, sent after. */
@@ -734,10 +832,131 @@ static void append_output_error(long jobid, char *buf, size_t len) {
   }
 }
 
-static void job_free(struct sb_job *j) {
-  free(j->w);
-  free(j->cancel_steps);
-  free(j);
+/* Appends j to the tracked jobs (oldest first: sbatch runs in launch
+ * order). Called with sb.mu held. */
+static void job_append_locked(struct sb_job *j) {
+  struct sb_job **pj = &sb.jobs;
+
+  while (*pj)
+    pj = &(*pj)->next;
+  j->next = NULL;
+  *pj = j;
+}
+
+/* Matches workers an earlier controller left with the jobs in q (their
+ * comment "muster:ID:ATTEMPT,..."): a worker of a job that is queued or
+ * running is adopted (and its job tracked), one of a job that ended gets
+ * the sentence of that end in why. Called with sb.mu held; no I/O. */
+static void adopt_from_queue(const struct sq_job *q, size_t nq, struct backend_live *ws, int n) {
+  for (size_t k = 0; k < nq; k++) {
+    const char *c = q[k].comment;
+    int matches = 0;
+    struct sb_job *j = NULL;
+
+    /* A heterogeneous job is known by its leader (its first component). */
+    if (!c || strncmp(c, "muster:", 7) != 0 || (q[k].het_id && q[k].het_id != q[k].id))
+      continue;
+    for (int pass = 0; pass < 2; pass++) {
+      for (int i = 0; i < n; i++) {
+        char key[40];
+        const char *at;
+        size_t kl = (size_t)snprintf(key, sizeof(key), "%s:%d", ws[i].id, ws[i].attempt);
+
+        at = strstr(c + 7, key);
+        if (!at || (at[kl] != ',' && at[kl] != '\0') || (at[-1] != ',' && at[-1] != ':'))
+          continue;
+        if (pass == 0) {
+          matches++;
+          continue;
+        }
+        if (state_final(q[k].state)) {
+          end_sentence(q[k].state, q[k].reason, q[k].nodes, ws[i].why, sizeof(ws[i].why));
+          continue;
+        }
+        if (!j)
+          continue; /* out of memory: not adopted; the state machine decides */
+        ws[i].adopted = 1;
+        snprintf(j->w[j->n].id, sizeof(j->w[j->n].id), "%s", ws[i].id);
+        j->w[j->n].attempt = ws[i].attempt;
+        j->w[j->n].req = ws[i].req;
+        /* Only a registration tells that its workerd runs: a worker still
+         * scheduling in a job that runs now gets its STARTED (and its start
+         * timeout) from the next poll. */
+        j->w[j->n].started = ws[i].registered;
+        j->n++;
+      }
+      if (pass == 0) {
+        if (!matches || state_final(q[k].state))
+          continue;
+        j = calloc(1, sizeof(*j));
+        if (j && !(j->w = calloc((size_t)matches, sizeof(*j->w)))) {
+          free(j);
+          j = NULL;
+        }
+        if (j) {
+          j->jobid = q[k].id;
+          j->submitted = 1;
+          j->seen = 1;
+          j->ncomp = 1;
+          j->since_ms = util_mono_ms();
+          snprintf(j->launch, sizeof(j->launch), "adopted");
+        }
+      }
+    }
+    if (j && j->n) {
+      j->req = j->w[0].req;
+      job_append_locked(j);
+    } else if (j) {
+      job_free(j);
+    }
+  }
+}
+
+/* Room for one more note; NULL when memory ran out. */
+static struct sb_note *note_add(struct sb_note **notes, size_t *nn, size_t *capn) {
+  if (*nn == *capn) {
+    size_t cap = *capn ? 2 * *capn : 64;
+    struct sb_note *grown = realloc(*notes, cap * sizeof(*grown));
+    if (!grown)
+      return NULL;
+    *notes = grown;
+    *capn = cap;
+  }
+  memset(&(*notes)[*nn], 0, sizeof((*notes)[*nn]));
+  return &(*notes)[(*nn)++];
+}
+
+/* The workers a restart could not match (squeue failed then), matched now:
+ * adopted, or lost with the end of their job, or lost for having none.
+ * Called with sb.mu held. */
+static void resolve_locked(const struct sq_job *q, size_t nq, struct sb_note **notes, size_t *nn,
+                           size_t *capn) {
+  struct backend_live *ws = calloc((size_t)sb.nunresolved, sizeof(*ws));
+
+  if (!ws)
+    return; /* tried again at the next poll */
+  for (int i = 0; i < sb.nunresolved; i++) {
+    ws[i].id = sb.unresolved[i].id;
+    ws[i].attempt = sb.unresolved[i].attempt;
+    ws[i].registered = sb.unresolved[i].started;
+    ws[i].req = sb.unresolved[i].req;
+  }
+  adopt_from_queue(q, nq, ws, sb.nunresolved);
+  for (int i = 0; i < sb.nunresolved; i++) {
+    struct sb_note *nt;
+
+    if (ws[i].adopted || !(nt = note_add(notes, nn, capn)))
+      continue;
+    nt->ev = BACKEND_LOST;
+    nt->w = sb.unresolved[i];
+    snprintf(nt->detail, sizeof(nt->detail), "%s",
+             ws[i].why[0] ? ws[i].why
+                          : "lost: Slurm had no job for it when the controller restarted");
+  }
+  free(ws);
+  free(sb.unresolved);
+  sb.unresolved = NULL;
+  sb.nunresolved = 0;
 }
 
 /* One round of squeue: reports what changed for every tracked job. */
@@ -760,6 +979,8 @@ static void poll_jobs(void) {
     return;
   }
   pthread_mutex_lock(&sb.mu);
+  if (sb.nunresolved)
+    resolve_locked(q, nq, &notes, &nn, &capn);
   for (struct sb_job **pj = &sb.jobs; *pj;) {
     struct sb_job *j = *pj;
     const struct sq_job *s = NULL;
@@ -776,16 +997,17 @@ static void poll_jobs(void) {
     detail[0] = '\0';
     if (s) {
       j->seen = 1;
-      if (state_is(s->state, "PENDING") || state_is(s->state, "REQUEUED") ||
-          state_is(s->state, "SUSPENDED"))
+      if (state_queued(s->state))
         snprintf(detail, sizeof(detail), "the Slurm queue: %s (job %ld)",
                  s->reason && *s->reason ? s->reason : s->state, j->jobid);
-      else if (state_is(s->state, "COMPLETING"))
-        continue_job = 1; /* ending: its final state comes next */
-      else if (!state_is(s->state, "RUNNING") && !state_is(s->state, "CONFIGURING"))
+      else if (state_final(s->state))
         ended = 1;
+      else if (!state_is(s->state, "RUNNING"))
+        continue_job = 1; /* passing (COMPLETING, CONFIGURING...): wait */
     } else if (j->seen || now - j->since_ms > SB_GONE_GRACE_MS) {
       ended = 1;
+    } else {
+      continue_job = 1; /* submitted a moment ago: squeue has not listed it yet */
     }
     if (continue_job) {
       pj = &j->next;
@@ -797,16 +1019,12 @@ static void poll_jobs(void) {
 
       if (w->ended)
         continue;
-      if (nn == capn) {
-        size_t cap = capn ? 2 * capn : 64;
-        struct sb_note *grown = realloc(notes, cap * sizeof(*grown));
-        if (!grown)
-          break;
-        notes = grown;
-        capn = cap;
+      nt = note_add(&notes, &nn, &capn);
+      if (!nt) {
+        live = 1; /* out of memory: the next poll tries again */
+        break;
       }
-      nt = &notes[nn];
-      memset(nt, 0, sizeof(*nt));
+      nn--; /* counted below, once it holds something to report */
       nt->w = *w;
       if (ended) {
         if (s && (state_is(s->state, "COMPLETED") || state_is(s->state, "FAILED")))
@@ -905,7 +1123,7 @@ static void *backend_main(void *arg) {
       pthread_mutex_lock(&sb.mu);
       continue;
     }
-    if (sb.jobs) {
+    if (sb.jobs || sb.nunresolved) {
       pthread_mutex_unlock(&sb.mu);
       poll_jobs();
       pthread_mutex_lock(&sb.mu);
@@ -1009,14 +1227,12 @@ static void slurm_submit(const struct backend_start *ws, int n) {
   j->req = *ws[0].req;
   j->since_ms = util_mono_ms();
   pthread_mutex_lock(&sb.mu);
-  j->next = sb.jobs;
-  sb.jobs = j;
+  job_append_locked(j);
   pthread_cond_signal(&sb.cv);
   pthread_mutex_unlock(&sb.mu);
 }
 
 static void slurm_cancel(const char *id, enum backend_cancel how) {
-  (void)how;
   pthread_mutex_lock(&sb.mu);
   for (struct sb_job *j = sb.jobs; j; j = j->next) {
     int left = 0, found = -1;
@@ -1030,6 +1246,10 @@ static void slurm_cancel(const char *id, enum backend_cancel how) {
     if (found < 0)
       continue;
     j->w[found].ended = 1;
+    /* The worker reported its own end: its workerd exits and its step
+     * with it, and the job ends when its last step does. */
+    if (how == BACKEND_KILL_LATER)
+      break;
     if (!left) {
       j->cancel_job = 1;
     } else {
@@ -1049,77 +1269,50 @@ static void slurm_release(const char *id) {
   (void)id;
 }
 
-/* After a restart: finds the jobs an earlier controller submitted (their
- * comment names their workers and attempts), adopts what is queued or
- * running, and says why the others ended. */
+/* After a restart: finds the jobs an earlier controller submitted, adopts
+ * what is queued or running, and says why the others ended. When the queue
+ * cannot be read (three tries, 2 s apart), every worker is kept as recorded
+ * and matched with its job on the first poll that can read it. */
 static void slurm_reconcile(struct backend_live *ws, int n) {
-  char words[400];
-  json_t *root;
+  char words[400] = "";
+  json_t *root = NULL;
   struct sq_job *q = NULL;
   size_t nq = 0;
 
   if (n == 0)
     return;
-  root = squeue_json(words, sizeof(words));
-  if (!root || squeue_parse(root, &q, &nq) != 0) {
-    /* Without the queue nothing can be told: keep every worker as it is
-     * recorded; the next polls decide. */
-    LOG(LOG_WARN, "restart: cannot read the Slurm queue (%s); adopting every recorded worker",
-        root ? "no jobs array" : words);
-    for (int i = 0; i < n; i++)
-      ws[i].adopted = 1;
+  for (int tries = 0; tries < 3; tries++) {
+    if (tries)
+      sleep(2);
+    root = squeue_json(words, sizeof(words));
+    if (root && squeue_parse(root, &q, &nq) == 0)
+      break;
     json_decref(root);
+    root = NULL;
     free(q);
-    return;
+    q = NULL;
   }
-  for (size_t k = 0; k < nq; k++) {
-    const char *c = q[k].comment;
-    int live = state_is(q[k].state, "PENDING") || state_is(q[k].state, "RUNNING") ||
-               state_is(q[k].state, "CONFIGURING") || state_is(q[k].state, "REQUEUED") ||
-               state_is(q[k].state, "SUSPENDED");
-    struct sb_job *j = NULL;
-
-    /* A heterogeneous job is known by its leader (its first component). */
-    if (!c || strncmp(c, "muster:", 7) != 0 || (q[k].het_id && q[k].het_id != q[k].id))
-      continue;
-    for (int i = 0; i < n; i++) {
-      char key[40];
-      const char *at;
-      size_t kl = (size_t)snprintf(key, sizeof(key), "%s:%d", ws[i].id, ws[i].attempt);
-
-      at = strstr(c + 7, key);
-      if (!at || (at[kl] != ',' && at[kl] != '\0') || (at[-1] != ',' && at[-1] != ':'))
-        continue;
-      if (!live) {
-        end_sentence(q[k].state, q[k].reason, q[k].nodes, ws[i].why, sizeof(ws[i].why));
-        continue;
-      }
+  pthread_mutex_lock(&sb.mu);
+  if (!root) {
+    LOG(LOG_WARN,
+        "restart: cannot read the Slurm queue (%s); the %d recorded workers are kept and "
+        "matched with their jobs once it can be read",
+        words, n);
+    sb.unresolved = calloc((size_t)n, sizeof(*sb.unresolved));
+    for (int i = 0; sb.unresolved && i < n; i++) {
+      struct sb_worker *w = &sb.unresolved[i];
+      snprintf(w->id, sizeof(w->id), "%s", ws[i].id);
+      w->attempt = ws[i].attempt;
+      w->req = ws[i].req;
+      w->started = ws[i].registered;
       ws[i].adopted = 1;
-      if (!j) {
-        j = calloc(1, sizeof(*j));
-        if (j)
-          j->w = calloc((size_t)n, sizeof(*j->w));
-        if (!j || !j->w) {
-          free(j);
-          j = NULL;
-          continue;
-        }
-        j->jobid = q[k].id;
-        j->submitted = 1;
-        j->seen = 1;
-        j->since_ms = util_mono_ms();
-        snprintf(j->launch, sizeof(j->launch), "adopted");
-        j->req = ws[i].req;
-        j->next = sb.jobs;
-        sb.jobs = j;
-      }
-      snprintf(j->w[j->n].id, sizeof(j->w[j->n].id), "%s", ws[i].id);
-      j->w[j->n].attempt = ws[i].attempt;
-      j->w[j->n].req = ws[i].req;
-      j->w[j->n].started = ws[i].registered || state_is(q[k].state, "RUNNING");
-      j->n++;
     }
+    sb.nunresolved = sb.unresolved ? n : 0;
+  } else {
+    adopt_from_queue(q, nq, ws, n);
   }
+  pthread_cond_signal(&sb.cv);
+  pthread_mutex_unlock(&sb.mu);
   free(q);
   json_decref(root);
 }

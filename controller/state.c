@@ -467,6 +467,9 @@ int sm_fail_locked(struct lw *w, const char *why) {
   struct db_fields f = DB_FIELDS_INIT;
 
   f.failure = why;
+  /* Stopped from outside muster: the signal its workerd reported stays. */
+  if (w->outside_signal > 0)
+    f.signal = w->outside_signal;
   return sm_finish_locked(w, WS_FAILED, &f, NULL, BACKEND_KILL_NOW);
 }
 
@@ -778,6 +781,8 @@ void backend_report(const struct backend_report *r) {
   }
   switch (r->event) {
   case BACKEND_WAITING:
+    if (w->status == WS_STARTING)
+      w->queued = 1;
     if (w->status == WS_SCHEDULING && r->detail && strcmp(r->detail, w->waiting_for) != 0) {
       snprintf(w->waiting_for, sizeof(w->waiting_for), "%s", r->detail);
       if (db_worker_set_waiting(g.db, w->id, w->waiting_for) != 0)
@@ -789,6 +794,11 @@ void backend_report(const struct backend_report *r) {
     if (w->status == WS_SCHEDULING && sm_start_submitted_locked(w, r->detail) != 0) {
       LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
       break;
+    }
+    if (w->queued) {
+      /* Out of the queue: the start timeout counts from now. */
+      w->queued = 0;
+      w->since_ms = util_mono_ms();
     }
     if (db_worker_set_ref(g.db, w->id, w->attempt, r->ref) != 0)
       LOG(LOG_ERROR, "could not record how %s runs: %s", w->id, db_errmsg(g.db));
@@ -858,12 +868,12 @@ static void check_timeouts_locked(int64_t now) {
   struct lw *w, *next;
   int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000);
   int64_t hb_ms = (int64_t)(g.cfg.heartbeat_timeout_s * 1000);
-  char why[200];
+  char why[600];
 
   for (w = g.head; w; w = next) {
     next = w->next;
     why[0] = '\0';
-    if (w->status == WS_STARTING && now - w->since_ms > start_ms)
+    if (w->status == WS_STARTING && !w->queued && now - w->since_ms > start_ms)
       snprintf(why, sizeof(why),
                w->restart ? "could not be started again within the start timeout of %g s "
                             "after the controller restarted"
@@ -994,6 +1004,7 @@ static void schedule_locked(void) {
     if (sm_commit() != 0) {
       for (int i = 0; i < n; i++)
         g.backend->release(batch[i]->id);
+      g.schedule_needed = 1; /* the next pass tries again */
       goto out;
     }
     /* Committed: whatever crashes from here on, a workerd of another

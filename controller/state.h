@@ -93,6 +93,10 @@ struct lw {
    * is awaited until outside_until_ms, then outside_why is the failure. */
   char *outside_why;
   int64_t outside_until_ms;
+  int outside_signal; /* the signal workerd reported with it, or 0 */
+  /* starting, but a queueing backend says its new attempt waits in the
+   * queue (after a restart): the start timeout waits too. */
+  int queued;
   struct lw *next, *prev; /* creation order */
   struct lw *hnext;       /* hash chain */
 };

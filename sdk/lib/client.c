@@ -599,7 +599,7 @@ int muster_launch_groups(muster_client *c, const muster_launch_opts *groups, siz
     }
     req = json_pack("{s:o}", "groups", arr);
     if (!req)
-      return MUSTER_E_NOMEM;
+      return set_error(c, MUSTER_E_NOMEM, NULL, "out of memory");
   }
   rc = json_call(c, "POST", "/api/v1/workers", req, c->timeout_s, &ans);
   if (!rc)

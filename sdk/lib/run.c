@@ -584,7 +584,11 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
   run->ps.items = calloc(nps + 1, sizeof(*run->ps.items));
   run->workers.items = calloc(all.count + 1, sizeof(*run->workers.items));
   if (!run->ps.items || !run->workers.items) {
-    muster_worker_list_free(&all);
+    /* The workers run: they stay in one list, for the stop. */
+    free(run->ps.items);
+    free(run->workers.items);
+    run->ps.items = NULL;
+    run->workers = all;
     return MUSTER_E_NOMEM;
   }
   for (size_t i = 0; i < all.count; i++) {
@@ -634,6 +638,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
   }
   rc = launch_cluster(c, &run, session);
+  if (rc && run.workers.count)
+    goto stop; /* launched, then out of memory: they go again */
   if (rc)
     goto out;
 

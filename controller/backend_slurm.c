@@ -547,6 +547,10 @@ static void submit_job(struct sb_job *j) {
   snprintf(chdir, sizeof(chdir), "--chdir=%s", sb.cfg.workdir);
   argv[n++] = "sbatch";
   argv[n++] = "--parsable";
+  /* Never again by itself: a job Slurm requeued (after a node failure,
+   * say) would start workers whose attempt already ran. muster decides
+   * what starts again, under a new attempt. */
+  argv[n++] = "--no-requeue";
   argv[n++] = name;
   argv[n++] = "--comment";
   argv[n++] = comment_text;
@@ -794,7 +798,20 @@ struct sb_note {
   char ref[32];
   char detail[600];
   long output_of; /* a job whose output may say why it ended (read after sb.mu) */
+  int node_fail;  /* NODE_FAIL: name the nodes that are down (asked after sb.mu) */
 };
+
+/* The nodes Slurm has down now ("n2"), for a NODE_FAIL sentence; "" when
+ * it cannot tell. */
+static void down_nodes(char *buf, size_t len) {
+  char *argv[] = {"sinfo", "--noheader", "--states=down,fail,no_respond", "--format=%N", NULL};
+  struct sb_out o;
+
+  buf[0] = '\0';
+  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) == 0 && o.status == 0 && o.out)
+    snprintf(buf, len, "%.*s", (int)strcspn(o.out, "\n"), o.out);
+  sb_out_free(&o);
+}
 
 /* The last line of job jobid's output (STATE/slurm/JOBID.out) that says
  * "error:" (srun's words for a step that could not start: a workerd that is
@@ -1029,6 +1046,8 @@ static void poll_jobs(void) {
       if (ended) {
         if (s && (state_is(s->state, "COMPLETED") || state_is(s->state, "FAILED")))
           nt->output_of = j->jobid;
+        if (s && state_is(s->state, "NODE_FAIL"))
+          nt->node_fail = 1;
         if (s)
           end_sentence(s->state, s->reason, s->nodes, nt->detail, sizeof(nt->detail));
         else
@@ -1068,7 +1087,15 @@ static void poll_jobs(void) {
     pj = &j->next;
   }
   pthread_mutex_unlock(&sb.mu);
-  for (size_t i = 0; i < nn; i++) {
+  char down[200] = "";
+  for (size_t i = 0, asked = 0; i < nn; i++) {
+    if (notes[i].node_fail) {
+      if (!asked++)
+        down_nodes(down, sizeof(down));
+      if (down[0])
+        snprintf(notes[i].detail, sizeof(notes[i].detail), "node %s failed (Slurm: NODE_FAIL)",
+                 down);
+    }
     if (notes[i].output_of)
       append_output_error(notes[i].output_of, notes[i].detail, sizeof(notes[i].detail));
     report(notes[i].ev, &notes[i].w, notes[i].ref[0] ? notes[i].ref : NULL, notes[i].detail);

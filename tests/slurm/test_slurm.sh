@@ -242,6 +242,23 @@ wait_for 120 "$tid to hit its time limit" is_status "$tid" failed
 check "a worker whose job hits its time limit fails: 'hit the job's time limit (Slurm: TIMEOUT)'" \
   bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$tid' | grep -q \"hit the job's time limit (Slurm: TIMEOUT)\""
 
+# --- a node that dies: Slurm fails the job (NODE_FAIL, after its
+# SlurmdTimeout of 30 s) and every worker of the gang fails naming the node.
+# muster's heartbeat timeout is set past that here; by default (15 s) it
+# notices first and says "lost: no heartbeat".
+kill -9 "$ctl_pid"
+wait "$ctl_pid" 2>/dev/null
+start_controller --heartbeat-timeout 120
+mapfile -t nf < <(m launch -n 3 --cpu 2 --memory 0.25)
+m await --running --timeout 60 "${nf[@]}" >/dev/null
+victim=$(m show --json "${nf[1]}" | field hostname)
+# Everything on that node dies at once, as with a power cut (by pid: the
+# processes of its network namespace).
+kill -9 $(ip netns pids "$MUSTER_SLURM_PREFIX-$victim") 2>/dev/null
+wait_for 120 "${nf[1]} to fail with its node" is_status "${nf[1]}" failed
+check "a node that dies fails its gang: 'node $victim failed (Slurm: NODE_FAIL)'" \
+  bash -c "for id in ${nf[*]}; do bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json \$id | grep -q 'node $victim failed (Slurm: NODE_FAIL)' || exit 1; done"
+
 # --- Slurm down: 503 with Slurm's words, nothing recorded
 before=$(m ls -a --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 kill "$(cat "$MUSTER_SLURM_DIR/run/slurmctld.pid")" 2>/dev/null

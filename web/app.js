@@ -599,11 +599,15 @@ function selectTab(stream, poll = true) {
   if (poll) pollLogs();
 }
 
-async function fetchStream(stream, gen) {
+// Fetches what is new on one stream of worker id, for the panel of
+// generation gen: nothing once the panel closed or moved to another worker
+// (the id is the one the poll started with, never a later one, or null).
+async function fetchStream(id, stream, gen) {
+  if (gen !== logs.gen) return;
   let d = logs.data[stream];
   if (!d) d = logs.data[stream] = { offset: 0, text: '', decoder: new TextDecoder() };
   const r = await api(
-    `/api/v1/workers/${encodeURIComponent(logs.id)}/logs?stream=${stream}&offset=${d.offset}`,
+    `/api/v1/workers/${encodeURIComponent(id)}/logs?stream=${stream}&offset=${d.offset}`,
   );
   const buf = await r.arrayBuffer();
   if (gen !== logs.gen) return;
@@ -625,13 +629,14 @@ async function pollLogs() {
   clearTimeout(logs.timer);
   if (!logs.id || logs.busy) return;
   const gen = logs.gen;
-  const w = state.workers.get(logs.id);
+  const id = logs.id;
+  const w = state.workers.get(id);
   const live = w && LIVE.has(w.status);
   logs.busy = true;
   try {
     // The shown stream first; the other one too, so switching tabs is instant.
-    await fetchStream(logs.stream, gen);
-    await fetchStream(logs.stream === 'stdout' ? 'stderr' : 'stdout', gen);
+    await fetchStream(id, logs.stream, gen);
+    await fetchStream(id, logs.stream === 'stdout' ? 'stderr' : 'stdout', gen);
     if (gen === logs.gen) {
       const d = logs.data[logs.stream];
       if (d && !d.text) {

@@ -29,6 +29,21 @@ int64_t util_mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void util_cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+void util_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t at) {
+  struct timespec ts = {.tv_sec = at / 1000, .tv_nsec = (at % 1000) * 1000000L};
+
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static MUST_CHECK int fill_random(unsigned char *buf, size_t len) {
   size_t got = 0;
 

@@ -4,6 +4,7 @@
 #ifndef MUSTER_UTIL_H
 #define MUSTER_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,16 @@ void util_now_iso(char *buf, size_t size);
 
 /* Milliseconds of CLOCK_MONOTONIC; for deadlines and durations only. */
 int64_t util_mono_ms(void);
+
+/* How workerd's exit report begins when a signal it did not get from the
+ * controller ended it (a Slurm cancel, a time limit, a kill by hand); the
+ * controller recognises it to wait for a queueing backend's own account. */
+#define MUSTER_OUTSIDE_STOP "stopped from outside muster"
+
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC, and a
+ * wait on it until at (util_mono_ms() time) or a signal. */
+void util_cond_init_monotonic(pthread_cond_t *cv);
+void util_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t at);
 
 /* Fills out with len random characters of [a-z0-9] and a NUL (out holds len+1).
  * Returns 0, or a negative muster error if the kernel's random source failed. */

@@ -10,10 +10,8 @@
 #include "util.h"
 #include "validate.h"
 
-/* How workerd's exit report begins when a signal it did not get from the
- * controller ended it (workerd/main.c), and how long the controller waits
- * for a queueing backend's own account of that end. */
-#define OUTSIDE_PREFIX "stopped from outside muster"
+/* How long the controller waits for a queueing backend's own account of an
+ * end its workerd reports as MUSTER_OUTSIDE_STOP (util.h). */
 #define OUTSIDE_WAIT_MS 5000
 #include "worker_spec.h"
 
@@ -234,7 +232,7 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
    * user more than the workerd's SIGTERM. Its report is awaited for a few
    * seconds; the workerd's words are the failure if none comes. */
   if (!rc && w && g.backend->queues && !w->outside_why &&
-      strncmp(ex.failure, OUTSIDE_PREFIX, strlen(OUTSIDE_PREFIX)) == 0) {
+      strncmp(ex.failure, MUSTER_OUTSIDE_STOP, strlen(MUSTER_OUTSIDE_STOP)) == 0) {
     w->outside_why = strdup(ex.failure);
     w->outside_until_ms = util_mono_ms() + OUTSIDE_WAIT_MS;
     w->outside_signal = ex.signal;

@@ -825,7 +825,6 @@ static void *backend_main(void *arg) {
   while (!lb.stop) {
     struct job *jobs = lb.jobs;
     int64_t now, at;
-    struct timespec ts;
 
     lb.jobs = lb.jobs_tail = NULL;
     pthread_mutex_unlock(&lb.mu);
@@ -848,9 +847,7 @@ static void *backend_main(void *arg) {
     at = util_mono_ms() + 50;
     if (next_kill_ms() < at)
       at = next_kill_ms();
-    ts.tv_sec = at / 1000;
-    ts.tv_nsec = (at % 1000) * 1000000L;
-    pthread_cond_timedwait(&lb.cv, &lb.mu, &ts);
+    util_cond_wait_until(&lb.cv, &lb.mu, at);
   }
   pthread_mutex_unlock(&lb.mu);
   return NULL;
@@ -859,7 +856,6 @@ static void *backend_main(void *arg) {
 /* ---- the operations ---- */
 
 static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
-  pthread_condattr_t ca;
   size_t n = 0;
 
   lb.cfg = *cfg;
@@ -877,10 +873,7 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   for (char **e = environ; *e; e++)
     if (env_to_worker(*e))
       lb.base_env[lb.base_env_len++] = *e;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&lb.cv, &ca);
-  pthread_condattr_destroy(&ca);
+  util_cond_init_monotonic(&lb.cv);
   lb.zygote_retry_ms = 0;
   lb.stop = 0;
   if (pthread_create(&lb.thread, NULL, backend_main, NULL) != 0) {

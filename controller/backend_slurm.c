@@ -646,14 +646,13 @@ static void scancel(const char *what, char *const args[]) {
   sb_out_free(&o);
 }
 
-/* Ends the step of worker id in job jobid: its step is the one named id. */
-static void cancel_step(long jobid, const char *id) {
+/* Ends worker id's step: the step named id, in whichever job (component). */
+static void cancel_step(const char *id) {
   /* Not filtered by job: the components of a heterogeneous job have job
    * ids of their own. Step names (worker ids) are unique. */
   char *argv[] = {"squeue", "--steps", "--noheader", "--format=%i %j", NULL};
   struct sb_out o;
 
-  (void)jobid;
   if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) == 0 && o.status == 0) {
     for (char *line = o.out; line && *line;) {
       char *nl = strchr(line, '\n'), step[64], name[64];
@@ -1112,7 +1111,6 @@ static void *backend_main(void *arg) {
     struct sb_job *todo = NULL;
     long cancel_job = 0, step_job = 0;
     char step_id[16] = "";
-    struct timespec ts;
 
     for (struct sb_job *j = sb.jobs; j; j = j->next) {
       if (!j->submitted) {
@@ -1145,7 +1143,7 @@ static void *backend_main(void *arg) {
         snprintf(job, sizeof(job), "%ld", cancel_job);
         scancel(job, args);
       } else {
-        cancel_step(step_job, step_id);
+        cancel_step(step_id);
       }
       pthread_mutex_lock(&sb.mu);
       continue;
@@ -1157,14 +1155,7 @@ static void *backend_main(void *arg) {
     }
     if (sb.stop)
       break;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += SB_POLL_MS / 1000;
-    ts.tv_nsec += (SB_POLL_MS % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&sb.cv, &sb.mu, &ts);
+    util_cond_wait_until(&sb.cv, &sb.mu, util_mono_ms() + SB_POLL_MS);
   }
   pthread_mutex_unlock(&sb.mu);
   return NULL;
@@ -1173,7 +1164,6 @@ static void *backend_main(void *arg) {
 /* ---- the operations ---- */
 
 static int slurm_init(const struct ctl_config *cfg, char *err, size_t errlen) {
-  pthread_condattr_t ca;
   char dir[600];
 
   sb.cfg = *cfg;
@@ -1183,10 +1173,7 @@ static int slurm_init(const struct ctl_config *cfg, char *err, size_t errlen) {
     snprintf(err, errlen, "could not create %s: %s", dir, strerror(errno));
     return MUSTER_E_IO;
   }
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&sb.cv, &ca);
-  pthread_condattr_destroy(&ca);
+  util_cond_init_monotonic(&sb.cv);
   sb.stop = 0;
   if (pthread_create(&sb.thread, NULL, backend_main, NULL) != 0) {
     snprintf(err, errlen, "could not start the Slurm backend's thread");

@@ -677,7 +677,6 @@ static void restore_live_locked(void) {
 
 int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   char path[600];
-  pthread_condattr_t ca;
   const char *host;
   int rc;
 
@@ -688,10 +687,7 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
              backend_names());
     return MUSTER_E_INVALID;
   }
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&g.kick, &ca);
-  pthread_condattr_destroy(&ca);
+  util_cond_init_monotonic(&g.kick);
 
   rc = mkdir_p(g.cfg.state_dir, 0700);
   snprintf(path, sizeof(path), "%s/workers", g.cfg.state_dir);
@@ -909,21 +905,26 @@ static int wants_start(const struct lw *w) {
  * the queue when the backend reports them started. */
 static void schedule_locked(void) {
   const int queues = g.backend->queues;
-  int cap = 64;
-  struct backend_placement *where = NULL;
-  struct backend_start *starts = NULL;
-  struct lw **batch = NULL;
+  /* Batches of 64 on the stack; a queueing backend's whole launches may be
+   * larger: room for every live worker then. */
+  struct backend_placement where_s[64];
+  struct backend_start starts_s[64];
+  struct lw *batch_s[64];
+  struct backend_placement *where = where_s;
+  struct backend_start *starts = starts_s;
+  struct lw **batch = batch_s;
   struct lw *w = g.head;
+  int cap = 64;
 
   g.schedule_needed = 0;
   if (queues) {
     cap = 1;
     for (struct lw *x = g.head; x; x = x->next)
       cap++;
+    where = calloc((size_t)cap, sizeof(*where));
+    starts = calloc((size_t)cap, sizeof(*starts));
+    batch = calloc((size_t)cap, sizeof(*batch));
   }
-  where = calloc((size_t)cap, sizeof(*where));
-  starts = calloc((size_t)cap, sizeof(*starts));
-  batch = calloc((size_t)cap, sizeof(*batch));
   if (!where || !starts || !batch) {
     LOG(LOG_ERROR, "out of memory scheduling workers");
     g.schedule_needed = 1;
@@ -1022,9 +1023,11 @@ static void schedule_locked(void) {
       g.backend->submit(starts, n);
   }
 out:
-  free(where);
-  free(starts);
-  free(batch);
+  if (queues) {
+    free(where);
+    free(starts);
+    free(batch);
+  }
 }
 
 /* Retention: terminal workers past --retain go, with their events, logs and
@@ -1141,12 +1144,8 @@ static int64_t next_wakeup_locked(int64_t now) {
 }
 
 static void monitor_wait_locked(int64_t at) {
-  struct timespec ts;
-
-  ts.tv_sec = at / 1000;
-  ts.tv_nsec = (at % 1000) * 1000000L;
   g.lock_held = 0;
-  pthread_cond_timedwait(&g.kick, &g.lock, &ts);
+  util_cond_wait_until(&g.kick, &g.lock, at);
   g.lock_owner = pthread_self();
   g.lock_held = 1;
 }

@@ -451,8 +451,8 @@ static char *exit_body(void) {
    * script together: say so, rather than only that the script was killed. */
   if (!wd.reason[0] && wd.term_received && !code)
     snprintf(wd.reason, sizeof(wd.reason),
-             "stopped from outside muster: muster-workerd was sent %s (a Slurm cancel, a "
-             "node shutdown or a kill)",
+             MUSTER_OUTSIDE_STOP ": muster-workerd was sent %s (a Slurm cancel, a node "
+                                 "shutdown or a kill)",
              wd.term_received == SIGTERM ? "SIGTERM" : "SIGINT");
   reason = wd.reason[0] ? json_string(wd.reason) : json_null();
   if (json_object_set_new(o, "exit_code", code ? code : json_null()) != 0 ||

@@ -10,9 +10,6 @@
 #include "util.h"
 #include "validate.h"
 
-/* How long the controller waits for a queueing backend's own account of an
- * end its workerd reports as MUSTER_OUTSIDE_STOP (util.h). */
-#define OUTSIDE_WAIT_MS 5000
 #include "worker_spec.h"
 
 #include <errno.h>
@@ -234,7 +231,7 @@ enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *i
   if (!rc && w && g.backend->queues && !w->outside_why &&
       strncmp(ex.failure, MUSTER_OUTSIDE_STOP, strlen(MUSTER_OUTSIDE_STOP)) == 0) {
     w->outside_why = strdup(ex.failure);
-    w->outside_until_ms = util_mono_ms() + OUTSIDE_WAIT_MS;
+    w->outside_until_ms = util_mono_ms() + (w->ending ? OUTSIDE_ENDING_WAIT_MS : OUTSIDE_WAIT_MS);
     w->outside_signal = ex.signal;
     if (w->outside_why) {
       state_unlock();

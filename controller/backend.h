@@ -140,6 +140,8 @@ enum backend_event {
   BACKEND_LOST,    /* workerd vanished (node failure, gone after a restart): why */
   BACKEND_ROOM,    /* room held past a worker's end came free: schedule again (no id) */
   BACKEND_WAITING, /* queueing backends: still queued, detail says why */
+  BACKEND_ENDING,  /* queueing backends: the job is ending (Slurm's COMPLETING);
+                    * its account (LOST, with why) follows */
 };
 
 struct backend_report {

@@ -25,6 +25,7 @@
  */
 #include "backend.h"
 #include "envlists.h"
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -79,6 +80,7 @@ struct sb_job {
   int submitted;            /* sbatch has been run (jobid set, or refused) */
   int64_t since_ms;         /* when it was submitted (or adopted) */
   int seen;                 /* squeue listed it at least once */
+  int ending;               /* BACKEND_ENDING sent (squeue said COMPLETING) */
   int cancel_job;           /* every worker is cancelled: scancel the job */
   char (*cancel_steps)[16]; /* workers whose step is to be cancelled */
   int ncancel_steps;
@@ -784,6 +786,12 @@ static int state_final(const char *s) {
   return 0;
 }
 
+/* Ending: Slurm hides the final state behind these while the job's
+ * processes die and its epilogs run. */
+static int state_ending(const char *s) {
+  return state_is(s, "COMPLETING") || state_is(s, "STAGE_OUT") || state_is(s, "SIGNALING");
+}
+
 /* Waiting for resources, not running yet. */
 static int state_queued(const char *s) {
   return state_is(s, "PENDING") || state_is(s, "REQUEUED") || state_is(s, "REQUEUE_HOLD") ||
@@ -983,6 +991,7 @@ static void poll_jobs(void) {
   size_t nq = 0, nn = 0, capn = 0;
   struct sb_note *notes = NULL;
   int64_t now = util_mono_ms();
+  int sent_ending = 0;
 
   if (!root || squeue_parse(root, &q, &nq) != 0) {
     static int64_t last_warn;
@@ -1026,6 +1035,20 @@ static void poll_jobs(void) {
       continue_job = 1; /* submitted a moment ago: squeue has not listed it yet */
     }
     if (continue_job) {
+      /* Its workers' workerds may report a stop from outside (SIGTERM)
+       * before Slurm shows why: the controller is told to wait for it. */
+      if (s && state_ending(s->state) && !j->ending) {
+        j->ending = 1;
+        for (int i = 0; i < j->n; i++) {
+          struct sb_note *nt;
+          if (j->w[i].ended || !(nt = note_add(&notes, &nn, &capn)))
+            continue;
+          nt->ev = BACKEND_ENDING;
+          nt->w = j->w[i];
+          snprintf(nt->detail, sizeof(nt->detail), "Slurm job %ld is ending", j->jobid);
+          sent_ending = 1;
+        }
+      }
       pj = &j->next;
       continue;
     }
@@ -1099,6 +1122,9 @@ static void poll_jobs(void) {
       append_output_error(notes[i].output_of, notes[i].detail, sizeof(notes[i].detail));
     report(notes[i].ev, &notes[i].w, notes[i].ref[0] ? notes[i].ref : NULL, notes[i].detail);
   }
+  /* Tests: Slurm's account of an ending job comes late. */
+  if (sent_ending)
+    FAULT_POINT("slurm_after_ending");
   free(notes);
   free(q);
   json_decref(root);

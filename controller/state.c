@@ -785,6 +785,12 @@ void backend_report(const struct backend_report *r) {
         LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
     }
     break;
+  case BACKEND_ENDING:
+    /* Its end is on the way: a stop from outside waits for it longer. */
+    if (w->outside_why && !w->ending)
+      w->outside_until_ms += OUTSIDE_ENDING_WAIT_MS - OUTSIDE_WAIT_MS;
+    w->ending = 1;
+    break;
   case BACKEND_STARTED:
     /* A queueing backend started it: it leaves the queue. */
     if (w->status == WS_SCHEDULING && sm_start_submitted_locked(w, r->detail) != 0) {

@@ -70,6 +70,13 @@ struct ctl_config {
   int nslurm_args;
 };
 
+/* How long a worker stopped from outside muster waits for its queueing
+ * backend's account of the end: a poll or two, or, once the backend said
+ * the job is ending (Slurm's COMPLETING lasts while the job's processes
+ * die, up to KillWait, 30 s by default), until it has ended. */
+#define OUTSIDE_WAIT_MS 5000
+#define OUTSIDE_ENDING_WAIT_MS 60000
+
 /* A worker that is not yet terminal, as the controller keeps it in memory.
  * Terminal workers live only in SQLite. */
 struct lw {
@@ -90,10 +97,13 @@ struct lw {
   int dropping;       /* sm_commit(): terminal, leaving the table */
   /* Its workerd said it was stopped from outside muster (a queueing
    * backend's cancel or time limit): the backend's own account of the end
-   * is awaited until outside_until_ms, then outside_why is the failure. */
+   * is awaited until outside_until_ms (OUTSIDE_WAIT_MS, or
+   * OUTSIDE_ENDING_WAIT_MS once the backend said the job is ending), then
+   * outside_why is the failure. */
   char *outside_why;
   int64_t outside_until_ms;
   int outside_signal; /* the signal workerd reported with it, or 0 */
+  int ending;         /* the backend said its job is ending (BACKEND_ENDING) */
   /* starting, but a queueing backend says its new attempt waits in the
    * queue (after a restart): the start timeout waits too. */
   int queued;

@@ -10,22 +10,49 @@
 #include <time.h>
 #include <unistd.h>
 
+#define FAULT_MAX_FAILS 16 /* fail=N points counted */
+
 static const char *spec;
 static pthread_once_t spec_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t fails_mu = PTHREAD_MUTEX_INITIALIZER;
+/* How many times each fail=N entry (by its offset in spec) has failed. */
+static struct {
+  const char *entry;
+  long used;
+} fails[FAULT_MAX_FAILS];
 
 static void spec_load(void) {
   spec = getenv("MUSTER_FAULT");
 }
 
-void fault_point(const char *name) {
+/* Whether the fail=n entry at p has failures left; uses one. */
+static int fail_once_more(const char *p, long n) {
+  int i, yes = 0;
+
+  pthread_mutex_lock(&fails_mu);
+  for (i = 0; i < FAULT_MAX_FAILS && fails[i].entry && fails[i].entry != p; i++)
+    ;
+  if (i < FAULT_MAX_FAILS) {
+    fails[i].entry = p;
+    if (fails[i].used < n) {
+      fails[i].used++;
+      yes = 1;
+    }
+  }
+  pthread_mutex_unlock(&fails_mu);
+  return yes;
+}
+
+int fault_point(const char *name) {
   size_t nlen = strlen(name);
   const char *p;
+  int fail = 0;
 
   pthread_once(&spec_once, spec_load);
   for (p = spec; p && *p; p += strcspn(p, ","), p += *p == ',') {
     const char *action;
     char *end;
-    long ms;
+    long ms, n;
 
     if (strncmp(p, name, nlen) != 0 || p[nlen] != ':')
       continue;
@@ -38,7 +65,12 @@ void fault_point(const char *name) {
       struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
       while (nanosleep(&ts, &ts) != 0)
         ;
+    } else if (strncmp(action, "fail=", 5) == 0 && (n = strtol(action + 5, &end, 10)) > 0 &&
+               (*end == '\0' || *end == ',') && fail_once_more(p, n)) {
+      fprintf(stderr, "fault injection: %s: fails\n", name);
+      fail = 1;
     }
   }
+  return fail;
 }
 #endif

@@ -31,6 +31,7 @@
 #include "state.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -54,6 +55,8 @@ extern char **environ;
 #define SB_POLL_MS 1000          /* squeue, while jobs are tracked */
 #define SB_GONE_GRACE_MS 30000   /* a submitted job squeue does not list yet */
 #define SB_OUT_MAX (16u << 20)   /* most output read from one command */
+#define SB_RETRY_MAX_MS 30000    /* submit again after Slurm could not be reached: 1 s, doubling */
+#define SB_GIVE_UP_MS 600000     /* ...until a launch has waited this long for Slurm */
 #define SB_COMP_MAX 16           /* components of a heterogeneous job (launch groups) */
 #define SB_ARGV_MAX 512
 
@@ -77,7 +80,11 @@ struct sb_job {
   struct sb_worker *w;
   struct backend_req req;   /* the first worker's shape */
   int ncomp;                /* components: 1, or more for a heterogeneous job */
-  int submitted;            /* sbatch has been run (jobid set, or refused) */
+  int submitted;            /* sbatch is running or has answered (jobid set, or refused) */
+  int tries;                /* sbatch runs that could not reach Slurm */
+  int maybe_queued;         /* one of them may have queued the job all the same */
+  int64_t first_try_ms;     /* when sbatch first ran for it */
+  int64_t retry_at_ms;      /* not submitted again before this */
   int64_t since_ms;         /* when it was submitted (or adopted) */
   int seen;                 /* squeue listed it at least once */
   int ending;               /* BACKEND_ENDING sent (squeue said COMPLETING) */
@@ -493,8 +500,60 @@ static void report(enum backend_event ev, const struct sb_worker *w, const char 
   backend_report(&r);
 }
 
+static long queued_with_comment(const char *comment, char *words, size_t len);
+
+/* Whether every worker of j has ended (cancelled before its job was
+ * queued). */
+static int job_all_ended(struct sb_job *j) {
+  int all = 1;
+
+  pthread_mutex_lock(&sb.mu);
+  for (int i = 0; i < j->n; i++)
+    all &= j->w[i].ended;
+  pthread_mutex_unlock(&sb.mu);
+  return all;
+}
+
+/* Slurm could not be reached (words): j is submitted again after a backoff,
+ * and its workers wait saying why; after SB_GIVE_UP_MS, 0 is returned and
+ * the caller refuses it. */
+static int submit_later(struct sb_job *j, const char *words) {
+  struct sb_worker *ws = calloc((size_t)j->n, sizeof(*ws));
+  char detail[300];
+  int nw = 0;
+  int64_t now = util_mono_ms(), wait_ms;
+
+  if (!ws || now - j->first_try_ms >= SB_GIVE_UP_MS) {
+    free(ws);
+    return 0;
+  }
+  wait_ms = j->tries < 5 ? 1000LL << j->tries : SB_RETRY_MAX_MS;
+  if (wait_ms > SB_RETRY_MAX_MS)
+    wait_ms = SB_RETRY_MAX_MS;
+  LOG(LOG_WARN, "launch %s: Slurm cannot be reached (%s); submitting again in %lld s", j->launch,
+      words, (long long)(wait_ms / 1000));
+  pthread_mutex_lock(&sb.mu);
+  j->tries++;
+  j->maybe_queued = 1;
+  j->retry_at_ms = now + wait_ms;
+  j->submitted = 0;
+  for (int i = 0; i < j->n; i++)
+    if (!j->w[i].ended)
+      ws[nw++] = j->w[i];
+  pthread_mutex_unlock(&sb.mu);
+  snprintf(detail, sizeof(detail), "Slurm cannot be reached: %s (trying again)", words);
+  for (int i = 0; i < nw; i++)
+    report(BACKEND_WAITING, &ws[i], NULL, detail);
+  free(ws);
+  return 1;
+}
+
 /* Submits job j (not under sb.mu). On success j->jobid is set; a refusal
- * is reported for every worker with Slurm's words. */
+ * is reported for every worker with Slurm's words; when Slurm cannot be
+ * reached, j waits to be submitted again (submit_later). An sbatch that
+ * could not answer may have queued the job all the same: before the next
+ * sbatch, the queue is searched for the job's comment, so that a launch is
+ * never queued twice. */
 static void submit_job(struct sb_job *j) {
   char *argv[SB_ARGV_MAX], bufs[SB_COMP_MAX][4][64], name[64], output[700], chdir[1100];
   char **envp = NULL, **tok = NULL;
@@ -502,7 +561,8 @@ static void submit_job(struct sb_job *j) {
   size_t nenv = 0, clen = 0;
   struct sb_out o = {0};
   char words[400];
-  int n = 0, refused = 0;
+  int n = 0, drop = 0;
+  long id;
 
   for (char **e = environ; *e; e++)
     nenv++;
@@ -543,6 +603,23 @@ static void submit_job(struct sb_job *j) {
   for (int i = 0; i < j->n; i++)
     clen += (size_t)snprintf(comment_text + clen, 32, "%s%s:%d", i ? "," : "", j->w[i].id,
                              j->w[i].attempt);
+  if (!j->first_try_ms)
+    j->first_try_ms = util_mono_ms();
+  if (j->maybe_queued) {
+    id = queued_with_comment(comment_text, words, sizeof(words));
+    if (id < 0)
+      goto again;
+    if (id > 0) {
+      LOG(LOG_INFO, "launch %s: Slurm job %ld was queued by an sbatch that could not answer",
+          j->launch, id);
+      goto queued;
+    }
+    j->maybe_queued = 0;
+  }
+  if (job_all_ended(j)) {
+    drop = 1; /* every worker was stopped before its job was queued */
+    goto out;
+  }
 
   snprintf(name, sizeof(name), "--job-name=muster-%s", j->launch);
   snprintf(output, sizeof(output), "--output=%s/slurm/%%j.out", sb.cfg.state_dir);
@@ -576,29 +653,47 @@ static void submit_job(struct sb_job *j) {
       break;
   }
   argv[n] = NULL;
+  FAULT_POINT("slurm_before_submit");
   if (sb_run(argv, envp, script, SB_CMD_TIMEOUT_MS, &o) != 0) {
     snprintf(words, sizeof(words), "%s", o.err ? o.err : "cannot run sbatch");
     goto refuse;
   }
   if (o.status != 0 || o.timed_out) {
     slurm_words(&o, "sbatch", SB_CMD_TIMEOUT_MS, words, sizeof(words));
+    if (o.timed_out || slurm_unreachable(words))
+      goto again;
     goto refuse;
   }
   {
     char *end;
-    long id = strtol(o.out, &end, 10);
+    id = strtol(o.out, &end, 10);
     if (end == o.out || id <= 0 || (*end && *end != ';' && *end != '\n')) {
       snprintf(words, sizeof(words), "sbatch answered \"%.100s\", not a job id", o.out);
       goto refuse;
     }
-    pthread_mutex_lock(&sb.mu);
-    j->jobid = id;
-    j->since_ms = util_mono_ms();
-    pthread_mutex_unlock(&sb.mu);
-    LOG(LOG_INFO, "launch %s: Slurm job %ld, %d tasks", j->launch, id, j->n);
   }
+  /* Tests: sbatch queued the job, but its answer never came. */
+  if (FAULT_FAILS("slurm_sbatch_answer_lost")) {
+    snprintf(words, sizeof(words), "sbatch's answer was lost (fault injection)");
+    goto again;
+  }
+  LOG(LOG_INFO, "launch %s: Slurm job %ld, %d tasks", j->launch, id, j->n);
+queued:
+  pthread_mutex_lock(&sb.mu);
+  j->jobid = id;
+  j->since_ms = util_mono_ms();
+  pthread_mutex_unlock(&sb.mu);
   goto out;
 
+again:
+  if (submit_later(j, words))
+    goto out;
+  {
+    char why[sizeof(words)];
+    memcpy(why, words, sizeof(why));
+    snprintf(words, sizeof(words), "Slurm could not be reached for %d minutes: %.300s",
+             SB_GIVE_UP_MS / 60000, why);
+  }
 refuse:
   LOG(LOG_WARN, "launch %s: Slurm refused the job: %s", j->launch, words);
   pthread_mutex_lock(&sb.mu);
@@ -607,7 +702,7 @@ refuse:
   pthread_mutex_unlock(&sb.mu);
   for (int i = 0; i < j->n; i++)
     report(BACKEND_REFUSED, &j->w[i], NULL, words);
-  refused = 1;
+  drop = 1;
 out:
   sb_out_free(&o);
   for (int i = 0; tok && i <= j->n; i++)
@@ -617,7 +712,7 @@ out:
   free(script);
   /* A refused job is done with: only this thread frees jobs, and nothing
    * else frees one without a job id. */
-  if (refused) {
+  if (drop) {
     pthread_mutex_lock(&sb.mu);
     for (struct sb_job **pj = &sb.jobs; *pj; pj = &(*pj)->next)
       if (*pj == j) {
@@ -767,6 +862,27 @@ static json_t *squeue_json(char *words, size_t len) {
   }
   sb_out_free(&o);
   return root;
+}
+
+/* The job queued with comment: its id (a heterogeneous job's leader), 0 when
+ * there is none, -1 when the queue cannot be read (words say why). */
+static long queued_with_comment(const char *comment, char *words, size_t len) {
+  json_t *root = squeue_json(words, len);
+  struct sq_job *q = NULL;
+  size_t nq = 0;
+  long id = -1;
+
+  if (root && squeue_parse(root, &q, &nq) == 0) {
+    id = 0;
+    for (size_t i = 0; i < nq && !id; i++)
+      if (q[i].comment && strcmp(q[i].comment, comment) == 0)
+        id = q[i].het_id ? q[i].het_id : q[i].id;
+  } else if (root) {
+    snprintf(words, len, "squeue --json printed no jobs array");
+  }
+  free(q);
+  json_decref(root);
+  return id;
 }
 
 static int state_is(const char *s, const char *name) {
@@ -1130,16 +1246,77 @@ static void poll_jobs(void) {
   json_decref(root);
 }
 
+/* Whether Slurm job id is tracked (its output may still grow). */
+static int job_tracked(long id) {
+  int yes = 0;
+
+  pthread_mutex_lock(&sb.mu);
+  for (struct sb_job *j = sb.jobs; j && !yes; j = j->next)
+    yes = j->jobid == id;
+  pthread_mutex_unlock(&sb.mu);
+  return yes;
+}
+
+/* Retention: the output (slurm/JOBID.out) of a job no longer tracked goes
+ * once it is older than --retain, as ended workers' logs do. Not under
+ * sb.mu. */
+static void prune_outputs(void) {
+  char dir[600], path[900];
+  time_t cutoff = time(NULL) - (time_t)sb.cfg.retain_s;
+  struct dirent *e;
+  struct stat st;
+  DIR *d;
+  int n = 0;
+
+  snprintf(dir, sizeof(dir), "%s/slurm", sb.cfg.state_dir);
+  d = opendir(dir);
+  if (!d)
+    return;
+  while ((e = readdir(d))) {
+    char *end;
+    long id = strtol(e->d_name, &end, 10);
+
+    if (end == e->d_name || id <= 0 || strcmp(end, ".out") != 0)
+      continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    if (stat(path, &st) != 0 || st.st_mtime >= cutoff || job_tracked(id))
+      continue;
+    if (unlink(path) == 0)
+      n++;
+    else if (errno != ENOENT)
+      LOG(LOG_WARN, "could not remove %s: %s", path, strerror(errno));
+  }
+  closedir(d);
+  if (n)
+    LOG(LOG_INFO, "retention: removed the output of %d ended Slurm jobs", n);
+}
+
 static void *backend_main(void *arg) {
+  /* Once a minute, or more often for a short --retain (tests), as the
+   * state's own retention. */
+  int64_t prune_every = (int64_t)(sb.cfg.retain_s * 500), last_prune = 0;
+
   (void)arg;
+  if (prune_every > 60000)
+    prune_every = 60000;
+  if (prune_every < 500)
+    prune_every = 500;
   pthread_mutex_lock(&sb.mu);
   while (!sb.stop) {
     struct sb_job *todo = NULL;
     long cancel_job = 0, step_job = 0;
     char step_id[16] = "";
+    int64_t now = util_mono_ms();
+
+    if (sb.cfg.retain_s > 0 && now - last_prune >= prune_every) {
+      last_prune = now;
+      pthread_mutex_unlock(&sb.mu);
+      prune_outputs();
+      pthread_mutex_lock(&sb.mu);
+    }
 
     for (struct sb_job *j = sb.jobs; j; j = j->next) {
-      if (!j->submitted) {
+      if (!j->submitted && now >= j->retry_at_ms) {
         todo = j;
         break;
       }

@@ -8,6 +8,10 @@
 #                            controller under test...): stdin, stdout, stderr,
 #                            environment and exit status pass through
 #   cluster.sh status        namespaces, daemons and node states; 0 when all up
+#   cluster.sh ctld stop|start
+#                            stop slurmctld (Slurm unreachable), or start it
+#                            again from its saved state; returns once it is
+#                            gone, or answers with every node's state known
 #   cluster.sh down          stop and remove everything `up` made; 0 when there
 #                            is nothing to remove
 #
@@ -334,6 +338,42 @@ EOF
 
 ctld_up() { ctl_client scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
+nodes_known() {
+  local s
+  s=$(node_states) && [ -n "$s" ] && ! grep -q ' unknown' <<<"$s"
+}
+
+# ctld stop|start: slurmctld alone, for tests of Slurm being unreachable.
+ctld() {
+  check_settings
+  [ -e "/run/netns/$ctl_ns" ] && [ -f "$conf" ] || die "cluster $prefix is not up: run '$me up'"
+  local pid end
+  pid=$(pid_of slurmctld)
+  case ${1:-} in
+    stop)
+      alive "$pid" || return 0
+      kill "$pid"
+      end=$(($(date +%s%N) + wait_s * 1000000000))
+      while alive "$pid"; do
+        [ "$(date +%s%N)" -lt "$end" ] || die "slurmctld (pid $pid) still runs $wait_s s after SIGTERM"
+        sleep 0.05
+      done
+      say "slurmctld stopped"
+      ;;
+    start)
+      alive "$pid" && ctld_up && return 0
+      # Without -c: it recovers its jobs and nodes from its state directory.
+      start_daemon slurmctld "$ctl_ns" ctl slurmctld -D -f "$conf"
+      wait_until "slurmctld not answering 'scontrol ping'" "$(pid_of slurmctld)" "$dir/log/slurmctld.log" ctld_up
+      # Its nodes are "unknown" until each slurmd answers again (a few
+      # seconds); a node that is down stays down.
+      wait_until "nodes still unknown to the restarted slurmctld" "$(pid_of slurmctld)" "$dir/log/slurmctld.log" nodes_known
+      say "slurmctld up"
+      ;;
+    *) die "usage: $me ctld stop|start" ;;
+  esac
+}
+
 # wait_nodes: until sinfo shows every node idle, for up to $wait_s s; a slurmd
 # that exits, or a node still not idle at the end, is named with its log.
 wait_nodes() {
@@ -471,6 +511,7 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   status) status ;;
+  ctld) ctld "${2:-}" ;;
   exec)
     shift
     [ $# -gt 0 ] || die "usage: $me exec CMD [ARGS...]"
@@ -479,7 +520,7 @@ case ${1:-} in
     in_ns "$ctl_ns" ctl 0 "$@"
     ;;
   *)
-    echo "usage: $me up|down|exec CMD...|status" >&2
+    echo "usage: $me up|down|exec CMD...|status|ctld stop|start" >&2
     exit 2
     ;;
 esac

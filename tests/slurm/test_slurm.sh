@@ -269,8 +269,7 @@ check "a node that dies fails its gang: 'node $victim failed (Slurm: NODE_FAIL)'
 
 # --- Slurm down: 503 with Slurm's words, nothing recorded
 before=$(m ls -a --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
-kill "$(cat "$MUSTER_SLURM_DIR/run/slurmctld.pid")" 2>/dev/null
-sleep 1
+bash "$cluster" ctld stop >/dev/null 2>&1
 out=$(api POST /api/v1/workers '{"n": 2, "cpu": 1}')
 check "with slurmctld down, a launch gets 503 backend_unavailable" \
   bash -c "[ '$(tail -1 <<<"$out")' = 503 ] && grep -q backend_unavailable <<<'$out'"
@@ -278,6 +277,42 @@ check "...quoting Slurm's own words" bash -c "grep -Eq 'Slurm cannot be reached:
 after=$(m ls -a --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 check "...and records no worker ($before before, $after after)" \
   bash -c "[ -n '$before' ] && [ '$before' = '$after' ]"
+
+# --- Slurm gone after a launch was accepted (the fault holds the sbatch 3 s,
+# and the test stops slurmctld meanwhile): the worker waits saying why, and
+# its job is queued once Slurm is back. Once: the fault also loses the answer
+# of the first sbatch that queues it, and the controller finds that job by its
+# comment instead of queueing a second.
+bash "$cluster" ctld start >/dev/null 2>&1
+kill -9 "$ctl_pid"
+wait "$ctl_pid" 2>/dev/null
+MUSTER_FAULT=slurm_before_submit:delay=3000,slurm_sbatch_answer_lost:fail=1 start_controller --retain 3
+uid=$(m launch --cpu 1 --memory 0.25 2>"$tmp/launch.err")
+bash "$cluster" ctld stop >/dev/null 2>&1
+check "a launch while Slurm answers is accepted" test -n "$uid" || sed 's/^/#   /' "$tmp/launch.err"
+waits_for_slurm() { m show --json "$uid" | field waiting_for | grep -q 'Slurm cannot be reached: .*Unable to contact'; }
+wait_for 30 "$uid to wait for Slurm" waits_for_slurm
+check "a worker accepted just before Slurm went away waits: 'Slurm cannot be reached: ...'" waits_for_slurm
+check "...its status is scheduling" is_status "$uid" scheduling
+bash "$cluster" ctld start >/dev/null 2>&1
+m await --running --timeout 90 "$uid" >/dev/null
+check "...and runs once Slurm is back" is_status "$uid" running
+# (workerd registers by itself: the worker runs before the controller knows
+# its job's id)
+wait_for 30 "the controller to find the job of $uid" \
+  grep -q 'was queued by an sbatch that could not answer' "$tmp/controller.log"
+check "...in a job the controller found by its comment, after the answer of the sbatch that queued it was lost" \
+  grep -q 'was queued by an sbatch that could not answer' "$tmp/controller.log"
+check "...the only Slurm job of that worker" \
+  bash -c "[ \$(bash '$cluster' exec squeue -t all --noheader --format=%k | grep -c '$uid') = 1 ]"
+
+# --- retention: with --retain 3, the output of every job that ended goes;
+# the running job's stays
+ujob=$(login squeue --noheader --format='%i %k' | awk -v id="$uid" 'index($2, id) {print $1}')
+only_running_output() { [ "$(cd "$tmp/state/slurm" && ls -- *.out)" = "$ujob.out" ]; }
+wait_for 15 "old Slurm job output to be removed" only_running_output
+check "with --retain 3, ended jobs' output goes and the running job's ($ujob.out) stays" \
+  only_running_output || ls "$tmp/state/slurm" | sed 's/^/#   /'
 
 if grep -q 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"; then
   echo "not ok - the controller's log has a sanitizer report"

@@ -541,7 +541,7 @@ static int submit_later(struct sb_job *j, const char *words) {
     if (!j->w[i].ended)
       ws[nw++] = j->w[i];
   pthread_mutex_unlock(&sb.mu);
-  snprintf(detail, sizeof(detail), "Slurm cannot be reached: %s (trying again)", words);
+  snprintf(detail, sizeof(detail), "Slurm cannot be reached: %.200s (trying again)", words);
   for (int i = 0; i < nw; i++)
     report(BACKEND_WAITING, &ws[i], NULL, detail);
   free(ws);

@@ -9,6 +9,7 @@
  * (command_start(), child_reap()) is workerd's own child, in its process
  * group; an exec command leads a group of its own.
  */
+#include "cgroup_mem.h"
 #include "workerd.h"
 
 #include "log.h"
@@ -194,6 +195,10 @@ MUST_CHECK int command_start(void) {
                             .envp = wd.envp,
                             .cwd = wd.cwd};
 
+    struct cg_mem cg;
+
+    /* Kills counted before the command: its own show as growth. */
+    wd.oom_kills_at_start = cg_mem_read(&cg) == 0 ? cg.oom_kills : -1;
     pid = child_spawn(&cs);
   }
   if (pid < 0) {
@@ -232,6 +237,23 @@ out:
   return rc;
 }
 
+/* The command was killed by SIGKILL: if the out-of-memory killer of its
+ * cgroup (a Slurm step's, a container's) did it, wd.reason says so, with
+ * the limit it hit. */
+static void note_oom_kill(void) {
+  struct cg_mem cg;
+
+  if (wd.reason[0] || wd.oom_kills_at_start < 0 || cg_mem_read(&cg) != 0 ||
+      cg.oom_kills <= wd.oom_kills_at_start)
+    return;
+  if (cg.limit > 0)
+    snprintf(wd.reason, sizeof(wd.reason), "killed: out of memory (limit %.3g GiB)",
+             (double)cg.limit / (1024.0 * 1024.0 * 1024.0));
+  else
+    snprintf(wd.reason, sizeof(wd.reason), "killed: out of memory");
+  LOG(LOG_WARN, "%s", wd.reason);
+}
+
 /* Collects the child's exit status if it has exited, and starts the 2 s
  * window in which its pipes are still read. */
 void child_reap(int64_t now) {
@@ -256,6 +278,8 @@ void child_reap(int64_t now) {
       LOG(LOG_INFO, "the command exited with code %d", WEXITSTATUS(st));
     else if (WIFSIGNALED(st))
       LOG(LOG_INFO, "the command was killed by signal %d", WTERMSIG(st));
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+      note_oom_kill();
   }
   wd.child_done = true;
   wd.drain_until_ms = now + WD_DRAIN_MS;

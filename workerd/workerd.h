@@ -154,6 +154,9 @@ struct wd_state {
   int wait_status;
   int64_t drain_until_ms;
   char reason[WD_REASON_MAX]; /* empty unless the command could not start */
+  /* The memory cgroup's out-of-memory kills when the command started
+   * (cgroup_mem.h), or -1 when there is no cgroup to read. */
+  long long oom_kills_at_start;
   struct stream out;
   struct stream err;
 

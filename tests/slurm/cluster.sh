@@ -19,6 +19,10 @@
 # exists only between these namespaces (nothing is added to the root one):
 #   PREFIX-ctl  hostname ctl, NET.1: slurmctld, the bridge br0, the login node
 #   PREFIX-nI   hostname nI,  NET.(10+I): slurmd, one veth into br0
+# Where the cgroup v1 memory controller is mounted, each node's slurmd runs in
+# a memory cgroup of its own, /sys/fs/cgroup/memory/PREFIX-nI (its root, as
+# the node sees it), and Slurm confines every task's memory (task/cgroup,
+# ConstrainRAMSpace): a step past its memory is killed as on a real cluster.
 # munged runs in the root namespace: a unix socket is a path, reachable from
 # every network namespace, and Slurm finds it through AuthInfo=socket=PATH.
 # The root namespace cannot reach NET at all, so whatever a job must connect
@@ -88,9 +92,10 @@ need_tools() {
 # and keep those namespaces alive after their owners delete them. Not for
 # `exec`: a test that runs `cluster.sh down` from the login node needs them.
 in_ns() {
-  local ns=$1 host=$2 daemon=$3
+  local ns=$1 host=$2 daemon=$3 cg=
   shift 3
-  exec nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
+  if [ -f "$dir/etc/slurm/cgroup.conf" ] && [[ $host =~ ^n[0-9]+$ ]]; then cg=$(node_cgroup "$host"); fi
+  cg=$cg exec nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
     sh -ec '
       host=$1 dir=$2 daemon=$3; shift 3
       hostname "$host"
@@ -100,6 +105,16 @@ in_ns() {
       if [ -d /etc/slurm ]; then mount --bind "$dir/etc/slurm" /etc/slurm; fi
       if [ "$daemon" = 1 ]; then umount -l /run/netns 2>/dev/null || true; fi
       export SLURM_CONF="$dir/etc/slurm/slurm.conf"
+      # A node daemon with memory enforcement: its own memory cgroup, seen
+      # as the root of the hierarchy (a bind mount over the mount point,
+      # and a cgroup namespace rooted there), so the slurmd of each node
+      # keeps its jobs in a tree of its own.
+      if [ "$daemon" = 1 ] && [ -n "$cg" ]; then
+        mkdir -p "$cg"
+        echo $$ >"$cg/cgroup.procs"
+        mount --bind "$cg" /sys/fs/cgroup/memory
+        exec unshare --cgroup "$@"
+      fi
       exec "$@"' sh "$host" "$dir" "$daemon" "$@"
 }
 
@@ -200,9 +215,10 @@ SlurmctldDebug=info
 SlurmdDebug=info
 SlurmctldPort=6817
 SlurmdPort=6818
-# No cgroups: the processes of a job are tracked through /proc, tasks unconfined.
+# The processes of a job are tracked through /proc; a task's memory is
+# confined (task/cgroup) where the cgroup v1 memory controller is mounted.
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$(memory_v1 && echo task/cgroup || echo task/none)
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -240,6 +256,13 @@ NodeName=n[1-$nodes] NodeHostname=n[1-$nodes] NodeAddr=$net.[11-$((10 + nodes))]
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=small Nodes=n1 MaxTime=INFINITE State=UP
 EOF
+  if memory_v1; then
+    cat >"$dir/etc/slurm/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v1
+CgroupAutomount=no
+ConstrainRAMSpace=yes
+EOF
+  fi
 }
 
 # Our own munged: own key, own socket and pid file under $dir. It never touches
@@ -342,6 +365,13 @@ nodes_known() {
   local s
   s=$(node_states) && [ -n "$s" ] && ! grep -q ' unknown' <<<"$s"
 }
+
+# Memory enforcement (OUT_OF_MEMORY, a step's limit): Slurm's task/cgroup on
+# the cgroup v1 memory controller, where it is mounted. Each node's slurmd gets
+# the cgroup PREFIX-nI under it (node_cgroup), made at start and removed by
+# `down`. Elsewhere (a cgroup v2 host) tasks are unconfined.
+memory_v1() { [ -f /sys/fs/cgroup/memory/memory.usage_in_bytes ]; }
+node_cgroup() { echo "/sys/fs/cgroup/memory/$prefix-$1"; }
 
 # ctld stop|start: slurmctld alone, for tests of Slurm being unreachable.
 ctld() {
@@ -468,6 +498,17 @@ down() {
       done
     fi
     ip netns delete "$ns" || failed=1
+  done
+  # The nodes' memory cgroups, innermost first (Slurm's job and step
+  # cgroups inside them are empty now).
+  local cg
+  for cg in /sys/fs/cgroup/memory/"$prefix"-n*; do
+    [[ -d $cg && ${cg##*/} =~ ^$prefix-n[0-9]+$ ]] || continue
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    if [ -d "$cg" ]; then
+      echo "cluster.sh: could not remove the cgroup $cg: $(cat "$cg/cgroup.procs" 2>/dev/null | wc -l) processes in it" >&2
+      failed=1
+    fi
   done
   if [ -f "$dir/run/made-run-netns" ] && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
     umount /run/netns 2>/dev/null && rmdir /run/netns 2>/dev/null || true

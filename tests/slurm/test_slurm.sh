@@ -85,6 +85,7 @@ wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds
   done
 }
 is_status() { [ "$(status_of "$1")" = "$2" ]; }
+failure_has() { m show --json "$1" | field failure | grep -qF -- "$2"; }
 
 start_controller() { # [more controller options]
   # Not through login(): $! must be the controller itself (cluster.sh exec
@@ -181,11 +182,25 @@ check "a script's exit code comes back (failed, exit 3)" \
 check "...and its output, written on a node, is in its logs" \
   bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sid' | grep -q 'on n[1-3]'"
 
-# --- muster run across the nodes: allreduce (one Open MPI daemon per node,
+# --- a script past its memory: Slurm's cgroup kills it (where the host has
+# the cgroup v1 memory controller, which tests/slurm/cluster.sh then gives
+# each node), and the worker says why, with the limit it hit
+if grep -q '^TaskPlugin=task/cgroup' "$MUSTER_SLURM_DIR/etc/slurm/slurm.conf"; then
+  oid=$(m launch --cpu 1 --memory 0.25 -- python3 -c 'x = bytearray(600 << 20); import time; time.sleep(5)')
+  wait_for 60 "$oid to fail" is_status "$oid" failed
+  check "a script past its 0.25 GiB fails: 'killed: out of memory (limit 0.25 GiB)'" \
+    failure_has "$oid" 'killed: out of memory (limit 0.25 GiB)' ||
+    echo "#   $(m show --json "$oid" | field failure)"
+else
+  echo "ok - # SKIP out of memory: this host has no cgroup v1 memory controller, so the test cluster confines no memory"
+fi
+
+# --- muster run across the nodes (memory is enforced: a trainer holds MNIST,
+# some 200 MB as floats): allreduce (one Open MPI daemon per node,
 # ranks over TCP between them), and ps with PS and workers of different
 # shapes as one heterogeneous job
 train=$build/muster-train
-m run --mode allreduce --workers 3 --cpu 2 --memory 0.5 --session ar --timeout 60 -- \
+m run --mode allreduce --workers 3 --cpu 2 --memory 1 --session ar --timeout 60 -- \
   "$train" --mode allreduce --steps 30 --batch 96 --quiet >"$tmp/ar.out" 2>&1
 rc=$?
 check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 0 ||
@@ -193,7 +208,7 @@ check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 
 check "...rank 0 reports 3 ranks and a test accuracy" grep -q '"ranks": 3,.*"test_accuracy"' "$tmp/ar.out"
 hosts=$(m ls -a --session ar --json | python3 -c 'import json,sys; print(" ".join(sorted({w["hostname"] for w in json.load(sys.stdin)})))')
 check "...its workers were on three nodes ($hosts)" test "$hosts" = "n1 n2 n3"
-m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 0.25 --workers 2 --cpu 2 --memory 0.5 --session ps \
+m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 0.75 --workers 2 --cpu 2 --memory 1 --session ps \
   --timeout 60 -- "$train" --mode ps --steps 30 --batch 96 --quiet >"$tmp/ps.out" 2>&1
 rc=$?
 check "muster run --mode ps with a 1-core PS and 2-core workers succeeds (exit $rc)" test $rc -eq 0 ||

@@ -57,6 +57,7 @@ extern char **environ;
 #define SB_OUT_MAX (16u << 20)   /* most output read from one command */
 #define SB_RETRY_MAX_MS 30000    /* submit again after Slurm could not be reached: 1 s, doubling */
 #define SB_GIVE_UP_MS 600000     /* ...until a launch has waited this long for Slurm */
+#define SB_COPIES_MAX 8          /* second jobs of launches cancelled per poll */
 #define SB_COMP_MAX 16           /* components of a heterogeneous job (launch groups) */
 #define SB_ARGV_MAX 512
 
@@ -85,6 +86,7 @@ struct sb_job {
   int maybe_queued;         /* one of them may have queued the job all the same */
   int64_t first_try_ms;     /* when sbatch first ran for it */
   int64_t retry_at_ms;      /* not submitted again before this */
+  char *comment;            /* its --comment, once sbatch has run (under sb.mu) */
   int64_t since_ms;         /* when it was submitted (or adopted) */
   int seen;                 /* squeue listed it at least once */
   int ending;               /* BACKEND_ENDING sent (squeue said COMPLETING) */
@@ -106,9 +108,11 @@ static struct {
    * matched by the first poll that reads the queue. */
   struct sb_worker *unresolved;
   int nunresolved;
+  int reconciled; /* reconcile has run: every job still queued is tracked */
 } sb = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void job_free(struct sb_job *j) {
+  free(j->comment);
   free(j->w);
   free(j->cancel_steps);
   free(j);
@@ -310,6 +314,8 @@ static void slurm_words(const struct sb_out *o, const char *cmd, int timeout_ms,
 static int slurm_unreachable(const char *words) {
   return strstr(words, "Unable to contact slurm controller") != NULL ||
          strstr(words, "Zero Bytes were transmitted") != NULL ||
+         strstr(words, "Socket timed out") != NULL ||
+         strstr(words, "Communication connection failure") != NULL ||
          strstr(words, "did not answer within") != NULL || strstr(words, "cannot run ") == words;
 }
 
@@ -603,8 +609,13 @@ static void submit_job(struct sb_job *j) {
   for (int i = 0; i < j->n; i++)
     clen += (size_t)snprintf(comment_text + clen, 32, "%s%s:%d", i ? "," : "", j->w[i].id,
                              j->w[i].attempt);
-  if (!j->first_try_ms)
+  if (!j->first_try_ms) {
+    char *c = strdup(comment_text);
     j->first_try_ms = util_mono_ms();
+    pthread_mutex_lock(&sb.mu);
+    j->comment = c; /* NULL if out of memory: only the check for copies is lost */
+    pthread_mutex_unlock(&sb.mu);
+  }
   if (j->maybe_queued) {
     id = queued_with_comment(comment_text, words, sizeof(words));
     if (id < 0)
@@ -902,10 +913,11 @@ static int state_final(const char *s) {
   return 0;
 }
 
-/* Ending: Slurm hides the final state behind these while the job's
- * processes die and its epilogs run. */
+/* Ending: up to 22.05, squeue shows these instead of the final state
+ * while the job's processes die and its epilogs run (from 23.02 the final
+ * state comes first in job_state, with COMPLETING as a flag after it). */
 static int state_ending(const char *s) {
-  return state_is(s, "COMPLETING") || state_is(s, "STAGE_OUT") || state_is(s, "SIGNALING");
+  return state_is(s, "COMPLETING") || state_is(s, "STAGE_OUT");
 }
 
 /* Waiting for resources, not running yet. */
@@ -1119,9 +1131,26 @@ static void poll_jobs(void) {
     free(q);
     return;
   }
+  long copies[SB_COPIES_MAX];
+  int ncopies = 0;
+
   pthread_mutex_lock(&sb.mu);
   if (sb.nunresolved)
     resolve_locked(q, nq, &notes, &nn, &capn);
+  /* A second job of a launch: an sbatch that did not answer had queued
+   * one after all, after the queue was searched for it. The tracked one
+   * runs the workers; the copy goes before it starts any. */
+  for (size_t i = 0; i < nq && ncopies < SB_COPIES_MAX; i++) {
+    long leader = q[i].het_id ? q[i].het_id : q[i].id;
+    if (!q[i].comment || strncmp(q[i].comment, "muster:", 7) != 0 || state_final(q[i].state) ||
+        (q[i].het_id && q[i].het_id != q[i].id))
+      continue;
+    for (struct sb_job *j = sb.jobs; j; j = j->next)
+      if (j->jobid && j->jobid != leader && j->comment && strcmp(j->comment, q[i].comment) == 0) {
+        copies[ncopies++] = leader;
+        break;
+      }
+  }
   for (struct sb_job **pj = &sb.jobs; *pj;) {
     struct sb_job *j = *pj;
     const struct sq_job *s = NULL;
@@ -1155,6 +1184,7 @@ static void poll_jobs(void) {
        * before Slurm shows why: the controller is told to wait for it. */
       if (s && state_ending(s->state) && !j->ending) {
         j->ending = 1;
+        LOG(LOG_INFO, "Slurm job %ld is ending (%s)", j->jobid, s->state);
         for (int i = 0; i < j->n; i++) {
           struct sb_note *nt;
           if (j->w[i].ended || !(nt = note_add(&notes, &nn, &capn)))
@@ -1225,6 +1255,15 @@ static void poll_jobs(void) {
     pj = &j->next;
   }
   pthread_mutex_unlock(&sb.mu);
+  for (int i = 0; i < ncopies; i++) {
+    char job[32], *args[] = {job, NULL};
+    snprintf(job, sizeof(job), "%ld", copies[i]);
+    LOG(LOG_WARN,
+        "cancelling Slurm job %s: a second job of a launch (an sbatch that did not "
+        "answer had queued it)",
+        job);
+    scancel(job, args);
+  }
   char down[200] = "";
   for (size_t i = 0, asked = 0; i < nn; i++) {
     if (notes[i].node_fail) {
@@ -1257,16 +1296,50 @@ static int job_tracked(long id) {
   return yes;
 }
 
-/* Retention: the output (slurm/JOBID.out) of a job no longer tracked goes
- * once it is older than --retain, as ended workers' logs do. Not under
- * sb.mu. */
+/* Whether every job this controller may have queued is known by its id:
+ * reconciled after a restart, nothing unresolved, no sbatch without an
+ * answer. Until then an untracked job's output may be a live one's. */
+static int jobs_all_known(void) {
+  int yes;
+
+  pthread_mutex_lock(&sb.mu);
+  yes = sb.reconciled && !sb.nunresolved;
+  for (struct sb_job *j = sb.jobs; j && yes; j = j->next)
+    yes = j->jobid || !j->maybe_queued;
+  pthread_mutex_unlock(&sb.mu);
+  return yes;
+}
+
+/* Whether squeue lists job id as not yet ended (queue: squeue's jobs, NULL
+ * when it could not be read, which counts as yes). */
+static int job_listed_live(const struct sq_job *q, size_t nq, int readable, long id) {
+  if (!readable)
+    return 1;
+  for (size_t i = 0; i < nq; i++)
+    if ((q[i].id == id || q[i].het_id == id) && !state_final(q[i].state))
+      return 1;
+  return 0;
+}
+
+/* Retention: the output (slurm/JOBID.out) of a job that has ended goes once
+ * the file is older than --retain, as ended workers' logs do. A job this
+ * controller tracks, or squeue lists as not ended, keeps its output
+ * (workerd writes to it only at its start, so a long job's file is old).
+ * Not under sb.mu. */
 static void prune_outputs(void) {
-  char dir[600], path[900];
+  char dir[600], path[900], words[400];
   time_t cutoff = time(NULL) - (time_t)sb.cfg.retain_s;
   struct dirent *e;
   struct stat st;
+  json_t *root = NULL;
+  struct sq_job *q = NULL;
+  size_t nq = 0;
+  int asked = 0, readable = 0;
   DIR *d;
   int n = 0;
+
+  if (!jobs_all_known())
+    return;
 
   snprintf(dir, sizeof(dir), "%s/slurm", sb.cfg.state_dir);
   d = opendir(dir);
@@ -1281,12 +1354,20 @@ static void prune_outputs(void) {
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
     if (stat(path, &st) != 0 || st.st_mtime >= cutoff || job_tracked(id))
       continue;
+    if (!asked++) {
+      root = squeue_json(words, sizeof(words));
+      readable = root && squeue_parse(root, &q, &nq) == 0;
+    }
+    if (job_listed_live(q, nq, readable, id))
+      continue;
     if (unlink(path) == 0)
       n++;
     else if (errno != ENOENT)
       LOG(LOG_WARN, "could not remove %s: %s", path, strerror(errno));
   }
   closedir(d);
+  free(q);
+  json_decref(root);
   if (n)
     LOG(LOG_INFO, "retention: removed the output of %d ended Slurm jobs", n);
 }
@@ -1294,7 +1375,7 @@ static void prune_outputs(void) {
 static void *backend_main(void *arg) {
   /* Once a minute, or more often for a short --retain (tests), as the
    * state's own retention. */
-  int64_t prune_every = (int64_t)(sb.cfg.retain_s * 500), last_prune = 0;
+  int64_t prune_every = (int64_t)(sb.cfg.retain_s * 500), last_prune = util_mono_ms();
 
   (void)arg;
   if (prune_every > 60000)
@@ -1351,7 +1432,11 @@ static void *backend_main(void *arg) {
       pthread_mutex_lock(&sb.mu);
       continue;
     }
-    if (sb.jobs || sb.nunresolved) {
+    /* (a job waiting to be submitted again has nothing to ask about) */
+    int ask = sb.nunresolved > 0;
+    for (struct sb_job *j = sb.jobs; j && !ask; j = j->next)
+      ask = j->jobid != 0;
+    if (ask) {
       pthread_mutex_unlock(&sb.mu);
       poll_jobs();
       pthread_mutex_lock(&sb.mu);
@@ -1496,8 +1581,12 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
   struct sq_job *q = NULL;
   size_t nq = 0;
 
-  if (n == 0)
+  if (n == 0) {
+    pthread_mutex_lock(&sb.mu);
+    sb.reconciled = 1;
+    pthread_mutex_unlock(&sb.mu);
     return;
+  }
   for (int tries = 0; tries < 3; tries++) {
     if (tries)
       sleep(2);
@@ -1528,6 +1617,7 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
   } else {
     adopt_from_queue(q, nq, ws, n);
   }
+  sb.reconciled = 1;
   pthread_cond_signal(&sb.cv);
   pthread_mutex_unlock(&sb.mu);
   free(q);

@@ -334,6 +334,7 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f, cons
     w->attempt = f->attempt;
     w->restart = 0;
     w->ref_known = 0;
+    w->ending = 0; /* about the last attempt's job */
   }
   w->since_ms = util_mono_ms();
   return 0;

@@ -73,7 +73,7 @@ struct ctl_config {
 /* How long a worker stopped from outside muster waits for its queueing
  * backend's account of the end: a poll or two, or, once the backend said
  * the job is ending (Slurm's COMPLETING lasts while the job's processes
- * die, up to KillWait, 30 s by default), until it has ended. */
+ * die, up to KillWait, 30 s by default), for up to a minute. */
 #define OUTSIDE_WAIT_MS 5000
 #define OUTSIDE_ENDING_WAIT_MS 60000
 

@@ -391,7 +391,11 @@ ctld() {
       say "slurmctld stopped"
       ;;
     start)
-      alive "$pid" && ctld_up && return 0
+      if alive "$pid"; then
+        # running already: once it answers, there is nothing to start
+        wait_until "slurmctld (pid $pid) not answering 'scontrol ping'" "$pid" "$dir/log/slurmctld.log" ctld_up
+        return 0
+      fi
       # Without -c: it recovers its jobs and nodes from its state directory.
       start_daemon slurmctld "$ctl_ns" ctl slurmctld -D -f "$conf"
       wait_until "slurmctld not answering 'scontrol ping'" "$(pid_of slurmctld)" "$dir/log/slurmctld.log" ctld_up

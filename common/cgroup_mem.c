@@ -98,7 +98,8 @@ int cg_mem_read_at(const char *root_dir, const char *self_cgroup, struct cg_mem 
 
   m->oom_kills = 0;
   m->limit = 0;
-  if (own_path(self_cgroup, rel, sizeof(rel), &v2) != 0)
+  /* "/.." (outside this cgroup namespace's root) cannot be read from here */
+  if (own_path(self_cgroup, rel, sizeof(rel), &v2) != 0 || strstr(rel, "/..") != NULL)
     return -1;
   if (snprintf(dir, sizeof(dir), "%s%s", root_dir, v2 ? "" : "/memory") >= (int)sizeof(dir))
     return -1;

@@ -508,6 +508,20 @@ static void report(enum backend_event ev, const struct sb_worker *w, const char 
 
 static long queued_with_comment(const char *comment, char *words, size_t len);
 
+/* Releases held job id (not under sb.mu); logs a failure. */
+static void release_job(long id) {
+  char job[32], *argv[] = {"scontrol", "release", job, NULL};
+  struct sb_out o;
+
+  snprintf(job, sizeof(job), "%ld", id);
+  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0 || o.status != 0 || o.timed_out) {
+    char words[400];
+    slurm_words(&o, "scontrol release", SB_CMD_TIMEOUT_MS, words, sizeof(words));
+    LOG(LOG_WARN, "could not release Slurm job %ld: %s", id, words);
+  }
+  sb_out_free(&o);
+}
+
 /* Whether every worker of j has ended (cancelled before its job was
  * queued). */
 static int job_all_ended(struct sb_job *j) {
@@ -641,6 +655,11 @@ static void submit_job(struct sb_job *j) {
    * say) would start workers whose attempt already ran. muster decides
    * what starts again, under a new attempt. */
   argv[n++] = "--no-requeue";
+  /* Held until muster knows its id, then released: an sbatch whose answer
+   * was lost may have queued the job after all (a slow slurmctld, even
+   * after the queue was searched for it), and such a copy, never released,
+   * starts nothing before a poll cancels it. */
+  argv[n++] = "--hold";
   argv[n++] = name;
   argv[n++] = "--comment";
   argv[n++] = comment_text;
@@ -694,6 +713,7 @@ queued:
   j->jobid = id;
   j->since_ms = util_mono_ms();
   pthread_mutex_unlock(&sb.mu);
+  release_job(id); /* if this fails, the next poll that sees it held tries again */
   goto out;
 
 again:
@@ -1131,19 +1151,21 @@ static void poll_jobs(void) {
     free(q);
     return;
   }
-  long copies[SB_COPIES_MAX];
-  int ncopies = 0;
+  long copies[SB_COPIES_MAX], held[SB_COPIES_MAX];
+  int ncopies = 0, nheld = 0;
 
   pthread_mutex_lock(&sb.mu);
   if (sb.nunresolved)
     resolve_locked(q, nq, &notes, &nn, &capn);
   /* A second job of a launch: an sbatch that did not answer had queued
    * one after all, after the queue was searched for it. The tracked one
-   * runs the workers; the copy goes before it starts any. */
+   * runs the workers; the copy, held since muster never released it,
+   * goes. (A copy someone else released is left alone: its workerds are
+   * refused when they register.) */
   for (size_t i = 0; i < nq && ncopies < SB_COPIES_MAX; i++) {
     long leader = q[i].het_id ? q[i].het_id : q[i].id;
-    if (!q[i].comment || strncmp(q[i].comment, "muster:", 7) != 0 || state_final(q[i].state) ||
-        (q[i].het_id && q[i].het_id != q[i].id))
+    if (!q[i].comment || strncmp(q[i].comment, "muster:", 7) != 0 ||
+        !state_is(q[i].state, "PENDING") || (q[i].het_id && q[i].het_id != q[i].id))
       continue;
     for (struct sb_job *j = sb.jobs; j; j = j->next)
       if (j->jobid && j->jobid != leader && j->comment && strcmp(j->comment, q[i].comment) == 0) {
@@ -1167,6 +1189,11 @@ static void poll_jobs(void) {
     detail[0] = '\0';
     if (s) {
       j->seen = 1;
+      /* still held: its release after sbatch failed (or a restart came
+       * between the two) */
+      if (state_is(s->state, "PENDING") && state_is(s->reason, "JobHeldUser") &&
+          nheld < SB_COPIES_MAX)
+        held[nheld++] = j->jobid;
       if (state_queued(s->state))
         snprintf(detail, sizeof(detail), "the Slurm queue: %s (job %ld)",
                  s->reason && *s->reason ? s->reason : s->state, j->jobid);
@@ -1255,6 +1282,8 @@ static void poll_jobs(void) {
     pj = &j->next;
   }
   pthread_mutex_unlock(&sb.mu);
+  for (int i = 0; i < nheld; i++)
+    release_job(held[i]);
   for (int i = 0; i < ncopies; i++) {
     char job[32], *args[] = {job, NULL};
     snprintf(job, sizeof(job), "%ld", copies[i]);

@@ -237,14 +237,17 @@ out:
   return rc;
 }
 
-/* The command was killed by SIGKILL: if the out-of-memory killer of its
+/* The command was killed by SIGKILL (or exited 137, as a shell does when
+ * its command was): if the out-of-memory killer of its
  * cgroup (a Slurm step's, a container's) did it, wd.reason says so, with
  * the limit it hit. */
 static void note_oom_kill(void) {
   struct cg_mem cg;
 
-  if (wd.reason[0] || wd.oom_kills_at_start < 0 || cg_mem_read(&cg) != 0 ||
-      cg.oom_kills <= wd.oom_kills_at_start)
+  /* A stop (muster's, or a signal from outside that workerd escalated to
+   * SIGKILL) is not the out-of-memory killer, whatever else it killed. */
+  if (wd.reason[0] || wd.stopping || wd.term_received || wd.oom_kills_at_start < 0 ||
+      cg_mem_read(&cg) != 0 || cg.oom_kills <= wd.oom_kills_at_start)
     return;
   if (cg.limit > 0)
     snprintf(wd.reason, sizeof(wd.reason), "killed: out of memory (limit %.3g GiB)",
@@ -278,7 +281,9 @@ void child_reap(int64_t now) {
       LOG(LOG_INFO, "the command exited with code %d", WEXITSTATUS(st));
     else if (WIFSIGNALED(st))
       LOG(LOG_INFO, "the command was killed by signal %d", WTERMSIG(st));
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+    /* killed, or a shell whose command was (128 + SIGKILL) */
+    if ((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) ||
+        (WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL))
       note_oom_kill();
   }
   wd.child_done = true;

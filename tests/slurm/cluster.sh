@@ -23,6 +23,8 @@
 # a memory cgroup of its own, /sys/fs/cgroup/memory/PREFIX-nI (its root, as
 # the node sees it), and Slurm confines every task's memory (task/cgroup,
 # ConstrainRAMSpace): a step past its memory is killed as on a real cluster.
+# Each node declares two GPUs backed by empty files (no device): a job that
+# asks for GPUs is placed, or refused, as on a GPU cluster.
 # munged runs in the root namespace: a unix socket is a path, reachable from
 # every network namespace, and Slurm finds it through AuthInfo=socket=PATH.
 # The root namespace cannot reach NET at all, so whatever a job must connect
@@ -252,15 +254,26 @@ EnforcePartLimits=ALL
 KillWait=2
 # Finished jobs stay visible in squeue this long (seconds).
 MinJobAge=300
-NodeName=n[1-$nodes] NodeHostname=n[1-$nodes] NodeAddr=$net.[11-$((10 + nodes))] CPUs=$cpus RealMemory=$mem State=UNKNOWN
+# Two GPUs per node, backed by empty files (gres.conf): jobs that ask for GPUs
+# are scheduled and refused as on a GPU cluster; nothing can run on them.
+GresTypes=gpu
+NodeName=n[1-$nodes] NodeHostname=n[1-$nodes] NodeAddr=$net.[11-$((10 + nodes))] CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=small Nodes=n1 MaxTime=INFINITE State=UP
+EOF
+  mkdir -p "$dir/dev"
+  touch "$dir/dev/nvidia0" "$dir/dev/nvidia1"
+  cat >"$dir/etc/slurm/gres.conf" <<EOF
+AutoDetect=off
+NodeName=n[1-$nodes] Name=gpu File=$dir/dev/nvidia[0-1]
 EOF
   if memory_v1; then
     cat >"$dir/etc/slurm/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 CgroupAutomount=no
 ConstrainRAMSpace=yes
+# On a host with swap, a step past its memory would swap rather than be killed.
+MemorySwappiness=0
 EOF
   fi
 }

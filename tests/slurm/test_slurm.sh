@@ -182,6 +182,17 @@ check "a script's exit code comes back (failed, exit 3)" \
 check "...and its output, written on a node, is in its logs" \
   bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sid' | grep -q 'on n[1-3]'"
 
+# --- GPUs (the test cluster's nodes declare two each, backed by no
+# device): a worker asking for one gets a node's GPU from Slurm; three are
+# refused, naming the field
+gid=$(m launch --cpu 1 --memory 0.25 --gpu 1 -- sh -c 'echo "gpus on node: $SLURM_GPUS_ON_NODE"')
+m await --timeout 60 "$gid" >/dev/null
+check "a worker of 1 GPU is given one by Slurm (SLURM_GPUS_ON_NODE=1)" \
+  bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$gid' | grep -q 'gpus on node: 1'"
+out=$(api POST /api/v1/workers '{"n": 1, "cpu": 1, "memory": 0.25, "nvidia_gpu": 3}')
+check "a worker of 3 GPUs (nodes have 2) is refused with 422 naming nvidia_gpu" \
+  bash -c "[ '$(tail -1 <<<"$out")' = 422 ] && grep -q '\"field\": *\"nvidia_gpu\"' <<<'$out'"
+
 # --- a script past its memory: Slurm's cgroup kills it (where the host has
 # the cgroup v1 memory controller, which tests/slurm/cluster.sh then gives
 # each node), and the worker says why, with the limit it hit
@@ -208,7 +219,7 @@ check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 
 check "...rank 0 reports 3 ranks and a test accuracy" grep -q '"ranks": 3,.*"test_accuracy"' "$tmp/ar.out"
 hosts=$(m ls -a --session ar --json | python3 -c 'import json,sys; print(" ".join(sorted({w["hostname"] for w in json.load(sys.stdin)})))')
 check "...its workers were on three nodes ($hosts)" test "$hosts" = "n1 n2 n3"
-m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 0.75 --workers 2 --cpu 2 --memory 1 --session ps \
+m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 1 --workers 2 --cpu 2 --memory 1 --session ps \
   --timeout 60 -- "$train" --mode ps --steps 30 --batch 96 --quiet >"$tmp/ps.out" 2>&1
 rc=$?
 check "muster run --mode ps with a 1-core PS and 2-core workers succeeds (exit $rc)" test $rc -eq 0 ||
@@ -317,8 +328,8 @@ check "...its status is scheduling" is_status "$uid" scheduling
 bash "$cluster" ctld start >"$tmp/ctld.log" 2>&1 || { cat "$tmp/ctld.log"; echo "not ok - slurmctld started again"; exit 1; }
 m await --running --timeout 90 "$uid" >/dev/null
 check "...and runs once Slurm is back" is_status "$uid" running
-# (workerd registers by itself: the worker runs before the controller knows
-# its job's id)
+# (the job was queued held: it runs only once the controller has found it
+# and released it)
 wait_for 30 "the controller to find the job of $uid" \
   grep -q 'was queued by an sbatch that could not answer' "$tmp/controller.log"
 check "...in a job the controller found by its comment, after the answer of the sbatch that queued it was lost" \

@@ -100,6 +100,13 @@ START_TEST(nothing_to_read) {
   ck_assert_int_eq(cg_mem_read_at(root, "3:pids:/a\n", &m), -1);
   ck_assert_int_eq(cg_mem_read_at(root, "", &m), -1);
   ck_assert_int_eq(cg_mem_read_at(root, "garbage without colons", &m), -1);
+  /* outside this cgroup namespace's root */
+  put("memory/memory.usage_in_bytes", "1\n");
+  ck_assert_int_eq(cg_mem_read_at(root, "4:memory:/../../other\n", &m), -1);
+  /* memory among other controllers of one v1 line, before the v2 line */
+  put("memory/a/memory.limit_in_bytes", "4096\n");
+  ck_assert_int_eq(cg_mem_read_at(root, "4:cpuset,memory:/a\n0::/b\n", &m), 0);
+  ck_assert_int_eq(m.limit, 4096);
 }
 END_TEST
 

@@ -1600,6 +1600,71 @@ static void slurm_release(const char *id) {
   (void)id;
 }
 
+/* After a restart, for the workers whose job squeue no longer lists (it
+ * ended longer ago than MinJobAge): why it ended, from Slurm's accounting
+ * (sacct), by the job id recorded as their backend_ref. Without
+ * accounting, sacct fails and nothing is filled. Not under sb.mu. */
+static void ended_from_accounting(struct backend_live *ws, int n) {
+  char ids[1024], *argv[16];
+  size_t len = 0;
+  struct sb_out o;
+  int a = 0;
+
+  for (int i = 0; i < n; i++) {
+    char *end;
+    long id = ws[i].ref ? strtol(ws[i].ref, &end, 10) : 0;
+    if (ws[i].adopted || ws[i].why[0] || id <= 0 || *end || len + 24 >= sizeof(ids))
+      continue;
+    len += (size_t)snprintf(ids + len, sizeof(ids) - len, "%s%ld", len ? "," : "", id);
+  }
+  if (!len)
+    return;
+  argv[a++] = "sacct";
+  argv[a++] = "--allocations";
+  argv[a++] = "--noheader";
+  argv[a++] = "--parsable2";
+  argv[a++] = "--jobs";
+  argv[a++] = ids;
+  argv[a++] = "--format=JobIDRaw,State,NodeList,Reason";
+  argv[a] = NULL;
+  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0 || o.status != 0 || o.timed_out) {
+    char words[400];
+    slurm_words(&o, "sacct", SB_CMD_TIMEOUT_MS, words, sizeof(words));
+    LOG(LOG_INFO, "no Slurm accounting to say how ended jobs ended: %s", words);
+    sb_out_free(&o);
+    return;
+  }
+  /* JOBID|STATE[ by UID]|NODES|REASON per line */
+  for (char *line = o.out, *next; line && *line; line = next) {
+    char *f[4] = {line, NULL, NULL, NULL}, *end, *sp;
+    long id;
+
+    next = strchr(line, '\n');
+    if (next)
+      *next++ = '\0';
+    for (int k = 1; k < 4 && f[k - 1]; k++)
+      if ((f[k] = strchr(f[k - 1], '|')))
+        *f[k]++ = '\0';
+    id = strtol(f[0], &end, 10);
+    if (!f[3] || id <= 0 || *end)
+      continue;
+    if ((sp = strchr(f[1], ' ')))
+      *sp = '\0'; /* "CANCELLED by 0" */
+    if (!state_final(f[1]))
+      continue;
+    for (int i = 0; i < n; i++) {
+      char *iend;
+      if (ws[i].adopted || ws[i].why[0] || !ws[i].ref || strtol(ws[i].ref, &iend, 10) != id ||
+          *iend)
+        continue;
+      end_sentence(f[1], f[3], f[2], ws[i].why, sizeof(ws[i].why));
+      if (state_is(f[1], "COMPLETED") || state_is(f[1], "FAILED"))
+        append_output_error(id, ws[i].why, sizeof(ws[i].why));
+    }
+  }
+  sb_out_free(&o);
+}
+
 /* After a restart: finds the jobs an earlier controller submitted, adopts
  * what is queued or running, and says why the others ended. When the queue
  * cannot be read (three tries, 2 s apart), every worker is kept as recorded
@@ -1649,6 +1714,8 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
   sb.reconciled = 1;
   pthread_cond_signal(&sb.cv);
   pthread_mutex_unlock(&sb.mu);
+  if (root)
+    ended_from_accounting(ws, n);
   free(q);
   json_decref(root);
 }

@@ -8,7 +8,8 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       check libsubunit-dev python3 iproute2 procps
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
-      slurm-wlm munge)  # slurm-wlm pulls slurmctld, slurmd and slurm-client: tests/slurm/cluster.sh
+      slurm-wlm munge slurmdbd mariadb-server)  # slurm-wlm pulls slurmctld, slurmd and slurm-client;
+      # slurmdbd and MariaDB keep its accounting (sacct): tests/slurm/cluster.sh
 
 missing=()
 for p in "${pkgs[@]}"; do

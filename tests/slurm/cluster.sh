@@ -23,6 +23,9 @@
 # a memory cgroup of its own, /sys/fs/cgroup/memory/PREFIX-nI (its root, as
 # the node sees it), and Slurm confines every task's memory (task/cgroup,
 # ConstrainRAMSpace): a step past its memory is killed as on a real cluster.
+# Accounting (sacct): where slurmdbd and MariaDB are installed, slurmdbd runs
+# on the login node on a MariaDB of the cluster's own (data in DIR/db, reached
+# through a unix socket only), both stopped by `down`.
 # Each node declares two GPUs backed by empty files (no device): a job that
 # asks for GPUs is placed, or refused, as on a GPU cluster.
 # munged runs in the root namespace: a unix socket is a path, reachable from
@@ -222,7 +225,15 @@ SlurmdPort=6818
 ProctrackType=proctrack/linuxproc
 TaskPlugin=$(memory_v1 && echo task/cgroup || echo task/none)
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(if accounting; then
+    echo "# Accounting through slurmdbd on the login node (sacct)."
+    echo "AccountingStorageType=accounting_storage/slurmdbd"
+    echo "AccountingStorageHost=$ctl_ip"
+    echo "# Clients reach slurmdbd through our munged, named here (not AuthInfo)."
+    echo "AccountingStoragePass=$dir/munge/munge.socket"
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi)
 JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
@@ -261,6 +272,22 @@ NodeName=n[1-$nodes] NodeHostname=n[1-$nodes] NodeAddr=$net.[11-$((10 + nodes))]
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=small Nodes=n1 MaxTime=INFINITE State=UP
 EOF
+  if accounting; then
+    cat >"$dir/etc/slurm/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+DbdHost=ctl
+DbdAddr=$ctl_ip
+SlurmUser=root
+PidFile=$dir/run/slurmdbd.pid
+LogFile=$dir/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+    chmod 600 "$dir/etc/slurm/slurmdbd.conf"
+  fi
   mkdir -p "$dir/dev"
   touch "$dir/dev/nvidia0" "$dir/dev/nvidia1"
   cat >"$dir/etc/slurm/gres.conf" <<EOF
@@ -280,6 +307,48 @@ EOF
 
 # Our own munged: own key, own socket and pid file under $dir. It never touches
 # the system's /etc/munge/munge.key or /run/munge.
+# Accounting (sacct): slurmdbd on the login node, on a MariaDB of the
+# cluster's own (its data in $dir/db, reached only through a unix socket,
+# root authenticated by the socket). Where slurmdbd or MariaDB is missing
+# (MUSTER_SLURM_ACCOUNTING=0 forces it), the cluster has no accounting.
+accounting() {
+  [ "${MUSTER_SLURM_ACCOUNTING:-1}" != 0 ] && command -v slurmdbd >/dev/null &&
+    command -v mariadbd >/dev/null && command -v mariadb-install-db >/dev/null
+}
+db_socket() { echo "$dir/run/mariadb.sock"; }
+
+start_accounting() {
+  mkdir -p "$dir/db"
+  # Both in the login node's network namespace (MariaDB uses none: it only
+  # listens on its unix socket, a path every namespace reaches), so that
+  # `down` finds them there with everything else, even after an `up` that
+  # was killed half-way.
+  nsenter --net="/run/netns/$ctl_ns" mariadb-install-db --no-defaults --user=root --datadir="$dir/db" \
+    --auth-root-authentication-method=socket --skip-test-db >"$dir/log/mariadb-install.log" 2>&1 ||
+    { log_tail "$dir/log/mariadb-install.log"; die "mariadb-install-db failed"; }
+  nsenter --net="/run/netns/$ctl_ns" setsid mariadbd --no-defaults --user=root --datadir="$dir/db" --socket="$(db_socket)" \
+    --skip-networking --pid-file="$dir/run/mariadbd.pid" --log-error="$dir/log/mariadb.log" \
+    </dev/null >/dev/null 2>&1 &
+  wait_until "MariaDB not answering on $(db_socket)" "$!" "$dir/log/mariadb.log" \
+    mariadb-admin --no-defaults --socket="$(db_socket)" ping
+  say "MariaDB up (socket $(db_socket))"
+  # slurmdbd's MySQL client finds the socket through MYSQL_UNIX_PORT.
+  MYSQL_UNIX_PORT=$(db_socket) start_daemon slurmdbd "$ctl_ns" ctl slurmdbd -D
+  wait_until "slurmdbd not answering 'sacctmgr show cluster'" "$(pid_of slurmdbd)" "$dir/log/slurmdbd.log" \
+    ctl_client sacctmgr -n show cluster
+  ctl_client sacctmgr -i add cluster muster >/dev/null ||
+    die "sacctmgr could not add the cluster (log $dir/log/slurmdbd.log)"
+  say "slurmdbd up"
+}
+
+# Our MariaDB: the pid in its pid file, if it is ours (its datadir).
+our_mariadbd() {
+  local p
+  p=$(cat "$dir/run/mariadbd.pid" 2>/dev/null) || return 0
+  [ -n "$p" ] && alive "$p" && tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--datadir=$dir/db" \
+    && echo "$p" || true
+}
+
 start_munged() {
   dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
   chown -R munge:munge "$dir/munge"
@@ -347,6 +416,7 @@ up() {
   write_files
   start_munged
   make_network
+  if accounting; then start_accounting; fi
 
   # slurmd first registers the moment it starts and, if slurmctld does not
   # answer yet, only retries some seconds later: start the nodes after it.
@@ -481,7 +551,7 @@ our_munged() {
 down() {
   check_settings
   local pids munged left ns i deadline failed=0
-  munged=$(our_munged)
+  munged=$(echo $(our_munged) $(our_mariadbd))
   pids=$(victims)
   # SIGTERM first, to everything at once; munged goes with the rest since
   # nothing will authenticate any more. Then SIGKILL what is left after a
@@ -494,13 +564,13 @@ down() {
     while [ -n "$(victims)" ] && [ "$(date +%s%N)" -lt "$deadline" ]; do sleep 0.05; done
     deadline=$(($(date +%s%N) + 3000000000))
     while :; do
-      left="$(victims) $(our_munged)"
+      left="$(victims) $(our_munged) $(our_mariadbd)"
       [ -n "${left// /}" ] && [ "$(date +%s%N)" -lt "$deadline" ] || break
       # shellcheck disable=SC2086
       kill -KILL $left 2>/dev/null || true
       sleep 0.05
     done
-    left="$(victims) $(our_munged)"
+    left="$(victims) $(our_munged) $(our_mariadbd)"
     if [ -n "${left// /}" ]; then
       echo "cluster.sh: still running after SIGKILL: $(echo $left)" >&2
       failed=1

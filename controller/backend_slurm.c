@@ -57,6 +57,7 @@ extern char **environ;
 #define SB_OUT_MAX (16u << 20)   /* most output read from one command */
 #define SB_RETRY_MAX_MS 30000    /* submit again after Slurm could not be reached: 1 s, doubling */
 #define SB_GIVE_UP_MS 600000     /* ...until a launch has waited this long for Slurm */
+#define SB_SACCT_MAX 256         /* jobs asked about in the restart's one sacct */
 #define SB_COPIES_MAX 8          /* second jobs of launches cancelled per poll */
 #define SB_COMP_MAX 16           /* components of a heterogeneous job (launch groups) */
 #define SB_ARGV_MAX 512
@@ -87,6 +88,7 @@ struct sb_job {
   int64_t first_try_ms;     /* when sbatch first ran for it */
   int64_t retry_at_ms;      /* not submitted again before this */
   char *comment;            /* its --comment, once sbatch has run (under sb.mu) */
+  int release;              /* submitted held: to be released (until that works) */
   int64_t since_ms;         /* when it was submitted (or adopted) */
   int seen;                 /* squeue listed it at least once */
   int ending;               /* BACKEND_ENDING sent (squeue said COMPLETING) */
@@ -508,18 +510,26 @@ static void report(enum backend_event ev, const struct sb_worker *w, const char 
 
 static long queued_with_comment(const char *comment, char *words, size_t len);
 
-/* Releases held job id (not under sb.mu); logs a failure. */
-static void release_job(long id) {
+/* Releases held job id (not under sb.mu). Returns 0, or -1 (logged, at
+ * most every 30 s). */
+static int release_job(long id) {
   char job[32], *argv[] = {"scontrol", "release", job, NULL};
   struct sb_out o;
+  int rc = 0;
 
   snprintf(job, sizeof(job), "%ld", id);
   if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0 || o.status != 0 || o.timed_out) {
+    static int64_t last_warn;
     char words[400];
     slurm_words(&o, "scontrol release", SB_CMD_TIMEOUT_MS, words, sizeof(words));
-    LOG(LOG_WARN, "could not release Slurm job %ld: %s", id, words);
+    if (util_mono_ms() - last_warn > 30000) {
+      LOG(LOG_WARN, "could not release Slurm job %ld (tried again each poll): %s", id, words);
+      last_warn = util_mono_ms();
+    }
+    rc = -1;
   }
   sb_out_free(&o);
+  return rc;
 }
 
 /* Whether every worker of j has ended (cancelled before its job was
@@ -712,8 +722,13 @@ queued:
   pthread_mutex_lock(&sb.mu);
   j->jobid = id;
   j->since_ms = util_mono_ms();
+  j->release = 1;
   pthread_mutex_unlock(&sb.mu);
-  release_job(id); /* if this fails, the next poll that sees it held tries again */
+  if (release_job(id) == 0) { /* else the next poll that sees it held tries again */
+    pthread_mutex_lock(&sb.mu);
+    j->release = 0;
+    pthread_mutex_unlock(&sb.mu);
+  }
   goto out;
 
 again:
@@ -1020,13 +1035,18 @@ static void job_append_locked(struct sb_job *j) {
  * running is adopted (and its job tracked), one of a job that ended gets
  * the sentence of that end in why. Called with sb.mu held; no I/O. */
 static void adopt_from_queue(const struct sq_job *q, size_t nq, struct backend_live *ws, int n) {
-  for (size_t k = 0; k < nq; k++) {
+  /* Jobs not held first: a held job beside another with the same workers
+   * is a copy an unanswered sbatch queued (submit_job), left untracked for
+   * the polls to cancel. */
+  for (size_t kk = 0; kk < 2 * nq; kk++) {
+    size_t k = kk % nq;
     const char *c = q[k].comment;
-    int matches = 0;
+    int matches = 0, held = state_is(q[k].state, "PENDING") && state_is(q[k].reason, "JobHeldUser");
     struct sb_job *j = NULL;
 
     /* A heterogeneous job is known by its leader (its first component). */
-    if (!c || strncmp(c, "muster:", 7) != 0 || (q[k].het_id && q[k].het_id != q[k].id))
+    if (!c || strncmp(c, "muster:", 7) != 0 || (q[k].het_id && q[k].het_id != q[k].id) ||
+        held != (kk >= nq))
       continue;
     for (int pass = 0; pass < 2; pass++) {
       for (int i = 0; i < n; i++) {
@@ -1035,7 +1055,8 @@ static void adopt_from_queue(const struct sq_job *q, size_t nq, struct backend_l
         size_t kl = (size_t)snprintf(key, sizeof(key), "%s:%d", ws[i].id, ws[i].attempt);
 
         at = strstr(c + 7, key);
-        if (!at || (at[kl] != ',' && at[kl] != '\0') || (at[-1] != ',' && at[-1] != ':'))
+        if (ws[i].adopted || !at || (at[kl] != ',' && at[kl] != '\0') ||
+            (at[-1] != ',' && at[-1] != ':'))
           continue;
         if (pass == 0) {
           matches++;
@@ -1069,6 +1090,8 @@ static void adopt_from_queue(const struct sq_job *q, size_t nq, struct backend_l
           j->jobid = q[k].id;
           j->submitted = 1;
           j->seen = 1;
+          j->comment = strdup(c); /* NULL: only the check for copies is lost */
+          j->release = held;      /* held by its submission, never released */
           j->ncomp = 1;
           j->since_ms = util_mono_ms();
           snprintf(j->launch, sizeof(j->launch), "adopted");
@@ -1189,11 +1212,14 @@ static void poll_jobs(void) {
     detail[0] = '\0';
     if (s) {
       j->seen = 1;
-      /* still held: its release after sbatch failed (or a restart came
-       * between the two) */
-      if (state_is(s->state, "PENDING") && state_is(s->reason, "JobHeldUser") &&
+      /* still held by its submission: its release after sbatch failed, or
+       * a restart came between the two (a hold someone put on it later is
+       * theirs) */
+      if (j->release && state_is(s->state, "PENDING") && state_is(s->reason, "JobHeldUser") &&
           nheld < SB_COPIES_MAX)
         held[nheld++] = j->jobid;
+      else if (j->release && !state_queued(s->state))
+        j->release = 0;
       if (state_queued(s->state))
         snprintf(detail, sizeof(detail), "the Slurm queue: %s (job %ld)",
                  s->reason && *s->reason ? s->reason : s->state, j->jobid);
@@ -1283,7 +1309,13 @@ static void poll_jobs(void) {
   }
   pthread_mutex_unlock(&sb.mu);
   for (int i = 0; i < nheld; i++)
-    release_job(held[i]);
+    if (release_job(held[i]) == 0) {
+      pthread_mutex_lock(&sb.mu);
+      for (struct sb_job *j = sb.jobs; j; j = j->next)
+        if (j->jobid == held[i])
+          j->release = 0;
+      pthread_mutex_unlock(&sb.mu);
+    }
   for (int i = 0; i < ncopies; i++) {
     char job[32], *args[] = {job, NULL};
     snprintf(job, sizeof(job), "%ld", copies[i]);
@@ -1605,18 +1637,33 @@ static void slurm_release(const char *id) {
  * (sacct), by the job id recorded as their backend_ref. Without
  * accounting, sacct fails and nothing is filled. Not under sb.mu. */
 static void ended_from_accounting(struct backend_live *ws, int n) {
-  char ids[1024], *argv[16];
+  char ids[SB_SACCT_MAX * 21], *argv[16];
+  long seen[SB_SACCT_MAX];
   size_t len = 0;
   struct sb_out o;
-  int a = 0;
+  int a = 0, nseen = 0, skipped = 0;
 
   for (int i = 0; i < n; i++) {
     char *end;
     long id = ws[i].ref ? strtol(ws[i].ref, &end, 10) : 0;
-    if (ws[i].adopted || ws[i].why[0] || id <= 0 || *end || len + 24 >= sizeof(ids))
+    int dup = 0;
+
+    if (ws[i].adopted || ws[i].why[0] || id <= 0 || *end)
       continue;
+    for (int k = 0; k < nseen && !dup; k++)
+      dup = seen[k] == id; /* once per job: a launch's workers share it */
+    if (dup)
+      continue;
+    if (nseen == SB_SACCT_MAX) {
+      skipped++;
+      continue;
+    }
+    seen[nseen++] = id;
     len += (size_t)snprintf(ids + len, sizeof(ids) - len, "%s%ld", len ? "," : "", id);
   }
+  if (skipped)
+    LOG(LOG_WARN, "after the restart, sacct is asked about %d jobs; %d more fail as lost", nseen,
+        skipped);
   if (!len)
     return;
   argv[a++] = "sacct";
@@ -1625,16 +1672,19 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
   argv[a++] = "--parsable2";
   argv[a++] = "--jobs";
   argv[a++] = ids;
-  argv[a++] = "--format=JobIDRaw,State,NodeList,Reason";
+  /* Not sacct's Reason: that is the last reason the job waited (JobHeldUser,
+   * since muster submits jobs held), not why it ended. */
+  argv[a++] = "--format=JobIDRaw,State,NodeList,ExitCode";
   argv[a] = NULL;
-  if (sb_run(argv, NULL, NULL, SB_CMD_TIMEOUT_MS, &o) != 0 || o.status != 0 || o.timed_out) {
+  /* At startup, under the state lock: a shorter timeout than other commands. */
+  if (sb_run(argv, NULL, NULL, SB_TEST_TIMEOUT_MS, &o) != 0 || o.status != 0 || o.timed_out) {
     char words[400];
-    slurm_words(&o, "sacct", SB_CMD_TIMEOUT_MS, words, sizeof(words));
+    slurm_words(&o, "sacct", SB_TEST_TIMEOUT_MS, words, sizeof(words));
     LOG(LOG_INFO, "no Slurm accounting to say how ended jobs ended: %s", words);
     sb_out_free(&o);
     return;
   }
-  /* JOBID|STATE[ by UID]|NODES|REASON per line */
+  /* JOBID|STATE[ by UID]|NODES|EXITCODE per line */
   for (char *line = o.out, *next; line && *line; line = next) {
     char *f[4] = {line, NULL, NULL, NULL}, *end, *sp;
     long id;
@@ -1657,9 +1707,15 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
       if (ws[i].adopted || ws[i].why[0] || !ws[i].ref || strtol(ws[i].ref, &iend, 10) != id ||
           *iend)
         continue;
-      end_sentence(f[1], f[3], f[2], ws[i].why, sizeof(ws[i].why));
+      char code[40], down[200] = "";
+      snprintf(code, sizeof(code), "exit code %.20s", f[3]);
+      if (state_is(f[1], "NODE_FAIL"))
+        down_nodes(down, sizeof(down));
+      end_sentence(f[1], code, down[0] ? down : f[2], ws[i].why, sizeof(ws[i].why));
       if (state_is(f[1], "COMPLETED") || state_is(f[1], "FAILED"))
         append_output_error(id, ws[i].why, sizeof(ws[i].why));
+      LOG(LOG_INFO, "%s: its Slurm job %ld ended while the controller was down: %s (sacct)",
+          ws[i].id, id, ws[i].why);
     }
   }
   sb_out_free(&o);

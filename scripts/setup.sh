@@ -40,6 +40,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ -n "$policy" ]; then
     rm -f "$policy"
     trap - EXIT
+    # nor start them at the next boot, where systemd runs services
+    if command -v systemctl >/dev/null; then
+      systemctl disable munge slurmctld slurmd slurmdbd mariadb >/dev/null 2>&1 || true
+    fi
   fi
 fi
 

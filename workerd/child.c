@@ -281,9 +281,10 @@ void child_reap(int64_t now) {
       LOG(LOG_INFO, "the command exited with code %d", WEXITSTATUS(st));
     else if (WIFSIGNALED(st))
       LOG(LOG_INFO, "the command was killed by signal %d", WTERMSIG(st));
-    /* killed, or a shell whose command was (128 + SIGKILL) */
+    /* killed, or a shell whose command was (128 + SIGKILL; not once an
+     * exec command, whose kills the cgroup counts too, has run) */
     if ((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) ||
-        (WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL))
+        (WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL && !wd.exec_started))
       note_oom_kill();
   }
   wd.child_done = true;

@@ -486,6 +486,8 @@ static void ex_start(struct ex_conn *c, const char *text, size_t len, int64_t no
 
     pid = child_spawn(&cs);
   }
+  if (pid > 0)
+    wd.exec_started = true;
   if (pid < 0) {
     snprintf(err, sizeof(err), "cannot start \"%s\": %s", c->name, strerror(errno));
     ex_refuse(c, 126, err, now);

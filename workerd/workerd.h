@@ -157,6 +157,7 @@ struct wd_state {
   /* The memory cgroup's out-of-memory kills when the command started
    * (cgroup_mem.h), or -1 when there is no cgroup to read. */
   long long oom_kills_at_start;
+  bool exec_started; /* an exec command ran (it shares the cgroup's count) */
   struct stream out;
   struct stream err;
 

@@ -363,12 +363,18 @@ if [ -f "$MUSTER_SLURM_DIR/etc/slurm/slurmdbd.conf" ]; then
   login scancel "$ujob"
   sed -i 's/^MinJobAge=.*/MinJobAge=2/' "$MUSTER_SLURM_DIR/etc/slurm/slurm.conf"
   login scontrol reconfigure
-  forgotten() { [ -z "$(login squeue -t all --noheader -j "$ujob" --format=%i 2>/dev/null)" ]; }
+  # (the whole queue read without an error, and the job not in it)
+  forgotten() {
+    local all
+    all=$(login squeue -t all --noheader --format=%i) && ! grep -qx "$ujob" <<<"$all"
+  }
   wait_for 60 "squeue to forget job $ujob" forgotten
   start_controller
   check "a worker whose job was cancelled while the controller was down, and left squeue, fails with sacct's account" \
     failure_has "$uid" 'cancelled outside muster (Slurm: CANCELLED)' ||
     echo "#   $(m show --json "$uid" | field failure)"
+  check "...which the controller read from sacct" \
+    grep -q "$uid: its Slurm job $ujob ended while the controller was down: .*(sacct)" "$tmp/controller.log"
 else
   echo "ok - # SKIP sacct after a restart: the test cluster has no accounting (slurmdbd, MariaDB)"
 fi

@@ -910,21 +910,38 @@ static json_t *squeue_json(char *words, size_t len) {
   return root;
 }
 
+/* Reads the queue: *root (to json_decref) and its jobs *q (to free, pointing
+ * into *root). Returns 0, or -1 with nothing to free and words filled. */
+static int queue_read(json_t **root, struct sq_job **q, size_t *nq, char *words, size_t len) {
+  *q = NULL;
+  *nq = 0;
+  *root = squeue_json(words, len);
+  if (!*root)
+    return -1;
+  if (squeue_parse(*root, q, nq) != 0) {
+    snprintf(words, len, "squeue --json printed no jobs array");
+    free(*q);
+    *q = NULL;
+    json_decref(*root);
+    *root = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 /* The job queued with comment: its id (a heterogeneous job's leader), 0 when
  * there is none, -1 when the queue cannot be read (words say why). */
 static long queued_with_comment(const char *comment, char *words, size_t len) {
-  json_t *root = squeue_json(words, len);
-  struct sq_job *q = NULL;
-  size_t nq = 0;
+  json_t *root;
+  struct sq_job *q;
+  size_t nq;
   long id = -1;
 
-  if (root && squeue_parse(root, &q, &nq) == 0) {
+  if (queue_read(&root, &q, &nq, words, len) == 0) {
     id = 0;
     for (size_t i = 0; i < nq && !id; i++)
       if (q[i].comment && strcmp(q[i].comment, comment) == 0)
         id = q[i].het_id ? q[i].het_id : q[i].id;
-  } else if (root) {
-    snprintf(words, len, "squeue --json printed no jobs array");
   }
   free(q);
   json_decref(root);
@@ -953,6 +970,11 @@ static int state_final(const char *s) {
  * state comes first in job_state, with COMPLETING as a flag after it). */
 static int state_ending(const char *s) {
   return state_is(s, "COMPLETING") || state_is(s, "STAGE_OUT");
+}
+
+/* Held as muster submits every job (sbatch --hold), or by a user. */
+static int job_held(const struct sq_job *q) {
+  return state_is(q->state, "PENDING") && state_is(q->reason, "JobHeldUser");
 }
 
 /* Waiting for resources, not running yet. */
@@ -1041,7 +1063,7 @@ static void adopt_from_queue(const struct sq_job *q, size_t nq, struct backend_l
   for (size_t kk = 0; kk < 2 * nq; kk++) {
     size_t k = kk % nq;
     const char *c = q[k].comment;
-    int matches = 0, held = state_is(q[k].state, "PENDING") && state_is(q[k].reason, "JobHeldUser");
+    int matches = 0, held = job_held(&q[k]);
     struct sb_job *j = NULL;
 
     /* A heterogeneous job is known by its leader (its first component). */
@@ -1157,21 +1179,19 @@ static void resolve_locked(const struct sq_job *q, size_t nq, struct sb_note **n
 /* One round of squeue: reports what changed for every tracked job. */
 static void poll_jobs(void) {
   char words[400];
-  json_t *root = squeue_json(words, sizeof(words));
-  struct sq_job *q = NULL;
-  size_t nq = 0, nn = 0, capn = 0;
+  json_t *root;
+  struct sq_job *q;
+  size_t nq, nn = 0, capn = 0;
   struct sb_note *notes = NULL;
   int64_t now = util_mono_ms();
   int sent_ending = 0;
 
-  if (!root || squeue_parse(root, &q, &nq) != 0) {
+  if (queue_read(&root, &q, &nq, words, sizeof(words)) != 0) {
     static int64_t last_warn;
     if (now - last_warn > 30000) {
-      LOG(LOG_WARN, "cannot read the Slurm queue: %s", root ? "no jobs array" : words);
+      LOG(LOG_WARN, "cannot read the Slurm queue: %s", words);
       last_warn = now;
     }
-    json_decref(root);
-    free(q);
     return;
   }
   long copies[SB_COPIES_MAX], held[SB_COPIES_MAX];
@@ -1215,8 +1235,7 @@ static void poll_jobs(void) {
       /* still held by its submission: its release after sbatch failed, or
        * a restart came between the two (a hold someone put on it later is
        * theirs) */
-      if (j->release && state_is(s->state, "PENDING") && state_is(s->reason, "JobHeldUser") &&
-          nheld < SB_COPIES_MAX)
+      if (j->release && job_held(s) && nheld < SB_COPIES_MAX)
         held[nheld++] = j->jobid;
       else if (j->release && !state_queued(s->state))
         j->release = 0;
@@ -1415,10 +1434,8 @@ static void prune_outputs(void) {
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
     if (stat(path, &st) != 0 || st.st_mtime >= cutoff || job_tracked(id))
       continue;
-    if (!asked++) {
-      root = squeue_json(words, sizeof(words));
-      readable = root && squeue_parse(root, &q, &nq) == 0;
-    }
+    if (!asked++)
+      readable = queue_read(&root, &q, &nq, words, sizeof(words)) == 0;
     if (job_listed_live(q, nq, readable, id))
       continue;
     if (unlink(path) == 0)
@@ -1637,12 +1654,15 @@ static void slurm_release(const char *id) {
  * (sacct), by the job id recorded as their backend_ref. Without
  * accounting, sacct fails and nothing is filled. Not under sb.mu. */
 static void ended_from_accounting(struct backend_live *ws, int n) {
-  char ids[SB_SACCT_MAX * 21], *argv[16];
-  long seen[SB_SACCT_MAX];
+  char ids[SB_SACCT_MAX * 21], *argv[16], down[200] = "";
+  long seen[SB_SACCT_MAX], *job = calloc((size_t)n, sizeof(*job));
   size_t len = 0;
-  struct sb_out o;
-  int a = 0, nseen = 0, skipped = 0;
+  struct sb_out o = {0};
+  int a = 0, nseen = 0, skipped = 0, asked_down = 0;
 
+  if (!job)
+    return;
+  /* each worker's job: its recorded backend_ref, when that is a job id */
   for (int i = 0; i < n; i++) {
     char *end;
     long id = ws[i].ref ? strtol(ws[i].ref, &end, 10) : 0;
@@ -1650,6 +1670,7 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
 
     if (ws[i].adopted || ws[i].why[0] || id <= 0 || *end)
       continue;
+    job[i] = id;
     for (int k = 0; k < nseen && !dup; k++)
       dup = seen[k] == id; /* once per job: a launch's workers share it */
     if (dup)
@@ -1665,7 +1686,7 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
     LOG(LOG_WARN, "after the restart, sacct is asked about %d jobs; %d more fail as lost", nseen,
         skipped);
   if (!len)
-    return;
+    goto out;
   argv[a++] = "sacct";
   argv[a++] = "--allocations";
   argv[a++] = "--noheader";
@@ -1681,8 +1702,7 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
     char words[400];
     slurm_words(&o, "sacct", SB_TEST_TIMEOUT_MS, words, sizeof(words));
     LOG(LOG_INFO, "no Slurm accounting to say how ended jobs ended: %s", words);
-    sb_out_free(&o);
-    return;
+    goto out;
   }
   /* JOBID|STATE[ by UID]|NODES|EXITCODE per line */
   for (char *line = o.out, *next; line && *line; line = next) {
@@ -1703,22 +1723,23 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
     if (!state_final(f[1]))
       continue;
     for (int i = 0; i < n; i++) {
-      char *iend;
-      if (ws[i].adopted || ws[i].why[0] || !ws[i].ref || strtol(ws[i].ref, &iend, 10) != id ||
-          *iend)
+      char code[40];
+      if (job[i] != id || ws[i].why[0])
         continue;
-      char code[40], down[200] = "";
       snprintf(code, sizeof(code), "exit code %.20s", f[3]);
-      if (state_is(f[1], "NODE_FAIL"))
+      if (state_is(f[1], "NODE_FAIL") && !asked_down++)
         down_nodes(down, sizeof(down));
-      end_sentence(f[1], code, down[0] ? down : f[2], ws[i].why, sizeof(ws[i].why));
+      end_sentence(f[1], code, state_is(f[1], "NODE_FAIL") && down[0] ? down : f[2], ws[i].why,
+                   sizeof(ws[i].why));
       if (state_is(f[1], "COMPLETED") || state_is(f[1], "FAILED"))
         append_output_error(id, ws[i].why, sizeof(ws[i].why));
       LOG(LOG_INFO, "%s: its Slurm job %ld ended while the controller was down: %s (sacct)",
           ws[i].id, id, ws[i].why);
     }
   }
+out:
   sb_out_free(&o);
+  free(job);
 }
 
 /* After a restart: finds the jobs an earlier controller submitted, adopts
@@ -1740,13 +1761,8 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
   for (int tries = 0; tries < 3; tries++) {
     if (tries)
       sleep(2);
-    root = squeue_json(words, sizeof(words));
-    if (root && squeue_parse(root, &q, &nq) == 0)
+    if (queue_read(&root, &q, &nq, words, sizeof(words)) == 0)
       break;
-    json_decref(root);
-    root = NULL;
-    free(q);
-    q = NULL;
   }
   pthread_mutex_lock(&sb.mu);
   if (!root) {

@@ -3,6 +3,8 @@
  * muster-workerd processes, real SQLite; driven through the REST API. */
 #include "harness.h"
 
+#include "../check_run.h"
+
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -673,8 +675,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("controller");
-  SRunner *sr;
-  int failed;
 
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, eight_idle_workers_get_eight_distinct_ips);
@@ -696,9 +696,5 @@ int main(void) {
   tcase_add_test(tc, a_launch_of_groups_is_one_launch_of_several_shapes);
   tcase_add_test(tc, gpus_are_handed_out_as_distinct_indices);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

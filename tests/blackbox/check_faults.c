@@ -6,6 +6,8 @@
  * processes, real SQLite. */
 #include "harness.h"
 
+#include "../check_run.h"
+
 #include <check.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -494,8 +496,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("faults");
   TCase *tc = tcase_create("faults");
-  SRunner *sr;
-  int failed;
 
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_crash_right_after_a_spawn_runs_each_script_once);
@@ -507,9 +507,5 @@ int main(void) {
   tcase_add_test(tc, the_state_directory_is_private_whatever_existed);
   tcase_add_test(tc, kill9_at_random_moments_runs_nothing_twice);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

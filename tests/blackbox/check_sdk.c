@@ -3,6 +3,8 @@
 #include "harness.h"
 #include "muster.h"
 
+#include "../check_run.h"
+
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -417,8 +419,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("sdk");
   TCase *tc = tcase_create("libmuster");
-  SRunner *sr;
-  int failed;
 
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, launch_returns_typed_workers);
@@ -430,9 +430,5 @@ int main(void) {
   tcase_add_test(tc, default_client_discovers_the_local_controller);
   tcase_add_test(tc, exec_gives_up_on_a_worker_that_does_not_answer);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

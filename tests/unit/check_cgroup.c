@@ -4,6 +4,8 @@
  * cgroup, a script killed by its out-of-memory killer). */
 #include "cgroup_mem.h"
 
+#include "../check_run.h"
+
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,8 +115,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("cgroup");
   TCase *tc = tcase_create("memory");
-  SRunner *sr;
-  int failed;
 
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, v1_own_kills_and_tightest_limit);
@@ -122,9 +122,5 @@ int main(void) {
   tcase_add_test(tc, no_limit_no_kills);
   tcase_add_test(tc, nothing_to_read);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

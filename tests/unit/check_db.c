@@ -4,6 +4,8 @@
 #include "muster_errors.h"
 #include "state.h"
 
+#include "../check_run.h"
+
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,8 +330,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("db");
   TCase *tc = tcase_create("store");
-  SRunner *sr;
-  int failed;
 
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, migrations_set_user_version_and_wal);
@@ -344,9 +344,5 @@ int main(void) {
   tcase_add_test(tc, pages_follow_the_cursor_newest_first);
   tcase_add_test(tc, only_the_pruner_deletes_and_only_ended_workers);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

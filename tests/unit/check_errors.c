@@ -1,6 +1,8 @@
 /* check_errors.c: the error table stays consistent in every direction. */
 #include "muster_errors.h"
 
+#include "../check_run.h"
+
 #include <check.h>
 #include <string.h>
 
@@ -41,16 +43,10 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("errors");
   TCase *tc = tcase_create("table");
-  SRunner *sr;
-  int failed;
 
   tcase_add_test(tc, names_map_back_to_codes);
   tcase_add_test(tc, unknown_values_are_harmless);
   tcase_add_test(tc, http_statuses_of_design);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

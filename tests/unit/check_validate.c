@@ -2,6 +2,8 @@
 #include "muster_errors.h"
 #include "validate.h"
 
+#include "../check_run.h"
+
 #include <check.h>
 #include <string.h>
 
@@ -142,8 +144,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("bodies");
-  SRunner *sr;
-  int failed;
 
   tcase_add_test(tc, defaults_are_those_of_design);
   tcase_add_test(tc, bad_fields_are_named);
@@ -153,9 +153,5 @@ int main(void) {
   tcase_add_test(tc, await_bodies);
   tcase_add_test(tc, worker_ids);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return check_run(s);
 }

@@ -85,6 +85,10 @@ wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds
   done
 }
 is_status() { [ "$(status_of "$1")" = "$2" ]; }
+le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
+ge() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+last_json() { grep -o '{"mode".*}' "$1" | tail -1; }
+json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 failure_has() { m show --json "$1" | field failure | grep -qF -- "$2"; }
 
 start_controller() { # [more controller options]
@@ -140,6 +144,14 @@ out=$(api POST /api/v1/workers '{"n": 1, "cpu": 1, "memory": 5}')
 check "a worker of 5 GiB (nodes have 2) is refused naming memory" \
   bash -c "[ '$(tail -1 <<<"$out")' = 422 ] && grep -q '\"field\": *\"memory\"' <<<'$out'"
 
+# --- a wrong token is refused (401), and nothing is queued in Slurm
+queued_before=$(login squeue -t all --noheader --format=%i | wc -l)
+code=$(login curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer not-the-token' \
+  -H 'Content-Type: application/json' -d '{"n": 1, "cpu": 1}' http://127.0.0.1:8470/api/v1/workers)
+check "a launch with a wrong token is refused with 401 ($code)" test "$code" = 401
+check "...and queues nothing in Slurm" \
+  test "$(login squeue -t all --noheader --format=%i | wc -l)" = "$queued_before"
+
 # --- a gang Slurm refuses at submission (four 2-core tasks; the partition
 # has 6 cores in all, while one such task fits): failed with Slurm's words
 mapfile -t gang < <(m launch -n 4 --cpu 2 --memory 0.25)
@@ -149,19 +161,49 @@ check "a gang Slurm refuses fails every worker of it, quoting Slurm" \
 
 # --- a launch that must wait is scheduling, with Slurm's reason
 mapfile -t big < <(m launch -n 3 --cpu 2 --memory 0.5)
-m await --running --timeout 60 "${big[@]}" >/dev/null
-check "three workers of 2 cores fill the three nodes" is_status "${big[2]}" running
+m await --running --timeout 60 --json "${big[@]}" >"$tmp/big.json"
+check "three workers of 2 cores: await --running gives three node addresses and hostnames n1..n3" \
+  python3 -c '
+import json, re, sys
+a = json.load(open(sys.argv[1]))
+ws = a["workers"]
+assert not a["failures"] and not a["timed_out"] and len(ws) == 3, a
+assert sorted(w["hostname"] for w in ws) == ["n1", "n2", "n3"], ws
+ips = {w["ip_address"] for w in ws}
+assert len(ips) == 3 and all(re.fullmatch(re.escape(sys.argv[2]) + r"\.1\d", ip) for ip in ips), ips
+' "$tmp/big.json" "$net" || sed 's/^/#   /' "$tmp/big.json"
 small=$(m launch --cpu 1 --memory 0.25)
 wait_for 15 "$small to show Slurm's reason" \
   bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$small' | grep -q 'the Slurm queue: Resources'"
 check "a launch Slurm cannot place now waits: scheduling, 'the Slurm queue: Resources'" test $? -eq 0
 check "...its status is scheduling" is_status "$small" scheduling
+m await --running --timeout 2 --json "$small" >"$tmp/small.json" 2>/dev/null
+rc=$?
+check "...and await --running --timeout 2 answers timed_out, listing it as scheduling (exit $rc)" \
+  python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert a["timed_out"] is True and not a["workers"], a
+assert [(w["id"], w["status"]) for w in a["failures"]] == [(sys.argv[2], "scheduling")], a
+' "$tmp/small.json" "$small"
+check "...exiting 1" test $rc -eq 1
 
 # --- a controller restart adopts what Slurm still runs or queues
 kill -9 "$ctl_pid"
 wait "$ctl_pid" 2>/dev/null
 start_controller
-check "after a kill -9 and restart, a running worker is still running" is_status "${big[0]}" running
+# Re-attached, not only recorded as running: each workerd answers a command
+# through the restarted controller, from its own node.
+reattached() {
+  local id host
+  for id in "${big[@]}"; do
+    host=$(m show --json "$id" | field hostname)
+    [ "$(status_of "$id")" = running ] && [ -n "$host" ] &&
+      [ "$(m exec "$id" -- hostname)" = "$host" ] || return 1
+  done
+}
+check "after a kill -9 and restart, all three running workers re-attach (exec answers on each node)" \
+  reattached
 check "...and the queued one still scheduling" is_status "$small" scheduling
 m stop "${big[@]}" >/dev/null
 m await --running --timeout 60 "$small" >/dev/null
@@ -176,9 +218,13 @@ check "a job cancelled outside muster fails its worker saying so" \
 
 # --- a script runs on a node and its end is reported
 sid=$(m launch --cpu 1 --memory 0.25 -- sh -c 'echo "on $(hostname)"; exit 3')
-m await --timeout 60 "$sid" >/dev/null
-check "a script's exit code comes back (failed, exit 3)" \
-  bash -c "[ \"\$(bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$sid' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"exit_code\"])')\" = 3 ]"
+m await --timeout 60 --json "$sid" >"$tmp/sid.json" 2>/dev/null
+check "a script's exit code comes back in await's failures (failed, exit 3)" \
+  python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))["failures"]
+assert [(w["id"], w["status"], w["exit_code"]) for w in f] == [(sys.argv[2], "failed", 3)], f
+' "$tmp/sid.json" "$sid"
 check "...and its output, written on a node, is in its logs" \
   bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sid' | grep -q 'on n[1-3]'"
 
@@ -211,20 +257,47 @@ fi
 # ranks over TCP between them), and ps with PS and workers of different
 # shapes as one heterogeneous job
 train=$build/muster-train
+# The same 60 steps at global batch 96 in one process, then over 3 ranks:
+# the same steps to float rounding (muster-train's contract), so the same
+# final loss and weights.
+"$train" --steps 60 --batch 96 --quiet --dump-params "$tmp/single.bin" >"$tmp/single.out" 2>&1
 m run --mode allreduce --workers 3 --cpu 2 --memory 1 --session ar --timeout 60 -- \
-  "$train" --mode allreduce --steps 30 --batch 96 --quiet >"$tmp/ar.out" 2>&1
+  "$train" --mode allreduce --steps 60 --batch 96 --quiet --dump-params "$tmp/ar.bin" >"$tmp/ar.out" 2>&1
 rc=$?
 check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 0 ||
   tail -20 "$tmp/ar.out" | sed 's/^/#   /'
 check "...rank 0 reports 3 ranks and a test accuracy" grep -q '"ranks": 3,.*"test_accuracy"' "$tmp/ar.out"
 hosts=$(m ls -a --session ar --json | python3 -c 'import json,sys; print(" ".join(sorted({w["hostname"] for w in json.load(sys.stdin)})))')
 check "...its workers were on three nodes ($hosts)" test "$hosts" = "n1 n2 n3"
+a=$(last_json "$tmp/ar.out") s1=$(last_json "$tmp/single.out")
+la=$(json_field "$a" final_loss 2>/dev/null || echo nan) ls1=$(json_field "$s1" final_loss 2>/dev/null || echo nan)
+check "...to the final loss of muster-train --mode single ($la vs $ls1, within 1e-4)" \
+  python3 -c "import sys; sys.exit(0 if abs(float('$la') - float('$ls1')) <= 1e-4 else 1)"
+d=$(python3 - "$tmp/single.bin" "$tmp/ar.bin" 2>/dev/null <<'PY'
+import array, sys
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
+b = array.array('f'); b.frombytes(open(sys.argv[2], 'rb').read())
+print(max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else 1e9)
+PY
+)
+check "...and its weights (max difference ${d:-none} <= 1e-4)" le "${d:-1e9}" 1e-4
+
+# PS 1 + 2 workers (--sync: --batch is the global batch) for 2 epochs, against
+# PyTorch training the same model with the same settings (layers, batch 128,
+# SGD lr 0.1 momentum 0.9, cosine decay, 2 epochs) in one process; the two
+# start from different random weights, so "reaches" allows 0.5 points.
+/usr/bin/python3 "$here/../../bench/torch_mlp.py" --data "$($train --help | sed -n 's/.*the four MNIST IDX files (default \(.*\))/\1/p')" \
+  --epochs 2 >"$tmp/torch.out" 2>&1
+torch_acc=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["test_accuracy"])' "$tmp/torch.out" 2>/dev/null)
 m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 1 --workers 2 --cpu 2 --memory 1 --session ps \
-  --timeout 60 -- "$train" --mode ps --steps 30 --batch 96 --quiet >"$tmp/ps.out" 2>&1
+  --timeout 60 -- "$train" --mode ps --sync --epochs 2 --quiet >"$tmp/ps.out" 2>&1
 rc=$?
 check "muster run --mode ps with a 1-core PS and 2-core workers succeeds (exit $rc)" test $rc -eq 0 ||
   tail -20 "$tmp/ps.out" | sed 's/^/#   /'
-check "...worker 0 reports its summary" grep -q '"mode": "ps"' "$tmp/ps.out"
+p=$(last_json "$tmp/ps.out")
+ps_acc=$(json_field "$p" test_accuracy 2>/dev/null || echo 0)
+check "...and reaches PyTorch's test accuracy on MNIST (${ps_acc} vs ${torch_acc:-none}, within 0.005)" \
+  ge "$ps_acc" "$(python3 -c "print(float('${torch_acc:-2}') - 0.005)")" || tail -3 "$tmp/torch.out" | sed 's/^/#   /'
 psid=$(m ls -a --session ps --role ps --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 login squeue -t all --json >"$tmp/queue.json"
 check "...as one heterogeneous Slurm job: two components, one comment naming all three" \

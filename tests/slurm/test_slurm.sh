@@ -85,10 +85,21 @@ wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds
   done
 }
 is_status() { [ "$(status_of "$1")" = "$2" ]; }
-le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
-ge() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+le() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)' "$1" "$2"; }
+ge() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
+near() { # near A B TOLERANCE: |A - B| <= TOLERANCE
+  python3 -c 'import sys; a, b, t = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= t else 1)' "$@"
+}
 last_json() { grep -o '{"mode".*}' "$1" | tail -1; }
-json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+json_field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+max_diff() { # max_diff A.bin B.bin: the largest difference of two float32 dumps
+  python3 - "$1" "$2" 2>/dev/null <<'PY'
+import array, sys
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
+b = array.array('f'); b.frombytes(open(sys.argv[2], 'rb').read())
+print(max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else 1e9)
+PY
+}
 failure_has() { m show --json "$1" | field failure | grep -qF -- "$2"; }
 
 start_controller() { # [more controller options]
@@ -145,10 +156,14 @@ check "a worker of 5 GiB (nodes have 2) is refused naming memory" \
   bash -c "[ '$(tail -1 <<<"$out")' = 422 ] && grep -q '\"field\": *\"memory\"' <<<'$out'"
 
 # --- a wrong token is refused (401), and nothing is queued in Slurm
+count_workers() { m ls -a --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
 queued_before=$(login squeue -t all --noheader --format=%i | wc -l)
+workers_before=$(count_workers)
 code=$(login curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer not-the-token' \
   -H 'Content-Type: application/json' -d '{"n": 1, "cpu": 1}' http://127.0.0.1:8470/api/v1/workers)
 check "a launch with a wrong token is refused with 401 ($code)" test "$code" = 401
+check "...and records no worker" test "$(count_workers)" = "$workers_before"
+sleep 1.5 # past a poll of the backend's thread, which would have submitted it
 check "...and queues nothing in Slurm" \
   test "$(login squeue -t all --noheader --format=%i | wc -l)" = "$queued_before"
 
@@ -185,25 +200,38 @@ import json, sys
 a = json.load(open(sys.argv[1]))
 assert a["timed_out"] is True and not a["workers"], a
 assert [(w["id"], w["status"]) for w in a["failures"]] == [(sys.argv[2], "scheduling")], a
-' "$tmp/small.json" "$small"
+ ' "$tmp/small.json" "$small" || sed 's/^/#   /' "$tmp/small.json"
 check "...exiting 1" test $rc -eq 1
 
 # --- a controller restart adopts what Slurm still runs or queues
 kill -9 "$ctl_pid"
 wait "$ctl_pid" 2>/dev/null
+# (any heartbeat recorded after this moment reached the restarted controller)
+restarted_at=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
 start_controller
-# Re-attached, not only recorded as running: each workerd answers a command
-# through the restarted controller, from its own node.
-reattached() {
+# Re-attached, not only recorded as running: each workerd's heartbeats reach
+# the restarted controller (every 2 s), and its exec channel still answers
+# on its own node.
+beats_again() {
+  local id
+  for id in "${big[@]}"; do
+    [[ "$(m show --json "$id" | field last_heartbeat)" > "$restarted_at" ]] || return 1
+  done
+}
+wait_for 15 "heartbeats of ${big[*]} after the restart" beats_again
+check "after a kill -9 and restart, all three running workers re-attach (heartbeats after the restart)" \
+  beats_again
+answers_on_node() {
   local id host
   for id in "${big[@]}"; do
     host=$(m show --json "$id" | field hostname)
     [ "$(status_of "$id")" = running ] && [ -n "$host" ] &&
-      [ "$(m exec "$id" -- hostname)" = "$host" ] || return 1
+      [ "$(timeout 30 bash "$cluster" exec env MUSTER_URL=http://127.0.0.1:8470 \
+        MUSTER_TOKEN="$(cat "$tmp/state/token")" "$build/muster" exec -n "$id" -- hostname)" = "$host" ] ||
+      return 1
   done
 }
-check "after a kill -9 and restart, all three running workers re-attach (exec answers on each node)" \
-  reattached
+check "...each still running, its exec channel answering on its node" answers_on_node
 check "...and the queued one still scheduling" is_status "$small" scheduling
 m stop "${big[@]}" >/dev/null
 m await --running --timeout 60 "$small" >/dev/null
@@ -259,9 +287,11 @@ fi
 train=$build/muster-train
 # The same 60 steps at global batch 96 in one process, then over 3 ranks:
 # the same steps to float rounding (muster-train's contract), so the same
-# final loss and weights.
-"$train" --steps 60 --batch 96 --quiet --dump-params "$tmp/single.bin" >"$tmp/single.out" 2>&1
-m run --mode allreduce --workers 3 --cpu 2 --memory 1 --session ar --timeout 60 -- \
+# final loss and weights. (Every training here is bounded: a hang is a
+# failure, exit 124.)
+timeout 120 "$train" --steps 60 --batch 96 --quiet --dump-params "$tmp/single.bin" >"$tmp/single.out" 2>&1
+timeout 300 bash "$cluster" exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
+  "$build/muster" run --mode allreduce --workers 3 --cpu 2 --memory 1 --session ar --timeout 60 -- \
   "$train" --mode allreduce --steps 60 --batch 96 --quiet --dump-params "$tmp/ar.bin" >"$tmp/ar.out" 2>&1
 rc=$?
 check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 0 ||
@@ -269,35 +299,43 @@ check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 
 check "...rank 0 reports 3 ranks and a test accuracy" grep -q '"ranks": 3,.*"test_accuracy"' "$tmp/ar.out"
 hosts=$(m ls -a --session ar --json | python3 -c 'import json,sys; print(" ".join(sorted({w["hostname"] for w in json.load(sys.stdin)})))')
 check "...its workers were on three nodes ($hosts)" test "$hosts" = "n1 n2 n3"
-a=$(last_json "$tmp/ar.out") s1=$(last_json "$tmp/single.out")
-la=$(json_field "$a" final_loss 2>/dev/null || echo nan) ls1=$(json_field "$s1" final_loss 2>/dev/null || echo nan)
-check "...to the final loss of muster-train --mode single ($la vs $ls1, within 1e-4)" \
-  python3 -c "import sys; sys.exit(0 if abs(float('$la') - float('$ls1')) <= 1e-4 else 1)"
-d=$(python3 - "$tmp/single.bin" "$tmp/ar.bin" 2>/dev/null <<'PY'
-import array, sys
-a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
-b = array.array('f'); b.frombytes(open(sys.argv[2], 'rb').read())
-print(max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else 1e9)
-PY
-)
+s1=$(last_json "$tmp/single.out") a=$(last_json "$tmp/ar.out")
+ls1=$(json_field "$s1" final_loss 2>/dev/null || echo nan) la=$(json_field "$a" final_loss 2>/dev/null || echo nan)
+check "...to the final loss of muster-train --mode single ($la vs $ls1, within 1e-4)" near "$la" "$ls1" 1e-4
+d=$(max_diff "$tmp/single.bin" "$tmp/ar.bin")
 check "...and its weights (max difference ${d:-none} <= 1e-4)" le "${d:-1e9}" 1e-4
 
-# PS 1 + 2 workers (--sync: --batch is the global batch) for 2 epochs, against
-# PyTorch training the same model with the same settings (layers, batch 128,
-# SGD lr 0.1 momentum 0.9, cosine decay, 2 epochs) in one process; the two
-# start from different random weights, so "reaches" allows 0.5 points.
-/usr/bin/python3 "$here/../../bench/torch_mlp.py" --data "$($train --help | sed -n 's/.*the four MNIST IDX files (default \(.*\))/\1/p')" \
-  --epochs 2 >"$tmp/torch.out" 2>&1
-torch_acc=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["test_accuracy"])' "$tmp/torch.out" 2>/dev/null)
-m run --mode ps --ps 1 --ps-cpu 1 --ps-memory 1 --workers 2 --cpu 2 --memory 1 --session ps \
+# PS 1 + 2 workers, --sync (--batch is the global batch: the PS sums the
+# workers' halves), 2 epochs: the steps of --mode single to float rounding.
+# Over 936 steps that rounding drifts the weights apart by some 1e-3 (the
+# sums run in another order), and the final loss by some 1e-5: the loss must
+# agree within 1e-3 (a PS that lost a worker's half of a batch, or a shard,
+# ends far from it). And, with the same model and settings
+# (layers, batch 128, SGD lr 0.1 momentum 0.9, cosine decay, 2 epochs),
+# the test accuracy PyTorch reaches in one process. The two start from
+# different random weights, so "reaches" allows 0.5 points.
+timeout 120 "$train" --epochs 2 --quiet >"$tmp/single2.out" 2>&1
+timeout 600 bash "$cluster" exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
+  "$build/muster" run --mode ps --ps 1 --ps-cpu 1 --ps-memory 1 --workers 2 --cpu 2 --memory 1 --session ps \
   --timeout 60 -- "$train" --mode ps --sync --epochs 2 --quiet >"$tmp/ps.out" 2>&1
 rc=$?
 check "muster run --mode ps with a 1-core PS and 2-core workers succeeds (exit $rc)" test $rc -eq 0 ||
   tail -20 "$tmp/ps.out" | sed 's/^/#   /'
-p=$(last_json "$tmp/ps.out")
+p=$(last_json "$tmp/ps.out") s2=$(last_json "$tmp/single2.out")
+lp=$(json_field "$p" final_loss 2>/dev/null || echo nan) ls2=$(json_field "$s2" final_loss 2>/dev/null || echo nan)
+check "...to the final loss of muster-train --mode single ($lp vs $ls2, within 1e-3)" near "$lp" "$ls2" 1e-3
 ps_acc=$(json_field "$p" test_accuracy 2>/dev/null || echo 0)
-check "...and reaches PyTorch's test accuracy on MNIST (${ps_acc} vs ${torch_acc:-none}, within 0.005)" \
-  ge "$ps_acc" "$(python3 -c "print(float('${torch_acc:-2}') - 0.005)")" || tail -3 "$tmp/torch.out" | sed 's/^/#   /'
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  data=$("$train" --help | sed -n 's/.*the four MNIST IDX files (default \(.*\))/\1/p')
+  timeout 300 /usr/bin/python3 "$here/../../bench/torch_mlp.py" --data "$data" --epochs 2 \
+    >"$tmp/torch.out" 2>"$tmp/torch.err"
+  torch_acc=$(json_field "$(tail -1 "$tmp/torch.out")" test_accuracy 2>/dev/null || echo none)
+  check "...and reaches PyTorch's test accuracy on MNIST ($ps_acc vs $torch_acc, within 0.005)" \
+    python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) - 0.005 else 1)' \
+    "$ps_acc" "$torch_acc" || tail -3 "$tmp/torch.err" | sed 's/^/#   /'
+else
+  echo "ok - # SKIP PyTorch's accuracy: python3-torch is not installed (scripts/setup.sh installs it)"
+fi
 psid=$(m ls -a --session ps --role ps --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 login squeue -t all --json >"$tmp/queue.json"
 check "...as one heterogeneous Slurm job: two components, one comment naming all three" \

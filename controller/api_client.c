@@ -696,10 +696,11 @@ enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char 
   counts = db_status_counts(rd->db);
   api_reader_put(rd);
   shutting = g.shutting_down;
-  return api_respond_json(c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
-                          json_pack("{s:s, s:s, s:s, s:o}", "status",
-                                    shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
-                                    "backend", g.cfg.backend, "workers", counts));
+  return api_respond_json(
+      c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+      json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", shutting ? "shutting_down" : "ok", "version",
+                MUSTER_VERSION, "backend", g.cfg.backend, "isolation",
+                g.backend->isolation ? g.backend->isolation() : "none", "workers", counts));
 }
 
 enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {

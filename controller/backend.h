@@ -121,6 +121,9 @@ struct backend_ops {
   void (*describe)(const struct backend_req *r, char *buf, size_t len);
   /* Capacity, for /metrics and messages (NULL-safe). */
   void (*usage)(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total);
+  /* Optional: how workers are isolated, for /api/v1/health ("cgroup",
+   * "none", "slurm"); NULL: "none". */
+  const char *(*isolation)(void);
 };
 
 /* The backends compiled in; NULL if none has that name. */

@@ -12,8 +12,15 @@
  * A worker's process is identified by its pid and its start time (field 22
  * of /proc/PID/stat), written as backend_ref "PID:START". A pid whose start
  * time differs belongs to someone else and is never signalled.
+ *
+ * Where the host allows it, each worker is a container (cgroup.h): its
+ * workerd joins a cgroup of its own, "ID.ATTEMPT", before it does anything
+ * else, with the worker's memory as a hard limit and its cpu as a quota;
+ * when the workerd ends (or its SIGKILL is due), every process left in the
+ * cgroup is killed and the cgroup removed.
  */
 #include "backend.h"
+#include "cgroup.h"
 #include "envlists.h"
 
 #include "fault.h"
@@ -98,6 +105,7 @@ static struct {
   int64_t zygote_retry_ms;
   int64_t last_probe_ms;
   int room_freed; /* under mu: a record that held an address or GPUs went */
+  int sweep;      /* under mu: reconciled; cgroups no worker owns can go */
 } lb = {.mu = PTHREAD_MUTEX_INITIALIZER, .zygote_fd = -1};
 
 /* ---- the table (lb.mu held) ---- */
@@ -164,6 +172,11 @@ static void lp_free(struct lproc *p) {
 static void lp_maybe_free(struct lproc *p) {
   if (!p->live && !p->kill_at_ms && (p->pid == 0 || p->exited || (p->adopted && p->reported)))
     lp_free(p);
+}
+
+/* A worker attempt's cgroup: "ID.ATTEMPT". */
+static void cg_name(const char *id, int attempt, char *buf, size_t size) {
+  snprintf(buf, size, "%s.%d", id, attempt);
 }
 
 static void slot_to_ip(int slot, char *buf, size_t size) {
@@ -425,9 +438,11 @@ static void zygote_start(void) {
 }
 
 /* The settings one workerd is started with. */
+#define WVARS 7
 struct wvars {
   char url[640], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
-  const char *v[6];
+  char cgroup[4200]; /* MUSTER_CGROUP: the cgroup directories workerd joins, one a line */
+  const char *v[WVARS];
 };
 
 static void wvars_fill(struct wvars *w, const struct job *j) {
@@ -444,6 +459,8 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
   w->v[3] = w->ip;
   w->v[4] = w->attempt;
   w->v[5] = w->log; /* the fork server's only: where the output goes */
+  snprintf(w->cgroup, sizeof(w->cgroup), "MUSTER_CGROUP=");
+  w->v[6] = w->cgroup;
 }
 
 /* Sends one request to the fork server. Returns 0, or an error (nothing was
@@ -454,7 +471,7 @@ static MUST_CHECK int zygote_send(const struct wvars *w) {
 
   if (lb.zygote_fd < 0)
     return MUSTER_E_BACKEND;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < WVARS; i++) {
     size_t n = strlen(w->v[i]) + 1;
     if (len + n > sizeof(req))
       return MUSTER_E_BACKEND;
@@ -497,7 +514,7 @@ static MUST_CHECK int zygote_recv(pid_t *pid) {
  * an error with a sentence in err. */
 static MUST_CHECK int spawn_direct(const struct wvars *w, pid_t *pid, char *err, size_t errlen) {
   char *argv[] = {lb.cfg.workerd_path, NULL};
-  char **envp = calloc(lb.base_env_len + 6, sizeof(*envp));
+  char **envp = calloc(lb.base_env_len + WVARS, sizeof(*envp));
   int rc;
 
   if (!envp) {
@@ -507,6 +524,7 @@ static MUST_CHECK int spawn_direct(const struct wvars *w, pid_t *pid, char *err,
   memcpy(envp, lb.base_env, lb.base_env_len * sizeof(*envp));
   for (int i = 0; i < 5; i++)
     envp[lb.base_env_len + (size_t)i] = (char *)w->v[i];
+  envp[lb.base_env_len + 5] = (char *)w->v[6]; /* (v[5] is the fork server's) */
   rc = spawn_workerd(pid, w->logpath, -1, argv, envp);
   free(envp);
   if (rc != 0) {
@@ -575,18 +593,31 @@ static void start_batch(struct job **jobs, int n) {
   if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX && util_mono_ms() >= lb.zygote_retry_ms)
     zygote_start();
   for (int i = 0; i < n; i++) {
+    struct cg_limits lim = {0};
     struct lproc *p;
+    char name[32];
     int wanted;
 
     pthread_mutex_lock(&lb.mu);
     p = lp_find(jobs[i]->id);
     wanted = p && p->live && p->attempt == jobs[i]->attempt && p->pid == 0;
+    if (wanted) {
+      lim.cpu = p->req.cpu;
+      lim.memory = p->req.memory;
+    }
     pthread_mutex_unlock(&lb.mu);
     if (!wanted) {
       jobs[i] = NULL; /* stopped before it could start: it never will */
       continue;
     }
     wvars_fill(&w[i], jobs[i]);
+    cg_name(jobs[i]->id, jobs[i]->attempt, name, sizeof(name));
+    if (cg_create(name, &lim, w[i].cgroup + strlen("MUSTER_CGROUP="),
+                  sizeof(w[i].cgroup) - strlen("MUSTER_CGROUP="), err, sizeof(err)) != 0) {
+      report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt, err);
+      jobs[i] = NULL;
+      continue;
+    }
     sent[i] = zygote_send(&w[i]) == 0;
   }
   /* The workerds exist (or are being forked) and nothing records them yet:
@@ -657,6 +688,7 @@ static void job_cancel(const struct job *j, struct sigjob *out) {
  * batch. */
 static void kills_due(int64_t now, int all) {
   struct sigjob *jobs = NULL;
+  char(*names)[32] = NULL;
   int n = 0, cap = 0;
 
   pthread_mutex_lock(&lb.mu);
@@ -667,21 +699,49 @@ static void kills_due(int64_t now, int all) {
     if (n == cap) {
       int c2 = cap ? 2 * cap : 64;
       struct sigjob *grown = realloc(jobs, (size_t)c2 * sizeof(*grown));
+      char(*more)[32];
       if (!grown)
         break; /* the rest next time */
       jobs = grown;
+      more = realloc(names, (size_t)c2 * sizeof(*more));
+      if (!more)
+        break;
+      names = more;
       cap = c2;
     }
     jobs[n].pid = p->pid;
     jobs[n].start = p->start;
     jobs[n].sig = SIGKILL;
+    cg_name(p->id, p->attempt, names[n], sizeof(names[n]));
     n++;
     p->kill_at_ms = 0;
     lp_maybe_free(p);
   }
   pthread_mutex_unlock(&lb.mu);
   signal_workers(jobs, n);
+  /* and whatever of the worker left its session (a daemon that called
+   * setsid()): the cgroup holds it still */
+  for (int i = 0; i < n; i++)
+    if (cg_destroy(names[i], 1000) != 0)
+      LOG(LOG_WARN, "the cgroup of %s still holds processes", names[i]);
   free(jobs);
+  free(names);
+}
+
+/* The end of worker name's workerd (pid, wait status st): if the
+ * out-of-memory killer of its cgroup killed it, says so in why. */
+static int oom_words(const char *name, int st, char *why, size_t len) {
+  long long kills, limit;
+
+  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL || cg_oom(name, &kills, &limit) != 0 ||
+      kills <= 0)
+    return 0;
+  if (limit > 0)
+    snprintf(why, len, "killed: out of memory (limit %.3g GiB)",
+             (double)limit / (1024.0 * 1024.0 * 1024.0));
+  else
+    snprintf(why, len, "killed: out of memory");
+  return 1;
 }
 
 /* Reaps exited children: the fork server, or workerds (reported if their
@@ -691,7 +751,7 @@ static void reap(void) {
   pid_t pid;
 
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-    char why[200], id[16] = "";
+    char why[200], id[16] = "", name[32] = "";
     int attempt = 0;
 
     if (pid == lb.zygote_pid) {
@@ -703,6 +763,7 @@ static void reap(void) {
     pthread_mutex_lock(&lb.mu);
     for (struct lproc *p = lb.head; p; p = p->next)
       if (p->pid == pid && !p->adopted && !p->exited) {
+        cg_name(p->id, p->attempt, name, sizeof(name));
         if (p->live && !p->reported) {
           snprintf(id, sizeof(id), "%s", p->id);
           attempt = p->attempt;
@@ -720,15 +781,23 @@ static void reap(void) {
         break;
       }
     pthread_mutex_unlock(&lb.mu);
-    if (!id[0])
+    if (!name[0])
       continue;
-    if (WIFSIGNALED(st))
+    if (!id[0]) {
+      /* its end was reported (or it was stopped): what is left of it goes */
+      (void)cg_destroy(name, 1000);
+      continue;
+    }
+    if (oom_words(name, st, why, sizeof(why)))
+      ;
+    else if (WIFSIGNALED(st))
       snprintf(why, sizeof(why), "muster-workerd (pid %d) was killed by signal %d (%s)", (int)pid,
                WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
       snprintf(why, sizeof(why),
                "muster-workerd (pid %d) exited with code %d before reporting the worker's end",
                (int)pid, WEXITSTATUS(st));
+    (void)cg_destroy(name, 1000);
     report_fail(BACKEND_EXITED, id, attempt, why);
   }
 }
@@ -741,7 +810,7 @@ static void probe_adopted(int64_t now) {
     return;
   lb.last_probe_ms = now;
   for (;;) {
-    char id[16] = "", why[200];
+    char id[16] = "", why[200], name[32];
     int attempt = 0;
     pid_t pid = 0;
 
@@ -757,9 +826,73 @@ static void probe_adopted(int64_t now) {
     pthread_mutex_unlock(&lb.mu);
     if (!id[0])
       return;
+    cg_name(id, attempt, name, sizeof(name));
+    (void)cg_destroy(name, 1000); /* its leftovers */
     snprintf(why, sizeof(why), "lost: its muster-workerd (pid %d) is gone", (int)pid);
     report_fail(BACKEND_LOST, id, attempt, why);
   }
+}
+
+/* Cgroups that no worker record owns (an adopted worker stopped at once,
+ * a controller that crashed between creating one and starting its workerd,
+ * a worker whose record went while its cgroup could not be emptied): their
+ * processes are killed and they go. Every 5 s, once reconciled. */
+struct names {
+  char (*v)[32];
+  int n, cap;
+};
+
+static void name_add(const char *name, void *arg) {
+  struct names *ns = arg;
+
+  if (strlen(name) >= sizeof(ns->v[0]))
+    return;
+  if (ns->n == ns->cap) {
+    int c2 = ns->cap ? 2 * ns->cap : 32;
+    char(*grown)[32] = realloc(ns->v, (size_t)c2 * sizeof(*grown));
+    if (!grown)
+      return;
+    ns->v = grown;
+    ns->cap = c2;
+  }
+  snprintf(ns->v[ns->n++], sizeof(ns->v[0]), "%s", name);
+}
+
+static void sweep_cgroups(int64_t now) {
+  static int64_t last;
+  struct names ns = {0};
+
+  pthread_mutex_lock(&lb.mu);
+  if (!lb.sweep || now - last < 5000) {
+    pthread_mutex_unlock(&lb.mu);
+    return;
+  }
+  pthread_mutex_unlock(&lb.mu);
+  last = now;
+  cg_each(name_add, &ns);
+  for (int i = 0; i < ns.n; i++) {
+    char id[32], *dot, *end;
+    struct lproc *p;
+    long attempt;
+    int owned;
+
+    snprintf(id, sizeof(id), "%s", ns.v[i]);
+    dot = strrchr(id, '.');
+    if (!dot)
+      continue;
+    *dot = '\0';
+    attempt = strtol(dot + 1, &end, 10);
+    pthread_mutex_lock(&lb.mu);
+    p = lp_find(id);
+    owned = p && *end == '\0' && p->attempt == attempt;
+    pthread_mutex_unlock(&lb.mu);
+    if (owned)
+      continue;
+    LOG(LOG_INFO, "cgroup %s belongs to no worker now: its processes are killed and it goes",
+        ns.v[i]);
+    (void)cg_destroy(ns.v[i], 1000);
+  }
+  free(ns.v);
 }
 
 static int64_t next_kill_ms(void) {
@@ -833,6 +966,7 @@ static void *backend_main(void *arg) {
     reap();
     kills_due(util_mono_ms(), 0);
     probe_adopted(now);
+    sweep_cgroups(now);
     pthread_mutex_lock(&lb.mu);
     if (lb.room_freed) {
       struct backend_report r = {.event = BACKEND_ROOM};
@@ -856,9 +990,19 @@ static void *backend_main(void *arg) {
 /* ---- the operations ---- */
 
 static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
+  char why[600];
   size_t n = 0;
 
   lb.cfg = *cfg;
+  if (cg_setup(cfg->isolation, cfg->state_dir, why, sizeof(why)) != 0) {
+    snprintf(err, errlen, "--isolation cgroup: workers cannot be put in cgroups here: %s", why);
+    return MUSTER_E_BACKEND;
+  }
+  if (cg_enabled())
+    LOG(LOG_INFO, "isolation: each worker runs in a cgroup of its own (%s): memory, cpu, pids",
+        cg_mode());
+  else if (cfg->isolation != CG_OFF)
+    LOG(LOG_WARN, "isolation: none; workers run without limits (%s)", why);
   for (char **e = environ; *e; e++)
     n++;
   lb.base_env = calloc(n + 1, sizeof(*lb.base_env));
@@ -897,6 +1041,7 @@ static void local_shutdown(void) {
    * be left to do it. */
   kills_due(0, 1);
   zygote_close();
+  cg_teardown();
   pthread_mutex_lock(&lb.mu);
   while (lb.jobs) {
     struct job *j = lb.jobs;
@@ -1080,6 +1225,7 @@ static MUST_CHECK int ref_parse(const char *ref, pid_t *pid, unsigned long long 
 
 static void local_reconcile(struct backend_live *ws, int n) {
   pthread_mutex_lock(&lb.mu);
+  lb.sweep = 1; /* every record of an adopted worker is made below */
   for (int i = 0; i < n; i++) {
     struct backend_live *l = &ws[i];
     unsigned long long start;
@@ -1114,6 +1260,10 @@ static int local_ref_from_register(long pid, unsigned long long start_time, char
   return 0;
 }
 
+static const char *local_isolation(void) {
+  return cg_enabled() ? "cgroup" : "none";
+}
+
 static void local_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {
   pthread_mutex_lock(&lb.mu);
   *cpu_used = lb.cpu_used;
@@ -1135,4 +1285,5 @@ const struct backend_ops backend_local_ops = {
     .reconcile = local_reconcile,
     .ref_from_register = local_ref_from_register,
     .usage = local_usage,
+    .isolation = local_isolation,
 };

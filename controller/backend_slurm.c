@@ -1792,6 +1792,11 @@ static void slurm_reconcile(struct backend_live *ws, int n) {
   json_decref(root);
 }
 
+/* Slurm confines its steps itself (task/cgroup, where its site set it up). */
+static const char *slurm_isolation(void) {
+  return "slurm";
+}
+
 static void slurm_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {
   *cpu_used = *cpu_total = *mem_used = *mem_total = 0;
 }
@@ -1810,4 +1815,5 @@ const struct backend_ops backend_slurm_ops = {
     .ref_from_register = NULL,
     .describe = slurm_describe,
     .usage = slurm_usage,
+    .isolation = slurm_isolation,
 };

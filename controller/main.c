@@ -1,6 +1,7 @@
 /* main.c: muster-controller's command line, start-up and shutdown. */
 #include "api.h"
 #include "backend.h"
+#include "cgroup.h"
 #include "hostport.h"
 #include "log.h"
 #include "muster_errors.h"
@@ -48,6 +49,8 @@ static void usage(FILE *out) {
                "  --cpus N                  cores the local backend hands out (default: all)\n"
                "  --memory GIB              memory the local backend hands out (default: all)\n"
                "  --gpus N                  GPUs the local backend hands out (default 0)\n"
+               "  --isolation none|cgroup   local: put each worker in a cgroup of its own\n"
+               "                            (default: where the host allows it)\n"
                "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
                "  --web-dir DIR             the web UI's files\n"
                "  --workdir DIR             where workers' scripts run (default: current dir)\n"
@@ -168,6 +171,16 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
       NEED_VALUE();
       bad = util_parse_long(v, 0, 64, &l);
       cfg->gpus = (int)l;
+    } else if (strcmp(a, "--isolation") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "none") == 0) {
+        cfg->isolation = CG_OFF;
+      } else if (strcmp(v, "cgroup") == 0) {
+        cfg->isolation = CG_FORCE;
+      } else {
+        fprintf(stderr, "muster-controller: --isolation is none or cgroup, not \"%s\"\n", v);
+        return MUSTER_E_INVALID;
+      }
     } else if (strcmp(a, "--http-threads") == 0) {
       NEED_VALUE();
       bad = util_parse_long(v, 1, 64, &l);

@@ -61,6 +61,7 @@ struct ctl_config {
   double cpus;     /* capacity of the local backend */
   double memory;   /* GiB */
   int gpus;
+  int isolation; /* the local backend's: enum cg_isolation (cgroup.h) */
   int http_threads;
   char advertise_url[512]; /* where workers reach the controller ("": from --listen) */
   /* The slurm backend. */

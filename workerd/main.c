@@ -556,6 +556,40 @@ static void cleanup(void) {
   explicit_bzero(wd.token, sizeof(wd.token));
 }
 
+/* The local backend's container: joins each cgroup directory listed in
+ * MUSTER_CGROUP (one a line), before the worker does anything else, so that
+ * everything it runs is inside. Returns 0, or -1 (said on stderr, which is
+ * the worker's workerd log). */
+static int cgroup_join(void) {
+  const char *list = getenv("MUSTER_CGROUP");
+  char dir[PATH_MAX], path[PATH_MAX + 16];
+
+  for (const char *p = list; p && *p;) {
+    size_t n = strcspn(p, "\n");
+    int fd, ok;
+
+    if (n > 0 && n < sizeof(dir)) {
+      memcpy(dir, p, n);
+      dir[n] = '\0';
+      snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+      fd = open(path, O_WRONLY | O_CLOEXEC);
+      ok = fd >= 0 && write(fd, "0", 1) == 1;
+      if (!ok) {
+        fprintf(stderr, "muster-workerd: cannot join its cgroup %s: %s\n", dir, strerror(errno));
+        if (fd >= 0)
+          close(fd);
+        return -1;
+      }
+      close(fd);
+    }
+    p += n;
+    if (*p == '\n')
+      p++;
+  }
+  unsetenv("MUSTER_CGROUP");
+  return 0;
+}
+
 /* Runs one worker: reads its configuration from the environment, registers,
  * runs its command and reports how it ended. curl_global_init() must have
  * been called. Returns the process's exit code. */
@@ -564,6 +598,8 @@ int worker_main(void) {
   int rc;
 
   std_fds_ensure();
+  if (cgroup_join() != 0)
+    return 1;
   log_level_from_env();
   wd.listen_fd = wd.sig_read_fd = -1;
   wd.out = (struct stream){.name = "stdout", .fd = -1};

@@ -187,7 +187,9 @@ START_TEST(appends_racing_a_followed_log_neither_hang_nor_get_lost) {
                    "-d '{\"n\": 1024, \"cpu\": 1, \"memory\": 0.01}' %s/api/v1/workers "
                    ">/dev/null; done",
                    ctl.token, ctl.url);
-  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"kernel\": \"sh\", \"code\": "
+  /* (half a core: the cpu asked for is a quota; at 0.01 core the 400
+   * lines would take minutes) */
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"sh\", \"code\": "
                            "\"sleep 0.5; i=0; while [ $i -lt 400 ]; do echo line $i; "
                            "i=$((i+1)); [ $((i % 20)) -eq 0 ] && sleep 0.02; done\"}");
   for (int k = 0; k < nf; k++)

@@ -1,0 +1,246 @@
+/* check_isolation.c: workers of the local backend are containers. The
+ * real controller and workerd, real cgroups (v1 on this machine and CI; v2
+ * where the host has it): a memory limit the kernel enforces and that a
+ * failure names, a stop and an end that leave no process behind, the
+ * cgroup gone after, and --isolation none as before. */
+#include "harness.h"
+
+#include "../check_run.h"
+
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct ctl_proc ctl;
+
+static void fresh(void) {
+  memset(&ctl, 0, sizeof(ctl));
+}
+
+/* Whether this controller isolates workers; if not, the test says why it
+ * cannot run here (no root, no cgroup file system) and passes nothing. */
+static int isolated(void) {
+  json_t *h = NULL;
+  int yes;
+
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &h, NULL), 200);
+  yes = strcmp(h_str(h, "isolation"), "cgroup") == 0;
+  json_decref(h);
+  if (!yes)
+    fprintf(stderr, "SKIPPED: this host gives the controller no cgroups (see %s)\n", ctl.log);
+  return yes;
+}
+
+/* The memory cgroup directory of process pid, from /proc/PID/cgroup ("" if
+ * none). */
+static void memory_cgroup(long pid, char *dir, size_t len) {
+  char path[64], line[512];
+  FILE *f;
+
+  dir[0] = '\0';
+  snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
+  f = fopen(path, "r");
+  if (!f)
+    return;
+  while (fgets(line, sizeof(line), f)) {
+    char *p = strstr(line, ":memory:");
+    line[strcspn(line, "\n")] = '\0';
+    if (p)
+      snprintf(dir, len, "/sys/fs/cgroup/memory%s", p + 8);
+    else if (strncmp(line, "0::", 3) == 0 && !dir[0])
+      snprintf(dir, len, "/sys/fs/cgroup%s", line + 3);
+  }
+  fclose(f);
+}
+
+static long read_pid(const char *path, double timeout_s) {
+  double until = h_now() + timeout_s;
+  long pid = 0;
+
+  while (h_now() < until) {
+    FILE *f = fopen(path, "r");
+    if (f) {
+      int ok = fscanf(f, "%ld", &pid) == 1;
+      fclose(f);
+      if (ok && pid > 1)
+        return pid;
+    }
+    usleep(50 * 1000);
+  }
+  ck_abort_msg("%s holds no pid after %g s", path, timeout_s);
+  return 0;
+}
+
+/* Waits up to timeout_s for process pid to be gone (or a zombie). */
+static int gone(long pid, double timeout_s) {
+  double until = h_now() + timeout_s;
+
+  for (;;) {
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "r");
+    if (!f)
+      return 1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && p[2] == 'Z')
+      return 1;
+    if (h_now() >= until)
+      return 0;
+    usleep(50 * 1000);
+  }
+}
+
+START_TEST(a_worker_past_its_memory_fails_saying_so) {
+  json_t *workers, *ans, *f;
+  double t0;
+
+  fresh();
+  h_start(&ctl);
+  if (!isolated())
+    goto out;
+  /* 300 MB written, in a worker of 0.1 GiB */
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 1, \"memory\": 0.1, \"code\": \"!python3 -c "
+                           "'x = b\\\"a\\\" * (300 << 20); import time; time.sleep(30)'\"}");
+  t0 = h_now();
+  ans = h_await(&ctl, workers, 1, 30);
+  f = json_array_get(json_object_get(ans, "failures"), 0);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_str_eq(h_str(f, "status"), "failed");
+  ck_assert_msg(strstr(h_str(f, "failure"), "killed: out of memory (limit 0.1 GiB)") != NULL,
+                "failure: %s", h_str(f, "failure"));
+  /* The allocation takes well under a second; the failure follows the kill
+   * at once (not a heartbeat or a timeout later). */
+  ck_assert_msg(h_now() - t0 < 10, "the failure took %.1f s", h_now() - t0);
+  json_decref(ans);
+  json_decref(workers);
+out:
+  h_finish(&ctl);
+}
+END_TEST
+
+START_TEST(a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes) {
+  json_t *workers, *ans;
+  char body[600], pidfile[200], cg[600];
+  long daemon, wd;
+  struct stat st;
+
+  fresh();
+  h_start(&ctl);
+  if (!isolated())
+    goto out;
+  /* A daemon (double fork, its own session) outlives the script that
+   * started it, which then succeeds. */
+  snprintf(pidfile, sizeof(pidfile), "%s/daemon1.pid", ctl.dir);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 >/dev/null "
+           "2>&1 & echo $! > %s); sleep 0.5\"}",
+           pidfile);
+  workers = h_launch(&ctl, body);
+  wd = 0;
+  ans = h_await(&ctl, workers, 0, 20);
+  wd = h_workerd_pid(&ctl, h_str(json_array_get(workers, 0), "id"));
+  memory_cgroup(wd, cg, sizeof(cg));
+  ck_assert_msg(strstr(cg, "/muster-") != NULL, "workerd %ld is in no muster cgroup: \"%s\"", wd,
+                cg);
+  json_decref(ans);
+  daemon = read_pid(pidfile, 10);
+  ans = h_await(&ctl, workers, 1, 20);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1); /* succeeded */
+  json_decref(ans);
+  ck_assert_msg(gone(daemon, 5), "the daemon (pid %ld) outlived its worker", daemon);
+  /* (the cgroup goes once its workerd has exited, after its report) */
+  for (int i = 0; i < 50 && stat(cg, &st) == 0; i++)
+    usleep(100 * 1000);
+  ck_assert_msg(stat(cg, &st) != 0 && errno == ENOENT, "the cgroup %s is still there", cg);
+  json_decref(workers);
+
+  /* An idle worker's daemon, and the worker stopped. */
+  snprintf(pidfile, sizeof(pidfile), "%s/daemon2.pid", ctl.dir);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 >/dev/null "
+           "2>&1 & echo $! > %s); sleep 300\"}",
+           pidfile);
+  workers = h_launch(&ctl, body);
+  daemon = read_pid(pidfile, 20);
+  wd = h_workerd_pid(&ctl, h_str(json_array_get(workers, 0), "id"));
+  memory_cgroup(wd, cg, sizeof(cg));
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", "", NULL, NULL), 200);
+  ck_assert_msg(gone(daemon, 10), "the daemon (pid %ld) outlived its stopped worker", daemon);
+  ck_assert_msg(gone(wd, 10), "workerd %ld outlived its stop", wd);
+  for (int i = 0; i < 50 && stat(cg, &st) == 0; i++)
+    usleep(100 * 1000);
+  ck_assert_msg(stat(cg, &st) != 0, "the cgroup %s is still there", cg);
+  json_decref(workers);
+out:
+  h_finish(&ctl);
+}
+END_TEST
+
+START_TEST(isolation_none_runs_workers_as_before) {
+  json_t *workers, *ans, *h = NULL;
+
+  fresh();
+  ctl.extra[0] = "--isolation";
+  ctl.extra[1] = "none";
+  h_start(&ctl);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &h, NULL), 200);
+  ck_assert_str_eq(h_str(h, "isolation"), "none");
+  json_decref(h);
+  /* No limit: the same 300 MB in a worker of 0.1 GiB succeeds. */
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 1, \"memory\": 0.1, \"code\": \"!python3 -c "
+                           "'x = b\\\"a\\\" * (300 << 20)'\"}");
+  ans = h_await(&ctl, workers, 1, 30);
+  ck_assert_msg(json_array_size(json_object_get(ans, "workers")) == 1, "failed: %s",
+                h_str(json_array_get(json_object_get(ans, "failures"), 0), "failure"));
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+START_TEST(a_bad_isolation_value_is_refused) {
+  json_t *h = NULL;
+
+  fresh();
+  h_start(&ctl);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &h, NULL), 200);
+  /* said either way */
+  ck_assert_msg(strcmp(h_str(h, "isolation"), "cgroup") == 0 ||
+                    strcmp(h_str(h, "isolation"), "none") == 0,
+                "isolation: %s", h_str(h, "isolation"));
+  json_decref(h);
+  h_finish(&ctl);
+  {
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd),
+             "%s --isolation maybe --listen 127.0.0.1:0 2>&1 | grep -q "
+             "'isolation is none or cgroup, not \"maybe\"'",
+             MUSTER_CONTROLLER_BIN);
+    ck_assert_int_eq(system(cmd), 0);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("isolation");
+  TCase *tc = tcase_create("cgroups");
+
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, a_worker_past_its_memory_fails_saying_so);
+  tcase_add_test(tc, a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes);
+  tcase_add_test(tc, isolation_none_runs_workers_as_before);
+  tcase_add_test(tc, a_bad_isolation_value_is_refused);
+  suite_add_tcase(s, tc);
+  return check_run(s);
+}

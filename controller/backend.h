@@ -159,4 +159,19 @@ struct backend_report {
  * happened. Takes the state lock; never call it holding a backend lock. */
 void backend_report(const struct backend_report *r);
 
+/* What one worker attempt uses, as its backend measured it (the local
+ * backend: its cgroup). */
+struct backend_usage {
+  const char *id;
+  int attempt;
+  int final; /* its last sample: the worker's processes are gone */
+  double cpu_seconds;
+  long long memory_bytes, memory_peak_bytes;
+};
+
+/* Records n samples at once (one take of the state lock): a live worker's
+ * goes to the database with the next heartbeat flush (at most once a
+ * second), a final one of a worker that ended at once. */
+void backend_report_usage(const struct backend_usage *u, int n);
+
 #endif

@@ -684,11 +684,33 @@ static void job_cancel(const struct job *j, struct sigjob *out) {
   pthread_mutex_unlock(&lb.mu);
 }
 
+/* The end of a worker attempt's processes: its cgroup's last usage goes
+ * to the state machine, then whatever is left in it is killed and the
+ * cgroup removed. */
+static void cg_finish(const char *id, int attempt) {
+  struct backend_usage u = {.id = id, .attempt = attempt, .final = 1};
+  struct cg_usage cu;
+  char name[32];
+
+  cg_name(id, attempt, name, sizeof(name));
+  if (cg_usage_of(name, &cu) == 0) {
+    u.cpu_seconds = cu.cpu_seconds;
+    u.memory_bytes = cu.memory_bytes;
+    u.memory_peak_bytes = cu.memory_peak_bytes;
+    backend_report_usage(&u, 1);
+  }
+  if (cg_destroy(name, 1000) != 0)
+    LOG(LOG_WARN, "the cgroup of %s still holds processes", name);
+}
+
 /* Sends the SIGKILLs that are due (all of them when all is set), in one
  * batch. */
 static void kills_due(int64_t now, int all) {
   struct sigjob *jobs = NULL;
-  char(*names)[32] = NULL;
+  struct attempt_of {
+    char id[16];
+    int attempt;
+  } *names = NULL;
   int n = 0, cap = 0;
 
   pthread_mutex_lock(&lb.mu);
@@ -699,7 +721,7 @@ static void kills_due(int64_t now, int all) {
     if (n == cap) {
       int c2 = cap ? 2 * cap : 64;
       struct sigjob *grown = realloc(jobs, (size_t)c2 * sizeof(*grown));
-      char(*more)[32];
+      struct attempt_of *more;
       if (!grown)
         break; /* the rest next time */
       jobs = grown;
@@ -712,7 +734,8 @@ static void kills_due(int64_t now, int all) {
     jobs[n].pid = p->pid;
     jobs[n].start = p->start;
     jobs[n].sig = SIGKILL;
-    cg_name(p->id, p->attempt, names[n], sizeof(names[n]));
+    snprintf(names[n].id, sizeof(names[n].id), "%s", p->id);
+    names[n].attempt = p->attempt;
     n++;
     p->kill_at_ms = 0;
     lp_maybe_free(p);
@@ -722,8 +745,7 @@ static void kills_due(int64_t now, int all) {
   /* and whatever of the worker left its session (a daemon that called
    * setsid()): the cgroup holds it still */
   for (int i = 0; i < n; i++)
-    if (cg_destroy(names[i], 1000) != 0)
-      LOG(LOG_WARN, "the cgroup of %s still holds processes", names[i]);
+    cg_finish(names[i].id, names[i].attempt);
   free(jobs);
   free(names);
 }
@@ -751,8 +773,8 @@ static void reap(void) {
   pid_t pid;
 
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-    char why[200], id[16] = "", name[32] = "";
-    int attempt = 0;
+    char why[200], id[16] = "", name[32] = "", cid[16] = "";
+    int attempt = 0, catt = 0;
 
     if (pid == lb.zygote_pid) {
       LOG(LOG_WARN, "the workerd fork server exited; restarting it later");
@@ -764,6 +786,8 @@ static void reap(void) {
     for (struct lproc *p = lb.head; p; p = p->next)
       if (p->pid == pid && !p->adopted && !p->exited) {
         cg_name(p->id, p->attempt, name, sizeof(name));
+        snprintf(cid, sizeof(cid), "%s", p->id);
+        catt = p->attempt;
         if (p->live && !p->reported) {
           snprintf(id, sizeof(id), "%s", p->id);
           attempt = p->attempt;
@@ -785,7 +809,7 @@ static void reap(void) {
       continue;
     if (!id[0]) {
       /* its end was reported (or it was stopped): what is left of it goes */
-      (void)cg_destroy(name, 1000);
+      cg_finish(cid, catt);
       continue;
     }
     if (oom_words(name, st, why, sizeof(why)))
@@ -797,7 +821,7 @@ static void reap(void) {
       snprintf(why, sizeof(why),
                "muster-workerd (pid %d) exited with code %d before reporting the worker's end",
                (int)pid, WEXITSTATUS(st));
-    (void)cg_destroy(name, 1000);
+    cg_finish(id, attempt);
     report_fail(BACKEND_EXITED, id, attempt, why);
   }
 }
@@ -810,7 +834,7 @@ static void probe_adopted(int64_t now) {
     return;
   lb.last_probe_ms = now;
   for (;;) {
-    char id[16] = "", why[200], name[32];
+    char id[16] = "", why[200];
     int attempt = 0;
     pid_t pid = 0;
 
@@ -826,8 +850,7 @@ static void probe_adopted(int64_t now) {
     pthread_mutex_unlock(&lb.mu);
     if (!id[0])
       return;
-    cg_name(id, attempt, name, sizeof(name));
-    (void)cg_destroy(name, 1000); /* its leftovers */
+    cg_finish(id, attempt); /* its leftovers */
     snprintf(why, sizeof(why), "lost: its muster-workerd (pid %d) is gone", (int)pid);
     report_fail(BACKEND_LOST, id, attempt, why);
   }
@@ -893,6 +916,62 @@ static void sweep_cgroups(int64_t now) {
     (void)cg_destroy(ns.v[i], 1000);
   }
   free(ns.v);
+}
+
+/* Samples what each running worker uses (its cgroup), once a second, and
+ * reports them in one batch. */
+static void sample_usage(int64_t now) {
+  static int64_t last;
+  struct backend_usage *u = NULL;
+  char(*ids)[16] = NULL;
+  int n = 0, cap = 0;
+
+  if (!cg_enabled() || now - last < 1000)
+    return;
+  last = now;
+  pthread_mutex_lock(&lb.mu);
+  for (struct lproc *p = lb.head; p; p = p->next) {
+    if (!p->live || p->pid <= 0 || p->exited)
+      continue;
+    if (n == cap) {
+      int c2 = cap ? 2 * cap : 64;
+      struct backend_usage *gu = realloc(u, (size_t)c2 * sizeof(*gu));
+      char(*gi)[16];
+      if (!gu)
+        break;
+      u = gu;
+      gi = realloc(ids, (size_t)c2 * sizeof(*gi));
+      if (!gi)
+        break;
+      ids = gi;
+      cap = c2;
+    }
+    snprintf(ids[n], sizeof(ids[n]), "%s", p->id);
+    u[n] = (struct backend_usage){.attempt = p->attempt};
+    n++;
+  }
+  pthread_mutex_unlock(&lb.mu);
+  {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+      struct cg_usage cu;
+      char name[32];
+
+      cg_name(ids[i], u[i].attempt, name, sizeof(name));
+      if (cg_usage_of(name, &cu) != 0)
+        continue;
+      u[k] = u[i];
+      u[k].id = ids[i];
+      u[k].cpu_seconds = cu.cpu_seconds;
+      u[k].memory_bytes = cu.memory_bytes;
+      u[k].memory_peak_bytes = cu.memory_peak_bytes;
+      k++;
+    }
+    if (k)
+      backend_report_usage(u, k);
+  }
+  free(u);
+  free(ids);
 }
 
 static int64_t next_kill_ms(void) {
@@ -967,6 +1046,7 @@ static void *backend_main(void *arg) {
     kills_due(util_mono_ms(), 0);
     probe_adopted(now);
     sweep_cgroups(now);
+    sample_usage(now);
     pthread_mutex_lock(&lb.mu);
     if (lb.room_freed) {
       struct backend_report r = {.event = BACKEND_ROOM};

@@ -19,6 +19,7 @@ enum {
   ST_EVENT_INSERT,
   ST_TRANSITION,
   ST_HEARTBEAT,
+  ST_USAGE,
   ST_WORKER_GET,
   ST_WORKER_LIST,
   ST_WORKER_INFO,
@@ -42,7 +43,8 @@ enum {
   "id, session, name, role, status, cpu, memory, nvidia_gpu, script, code, command, "              \
   "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "                      \
   "backend_ref, exit_code, failure, created_at, running_at, finished_at, "                         \
-  "last_heartbeat, signal, attempt, waiting_for"
+  "last_heartbeat, signal, attempt, waiting_for, usage_cpu_seconds, usage_memory_bytes, "          \
+  "usage_memory_peak_bytes"
 
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
@@ -77,6 +79,8 @@ static const char *const statement_sql[ST_COUNT_] = {
         "backend_ref = CASE WHEN ?17 IS NULL THEN coalesce(?5, backend_ref) ELSE ?5 END "
         "WHERE id = ?1 AND status = ?16",
     [ST_HEARTBEAT] = "UPDATE workers SET last_heartbeat = ?2 WHERE id = ?1",
+    [ST_USAGE] = "UPDATE workers SET usage_cpu_seconds = ?2, usage_memory_bytes = ?3, "
+                 "usage_memory_peak_bytes = ?4 WHERE id = ?1",
     [ST_WORKER_GET] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1",
     [ST_WORKER_LIST] = "SELECT id, rowid FROM workers "
                        "WHERE (?1 IS NULL OR status IN (SELECT value FROM json_each(?1))) "
@@ -442,6 +446,16 @@ int db_worker_transition(struct db *db, const char *id, const char *from, const 
   return event_insert(db, id, now, from, to, detail);
 }
 
+int db_worker_usage(struct db *db, const char *id, const struct db_usage *u) {
+  sqlite3_stmt *s = stmt(db, ST_USAGE);
+
+  bind_text_or_null(s, 1, id);
+  sqlite3_bind_double(s, 2, u->cpu_seconds);
+  sqlite3_bind_int64(s, 3, u->memory_bytes);
+  sqlite3_bind_int64(s, 4, u->memory_peak_bytes);
+  return exec_write(db, s, id);
+}
+
 int db_worker_touch_heartbeat(struct db *db, const char *id) {
   sqlite3_stmt *s = stmt(db, ST_HEARTBEAT);
   char now[32];
@@ -518,8 +532,14 @@ static json_t *row_to_worker(sqlite3_stmt *s) {
   json_object_set_new(w, "last_heartbeat", col_text(s, 25));
   json_object_set_new(w, "attempt", json_integer(sqlite3_column_int(s, 27)));
   json_object_set_new(w, "waiting_for", col_text(s, 28));
-  /* Filled in by the backends that measure it (a later migration). */
-  json_object_set_new(w, "usage", json_null());
+  /* Filled in by the backends that measure it: null until one did. */
+  if (sqlite3_column_type(s, 29) != SQLITE_NULL)
+    json_object_set_new(w, "usage",
+                        json_pack("{s:f, s:I, s:I}", "cpu_seconds", sqlite3_column_double(s, 29),
+                                  "memory_bytes", (json_int_t)sqlite3_column_int64(s, 30),
+                                  "memory_peak_bytes", (json_int_t)sqlite3_column_int64(s, 31)));
+  else
+    json_object_set_new(w, "usage", json_null());
   json_object_set_new(w, "run", json_null());
   return w;
 }

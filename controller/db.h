@@ -90,6 +90,14 @@ int db_worker_transition(struct db *db, const char *id, const char *from, const 
 /* Sets fields without a state change (heartbeat time). */
 int db_worker_touch_heartbeat(struct db *db, const char *id) __attribute__((warn_unused_result));
 
+/* What a worker uses (usage_* columns), live or final. */
+struct db_usage {
+  double cpu_seconds;
+  long long memory_bytes, memory_peak_bytes;
+};
+int db_worker_usage(struct db *db, const char *id, const struct db_usage *u)
+    __attribute__((warn_unused_result));
+
 /* The API's worker object for id: a new reference, or NULL if there is no
  * such worker (or on error). */
 json_t *db_worker_json(struct db *db, const char *id);

@@ -830,6 +830,32 @@ void backend_report(const struct backend_report *r) {
   state_unlock();
 }
 
+void backend_report_usage(const struct backend_usage *u, int n) {
+  state_lock();
+  for (int i = 0; i < n; i++) {
+    struct lw *w = lw_find_locked(u[i].id);
+    struct db_usage du = {u[i].cpu_seconds, u[i].memory_bytes, u[i].memory_peak_bytes};
+
+    if (w && (w->attempt != u[i].attempt || ws_terminal(w->status)))
+      continue; /* another attempt's */
+    if (w && !u[i].final) {
+      w->usage = du;
+      w->usage_dirty = 1;
+      continue;
+    }
+    /* A final sample (its worker ended, or is about to be failed for it)
+     * is written at once: the worker may leave the table before a flush.
+     * A worker no longer in the table ended: its row takes it. */
+    if (!u[i].final)
+      continue;
+    if (w)
+      w->usage_dirty = 0;
+    if (db_worker_usage(g.db, u[i].id, &du) != 0)
+      LOG(LOG_WARN, "could not record what %s used: %s", u[i].id, db_errmsg(g.db));
+  }
+  state_unlock();
+}
+
 /* ---- the monitor thread ---- */
 
 void sm_heartbeat_locked(struct lw *w) {
@@ -838,7 +864,8 @@ void sm_heartbeat_locked(struct lw *w) {
   w->hb_dirty = 1;
 }
 
-/* Writes the heartbeats received since the last flush in one transaction:
+/* Writes the heartbeats received (and the usage sampled) since the last
+ * flush in one transaction:
  * at most one write a second, whatever the number of workers. Loss
  * detection reads last_hb_ms, never the database. */
 static void flush_heartbeats_locked(int64_t now) {
@@ -848,22 +875,25 @@ static void flush_heartbeats_locked(int64_t now) {
     return;
   g.last_hb_flush_ms = now;
   for (struct lw *w = g.head; w; w = w->next)
-    n += w->hb_dirty;
+    n += w->hb_dirty + w->usage_dirty;
   if (!n)
     return;
   rc = db_begin(g.db);
-  for (struct lw *w = g.head; !rc && w; w = w->next)
+  for (struct lw *w = g.head; !rc && w; w = w->next) {
     if (w->hb_dirty)
       rc = db_worker_touch_heartbeat(g.db, w->id);
+    if (!rc && w->usage_dirty)
+      rc = db_worker_usage(g.db, w->id, &w->usage);
+  }
   if (!rc)
     rc = db_commit(g.db);
   if (rc) {
-    LOG(LOG_WARN, "could not record %d heartbeats: %s", n, db_errmsg(g.db));
+    LOG(LOG_WARN, "could not record %d heartbeats and samples: %s", n, db_errmsg(g.db));
     db_rollback(g.db);
     return;
   }
   for (struct lw *w = g.head; w; w = w->next)
-    w->hb_dirty = 0;
+    w->hb_dirty = w->usage_dirty = 0;
 }
 
 /* Fails workers that never registered or that stopped heartbeating. */

@@ -92,10 +92,12 @@ struct lw {
   long reg_pid;  /* the pid its workerd registered with (0: none yet) */
   struct backend_req req;
   char waiting_for[160];
-  int64_t since_ms;   /* when it entered its current status */
-  int64_t last_hb_ms; /* last heartbeat (monotonic) */
-  int hb_dirty;       /* a heartbeat not yet written to SQLite */
-  int dropping;       /* sm_commit(): terminal, leaving the table */
+  int64_t since_ms;      /* when it entered its current status */
+  int64_t last_hb_ms;    /* last heartbeat (monotonic) */
+  int hb_dirty;          /* a heartbeat not yet written to SQLite */
+  struct db_usage usage; /* the backend's last sample */
+  int usage_dirty;       /* a sample not yet written to SQLite */
+  int dropping;          /* sm_commit(): terminal, leaving the table */
   /* Its workerd said it was stopped from outside muster (a queueing
    * backend's cancel or time limit): the backend's own account of the end
    * is awaited until outside_until_ms (OUTSIDE_WAIT_MS, or

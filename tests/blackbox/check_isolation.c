@@ -187,6 +187,72 @@ out:
 }
 END_TEST
 
+/* The worker's usage now: cpu seconds and peak bytes (-1: none yet). */
+static void usage_of(const char *id, double *cpu, double *peak) {
+  json_t *w = h_worker(&ctl, id), *u = json_object_get(w, "usage");
+
+  *cpu = json_is_object(u) ? json_number_value(json_object_get(u, "cpu_seconds")) : -1;
+  *peak = json_is_object(u) ? json_number_value(json_object_get(u, "memory_peak_bytes")) : -1;
+  json_decref(w);
+}
+
+START_TEST(usage_shows_the_cpu_quota_and_the_memory_peak) {
+  json_t *workers, *ans;
+  double cpu0 = -1, t0 = 0, cpu1 = -1, t1 = 0, last = -1, peak = -1, c, pk, rate;
+  const char *id;
+
+  fresh();
+  h_start(&ctl);
+  if (!isolated())
+    goto out;
+  /* 400 MiB written, then a busy loop, in a worker of half a core */
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.5, \"memory\": 1, \"code\": \"!python3 -c "
+                           "'x = b\\\"a\\\" * (400 << 20)\\nimport time\\nt = time.time()\\n"
+                           "while time.time() - t < 30: pass'\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  json_decref(h_await(&ctl, workers, 0, 20));
+  /* The samples come once a second: the rate is taken between the moments
+   * two of them first showed, 3 s or more apart, after a warm-up second. */
+  for (double until = h_now() + 15; h_now() < until && !(cpu1 >= 0 && t1 - t0 >= 3);) {
+    usage_of(id, &c, &pk);
+    if (c != last && c >= 0) {
+      last = c;
+      if (cpu0 < 0 && c > 0.3) {
+        cpu0 = c;
+        t0 = h_now();
+      } else if (cpu0 >= 0 && h_now() - t0 >= 3) {
+        cpu1 = c;
+        t1 = h_now();
+      }
+    }
+    peak = pk;
+    usleep(20 * 1000);
+  }
+  ck_assert_msg(cpu0 >= 0 && cpu1 >= 0, "usage.cpu_seconds did not grow (%g, %g)", cpu0, cpu1);
+  rate = (cpu1 - cpu0) / (t1 - t0);
+  fprintf(stderr, "usage: %.3f cores over %.1f s at --cpu 0.5; peak %.1f MiB for 400 MiB\n", rate,
+          t1 - t0, peak / 1048576);
+  ck_assert_msg(rate > 0.4 && rate < 0.6, "a busy loop at --cpu 0.5 used %.3f cores", rate);
+  ck_assert_msg(peak > 400.0 * 1048576 && peak < 1.1 * 400.0 * 1048576,
+                "memory_peak_bytes %.0f for 400 MiB allocated", peak);
+  /* Final after the end: the peak stays, the cpu seconds do not shrink. */
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", "", NULL, NULL), 200);
+  ans = h_await(&ctl, workers, 1, 20);
+  json_decref(ans);
+  for (int i = 0; i < 50; i++) {
+    usage_of(id, &c, &pk);
+    if (c > cpu1)
+      break;
+    usleep(100 * 1000);
+  }
+  ck_assert_msg(c >= cpu1 && pk >= peak, "final usage %g s, %g bytes after %g s, %g bytes", c, pk,
+                cpu1, peak);
+  json_decref(workers);
+out:
+  h_finish(&ctl);
+}
+END_TEST
+
 START_TEST(isolation_none_runs_workers_as_before) {
   json_t *workers, *ans, *h = NULL;
 
@@ -239,6 +305,7 @@ int main(void) {
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, a_worker_past_its_memory_fails_saying_so);
   tcase_add_test(tc, a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes);
+  tcase_add_test(tc, usage_shows_the_cpu_quota_and_the_memory_peak);
   tcase_add_test(tc, isolation_none_runs_workers_as_before);
   tcase_add_test(tc, a_bad_isolation_value_is_refused);
   suite_add_tcase(s, tc);

@@ -703,6 +703,20 @@ enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char 
                 g.backend->isolation ? g.backend->isolation() : "none", "workers", counts));
 }
 
+/* One live worker's usage, as three labelled samples (their HELP and TYPE
+ * lines come first, from api_metrics). */
+struct usage_lines {
+  FILE *cpu, *mem, *peak;
+};
+
+static void usage_line(void *arg, const char *id, const struct db_usage *u) {
+  struct usage_lines *l = arg;
+
+  fprintf(l->cpu, "muster_worker_cpu_seconds{id=\"%s\"} %.3f\n", id, u->cpu_seconds);
+  fprintf(l->mem, "muster_worker_memory_bytes{id=\"%s\"} %lld\n", id, u->memory_bytes);
+  fprintf(l->peak, "muster_worker_memory_peak_bytes{id=\"%s\"} %lld\n", id, u->memory_peak_bytes);
+}
+
 enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)rq;
   (void)arg;
@@ -719,9 +733,33 @@ enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char
     return MHD_NO;
   struct reader *rd = api_reader_get();
   double cpu_used = 0, cpu_total = 0, mem_used = 0, mem_total = 0;
+  char *mem_text = NULL, *peak_text = NULL;
+  size_t mem_len = 0, peak_len = 0;
+  struct usage_lines ul = {f, open_memstream(&mem_text, &mem_len),
+                           open_memstream(&peak_text, &peak_len)};
 
   counts = db_status_counts(rd->db);
+  fprintf(f, "# HELP muster_worker_cpu_seconds CPU time of a live worker's processes.\n"
+             "# TYPE muster_worker_cpu_seconds counter\n");
+  if (ul.mem && ul.peak)
+    db_live_usage(rd->db, usage_line, &ul);
   api_reader_put(rd);
+  if (ul.mem && ul.peak) {
+    fflush(ul.mem);
+    fflush(ul.peak);
+    fprintf(f,
+            "# HELP muster_worker_memory_bytes Memory a live worker uses.\n"
+            "# TYPE muster_worker_memory_bytes gauge\n%s"
+            "# HELP muster_worker_memory_peak_bytes The most memory a live worker used.\n"
+            "# TYPE muster_worker_memory_peak_bytes gauge\n%s",
+            mem_text ? mem_text : "", peak_text ? peak_text : "");
+  }
+  if (ul.mem)
+    fclose(ul.mem);
+  if (ul.peak)
+    fclose(ul.peak);
+  free(mem_text);
+  free(peak_text);
   g.backend->usage(&cpu_used, &cpu_total, &mem_used, &mem_total);
   state_lock();
   for (struct waiter *wt = g.waiters; wt; wt = wt->next)

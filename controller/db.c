@@ -27,6 +27,7 @@ enum {
   ST_EVENTS_SINCE,
   ST_LAST_SEQ,
   ST_COUNTS,
+  ST_LIVE_USAGE,
   ST_SESSION_GET,
   ST_SET_REF,
   ST_SET_WAITING,
@@ -93,6 +94,9 @@ static const char *const statement_sql[ST_COUNT_] = {
                         "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     [ST_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM events",
     [ST_COUNTS] = "SELECT status, count(*) FROM workers GROUP BY status",
+    [ST_LIVE_USAGE] = "SELECT id, usage_cpu_seconds, usage_memory_bytes, usage_memory_peak_bytes "
+                      "FROM workers WHERE status IN ('starting', 'running') "
+                      "AND usage_cpu_seconds IS NOT NULL ORDER BY id",
     [ST_SET_REF] = "UPDATE workers SET backend_ref = ?2 WHERE id = ?1 AND attempt = ?3 "
                    "AND status IN ('starting', 'running')",
     [ST_SET_WAITING] = "UPDATE workers SET waiting_for = ?2 WHERE id = ?1 "
@@ -744,6 +748,18 @@ json_t *db_status_counts(struct db *db) {
                         json_integer(sqlite3_column_int64(s, 1)));
   sqlite3_reset(s);
   return o;
+}
+
+void db_live_usage(struct db *db, void (*fn)(void *arg, const char *id, const struct db_usage *u),
+                   void *arg) {
+  sqlite3_stmt *s = stmt(db, ST_LIVE_USAGE);
+
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    struct db_usage u = {sqlite3_column_double(s, 1), sqlite3_column_int64(s, 2),
+                         sqlite3_column_int64(s, 3)};
+    fn(arg, (const char *)sqlite3_column_text(s, 0), &u);
+  }
+  sqlite3_reset(s);
 }
 
 int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *ref) {

@@ -170,6 +170,9 @@ int64_t db_last_event_seq(struct db *db);
 
 /* Counts of workers per status, as a new JSON object {status: count}. */
 json_t *db_status_counts(struct db *db);
+/* Calls fn for each live worker that has a usage sample, by id. */
+void db_live_usage(struct db *db, void (*fn)(void *arg, const char *id, const struct db_usage *u),
+                   void *arg);
 
 /* The last SQLite error message, for logs. */
 const char *db_errmsg(struct db *db);

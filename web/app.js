@@ -133,6 +133,28 @@ function resText(w) {
   return s;
 }
 
+function fmtBytes(b) {
+  if (b < 1024 * 1024) return `${Math.round(b / 1024)} KiB`;
+  if (b < 1024 * 1024 * 1024) return `${Math.round(b / (1024 * 1024))} MiB`;
+  return `${(b / (1024 * 1024 * 1024)).toFixed(1)} GiB`;
+}
+
+// What a worker uses, beside what it asked for: cores (from two samples of
+// its cpu seconds) and memory while it runs; cpu seconds and the peak once
+// it ended. '' where nothing measures it.
+const cpuSeen = new Map(); // id -> {cpu, t} of the last sample shown
+function useText(w) {
+  const u = w.usage;
+  if (!u) return '';
+  if (!LIVE.has(w.status)) return `used ${fmtNum(u.cpu_seconds)} cpu·s · peak ${fmtBytes(u.memory_peak_bytes)}`;
+  const now = Date.now(), prev = cpuSeen.get(w.id);
+  let cores = null;
+  if (prev && u.cpu_seconds > prev.cpu && now > prev.t) cores = (u.cpu_seconds - prev.cpu) / ((now - prev.t) / 1000);
+  if (!prev || u.cpu_seconds !== prev.cpu) cpuSeen.set(w.id, { cpu: u.cpu_seconds, t: now, cores: cores ?? prev?.cores });
+  const c = cores ?? prev?.cores;
+  return `uses ${c === undefined || c === null ? fmtNum(u.cpu_seconds) + ' cpu·s' : fmtNum(c) + ' cpu'} · ${fmtBytes(u.memory_bytes)}`;
+}
+
 function exitText(w) {
   if (w.exit_code !== null && w.exit_code !== undefined) return String(w.exit_code);
   if (w.signal) return `sig ${w.signal}`;
@@ -172,6 +194,10 @@ function makeRow(w) {
   c.status.appendChild(c.badge);
   c.ip = cell('c-ip');
   c.res = cell('c-res');
+  c.req = document.createElement('span');
+  c.use = document.createElement('span');
+  c.use.className = 'use';
+  c.res.append(c.req, c.use);
   c.age = cell('c-age');
   c.exit = cell('c-exit');
   c.failure = cell('c-failure');
@@ -216,7 +242,9 @@ function fillRow(tr, w, now) {
   c.badge.textContent = w.status;
   c.badge.className = `badge s-${w.status}`;
   c.ip.textContent = w.ip_address || '';
-  c.res.textContent = resText(w);
+  c.req.textContent = resText(w);
+  c.use.textContent = useText(w);
+  c.use.hidden = !c.use.textContent;
   const a = ageText(w, now);
   c.age.textContent = a.text;
   c.age.title = a.title;
@@ -690,6 +718,15 @@ async function start() {
     if (ev.key === 'Escape' && logs.id) closeLogs();
   });
   setInterval(tickAges, 1000);
+  // Usage is sampled once a second and changes no state: no event says so,
+  // so the running workers are read again every few seconds.
+  setInterval(() => {
+    if (document.hidden || !state.token) return;
+    api('/api/v1/workers?status=running&limit=500')
+      .then((r) => r.json())
+      .then((body) => body.workers.forEach(upsert))
+      .catch(() => {});
+  }, 3000);
   state.token = takeTokenFromUrl();
   boot();
 }

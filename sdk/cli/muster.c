@@ -245,12 +245,36 @@ static void fmt_age(double s, char *buf, size_t size) {
     snprintf(buf, size, "%.0fd", s / 86400);
 }
 
+/* Bytes in the CLI's few characters: 812K, 408M, 1.5G. */
+static void fmt_bytes(long long b, char *buf, size_t size) {
+  if (b < 1024LL * 1024)
+    snprintf(buf, size, "%lldK", b / 1024);
+  else if (b < 1024LL * 1024 * 1024)
+    snprintf(buf, size, "%lldM", b / (1024 * 1024));
+  else
+    snprintf(buf, size, "%.1fG", (double)b / (1024.0 * 1024 * 1024));
+}
+
+/* "12.3s/408M": cpu seconds and memory now (peak once it ended), or "-". */
+static void fmt_usage(const muster_worker *w, char *buf, size_t size) {
+  muster_usage u;
+  char mem[16];
+
+  if (!muster_worker_usage(w, &u)) {
+    snprintf(buf, size, "-");
+    return;
+  }
+  fmt_bytes(muster_status_terminal(w->status) ? u.memory_peak_bytes : u.memory_bytes, mem,
+            sizeof(mem));
+  snprintf(buf, size, "%.1fs/%s", u.cpu_seconds, mem);
+}
+
 static void print_table(const muster_worker_list *l) {
-  printf("%-12s  %-10s  %-8s  %-10s  %-15s  %5s  %6s  %3s  %5s  %4s  %s\n", "ID", "STATUS", "ROLE",
-         "NAME", "IP", "CPU", "MEM", "GPU", "AGE", "EXIT", "FAILURE");
+  printf("%-12s  %-10s  %-8s  %-10s  %-15s  %5s  %6s  %12s  %3s  %5s  %4s  %s\n", "ID", "STATUS",
+         "ROLE", "NAME", "IP", "CPU", "MEM", "USED", "GPU", "AGE", "EXIT", "FAILURE");
   for (size_t i = 0; i < l->count; i++) {
     const muster_worker *w = &l->items[i];
-    char age[16], code[16];
+    char age[16], code[16], used[40];
 
     fmt_age(age_of(w->created_at), age, sizeof(age));
     if (w->has_exit_code)
@@ -259,9 +283,10 @@ static void print_table(const muster_worker_list *l) {
       snprintf(code, sizeof(code), "sig%d", w->signal);
     else
       snprintf(code, sizeof(code), "-");
-    printf("%-12s  %-10s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %3d  %5s  %4s  %s\n", w->id,
+    fmt_usage(w, used, sizeof(used));
+    printf("%-12s  %-10s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %12s  %3d  %5s  %4s  %s\n", w->id,
            muster_status_name(w->status), w->role ? w->role : "-", w->name ? w->name : "-",
-           w->ip_address ? w->ip_address : "-", w->cpu, w->memory, w->nvidia_gpu, age, code,
+           w->ip_address ? w->ip_address : "-", w->cpu, w->memory, used, w->nvidia_gpu, age, code,
            w->failure ? w->failure : "");
   }
 }
@@ -275,6 +300,12 @@ static void print_show(const muster_worker *w) {
   printf("role:        %s\n", w->role ? w->role : "-");
   printf("name:        %s\n", w->name ? w->name : "-");
   printf("resources:   %g cores, %g GiB, %d GPUs\n", w->cpu, w->memory, w->nvidia_gpu);
+  {
+    muster_usage u;
+    if (muster_worker_usage(w, &u))
+      printf("usage:       %.2f cpu seconds, %.1f MiB now, %.1f MiB at most\n", u.cpu_seconds,
+             (double)u.memory_bytes / 1048576, (double)u.memory_peak_bytes / 1048576);
+  }
   if (w->script)
     printf("script:      %s %s\n", w->kernel ? w->kernel : "", w->script);
   if (w->code)

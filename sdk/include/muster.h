@@ -73,6 +73,16 @@ typedef struct muster_worker_list {
   muster_worker *items;
 } muster_worker_list;
 
+/* What a worker uses, as its backend measured it (its `usage`). */
+typedef struct muster_usage {
+  double cpu_seconds;
+  long long memory_bytes, memory_peak_bytes;
+} muster_usage;
+
+/* Fills *u from w's usage. Returns 1, or 0 where nothing measures it (the
+ * controller says null). */
+int muster_worker_usage(const muster_worker *w, muster_usage *u);
+
 void muster_worker_cleanup(muster_worker *w);
 /* Frees the items of l and empties it; NULL is a no-op. */
 void muster_worker_list_free(muster_worker_list *l);

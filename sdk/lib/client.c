@@ -56,6 +56,20 @@ const char *muster_status_name(muster_status s) {
   return (unsigned)s <= MUSTER_STATUS_UNKNOWN ? status_names[s] : "unknown";
 }
 
+int muster_worker_usage(const muster_worker *w, muster_usage *u) {
+  json_t *o = w && w->json ? json_loads(w->json, 0, NULL) : NULL;
+  json_t *us = o ? json_object_get(o, "usage") : NULL;
+  int ok = json_is_object(us);
+
+  if (ok) {
+    u->cpu_seconds = json_number_value(json_object_get(us, "cpu_seconds"));
+    u->memory_bytes = (long long)json_integer_value(json_object_get(us, "memory_bytes"));
+    u->memory_peak_bytes = (long long)json_integer_value(json_object_get(us, "memory_peak_bytes"));
+  }
+  json_decref(o);
+  return ok;
+}
+
 int muster_status_terminal(muster_status s) {
   switch (s) {
 #define MUSTER_X_STATUS(sym, name, terminal)                                                       \

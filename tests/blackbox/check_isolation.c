@@ -235,6 +235,16 @@ START_TEST(usage_shows_the_cpu_quota_and_the_memory_peak) {
   ck_assert_msg(rate > 0.4 && rate < 0.6, "a busy loop at --cpu 0.5 used %.3f cores", rate);
   ck_assert_msg(peak > 400.0 * 1048576 && peak < 1.1 * 400.0 * 1048576,
                 "memory_peak_bytes %.0f for 400 MiB allocated", peak);
+  /* and in /metrics, per worker */
+  {
+    char *text = NULL, want[80];
+    ck_assert_int_eq(h_http(&ctl, "GET", "/metrics", NULL, "", NULL, &text), 200);
+    snprintf(want, sizeof(want), "muster_worker_memory_peak_bytes{id=\"%s\"} ", id);
+    ck_assert_msg(text && strstr(text, want), "/metrics has no %s", want);
+    snprintf(want, sizeof(want), "muster_worker_cpu_seconds{id=\"%s\"} ", id);
+    ck_assert_msg(text && strstr(text, want), "/metrics has no %s", want);
+    free(text);
+  }
   /* Final after the end: the peak stays, the cpu seconds do not shrink. */
   ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", "", NULL, NULL), 200);
   ans = h_await(&ctl, workers, 1, 20);

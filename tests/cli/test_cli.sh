@@ -316,7 +316,17 @@ check "  ... and it followed (took >= 1 s, got ${MS} ms)" eval '[ $MS -ge 1000 ]
 m ps
 live_ok=1
 for id in $IDS3 $PIPED; do hasE "$OUT" "^$id +running .*127\." || live_ok=0; done
-check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +ROLE +NAME +IP +CPU +MEM"'
+check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +ROLE +NAME +IP +CPU +MEM +USED"'
+# USED: cpu seconds and memory, sampled from each worker's cgroup where the
+# controller isolates workers (once a second: the 4 s of logs -f above are
+# more than enough)
+if curl -s "$CTL_URL/api/v1/health" | grep -q '"isolation": *"cgroup"'; then
+  used_ok=1
+  for id in $IDS3 $PIPED; do hasE "$OUT" "^$id +running .* [0-9]+\.[0-9]s/[0-9.]+[KMG] " || used_ok=0; done
+  check "ps: USED shows each running worker's cpu seconds and memory" eval '[ $used_ok = 1 ]'
+else
+  echo "ok - # SKIP ps USED: the controller isolates no workers here"
+fi
 check "ps: shows the 6 live workers as running with their IPs" eval '[ $live_ok = 1 ]'
 check "ps: does not show finished workers" eval '! has "$OUT" "$FAILW" && ! has "$OUT" "$OKW"'
 m ls

@@ -279,6 +279,17 @@ async function main() {
       await rowStatus(page, idle.id, 'running');
       const ip = (await page.textContent(`${rowSel(idle.id)} .c-ip`)).trim();
       ok(/^127\.\d+\.\d+\.\d+$/.test(ip), `a running worker shows its IP address (${ip})`);
+      // What it uses, beside what it asked for (sampled from its cgroup,
+      // where the controller isolates workers).
+      const health = await (await fetch(`${baseUrl}/api/v1/health`)).json();
+      if (health.isolation === 'cgroup') {
+        await page.waitForFunction((sel) => /^uses [0-9.]+ cpu(·s)? · [0-9.]+ [KMG]iB$/.test(
+          document.querySelector(sel)?.textContent || ''), `${rowSel(idle.id)} .c-res .use`, { timeout: T });
+        const use = (await page.textContent(`${rowSel(idle.id)} .c-res .use`)).trim();
+        ok(true, `a running worker shows what it uses beside its request ("${use}")`);
+      } else {
+        ok(true, `# SKIP usage: the controller isolates no workers here (isolation ${health.isolation})`);
+      }
       let dialogText = null;
       page.once('dialog', (d) => {
         dialogText = d.message();

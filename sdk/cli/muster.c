@@ -258,7 +258,7 @@ static void fmt_bytes(long long b, char *buf, size_t size) {
 /* "12.3s/408M": cpu seconds and memory now (peak once it ended), or "-". */
 static void fmt_usage(const muster_worker *w, char *buf, size_t size) {
   muster_usage u;
-  char mem[16];
+  char mem[32];
 
   if (!muster_worker_usage(w, &u)) {
     snprintf(buf, size, "-");

@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -438,10 +439,11 @@ static void zygote_start(void) {
 }
 
 /* The settings one workerd is started with. */
-#define WVARS 7
+#define WVARS 8
 struct wvars {
   char url[640], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
   char cgroup[4200]; /* MUSTER_CGROUP: the cgroup directories workerd joins, one a line */
+  char confine[600]; /* MUSTER_CONFINE: the directory the command must not see */
   const char *v[WVARS];
 };
 
@@ -461,6 +463,12 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
   w->v[5] = w->log; /* the fork server's only: where the output goes */
   snprintf(w->cgroup, sizeof(w->cgroup), "MUSTER_CGROUP=");
   w->v[6] = w->cgroup;
+  /* Isolated workers' commands get namespaces of their own, in which the
+   * state directory (the API token, every worker's token in muster.db) is
+   * out of sight. */
+  snprintf(w->confine, sizeof(w->confine), "MUSTER_CONFINE=%s",
+           cg_enabled() ? lb.cfg.state_dir : "");
+  w->v[7] = w->confine;
 }
 
 /* Sends one request to the fork server. Returns 0, or an error (nothing was
@@ -525,6 +533,7 @@ static MUST_CHECK int spawn_direct(const struct wvars *w, pid_t *pid, char *err,
   for (int i = 0; i < 5; i++)
     envp[lb.base_env_len + (size_t)i] = (char *)w->v[i];
   envp[lb.base_env_len + 5] = (char *)w->v[6]; /* (v[5] is the fork server's) */
+  envp[lb.base_env_len + 6] = (char *)w->v[7];
   rc = spawn_workerd(pid, w->logpath, -1, argv, envp);
   free(envp);
   if (rc != 0) {
@@ -1073,8 +1082,13 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   char why[600];
   size_t n = 0;
 
+  char abs[PATH_MAX];
+
   lb.cfg = *cfg;
-  if (cg_setup(cfg->isolation, cfg->state_dir, why, sizeof(why)) != 0) {
+  /* absolute: the cgroups' tag comes from it, and workers hide it */
+  if (realpath(cfg->state_dir, abs) && strlen(abs) < sizeof(lb.cfg.state_dir))
+    memcpy(lb.cfg.state_dir, abs, strlen(abs) + 1);
+  if (cg_setup(cfg->isolation, lb.cfg.state_dir, why, sizeof(why)) != 0) {
     snprintf(err, errlen, "--isolation cgroup: workers cannot be put in cgroups here: %s", why);
     return MUSTER_E_BACKEND;
   }

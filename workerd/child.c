@@ -18,11 +18,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -54,6 +57,206 @@ void fd_close_pair(int p[2]) {
 
 /* ------------------------------------------------------------------------ */
 /* Starting a child                                                         */
+
+/* ---- confinement (the local backend's isolation) ----
+ *
+ * The command runs as process 2 of a PID namespace of its own, in a mount
+ * namespace of its own where the controller's state directory is an empty
+ * read-only tmpfs and /proc shows that namespace only. Three processes:
+ *   A, workerd's child (its pid is the command's for workerd): unshares the
+ *     namespaces, forks B, relays signals to it, and ends as the command
+ *     ended (the same exit code, or killed by the same signal);
+ *   B, process 1 of the new namespace: mounts its /proc, forks C, relays
+ *     signals to it, reaps orphans, and tells A how C ended; its end ends
+ *     every process left in the namespace;
+ *   C, the command: drops the capabilities a container would not have
+ *     (Docker's default set is kept), then executes.
+ * Process 1 of a namespace ignores signals it has no handler for, which is
+ * why the command is not process 1. None of this allocates. */
+
+static volatile pid_t relay_to;
+
+static void relay(int sig) {
+  if (relay_to > 0)
+    kill(relay_to, sig);
+}
+
+static const int relayed[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
+
+static void relay_signals(pid_t to) {
+  struct sigaction sa;
+
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = relay;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  relay_to = to;
+  for (size_t i = 0; i < sizeof(relayed) / sizeof(relayed[0]); i++)
+    sigaction(relayed[i], &sa, NULL);
+}
+
+/* Waits for child pid (reaping any other child meanwhile: B adopts the
+ * namespace's orphans). Returns its wait status, or -1. */
+static int wait_child(pid_t pid) {
+  int st;
+
+  for (;;) {
+    pid_t w = waitpid(-1, &st, 0);
+    if (w == pid)
+      return st;
+    if (w < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+/* Ends this process as status says the command ended. */
+__attribute__((noreturn)) static void end_as(int status) {
+  if (status != -1 && WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    struct sigaction dfl;
+    sigset_t one;
+
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, NULL);
+    kill(getpid(), sig);
+    _exit(128 + sig); /* a signal that does not end a process */
+  }
+  _exit(status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : 127);
+}
+
+static int write_text(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC), ok;
+
+  if (fd < 0)
+    return -1;
+  ok = write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+  close(fd);
+  return ok ? 0 : -1;
+}
+
+/* Docker's default capabilities: everything else goes from the bounding
+ * set, so that the command (root or not) cannot mount, unmount, trace or
+ * reach around the namespaces. */
+static bool cap_kept(int cap) {
+  switch (cap) {
+  case CAP_CHOWN:
+  case CAP_DAC_OVERRIDE:
+  case CAP_FOWNER:
+  case CAP_FSETID:
+  case CAP_KILL:
+  case CAP_SETGID:
+  case CAP_SETUID:
+  case CAP_SETPCAP:
+  case CAP_NET_BIND_SERVICE:
+  case CAP_NET_RAW:
+  case CAP_SYS_CHROOT:
+  case CAP_MKNOD:
+  case CAP_AUDIT_WRITE:
+  case CAP_SETFCAP:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Returns 0 in C (the command's process, ready to execute), or -1 in A
+ * with st filled (nothing was forked). B reports its own failures through
+ * the status pipe and exits. */
+static int confine(const struct child_spec *cs, struct exec_status *st) {
+  uid_t uid = geteuid();
+  gid_t gid = getegid();
+  int flags = CLONE_NEWNS | CLONE_NEWPID, sp[2], status;
+  char map[64];
+  pid_t b, c;
+
+  st->stage = STAGE_CONFINE;
+  if (uid != 0)
+    flags |= CLONE_NEWUSER; /* namespaces without privileges */
+  if (unshare(flags) != 0) {
+    st->err = errno;
+    return -1;
+  }
+  if (uid != 0) {
+    snprintf(map, sizeof(map), "%u %u 1", (unsigned)uid, (unsigned)uid);
+    if (write_text("/proc/self/setgroups", "deny") != 0 ||
+        write_text("/proc/self/uid_map", map) != 0)
+      goto fail;
+    snprintf(map, sizeof(map), "%u %u 1", (unsigned)gid, (unsigned)gid);
+    if (write_text("/proc/self/gid_map", map) != 0)
+      goto fail;
+  }
+  /* Nothing mounted here reaches the host, and the state is out of sight. */
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("tmpfs", cs->confine, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+            "size=4k,mode=0555") != 0 ||
+      pipe2(sp, O_CLOEXEC) != 0)
+    goto fail;
+  b = fork();
+  if (b < 0)
+    goto fail;
+  if (b > 0) { /* A */
+    close(sp[1]);
+    close(cs->status_fd);
+    close(0);
+    close(1);
+    close(2);
+    relay_signals(b);
+    status = wait_child(b);
+    /* C's status, from B; none if B itself was killed */
+    if (read(sp[0], &status, sizeof(status)) != (ssize_t)sizeof(status) && status == -1)
+      _exit(127);
+    end_as(status);
+  }
+  /* B: process 1 of the namespace; dies with A */
+  close(sp[0]);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+      mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+    goto fail_b;
+  c = fork();
+  if (c < 0)
+    goto fail_b;
+  if (c > 0) {
+    ssize_t n;
+    close(cs->status_fd);
+    close(0);
+    close(1);
+    close(2);
+    relay_signals(c);
+    status = wait_child(c);
+    n = write(sp[1], &status, sizeof(status));
+    (void)n;
+    _exit(0);
+  }
+  /* C: the command */
+  close(sp[1]);
+  {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (size_t i = 0; i < sizeof(relayed) / sizeof(relayed[0]); i++)
+      sigaction(relayed[i], &dfl, NULL);
+  }
+  for (int cap = 0; cap <= 63; cap++)
+    if (!cap_kept(cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      st->err = errno;
+      goto report;
+    }
+  return 0;
+fail:
+  st->err = errno;
+  return -1;
+fail_b:
+  st->err = errno;
+report : {
+  ssize_t n = write(cs->status_fd, st, sizeof(*st));
+  (void)n;
+  _exit(127);
+}
+}
 
 /* Runs in the child after fork(): wires the standard streams, resets the
  * signals, enters cwd, sets the environment to the prepared one and executes
@@ -105,6 +308,8 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   /* workerd died between fork() and prctl(): the death signal missed us. */
   if (cs->own_group && getppid() != cs->parent)
     _exit(127);
+  if (cs->confine && confine(cs, &st) != 0)
+    goto fail;
 
   if (cs->cwd && chdir(cs->cwd) != 0) {
     st.stage = STAGE_CHDIR;
@@ -193,7 +398,8 @@ MUST_CHECK int command_start(void) {
                             .status_fd = statp[1],
                             .argv = wd.argv,
                             .envp = wd.envp,
-                            .cwd = wd.cwd};
+                            .cwd = wd.cwd,
+                            .confine = wd.confine[0] ? wd.confine : NULL};
 
     struct cg_mem cg;
 
@@ -212,9 +418,10 @@ MUST_CHECK int command_start(void) {
   fd_close(&statp[1]);
 
   if (child_exec_failed(statp[0], &st)) {
-    const char *what = st.stage == STAGE_CHDIR  ? "cannot change to directory"
-                       : st.stage == STAGE_EXEC ? "cannot run"
-                                                : "cannot set up the standard streams of";
+    const char *what = st.stage == STAGE_CHDIR     ? "cannot change to directory"
+                       : st.stage == STAGE_EXEC    ? "cannot run"
+                       : st.stage == STAGE_CONFINE ? "cannot isolate"
+                                                   : "cannot set up the standard streams of";
     const char *arg = st.stage == STAGE_CHDIR ? wd.cwd : wd.argv[0];
     char line[WD_REASON_MAX + 32];
     int k;

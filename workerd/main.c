@@ -172,6 +172,17 @@ MUST_CHECK static int config_load(void) {
     LOG(LOG_ERROR, "MUSTER_WORKER_ATTEMPT must be a start attempt number (1 or more)");
     goto out;
   }
+  /* The local backend's isolation: the command gets namespaces of its own
+   * and does not see this directory (the controller's state). */
+  if (getenv("MUSTER_CONFINE") && *getenv("MUSTER_CONFINE")) {
+    if (strlen(getenv("MUSTER_CONFINE")) >= sizeof(wd.confine) ||
+        getenv("MUSTER_CONFINE")[0] != '/') {
+      LOG(LOG_ERROR, "MUSTER_CONFINE must be an absolute directory path");
+      goto out;
+    }
+    snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
+  }
+  unsetenv("MUSTER_CONFINE");
   wd.last_contact_ms = util_mono_ms();
   if (bind_ip && *bind_ip) {
     n = strlen(bind_ip);

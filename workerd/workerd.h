@@ -88,7 +88,7 @@ enum finish_mode {
 
 /* Where the child failed before the command started, sent to the parent
  * through a close-on-exec pipe (end of file there means exec succeeded). */
-enum exec_stage { STAGE_SETUP = 1, STAGE_CHDIR = 2, STAGE_EXEC = 3 };
+enum exec_stage { STAGE_SETUP = 1, STAGE_CHDIR = 2, STAGE_EXEC = 3, STAGE_CONFINE = 4 };
 struct exec_status {
   int stage;
   int err;
@@ -103,7 +103,11 @@ struct child_spec {
   char **envp;
   const char *cwd;
   bool own_group; /* exec commands: own process group, killed with workerd */
-  pid_t parent;   /* with own_group: workerd's pid, taken before fork() */
+  /* The worker's command under the local backend's isolation: its own mount
+   * and PID namespaces, this directory (the controller's state) hidden, the
+   * capabilities a container would not have dropped. NULL: none. */
+  const char *confine;
+  pid_t parent; /* with own_group: workerd's pid, taken before fork() */
 };
 
 /* Delays between attempts of a call that must eventually get through. */
@@ -123,7 +127,8 @@ struct wd_state {
   char id[WD_ID_MAX + 1];
   char token[WD_TOKEN_MAX + 1];
   char ip[WD_IP_MAX];
-  long attempt; /* the start attempt the backend started this workerd for */
+  char confine[1024]; /* MUSTER_CONFINE: the directory to hide ("": no confinement) */
+  long attempt;       /* the start attempt the backend started this workerd for */
   int exec_port;
   int listen_fd;
   int sig_read_fd;

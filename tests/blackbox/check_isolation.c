@@ -58,24 +58,6 @@ static void memory_cgroup(long pid, char *dir, size_t len) {
   fclose(f);
 }
 
-static long read_pid(const char *path, double timeout_s) {
-  double until = h_now() + timeout_s;
-  long pid = 0;
-
-  while (h_now() < until) {
-    FILE *f = fopen(path, "r");
-    if (f) {
-      int ok = fscanf(f, "%ld", &pid) == 1;
-      fclose(f);
-      if (ok && pid > 1)
-        return pid;
-    }
-    usleep(50 * 1000);
-  }
-  ck_abort_msg("%s holds no pid after %g s", path, timeout_s);
-  return 0;
-}
-
 /* Waits up to timeout_s for process pid to be gone (or a zombie). */
 static int gone(long pid, double timeout_s) {
   double until = h_now() + timeout_s;
@@ -129,59 +111,132 @@ out:
 }
 END_TEST
 
-START_TEST(a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes) {
-  json_t *workers, *ans;
-  char body[600], pidfile[200], cg[600];
-  long daemon, wd;
+/* The pids in cgroup directory dir (host pids), into pids; returns how many. */
+static int cgroup_pids(const char *dir, long *pids, int max) {
+  char path[700];
+  int n = 0;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  f = fopen(path, "r");
+  if (!f)
+    return 0;
+  while (n < max && fscanf(f, "%ld", &pids[n]) == 1)
+    n++;
+  fclose(f);
+  return n;
+}
+
+static void wait_file(const char *path, double timeout_s) {
   struct stat st;
+
+  for (double until = h_now() + timeout_s; stat(path, &st) != 0; usleep(50 * 1000))
+    ck_assert_msg(h_now() < until, "%s did not appear within %g s", path, timeout_s);
+}
+
+/* A worker whose script starts a daemon (double fork, its own session),
+ * ended as end says ("" lets the script end by itself; "stop" stops it):
+ * every process of its cgroup, the daemon among them, is gone after, and so
+ * is the cgroup. */
+static void daemon_case(const char *tail, int stop) {
+  char body[700], dir[] = "/tmp/muster-iso-XXXXXX", mark[64], cg[600];
+  json_t *workers, *ans;
+  long pids[64], wd;
+  int n;
+  struct stat st;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(mark, sizeof(mark), "%s/started", dir);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 "
+           ">/dev/null 2>&1 &); touch %s; %s\"}",
+           mark, tail);
+  workers = h_launch(&ctl, body);
+  wait_file(mark, 20);
+  wd = h_workerd_pid(&ctl, h_str(json_array_get(workers, 0), "id"));
+  memory_cgroup(wd, cg, sizeof(cg));
+  ck_assert_msg(strstr(cg, "/muster-") != NULL, "workerd %ld is in no muster cgroup: \"%s\"", wd,
+                cg);
+  n = cgroup_pids(cg, pids, 64);
+  /* workerd, the command (and its namespace's process 1), the daemon */
+  ck_assert_msg(n >= 4, "the cgroup %s holds %d processes", cg, n);
+  if (stop)
+    ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", "", NULL, NULL), 200);
+  ans = h_await(&ctl, workers, 1, 20);
+  if (!stop)
+    ck_assert_msg(json_array_size(json_object_get(ans, "workers")) == 1, "the worker failed: %s",
+                  h_str(json_array_get(json_object_get(ans, "failures"), 0), "failure"));
+  json_decref(ans);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(gone(pids[i], 10), "process %ld of the worker's cgroup outlived it", pids[i]);
+  for (int i = 0; i < 50 && stat(cg, &st) == 0; i++)
+    usleep(100 * 1000);
+  ck_assert_msg(stat(cg, &st) != 0 && errno == ENOENT, "the cgroup %s is still there", cg);
+  json_decref(workers);
+  unlink(mark);
+  rmdir(dir);
+}
+
+START_TEST(a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes) {
+  fresh();
+  h_start(&ctl);
+  if (isolated()) {
+    daemon_case("sleep 1", 0);   /* the script ends by itself, and succeeds */
+    daemon_case("sleep 300", 1); /* an idle worker, stopped */
+  }
+  h_finish(&ctl);
+}
+END_TEST
+
+/* What a worker's script tries, and must not manage: the controller's
+ * token, its database (every worker's token), another worker's
+ * environment, and undoing the mount that hides them. */
+START_TEST(a_script_cannot_reach_the_controllers_secrets) {
+  char body[1600], dir[] = "/tmp/muster-iso-XXXXXX", out[64], *text = NULL;
+  json_t *workers, *other, *ans;
+  long other_pid;
 
   fresh();
   h_start(&ctl);
   if (!isolated())
     goto out;
-  /* A daemon (double fork, its own session) outlives the script that
-   * started it, which then succeeds. */
-  snprintf(pidfile, sizeof(pidfile), "%s/daemon1.pid", ctl.dir);
+  other = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"memory\": 0.25}");
+  json_decref(h_await(&ctl, other, 0, 20));
+  other_pid = h_workerd_pid(&ctl, h_str(json_array_get(other, 0), "id"));
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(out, sizeof(out), "%s/out", dir);
   snprintf(body, sizeof(body),
-           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 >/dev/null "
-           "2>&1 & echo $! > %s); sleep 0.5\"}",
-           pidfile);
+           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!"
+           "cat %s/token >/dev/null 2>&1 && echo token-read; "
+           "cat %s/muster.db >/dev/null 2>&1 && echo db-read; "
+           "ls -A %s | grep -q . && echo state-listed; "
+           "cat /proc/%ld/environ >/dev/null 2>&1 && echo environ-read; "
+           "umount %s 2>/dev/null && echo unmounted; "
+           "grep -l MUSTER_WORKER_TOKEN /proc/[0-9]*/environ 2>/dev/null | grep -q . && "
+           "echo some-token-seen; "
+           "echo processes $(ls /proc | grep -c '^[0-9]'); echo done\"}",
+           ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir);
   workers = h_launch(&ctl, body);
-  wd = 0;
-  ans = h_await(&ctl, workers, 0, 20);
-  wd = h_workerd_pid(&ctl, h_str(json_array_get(workers, 0), "id"));
-  memory_cgroup(wd, cg, sizeof(cg));
-  ck_assert_msg(strstr(cg, "/muster-") != NULL, "workerd %ld is in no muster cgroup: \"%s\"", wd,
-                cg);
-  json_decref(ans);
-  daemon = read_pid(pidfile, 10);
   ans = h_await(&ctl, workers, 1, 20);
-  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1); /* succeeded */
   json_decref(ans);
-  ck_assert_msg(gone(daemon, 5), "the daemon (pid %ld) outlived its worker", daemon);
-  /* (the cgroup goes once its workerd has exited, after its report) */
-  for (int i = 0; i < 50 && stat(cg, &st) == 0; i++)
-    usleep(100 * 1000);
-  ck_assert_msg(stat(cg, &st) != 0 && errno == ENOENT, "the cgroup %s is still there", cg);
+  {
+    char path[80];
+    snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout",
+             h_str(json_array_get(workers, 0), "id"));
+    ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &text), 200);
+  }
+  fprintf(stderr, "the script saw: %s", text ? text : "(nothing)\n");
+  ck_assert_msg(text && strstr(text, "done"), "the script did not run to its end: %s", text);
+  ck_assert_msg(!strstr(text, "token-read"), "the script read the controller's token");
+  ck_assert_msg(!strstr(text, "db-read"), "the script read muster.db");
+  ck_assert_msg(!strstr(text, "state-listed"), "the script listed the state directory");
+  ck_assert_msg(!strstr(text, "environ-read"), "the script read another worker's environ");
+  ck_assert_msg(!strstr(text, "unmounted"), "the script unmounted what hides the state");
+  ck_assert_msg(!strstr(text, "some-token-seen"), "the script saw a workerd's environment");
+  free(text);
   json_decref(workers);
-
-  /* An idle worker's daemon, and the worker stopped. */
-  snprintf(pidfile, sizeof(pidfile), "%s/daemon2.pid", ctl.dir);
-  snprintf(body, sizeof(body),
-           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 >/dev/null "
-           "2>&1 & echo $! > %s); sleep 300\"}",
-           pidfile);
-  workers = h_launch(&ctl, body);
-  daemon = read_pid(pidfile, 20);
-  wd = h_workerd_pid(&ctl, h_str(json_array_get(workers, 0), "id"));
-  memory_cgroup(wd, cg, sizeof(cg));
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", "", NULL, NULL), 200);
-  ck_assert_msg(gone(daemon, 10), "the daemon (pid %ld) outlived its stopped worker", daemon);
-  ck_assert_msg(gone(wd, 10), "workerd %ld outlived its stop", wd);
-  for (int i = 0; i < 50 && stat(cg, &st) == 0; i++)
-    usleep(100 * 1000);
-  ck_assert_msg(stat(cg, &st) != 0, "the cgroup %s is still there", cg);
-  json_decref(workers);
+  json_decref(other);
+  rmdir(dir);
 out:
   h_finish(&ctl);
 }
@@ -315,6 +370,7 @@ int main(void) {
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, a_worker_past_its_memory_fails_saying_so);
   tcase_add_test(tc, a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes);
+  tcase_add_test(tc, a_script_cannot_reach_the_controllers_secrets);
   tcase_add_test(tc, usage_shows_the_cpu_quota_and_the_memory_peak);
   tcase_add_test(tc, isolation_none_runs_workers_as_before);
   tcase_add_test(tc, a_bad_isolation_value_is_refused);

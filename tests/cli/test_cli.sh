@@ -147,6 +147,7 @@ cleanup() {
       if kill -0 -- "-$ref" 2>/dev/null; then kill -KILL -- "-$ref" 2>/dev/null; fi
     done
   done
+  bash "$(dirname "$0")/../cgroup_clean.sh" "$TMP"
   rm -rf "$TMP"
 }
 trap cleanup EXIT

@@ -98,6 +98,7 @@ for w in json.load(sys.stdin)["workers"]:
     echo "--- controller log (last lines) ---"
     tail -n 20 "$work/controller.log"
   fi
+  bash "$(dirname "$0")/../cgroup_clean.sh" "$work"
   if [ -n "${MUSTER_KEEP_STATE:-}" ]; then echo "$NAME: kept $work"; else rm -rf "$work"; fi
   exit "$rc"
 }

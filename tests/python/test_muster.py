@@ -161,6 +161,10 @@ def tearDownModule():
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+    if CTL["state_dir"]:
+        # the cgroups its workers leave (they outlive a controller by design)
+        subprocess.run(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                             "cgroup_clean.sh"), CTL["state_dir"]], check=False)
     if CTL["state_dir"] and not os.environ.get("MUSTER_KEEP_STATE"):
         shutil.rmtree(CTL["state_dir"], ignore_errors=True)
 

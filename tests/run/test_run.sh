@@ -35,6 +35,7 @@ cleanup() {
       kill -KILL -- "-$ref" 2>/dev/null; kill -KILL "$ref" 2>/dev/null
     done
   fi
+  bash "$(dirname "$0")/../cgroup_clean.sh" "$tmp"
   rm -rf "$tmp"
 }
 trap cleanup EXIT

@@ -20,7 +20,7 @@ for t in cmake pkg-config "$CC" readelf nm timeout; do
 done
 
 TMP=$(mktemp -d /tmp/muster-install-test.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+trap 'bash "$(dirname "$0")/../cgroup_clean.sh" "$TMP"; rm -rf "$TMP"' EXIT
 P=$TMP/prefix
 PASS=0
 FAIL=0

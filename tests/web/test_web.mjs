@@ -475,6 +475,12 @@ async function cleanup(context) {
     }
   }
   if (context) await Promise.race([context.close().catch(() => {}), sleep(T)]);
+  // The cgroups its workers leave (they outlive a controller by design).
+  try {
+    execFileSync('bash', [path.join(here, '..', 'cgroup_clean.sh'), tmp], { stdio: 'inherit' });
+  } catch (e) {
+    console.log(`# cleanup: ${e.message}`);
+  }
   // A sanitizer report from the controller or a workerd (ASan builds) fails the test.
   const logs = [path.join(tmp, 'controller.log')];
   const wdir = path.join(stateDir, 'workers');

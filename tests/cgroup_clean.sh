@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# tests/cgroup_clean.sh DIR...: removes the cgroups that the controllers of a
+# test made. Each controller lists its cgroup base directories in
+# STATE/cgroups; its workers outlive it by design (a restarted controller
+# adopts them), so a test that is done with them removes what they leave:
+# every worker cgroup under those bases (killing any process still in it:
+# they are the test's own workers), then the bases. DIR is searched for
+# state directories (a "cgroups" file) up to 4 levels down.
+set -u
+for root in "$@"; do
+  [ -d "$root" ] || continue
+  while IFS= read -r list; do
+    while IFS= read -r base; do
+      case $base in /sys/fs/cgroup/*/muster-* | /sys/fs/cgroup/*muster-*) ;; *) continue ;; esac
+      [ -d "$base" ] || continue
+      for d in "$base"/*/; do
+        [ -d "$d" ] || continue
+        for _ in $(seq 100); do
+          rmdir "$d" 2>/dev/null && break
+          while read -r pid; do kill -9 "$pid" 2>/dev/null; done <"$d/cgroup.procs"
+          sleep 0.02
+        done
+        [ -d "$d" ] && echo "cgroup_clean: could not remove $d" >&2
+      done
+      rmdir "$base" 2>/dev/null || echo "cgroup_clean: could not remove $base" >&2
+    done <"$list"
+  done < <(find "$root" -maxdepth 4 -name cgroups -type f 2>/dev/null)
+done
+exit 0

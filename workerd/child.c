@@ -109,6 +109,18 @@ static int wait_child(pid_t pid) {
   }
 }
 
+/* A and B: hold none of the command's descriptors (its output pipes, the
+ * exec status pipe), relay signals to child pid until it ends, and return
+ * its wait status. */
+static int relay_until_end(const struct child_spec *cs, pid_t pid) {
+  close(cs->status_fd);
+  close(0);
+  close(1);
+  close(2);
+  relay_signals(pid);
+  return wait_child(pid);
+}
+
 /* Ends this process as status says the command ended. */
 __attribute__((noreturn)) static void end_as(int status) {
   if (status != -1 && WIFSIGNALED(status)) {
@@ -200,12 +212,7 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
     goto fail;
   if (b > 0) { /* A */
     close(sp[1]);
-    close(cs->status_fd);
-    close(0);
-    close(1);
-    close(2);
-    relay_signals(b);
-    status = wait_child(b);
+    status = relay_until_end(cs, b);
     /* C's status, from B; none if B itself was killed */
     if (read(sp[0], &status, sizeof(status)) != (ssize_t)sizeof(status) && status == -1)
       _exit(127);
@@ -221,12 +228,7 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
     goto fail_b;
   if (c > 0) {
     ssize_t n;
-    close(cs->status_fd);
-    close(0);
-    close(1);
-    close(2);
-    relay_signals(c);
-    status = wait_child(c);
+    status = relay_until_end(cs, c);
     n = write(sp[1], &status, sizeof(status));
     (void)n;
     _exit(0);

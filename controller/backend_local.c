@@ -927,20 +927,29 @@ static void sweep_cgroups(int64_t now) {
   free(ns.v);
 }
 
-/* Samples what each running worker uses (its cgroup), once a second, and
- * reports them in one batch. */
+/* Samples what running workers use (their cgroups) and reports them in one
+ * batch: once a second, SAMPLE_MAX of them at a time, in turn, so that
+ * each worker is sampled at most once a second and thousands of them cost
+ * the backend's thread (and the database) little. */
+#define SAMPLE_MAX 200
 static void sample_usage(int64_t now) {
   static int64_t last;
+  static unsigned long turn; /* where this round starts among the running */
   struct backend_usage *u = NULL;
   char(*ids)[16] = NULL;
+  unsigned long k = 0, running = 0;
   int n = 0, cap = 0;
 
   if (!cg_enabled() || now - last < 1000)
     return;
   last = now;
   pthread_mutex_lock(&lb.mu);
-  for (struct lproc *p = lb.head; p; p = p->next) {
-    if (!p->live || p->pid <= 0 || p->exited)
+  for (struct lproc *p = lb.head; p; p = p->next)
+    running += p->live && p->pid > 0 && !p->exited;
+  if (turn >= running)
+    turn = 0;
+  for (struct lproc *p = lb.head; p && n < SAMPLE_MAX; p = p->next) {
+    if (!p->live || p->pid <= 0 || p->exited || k++ < turn)
       continue;
     if (n == cap) {
       int c2 = cap ? 2 * cap : 64;
@@ -959,6 +968,7 @@ static void sample_usage(int64_t now) {
     u[n] = (struct backend_usage){.attempt = p->attempt};
     n++;
   }
+  turn += (unsigned long)n;
   pthread_mutex_unlock(&lb.mu);
   {
     int k = 0;

@@ -355,9 +355,8 @@ static int set_limits(const struct hier *h, const char *dir, const struct cg_lim
     (void)put(dir, "memory.memsw.limit_in_bytes", "%lld", bytes);
     (void)put(dir, "memory.swappiness", "0");
   }
-  if ((h->ctrl & C_CPU) && quota > 0 &&
-      ((e = put(dir, "cpu.cfs_period_us", "%d", CG_PERIOD_US)) != 0 ||
-       (e = put(dir, "cpu.cfs_quota_us", "%lld", quota)) != 0))
+  /* (the period is the kernel's default, 100 ms, in a new cgroup) */
+  if ((h->ctrl & C_CPU) && quota > 0 && (e = put(dir, "cpu.cfs_quota_us", "%lld", quota)) != 0)
     return e;
   if ((h->ctrl & C_PIDS) && (e = put(dir, "pids.max", "%d", CG_PIDS_MAX)) != 0)
     return e;
@@ -372,7 +371,8 @@ int cg_create(const char *name, const struct cg_limits *l, char *dirs, size_t di
   dirs[0] = '\0';
   if (!cg.version)
     return 0;
-  if (cg_destroy(name, 1000) != 0) {
+  if (hier_dir(&cg.h[0], name, dirs, dirs_len) == 0 && is_dir(dirs) &&
+      cg_destroy(name, 1000) != 0) {
     snprintf(err, errlen, "its cgroup %s is left over and holds processes that will not die", name);
     return -1;
   }

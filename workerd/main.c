@@ -582,7 +582,14 @@ static int cgroup_join(void) {
     if (n > 0 && n < sizeof(dir)) {
       memcpy(dir, p, n);
       dir[n] = '\0';
-      snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+      /* cgroup v1: "tasks" moves this thread only, which is the whole
+       * process (no thread has started yet), and spares the kernel's global
+       * lock on thread groups that cgroup.procs takes, whose first writer
+       * after a quiet spell waits out an RCU grace period (some 20 ms a
+       * worker). v2 has cgroup.procs only. */
+      snprintf(path, sizeof(path), "%s/tasks", dir);
+      if (access(path, W_OK) != 0)
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
       fd = open(path, O_WRONLY | O_CLOEXEC);
       ok = fd >= 0 && write(fd, "0", 1) == 1;
       if (!ok) {

@@ -613,6 +613,7 @@ static void start_batch(struct job **jobs, int n) {
     if (wanted) {
       lim.cpu = p->req.cpu;
       lim.memory = p->req.memory;
+      lim.gpus = p->gpu_mask;
     }
     pthread_mutex_unlock(&lb.mu);
     if (!wanted) {

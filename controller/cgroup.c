@@ -13,22 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
 /* The controllers muster uses, as a bit set per hierarchy. */
-enum { C_MEMORY = 1, C_CPU = 2, C_CPUACCT = 4, C_PIDS = 8, C_FREEZER = 16 };
-#define CG_HIER_MAX 5
+enum { C_MEMORY = 1, C_CPU = 2, C_CPUACCT = 4, C_PIDS = 8, C_FREEZER = 16, C_DEVICES = 32 };
+#define CG_HIER_MAX 6
+#define CG_GPUS 64
+#define CG_CTL_DEVS 16
 #define CG_PERIOD_US 100000
 
 static const struct {
   const char *name;
   unsigned bit;
-} controllers[] = {{"memory", C_MEMORY},
-                   {"cpu", C_CPU},
-                   {"cpuacct", C_CPUACCT},
-                   {"pids", C_PIDS},
-                   {"freezer", C_FREEZER}};
+} controllers[] = {{"memory", C_MEMORY}, {"cpu", C_CPU},         {"cpuacct", C_CPUACCT},
+                   {"pids", C_PIDS},     {"freezer", C_FREEZER}, {"devices", C_DEVICES}};
 
 struct hier {
   char base[PATH_MAX / 2];
@@ -39,7 +39,42 @@ static struct {
   int version; /* 0: none, 1, 2 */
   struct hier h[CG_HIER_MAX];
   int nh;
+  /* The host's NVIDIA devices, "c MAJOR:MINOR" (v1's devices rules): GPU i
+   * ("" where there is none), and the control devices. */
+  char gpu[CG_GPUS][24];
+  char ctl_dev[CG_CTL_DEVS][24];
+  int nctl;
 } cg;
+
+/* Finds the NVIDIA device nodes in $MUSTER_DEV_DIR (default /dev). */
+static void find_gpus(void) {
+  const char *dir = getenv("MUSTER_DEV_DIR");
+  struct dirent *e;
+  DIR *d;
+
+  d = opendir(dir && *dir ? dir : "/dev");
+  if (!d)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    char path[PATH_MAX], *end;
+    struct stat st;
+    long idx;
+
+    if (strncmp(e->d_name, "nvidia", 6) != 0 ||
+        (size_t)snprintf(path, sizeof(path), "%s/%s", dir && *dir ? dir : "/dev", e->d_name) >=
+            sizeof(path) ||
+        stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
+      continue;
+    errno = 0;
+    idx = strtol(e->d_name + 6, &end, 10);
+    if (end != e->d_name + 6 && *end == '\0' && !errno && idx >= 0 && idx < CG_GPUS)
+      snprintf(cg.gpu[idx], sizeof(cg.gpu[idx]), "c %u:%u", major(st.st_rdev), minor(st.st_rdev));
+    else if (end == e->d_name + 6 && cg.nctl < CG_CTL_DEVS) /* nvidiactl, nvidia-uvm... */
+      snprintf(cg.ctl_dev[cg.nctl++], sizeof(cg.ctl_dev[0]), "c %u:%u", major(st.st_rdev),
+               minor(st.st_rdev));
+  }
+  closedir(d);
+}
 
 const char *cg_mode(void) {
   return cg.version == 2 ? "cgroup v2" : cg.version == 1 ? "cgroup v1" : "none";
@@ -317,6 +352,13 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
     return want == CG_FORCE ? -1 : 0;
   }
   record_bases(state_dir);
+  find_gpus();
+  for (int i = 0; i < CG_GPUS && cg.version == 2; i++)
+    if (cg.gpu[i][0]) {
+      LOG(LOG_WARN, "cgroup v2: GPU devices are not restricted to the workers given them "
+                    "(that takes a BPF device program, which muster does not load)");
+      break;
+    }
   return 0;
 }
 
@@ -360,6 +402,15 @@ static int set_limits(const struct hier *h, const char *dir, const struct cg_lim
     return e;
   if ((h->ctrl & C_PIDS) && (e = put(dir, "pids.max", "%d", CG_PIDS_MAX)) != 0)
     return e;
+  if (h->ctrl & C_DEVICES) {
+    for (int i = 0; i < CG_GPUS; i++)
+      if (cg.gpu[i][0] && !(l->gpus & (1ULL << i)) &&
+          (e = put(dir, "devices.deny", "%s rwm", cg.gpu[i])) != 0)
+        return e;
+    for (int i = 0; i < cg.nctl && !l->gpus; i++)
+      if ((e = put(dir, "devices.deny", "%s rwm", cg.ctl_dev[i])) != 0)
+        return e;
+  }
   return 0;
 }
 

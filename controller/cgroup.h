@@ -9,6 +9,14 @@
  * its state directory, so that a restarted controller finds the cgroups of
  * the workers it adopts). A worker's cgroup is named "ID.ATTEMPT".
  *
+ * GPUs (cgroup v1's devices controller): the host's /dev/nvidiaN that a
+ * worker was not given are denied to it, and so are the NVIDIA control
+ * devices (nvidiactl, nvidia-uvm...) when it was given none. The devices
+ * are found once, at setup, in $MUSTER_DEV_DIR (default /dev; tests point
+ * it at device nodes of their own). cgroup v2 restricts devices through a
+ * BPF program only, which muster does not load: there, GPUs are not
+ * restricted (cg_setup says so).
+ *
  * Everything here reads and writes files: it runs on the backend's thread,
  * never under the state lock.
  */
@@ -28,6 +36,7 @@ enum cg_isolation { CG_AUTO, CG_FORCE, CG_OFF };
 struct cg_limits {
   double cpu;    /* cores; 0: no quota */
   double memory; /* GiB; 0: no limit */
+  uint64_t gpus; /* the GPU indices it was given (bit i: /dev/nvidiaI) */
 };
 
 struct cg_usage {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -318,6 +319,72 @@ out:
 }
 END_TEST
 
+/* GPUs: a worker reaches the GPU devices it was given, and no other.
+ * Without a GPU, device nodes of the test's own stand in for the host's
+ * (MUSTER_DEV_DIR): opening one that the worker may use fails for want of
+ * a driver (ENXIO), one that its cgroup denies with EPERM. */
+START_TEST(a_worker_reaches_only_the_gpus_it_was_given) {
+  char dev[] = "/tmp/muster-dev-XXXXXX", path[200], body[900], *out = NULL;
+  json_t *workers, *ans, *h = NULL;
+  const char *names[] = {"nvidia0", "nvidia1", "nvidiactl"};
+  const unsigned minors[] = {0, 1, 255};
+
+  ck_assert_ptr_nonnull(mkdtemp(dev));
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dev, names[i]);
+    ck_assert_msg(mknod(path, S_IFCHR | 0666, makedev(195, minors[i])) == 0, "mknod %s: %s", path,
+                  strerror(errno));
+  }
+  fresh();
+  ctl.extra[0] = "--gpus";
+  ctl.extra[1] = "2";
+  setenv("MUSTER_DEV_DIR", dev, 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_DEV_DIR");
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &h, NULL), 200);
+  if (strcmp(h_str(h, "isolation"), "cgroup") != 0 || access("/sys/fs/cgroup/devices", F_OK) != 0) {
+    fprintf(stderr, "SKIPPED: GPU devices are restricted on cgroup v1's devices controller, "
+                    "which this host does not have\n");
+    goto out;
+  }
+  for (int gpus = 0; gpus <= 1; gpus++) {
+    snprintf(body, sizeof(body),
+             "{\"n\": 1, \"cpu\": 0.1, \"memory\": 0.25, \"nvidia_gpu\": %d, \"code\": \"!"
+             "echo gpu=$CUDA_VISIBLE_DEVICES; for d in nvidia0 nvidia1 nvidiactl; do "
+             "if (: < %s/$d) 2>/dev/null; then echo $d=open; else "
+             "(: < %s/$d) 2>&1 | grep -q 'not permitted' && echo $d=denied || echo $d=usable; "
+             "fi; done\"}",
+             gpus, dev, dev);
+    workers = h_launch(&ctl, body);
+    ans = h_await(&ctl, workers, 1, 20);
+    json_decref(ans);
+    snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout",
+             h_str(json_array_get(workers, 0), "id"));
+    ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
+    fprintf(stderr, "a worker of %d GPU saw: %s", gpus, out);
+    if (gpus == 0)
+      ck_assert_msg(strstr(out, "nvidia0=denied") && strstr(out, "nvidia1=denied") &&
+                        strstr(out, "nvidiactl=denied"),
+                    "a worker without GPUs: %s", out);
+    else
+      ck_assert_msg(strstr(out, "gpu=0\n") && strstr(out, "nvidia0=usable") &&
+                        strstr(out, "nvidia1=denied") && strstr(out, "nvidiactl=usable"),
+                    "a worker of GPU 0: %s", out);
+    free(out);
+    out = NULL;
+    json_decref(workers);
+  }
+out:
+  json_decref(h);
+  h_finish(&ctl);
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dev, names[i]);
+    unlink(path);
+  }
+  rmdir(dev);
+}
+END_TEST
+
 START_TEST(isolation_none_runs_workers_as_before) {
   json_t *workers, *ans, *h = NULL;
 
@@ -372,6 +439,7 @@ int main(void) {
   tcase_add_test(tc, a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes);
   tcase_add_test(tc, a_script_cannot_reach_the_controllers_secrets);
   tcase_add_test(tc, usage_shows_the_cpu_quota_and_the_memory_peak);
+  tcase_add_test(tc, a_worker_reaches_only_the_gpus_it_was_given);
   tcase_add_test(tc, isolation_none_runs_workers_as_before);
   tcase_add_test(tc, a_bad_isolation_value_is_refused);
   suite_add_tcase(s, tc);

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -27,6 +28,8 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,8 +80,11 @@ void fd_close_pair(int p[2]) {
 static volatile pid_t relay_to;
 
 static void relay(int sig) {
+  int saved = errno;
+
   if (relay_to > 0)
     kill(relay_to, sig);
+  errno = saved;
 }
 
 static const int relayed[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
@@ -109,25 +115,49 @@ static int wait_child(pid_t pid) {
   }
 }
 
-/* A and B: hold none of the command's descriptors (its output pipes, the
- * exec status pipe), relay signals to child pid until it ends, and return
- * its wait status. */
-static int relay_until_end(const struct child_spec *cs, pid_t pid) {
-  close(cs->status_fd);
+/* Closes every descriptor from 3 up but keep (a pipe end) and keep2. */
+static void close_all_but(int keep, int keep2) {
+  int lo = keep < keep2 ? keep : keep2, hi = keep < keep2 ? keep2 : keep;
+
+  if (lo > 3)
+    close_range(3, (unsigned)lo - 1, 0);
+  if (hi > lo + 1)
+    close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
+  close_range((unsigned)hi + 1, ~0U, 0);
+}
+
+/* A and B: hold none of workerd's descriptors (the command's output pipes,
+ * the exec status pipe, its sockets) nor its secrets, relay signals to
+ * child pid (signals were blocked since before it was forked) until it
+ * ends, and return its wait status. keep, keep2: their own pipe ends. */
+static int relay_until_end(pid_t pid, int keep, int keep2) {
+  sigset_t none;
+  int st;
+
   close(0);
   close(1);
   close(2);
+  close_all_but(keep, keep2);
+  explicit_bzero(wd.token, sizeof(wd.token));
+  if (wd.exec_token)
+    explicit_bzero(wd.exec_token, strlen(wd.exec_token));
   relay_signals(pid);
-  return wait_child(pid);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  st = wait_child(pid);
+  relay_to = 0; /* its pid may be someone else's now */
+  return st;
 }
 
 /* Ends this process as status says the command ended. */
 __attribute__((noreturn)) static void end_as(int status) {
   if (status != -1 && WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
+    struct rlimit none = {0, 0};
     struct sigaction dfl;
     sigset_t one;
 
+    setrlimit(RLIMIT_CORE, &none); /* the command's core, not a copy of workerd's */
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
     sigaction(sig, &dfl, NULL);
@@ -150,9 +180,10 @@ static int write_text(const char *path, const char *text) {
   return ok ? 0 : -1;
 }
 
-/* Docker's default capabilities: everything else goes from the bounding
- * set, so that the command (root or not) cannot mount, unmount, trace or
- * reach around the namespaces. */
+/* Docker's default capabilities, less NET_RAW (it would let root read the
+ * loopback traffic, tokens included) and MKNOD: everything else goes from
+ * the bounding set, so that the command (root or not) cannot mount,
+ * unmount, trace or reach around the namespaces. */
 static bool cap_kept(int cap) {
   switch (cap) {
   case CAP_CHOWN:
@@ -164,9 +195,7 @@ static bool cap_kept(int cap) {
   case CAP_SETUID:
   case CAP_SETPCAP:
   case CAP_NET_BIND_SERVICE:
-  case CAP_NET_RAW:
   case CAP_SYS_CHROOT:
-  case CAP_MKNOD:
   case CAP_AUDIT_WRITE:
   case CAP_SETFCAP:
     return true;
@@ -175,89 +204,157 @@ static bool cap_kept(int cap) {
   }
 }
 
+/* Mounts an empty read-only tmpfs over path, if path exists. */
+static int cover(const char *path) {
+  if (access(path, F_OK) != 0)
+    return 0;
+  return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+               "size=4k,mode=0555");
+}
+
+/* Makes path read-only in this mount namespace, if it exists. */
+static int read_only(const char *path) {
+  if (access(path, F_OK) != 0)
+    return 0;
+  if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) != 0)
+    return -1;
+  return mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+}
+
+/* Sockets through which a process could ask something outside the
+ * namespaces to run a command for it (the service managers, container
+ * engines): /dev/null is bound over each that exists. The user's own
+ * buses come from child_spec (their paths hold the uid). */
+static const char *const outside_sockets[] = {
+    "/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket",
+    "/run/systemd/private",        "/run/docker.sock",
+    "/var/run/docker.sock",        "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock"};
+
+static int block_socket(const char *path) {
+  if (access(path, F_OK) != 0)
+    return 0;
+  return mount("/dev/null", path, NULL, MS_BIND, NULL);
+}
+
 /* Returns 0 in C (the command's process, ready to execute), or -1 in A
  * with st filled (nothing was forked). B reports its own failures through
- * the status pipe and exits. */
+ * the status pipe and exits. Every signal stays blocked until the relays
+ * are in place. */
 static int confine(const struct child_spec *cs, struct exec_status *st) {
-  uid_t uid = geteuid();
-  gid_t gid = getegid();
-  int flags = CLONE_NEWNS | CLONE_NEWPID, sp[2], status;
-  char map[64];
+  int flags = CLONE_NEWNS | CLONE_NEWPID, sp[2] = {-1, -1}, lp[2] = {-1, -1}, status;
+  sigset_t all;
   pid_t b, c;
 
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, NULL);
   st->stage = STAGE_CONFINE;
-  if (uid != 0)
+  if (cs->uid_map[0])
     flags |= CLONE_NEWUSER; /* namespaces without privileges */
-  if (unshare(flags) != 0) {
-    st->err = errno;
-    return -1;
-  }
-  if (uid != 0) {
-    snprintf(map, sizeof(map), "%u %u 1", (unsigned)uid, (unsigned)uid);
-    if (write_text("/proc/self/setgroups", "deny") != 0 ||
-        write_text("/proc/self/uid_map", map) != 0)
-      goto fail;
-    snprintf(map, sizeof(map), "%u %u 1", (unsigned)gid, (unsigned)gid);
-    if (write_text("/proc/self/gid_map", map) != 0)
-      goto fail;
-  }
-  /* Nothing mounted here reaches the host, and the state is out of sight. */
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-      mount("tmpfs", cs->confine, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-            "size=4k,mode=0555") != 0 ||
-      pipe2(sp, O_CLOEXEC) != 0)
+  if (unshare(flags) != 0)
     goto fail;
-  b = fork();
+  if (cs->uid_map[0] && (write_text("/proc/self/setgroups", "deny") != 0 ||
+                         write_text("/proc/self/uid_map", cs->uid_map) != 0 ||
+                         write_text("/proc/self/gid_map", cs->gid_map) != 0))
+    goto fail;
+  /* Nothing mounted here reaches the host; the state, the cgroups (their
+   * limits would be the command's to raise) and the service managers'
+   * sockets are out of reach. */
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 || cover(cs->confine) != 0 ||
+      cover("/sys/fs/cgroup") != 0 || read_only("/sys") != 0)
+    goto fail;
+  for (size_t i = 0; i < sizeof(outside_sockets) / sizeof(outside_sockets[0]); i++)
+    if (block_socket(outside_sockets[i]) != 0)
+      goto fail;
+  for (int i = 0; i < 2; i++)
+    if (cs->user_sockets[i][0] && block_socket(cs->user_sockets[i]) != 0)
+      goto fail;
+  if (pipe2(sp, O_CLOEXEC) != 0 || pipe2(lp, O_CLOEXEC) != 0)
+    goto fail;
+  b = _Fork();
   if (b < 0)
     goto fail;
-  if (b > 0) { /* A */
+  if (b > 0) { /* A: holds lp[1] while it lives */
     close(sp[1]);
-    status = relay_until_end(cs, b);
+    close(lp[0]);
+    status = relay_until_end(b, sp[0], lp[1]);
     /* C's status, from B; none if B itself was killed */
     if (read(sp[0], &status, sizeof(status)) != (ssize_t)sizeof(status) && status == -1)
       _exit(127);
     end_as(status);
   }
-  /* B: process 1 of the namespace; dies with A */
+  /* B: process 1 of the namespace; dies with A (and if A died before the
+   * death signal was set, lp shows it) */
   close(sp[0]);
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
-      mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+  close(lp[1]);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
     goto fail_b;
-  c = fork();
+  {
+    struct pollfd alive = {.fd = lp[0], .events = POLLIN};
+    if (poll(&alive, 1, 0) != 0)
+      _exit(127);
+  }
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
+      read_only("/proc/sys") != 0 || read_only("/proc/sysrq-trigger") != 0 ||
+      read_only("/proc/bus") != 0 || read_only("/proc/irq") != 0)
+    goto fail_b;
+  c = _Fork();
   if (c < 0)
     goto fail_b;
   if (c > 0) {
     ssize_t n;
-    status = relay_until_end(cs, c);
+    status = relay_until_end(c, sp[1], lp[0]);
     n = write(sp[1], &status, sizeof(status));
     (void)n;
     _exit(0);
   }
   /* C: the command */
   close(sp[1]);
+  close(lp[0]);
   {
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
     struct sigaction dfl;
+    sigset_t none;
+
+    for (int cap = 0; cap <= 63; cap++)
+      if (!cap_kept(cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+        goto fail_c;
+    /* nothing inherited past exec, nothing gained from a setuid file */
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+      goto fail_c;
+    if (syscall(SYS_capget, &hdr, data) != 0)
+      goto fail_c;
+    data[0].inheritable = data[1].inheritable = 0;
+    if (syscall(SYS_capset, &hdr, data) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+      goto fail_c;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
     for (size_t i = 0; i < sizeof(relayed) / sizeof(relayed[0]); i++)
       sigaction(relayed[i], &dfl, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
   }
-  for (int cap = 0; cap <= 63; cap++)
-    if (!cap_kept(cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-      st->err = errno;
-      goto report;
-    }
   return 0;
 fail:
   st->err = errno;
+  if (sp[0] >= 0) {
+    close(sp[0]);
+    close(sp[1]);
+  }
+  if (lp[0] >= 0) {
+    close(lp[0]);
+    close(lp[1]);
+  }
   return -1;
 fail_b:
+fail_c:
   st->err = errno;
-report : {
-  ssize_t n = write(cs->status_fd, st, sizeof(*st));
-  (void)n;
-  _exit(127);
-}
+  {
+    ssize_t n = write(cs->status_fd, st, sizeof(*st));
+    (void)n;
+    _exit(127);
+  }
 }
 
 /* Runs in the child after fork(): wires the standard streams, resets the
@@ -402,6 +499,18 @@ MUST_CHECK int command_start(void) {
                             .envp = wd.envp,
                             .cwd = wd.cwd,
                             .confine = wd.confine[0] ? wd.confine : NULL};
+
+    /* (formatted here: the child allocates and formats nothing) */
+    if (cs.confine && geteuid() != 0) {
+      snprintf(cs.uid_map, sizeof(cs.uid_map), "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
+      snprintf(cs.gid_map, sizeof(cs.gid_map), "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
+    }
+    if (cs.confine) {
+      snprintf(cs.user_sockets[0], sizeof(cs.user_sockets[0]), "/run/user/%u/bus",
+               (unsigned)geteuid());
+      snprintf(cs.user_sockets[1], sizeof(cs.user_sockets[1]), "/run/user/%u/systemd/private",
+               (unsigned)geteuid());
+    }
 
     struct cg_mem cg;
 

@@ -107,7 +107,9 @@ struct child_spec {
    * and PID namespaces, this directory (the controller's state) hidden, the
    * capabilities a container would not have dropped. NULL: none. */
   const char *confine;
-  pid_t parent; /* with own_group: workerd's pid, taken before fork() */
+  char uid_map[32], gid_map[32]; /* confine, not as root: the user namespace's maps */
+  char user_sockets[2][64];      /* confine: the user's own buses, blocked */
+  pid_t parent;                  /* with own_group: workerd's pid, taken before fork() */
 };
 
 /* Delays between attempts of a call that must eventually get through. */

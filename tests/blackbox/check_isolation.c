@@ -215,8 +215,12 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
            "umount %s 2>/dev/null && echo unmounted; "
            "grep -l MUSTER_WORKER_TOKEN /proc/[0-9]*/environ 2>/dev/null | grep -q . && "
            "echo some-token-seen; "
+           "ls -A /sys/fs/cgroup | grep -q . && echo cgroups-seen; "
+           "v=$(cat /proc/sys/kernel/sysrq); (echo $v > /proc/sys/kernel/sysrq) 2>/dev/null && "
+           "echo sysctl-written; "
+           "mknod %s/null c 1 3 2>/dev/null && echo mknod-done; "
            "echo processes $(ls /proc | grep -c '^[0-9]'); echo done\"}",
-           ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir);
+           ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir);
   workers = h_launch(&ctl, body);
   ans = h_await(&ctl, workers, 1, 20);
   json_decref(ans);
@@ -234,9 +238,14 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   ck_assert_msg(!strstr(text, "environ-read"), "the script read another worker's environ");
   ck_assert_msg(!strstr(text, "unmounted"), "the script unmounted what hides the state");
   ck_assert_msg(!strstr(text, "some-token-seen"), "the script saw a workerd's environment");
+  ck_assert_msg(!strstr(text, "cgroups-seen"), "the script saw the cgroups (and its limits)");
+  ck_assert_msg(!strstr(text, "sysctl-written"), "the script wrote a kernel setting");
+  ck_assert_msg(!strstr(text, "mknod-done"), "the script made a device node");
   free(text);
   json_decref(workers);
   json_decref(other);
+  snprintf(out, sizeof(out), "%s/null", dir);
+  unlink(out);
   rmdir(dir);
 out:
   h_finish(&ctl);

@@ -467,7 +467,7 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
    * state directory (the API token, every worker's token in muster.db) is
    * out of sight. */
   snprintf(w->confine, sizeof(w->confine), "MUSTER_CONFINE=%s",
-           cg_enabled() ? lb.cfg.state_dir : "");
+           cg_confined() ? lb.cfg.state_dir : "");
   w->v[7] = w->confine;
 }
 
@@ -709,8 +709,10 @@ static void cg_finish(const char *id, int attempt) {
     u.memory_peak_bytes = cu.memory_peak_bytes;
     backend_report_usage(&u, 1);
   }
-  if (cg_destroy(name, 1000) != 0)
-    LOG(LOG_WARN, "the cgroup of %s still holds processes", name);
+  /* (what will not die within 200 ms is left to the sweep, 5 s on: the
+   * backend's thread has other workers to start) */
+  if (cg_destroy(name, 200) != 0)
+    LOG(LOG_WARN, "the cgroup of %s still holds processes; trying again later", name);
 }
 
 /* Sends the SIGKILLs that are due (all of them when all is set), in one
@@ -923,7 +925,7 @@ static void sweep_cgroups(int64_t now) {
       continue;
     LOG(LOG_INFO, "cgroup %s belongs to no worker now: its processes are killed and it goes",
         ns.v[i]);
-    (void)cg_destroy(ns.v[i], 1000);
+    (void)cg_destroy(ns.v[i], 200);
   }
   free(ns.v);
 }

@@ -7,13 +7,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,7 +39,8 @@ struct hier {
 };
 
 static struct {
-  int version; /* 0: none, 1, 2 */
+  int version;  /* 0: none, 1, 2 */
+  int confined; /* workers' commands can get namespaces of their own */
   struct hier h[CG_HIER_MAX];
   int nh;
   /* The host's NVIDIA devices, "c MAJOR:MINOR" (v1's devices rules): GPU i
@@ -82,6 +86,44 @@ const char *cg_mode(void) {
 
 int cg_enabled(void) {
   return cg.version != 0;
+}
+
+int cg_confined(void) {
+  return cg.confined;
+}
+
+/* Whether a command can be confined here as workerd confines it (mount and
+ * PID namespaces, a tmpfs over dir, a /proc of its own): a child tries.
+ * Returns 0, or the errno of the step that failed (*step names it). */
+static int confine_probe(const char *dir, const char **step) {
+  static const char *const steps[] = {"",     "unshare",   "mount --make-rprivate /", "mount tmpfs",
+                                      "fork", "mount proc"};
+  pid_t pid = fork(), inner;
+  int st;
+
+  if (pid == 0) {
+    int flags = CLONE_NEWNS | CLONE_NEWPID | (geteuid() != 0 ? CLONE_NEWUSER : 0);
+    if (unshare(flags) != 0)
+      _exit(1);
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+      _exit(2);
+    if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k") != 0)
+      _exit(3);
+    inner = fork();
+    if (inner < 0)
+      _exit(4);
+    if (inner == 0)
+      _exit(mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0 ? 0 : 5);
+    _exit(waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 4);
+  }
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+    *step = "fork";
+    return ECHILD;
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    return 0;
+  *step = WIFEXITED(st) && WEXITSTATUS(st) < 6 ? steps[WEXITSTATUS(st)] : "the probe";
+  return EPERM;
 }
 
 /* Writes text to dir/file. Returns 0, or an errno. */
@@ -255,16 +297,33 @@ static int setup_v2(const char *tag, char *why, size_t len) {
   if (mount_of(NULL, mnt, sizeof(mnt)) != 0 || own_cgroup(NULL, own, sizeof(own)) != 0)
     return 1; /* no unified hierarchy: try v1 */
   parent_dir(mnt, own, parent, sizeof(parent));
-  if (get(parent, "cgroup.controllers", have, sizeof(have)) < 0 || !strstr(have, "memory"))
+  have[0] = '\0';
+  (void)get(parent, "cgroup.controllers", have, sizeof(have));
+  have[strcspn(have, "\n")] = '\0';
+  for (char *p = have; *p; p++)
+    if (*p == ' ')
+      *p = ','; /* a list has_token() reads */
+  if (!has_token(have, "memory"))
     return 1; /* the controllers are v1's (a hybrid host) */
-  if (!strstr(have, "cpu") || !strstr(have, "pids")) {
+  if (!has_token(have, "cpu") || !has_token(have, "pids")) {
     snprintf(why, len, "cgroup v2 at %s offers only \"%.*s\" (memory, cpu and pids needed)", parent,
              (int)strcspn(have, "\n"), have);
     return -1;
   }
   /* Children get the controllers only if their parent hands them down,
-   * which a cgroup that holds processes cannot (the root excepted). */
-  if ((e = put(parent, "cgroup.subtree_control", "+memory +cpu +pids")) != 0) {
+   * which a cgroup that holds processes cannot (the root excepted). In a
+   * cgroup delegated to it (systemd-run --scope -p Delegate=yes), the
+   * controller is that process: it moves itself into a leaf of its own
+   * first, as container managers do. */
+  e = put(parent, "cgroup.subtree_control", "+memory +cpu +pids");
+  if (e == EBUSY) {
+    char self[PATH_MAX];
+    if ((size_t)snprintf(self, sizeof(self), "%s/muster-controller-%s", parent, tag) <
+            sizeof(self) &&
+        (mkdir(self, 0755) == 0 || errno == EEXIST) && put(self, "cgroup.procs", "0") == 0)
+      e = put(parent, "cgroup.subtree_control", "+memory +cpu +pids");
+  }
+  if (e != 0) {
     snprintf(why, len,
              "cannot enable memory, cpu and pids below %s (%s): run the controller in a cgroup "
              "delegated to it (systemd-run --scope -p Delegate=yes muster-controller ...)",
@@ -353,6 +412,16 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
   }
   record_bases(state_dir);
   find_gpus();
+  {
+    const char *step = "";
+    if (confine_probe(state_dir, &step) == 0)
+      cg.confined = 1;
+    else
+      LOG(LOG_WARN,
+          "isolation: workers' commands cannot get namespaces of their own here (%s "
+          "refused): they run in their cgroups, but can see the state directory",
+          step);
+  }
   for (int i = 0; i < CG_GPUS && cg.version == 2; i++)
     if (cg.gpu[i][0]) {
       LOG(LOG_WARN, "cgroup v2: GPU devices are not restricted to the workers given them "

@@ -53,6 +53,10 @@ MUST_CHECK int cg_setup(enum cg_isolation want, const char *state_dir, char *why
 /* "cgroup v1", "cgroup v2" or "none". */
 const char *cg_mode(void);
 int cg_enabled(void);
+/* Whether workers' commands can also get namespaces of their own (tried at
+ * setup: a container, a seccomp profile or a distribution's policy may
+ * refuse them while cgroups work). */
+int cg_confined(void);
 
 /* Creates worker name's cgroup in every hierarchy with its limits, and
  * writes into dirs the directories a process must join, one per line.

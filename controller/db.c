@@ -537,12 +537,16 @@ static json_t *row_to_worker(sqlite3_stmt *s) {
   json_object_set_new(w, "attempt", json_integer(sqlite3_column_int(s, 27)));
   json_object_set_new(w, "waiting_for", col_text(s, 28));
   /* Filled in by the backends that measure it: null until one did. */
-  if (sqlite3_column_type(s, 29) != SQLITE_NULL)
+  if (sqlite3_column_type(s, 29) != SQLITE_NULL) {
+    /* (a counter the host lacks, as memory.peak before Linux 5.19, is -1: null) */
+    double cpu = sqlite3_column_double(s, 29);
+    long long mem = sqlite3_column_int64(s, 30), peak = sqlite3_column_int64(s, 31);
     json_object_set_new(w, "usage",
-                        json_pack("{s:f, s:I, s:I}", "cpu_seconds", sqlite3_column_double(s, 29),
-                                  "memory_bytes", (json_int_t)sqlite3_column_int64(s, 30),
-                                  "memory_peak_bytes", (json_int_t)sqlite3_column_int64(s, 31)));
-  else
+                        json_pack("{s:o, s:o, s:o}", "cpu_seconds",
+                                  cpu >= 0 ? json_real(cpu) : json_null(), "memory_bytes",
+                                  mem >= 0 ? json_integer(mem) : json_null(), "memory_peak_bytes",
+                                  peak >= 0 ? json_integer(peak) : json_null()));
+  } else
     json_object_set_new(w, "usage", json_null());
   json_object_set_new(w, "run", json_null());
   return w;

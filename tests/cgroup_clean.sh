@@ -17,7 +17,9 @@ for root in "$@"; do
         [ -d "$d" ] || continue
         for _ in $(seq 100); do
           rmdir "$d" 2>/dev/null && break
-          while read -r pid; do kill -9 "$pid" 2>/dev/null; done <"$d/cgroup.procs"
+          while read -r pid; do
+            [ "$pid" -gt 1 ] 2>/dev/null && kill -9 "$pid" 2>/dev/null
+          done <"$d/cgroup.procs"
           sleep 0.02
         done
         [ -d "$d" ] && echo "cgroup_clean: could not remove $d" >&2

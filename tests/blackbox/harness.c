@@ -163,15 +163,66 @@ static void reap_adopted(void) {
     ;
 }
 
+/* Removes the cgroups the controller made (their base directories are
+ * listed in STATE/cgroups), killing whatever is still in them: workers
+ * outlive their controller, so its exit leaves theirs. */
+static void remove_cgroups(struct ctl_proc *c) {
+  char path[200], base[600];
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/cgroups", c->dir);
+  f = fopen(path, "r");
+  if (!f)
+    return;
+  while (fgets(base, sizeof(base), f)) {
+    struct dirent *e;
+    DIR *d;
+
+    base[strcspn(base, "\n")] = '\0';
+    if (!base[0] || !(d = opendir(base)))
+      continue;
+    while ((e = readdir(d)) != NULL) {
+      char dir[900], procs[920];
+      long pid;
+      FILE *p;
+
+      if (e->d_type != DT_DIR || e->d_name[0] == '.')
+        continue;
+      snprintf(dir, sizeof(dir), "%s/%s", base, e->d_name);
+      snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+      for (int tries = 0; tries < 50 && rmdir(dir) != 0 && errno == EBUSY; tries++) {
+        if ((p = fopen(procs, "r")) != NULL) {
+          while (fscanf(p, "%ld", &pid) == 1)
+            if (pid > 1)
+              kill((pid_t)pid, SIGKILL);
+          fclose(p);
+        }
+        usleep(20 * 1000);
+      }
+    }
+    closedir(d);
+    if (rmdir(base) != 0 && errno != ENOENT)
+      fprintf(stderr, "could not remove the cgroup %s: %s\n", base, strerror(errno));
+  }
+  fclose(f);
+}
+
 static void cleanup_all(void) {
+  struct ctl_proc *was[MAX_CTLS] = {0};
+
   for (int i = 0; i < MAX_CTLS; i++)
     if (live[i]) {
       stop_controller(live[i], SIGTERM);
       kill_workers(live[i]);
+      was[i] = live[i];
       live[i] = NULL;
     }
   usleep(100 * 1000);
   reap_adopted();
+  /* (a test that failed half-way leaves its workers' cgroups too) */
+  for (int i = 0; i < MAX_CTLS; i++)
+    if (was[i])
+      remove_cgroups(was[i]);
 }
 
 static void spawn(struct ctl_proc *c) {
@@ -294,50 +345,6 @@ static void assert_no_sanitizer_reports(struct ctl_proc *c) {
   ck_assert_msg(hit[0] == '\0', "a sanitizer reported an error; see %s", hit);
 }
 
-/* Removes the cgroups the controller made (their base directories are
- * listed in STATE/cgroups), killing whatever is still in them: workers
- * outlive their controller, so its exit leaves theirs. */
-static void remove_cgroups(struct ctl_proc *c) {
-  char path[200], base[600];
-  FILE *f;
-
-  snprintf(path, sizeof(path), "%s/cgroups", c->dir);
-  f = fopen(path, "r");
-  if (!f)
-    return;
-  while (fgets(base, sizeof(base), f)) {
-    struct dirent *e;
-    DIR *d;
-
-    base[strcspn(base, "\n")] = '\0';
-    if (!base[0] || !(d = opendir(base)))
-      continue;
-    while ((e = readdir(d)) != NULL) {
-      char dir[900], procs[920];
-      long pid;
-      FILE *p;
-
-      if (e->d_type != DT_DIR || e->d_name[0] == '.')
-        continue;
-      snprintf(dir, sizeof(dir), "%s/%s", base, e->d_name);
-      snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-      for (int tries = 0; tries < 50 && rmdir(dir) != 0 && errno == EBUSY; tries++) {
-        if ((p = fopen(procs, "r")) != NULL) {
-          while (fscanf(p, "%ld", &pid) == 1)
-            if (pid > 1)
-              kill((pid_t)pid, SIGKILL);
-          fclose(p);
-        }
-        usleep(20 * 1000);
-      }
-    }
-    closedir(d);
-    if (rmdir(base) != 0 && errno != ENOENT)
-      fprintf(stderr, "could not remove the cgroup %s: %s\n", base, strerror(errno));
-  }
-  fclose(f);
-}
-
 void h_finish(struct ctl_proc *c) {
   char cmd[400];
 
@@ -345,13 +352,13 @@ void h_finish(struct ctl_proc *c) {
    * database names every worker process there is to end. */
   stop_controller(c, SIGTERM);
   kill_workers(c);
-  assert_no_sanitizer_reports(c);
   for (int i = 0; i < MAX_CTLS; i++)
     if (live[i] == c)
       live[i] = NULL;
   usleep(100 * 1000);
   reap_adopted();
   remove_cgroups(c);
+  assert_no_sanitizer_reports(c);
   snprintf(cmd, sizeof(cmd), "rm -rf %s %s", c->dir, c->log);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", c->dir);

@@ -472,12 +472,24 @@ static int set_limits(const struct hier *h, const char *dir, const struct cg_lim
   if ((h->ctrl & C_PIDS) && (e = put(dir, "pids.max", "%d", CG_PIDS_MAX)) != 0)
     return e;
   if (h->ctrl & C_DEVICES) {
-    for (int i = 0; i < CG_GPUS; i++)
-      if (cg.gpu[i][0] && !(l->gpus & (1ULL << i)) &&
-          (e = put(dir, "devices.deny", "%s rwm", cg.gpu[i])) != 0)
+    /* Every device denied (no disk to read raw, no node to make), then
+     * those a container has, then its GPUs. */
+    static const char *const allowed[] = {
+        "c 1:3 rwm",   /* null */ "c 1:5 rwm",   /* zero */ "c 1:7 rwm",   /* full */
+        "c 1:8 rwm",   /* random */ "c 1:9 rwm",                           /* urandom */
+        "c 5:0 rwm",   /* tty */ "c 5:2 rwm",    /* ptmx */ "c 136:* rwm", /* pts */
+        "c 10:200 rwm" /* tun */};
+    if ((e = put(dir, "devices.deny", "a")) != 0)
+      return e;
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+      if ((e = put(dir, "devices.allow", "%s", allowed[i])) != 0)
         return e;
-    for (int i = 0; i < cg.nctl && !l->gpus; i++)
-      if ((e = put(dir, "devices.deny", "%s rwm", cg.ctl_dev[i])) != 0)
+    for (int i = 0; i < CG_GPUS; i++)
+      if (cg.gpu[i][0] && (l->gpus & (1ULL << i)) &&
+          (e = put(dir, "devices.allow", "%s rwm", cg.gpu[i])) != 0)
+        return e;
+    for (int i = 0; i < cg.nctl && l->gpus; i++)
+      if ((e = put(dir, "devices.allow", "%s rwm", cg.ctl_dev[i])) != 0)
         return e;
   }
   return 0;

@@ -29,6 +29,8 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -115,25 +117,32 @@ static int wait_child(pid_t pid) {
   }
 }
 
-/* Closes every descriptor from 3 up but keep (a pipe end) and keep2. */
+/* Closes every descriptor from 3 up but keep (a pipe end) and keep2
+ * (close_range where the kernel has it, else one by one). */
 static void close_all_but(int keep, int keep2) {
   int lo = keep < keep2 ? keep : keep2, hi = keep < keep2 ? keep2 : keep;
 
-  if (lo > 3)
-    close_range(3, (unsigned)lo - 1, 0);
-  if (hi > lo + 1)
-    close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
-  close_range((unsigned)hi + 1, ~0U, 0);
+  if ((lo > 3 && close_range(3, (unsigned)lo - 1, 0) != 0) ||
+      (hi > lo + 1 && close_range((unsigned)lo + 1, (unsigned)hi - 1, 0) != 0) ||
+      close_range((unsigned)hi + 1, ~0U, 0) != 0) {
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+      max = 65536;
+    for (int fd = 3; fd < max; fd++)
+      if (fd != keep && fd != keep2)
+        close(fd);
+  }
 }
 
 /* A and B: hold none of workerd's descriptors (the command's output pipes,
  * the exec status pipe, its sockets) nor its secrets, relay signals to
  * child pid (signals were blocked since before it was forked) until it
  * ends, and return its wait status. keep, keep2: their own pipe ends. */
-static int relay_until_end(pid_t pid, int keep, int keep2) {
+static int relay_until_end(const struct child_spec *cs, pid_t pid, int keep, int keep2) {
   sigset_t none;
   int st;
 
+  close(cs->status_fd); /* (close_all_but would; this one matters most) */
   close(0);
   close(1);
   close(2);
@@ -212,13 +221,38 @@ static int cover(const char *path) {
                "size=4k,mode=0555");
 }
 
-/* Makes path read-only in this mount namespace, if it exists. */
+/* Makes path read-only in this mount namespace, if it exists, keeping the
+ * flags it has (in a user namespace they are locked: a remount that drops
+ * one is refused). */
 static int read_only(const char *path) {
+  unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV;
+  struct statvfs sv;
+
   if (access(path, F_OK) != 0)
     return 0;
+  if (statvfs(path, &sv) == 0) {
+    if (sv.f_flag & ST_NOEXEC)
+      flags |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+      flags |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+      flags |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+      flags |= MS_RELATIME;
+  }
   if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) != 0)
     return -1;
-  return mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+  return mount(NULL, path, NULL, flags, NULL);
+}
+
+/* /sys read-only, submounts included (tracefs, debugfs, bpf...): a fresh
+ * sysfs, which has none, where that may be mounted (root); else the host's
+ * /sys read-only at its top (a user namespace; its submounts are the
+ * host's, and locked). */
+static int sys_read_only(void) {
+  if (mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0)
+    return 0;
+  return read_only("/sys");
 }
 
 /* Sockets through which a process could ask something outside the
@@ -232,8 +266,10 @@ static const char *const outside_sockets[] = {
     "/run/podman/podman.sock"};
 
 static int block_socket(const char *path) {
-  if (access(path, F_OK) != 0)
-    return 0;
+  struct stat st;
+
+  if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return 0; /* absent, or not a socket (a directory a container made) */
   return mount("/dev/null", path, NULL, MS_BIND, NULL);
 }
 
@@ -261,12 +297,12 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
    * limits would be the command's to raise) and the service managers'
    * sockets are out of reach. */
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 || cover(cs->confine) != 0 ||
-      cover("/sys/fs/cgroup") != 0 || read_only("/sys") != 0)
+      sys_read_only() != 0 || cover("/sys/fs/cgroup") != 0)
     goto fail;
   for (size_t i = 0; i < sizeof(outside_sockets) / sizeof(outside_sockets[0]); i++)
     if (block_socket(outside_sockets[i]) != 0)
       goto fail;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 4; i++)
     if (cs->user_sockets[i][0] && block_socket(cs->user_sockets[i]) != 0)
       goto fail;
   if (pipe2(sp, O_CLOEXEC) != 0 || pipe2(lp, O_CLOEXEC) != 0)
@@ -277,7 +313,7 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
   if (b > 0) { /* A: holds lp[1] while it lives */
     close(sp[1]);
     close(lp[0]);
-    status = relay_until_end(b, sp[0], lp[1]);
+    status = relay_until_end(cs, b, sp[0], lp[1]);
     /* C's status, from B; none if B itself was killed */
     if (read(sp[0], &status, sizeof(status)) != (ssize_t)sizeof(status) && status == -1)
       _exit(127);
@@ -303,7 +339,7 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
     goto fail_b;
   if (c > 0) {
     ssize_t n;
-    status = relay_until_end(c, sp[1], lp[0]);
+    status = relay_until_end(cs, c, sp[1], lp[0]);
     n = write(sp[1], &status, sizeof(status));
     (void)n;
     _exit(0);
@@ -509,6 +545,10 @@ MUST_CHECK int command_start(void) {
       snprintf(cs.user_sockets[0], sizeof(cs.user_sockets[0]), "/run/user/%u/bus",
                (unsigned)geteuid());
       snprintf(cs.user_sockets[1], sizeof(cs.user_sockets[1]), "/run/user/%u/systemd/private",
+               (unsigned)geteuid());
+      snprintf(cs.user_sockets[2], sizeof(cs.user_sockets[2]), "/run/user/%u/podman/podman.sock",
+               (unsigned)geteuid());
+      snprintf(cs.user_sockets[3], sizeof(cs.user_sockets[3]), "/run/user/%u/docker.sock",
                (unsigned)geteuid());
     }
 

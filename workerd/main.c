@@ -183,6 +183,7 @@ MUST_CHECK static int config_load(void) {
     snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
   }
   unsetenv("MUSTER_CONFINE");
+  unsetenv("MUSTER_WORKER_TOKEN"); /* kept in wd.token; no copy left in environ */
   wd.last_contact_ms = util_mono_ms();
   if (bind_ip && *bind_ip) {
     n = strlen(bind_ip);

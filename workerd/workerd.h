@@ -108,7 +108,7 @@ struct child_spec {
    * capabilities a container would not have dropped. NULL: none. */
   const char *confine;
   char uid_map[32], gid_map[32]; /* confine, not as root: the user namespace's maps */
-  char user_sockets[2][64];      /* confine: the user's own buses, blocked */
+  char user_sockets[4][64];      /* confine: the user's own buses and engines, blocked */
   pid_t parent;                  /* with own_group: workerd's pid, taken before fork() */
 };
 

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -88,6 +89,18 @@ static int gone(long pid, double timeout_s) {
   }
 }
 
+/* Seconds since the epoch of an API time ("2026-11-24T05:15:51.123Z"), or 0. */
+static double iso_seconds(const char *t) {
+  struct tm tm;
+  int ms = 0;
+  char *rest;
+
+  memset(&tm, 0, sizeof(tm));
+  if (!t || !(rest = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm)) || sscanf(rest, ".%3dZ", &ms) != 1)
+    return 0;
+  return (double)timegm(&tm) + ms / 1000.0;
+}
+
 START_TEST(a_worker_past_its_memory_fails_saying_so) {
   json_t *workers, *ans, *f;
   double t0;
@@ -106,8 +119,14 @@ START_TEST(a_worker_past_its_memory_fails_saying_so) {
   ck_assert_str_eq(h_str(f, "status"), "failed");
   ck_assert_msg(strstr(h_str(f, "failure"), "killed: out of memory (limit 0.1 GiB)") != NULL,
                 "failure: %s", h_str(f, "failure"));
-  /* The allocation takes well under a second; the failure follows the kill
-   * at once (not a heartbeat or a timeout later). */
+  /* The kill comes while the script allocates, after the worker runs: its
+   * failure, within 2 s of running, is within 2 s of the kill (not a
+   * heartbeat or a timeout later). */
+  {
+    double ran = iso_seconds(h_str(f, "running_at")), ended = iso_seconds(h_str(f, "finished_at"));
+    ck_assert_msg(ran > 0 && ended >= ran && ended - ran < 2,
+                  "failed %.2f s after it started running", ended - ran);
+  }
   ck_assert_msg(h_now() - t0 < 10, "the failure took %.1f s", h_now() - t0);
   json_decref(ans);
   json_decref(workers);
@@ -223,6 +242,8 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
            "v=$(cat /proc/sys/kernel/sysrq); (echo $v > /proc/sys/kernel/sysrq) 2>/dev/null && "
            "echo sysctl-written; "
            "mknod %s/null c 1 3 2>/dev/null && echo mknod-done; "
+           "b=$(find /dev -maxdepth 1 -type b | head -1); if [ -z \\\"$b\\\" ]; then echo no-disk; "
+           "elif (: < $b) 2>&1 | grep -q 'not permitted'; then echo disk-denied; fi; "
            "echo processes $(ls /proc | grep -c '^[0-9]'); echo done\"}",
            ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir);
   workers = h_launch(&ctl, body);
@@ -245,6 +266,8 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   ck_assert_msg(!strstr(text, "cgroups-seen"), "the script saw the cgroups (and its limits)");
   ck_assert_msg(!strstr(text, "sysctl-written"), "the script wrote a kernel setting");
   ck_assert_msg(!strstr(text, "mknod-done"), "the script made a device node");
+  ck_assert_msg(strstr(text, "disk-denied") || strstr(text, "no-disk"),
+                "the script could open a disk's device node");
   free(text);
   json_decref(workers);
   json_decref(other);

@@ -289,6 +289,45 @@ static int make_base(struct hier *h, const char *parent, const char *tag, char *
   return 0;
 }
 
+/* Whether cgroup directory dir has a child cgroup. */
+static int has_children(const char *dir) {
+  struct dirent *e;
+  int found = 0;
+  DIR *d = opendir(dir);
+
+  while (d && !found && (e = readdir(d)) != NULL)
+    found = e->d_type == DT_DIR && e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return found;
+}
+
+/* v1 devices: the base denies every device but a container's and the
+ * host's GPUs; its worker cgroups copy that when they are made (and can
+ * only narrow it). Written while the base has no child: changing it later
+ * would take devices from the workers of an earlier controller. */
+static void base_devices(const struct hier *h) {
+  static const char *const allowed[] = {
+      "c 1:3 rwm",   /* null */ "c 1:5 rwm",   /* zero */ "c 1:7 rwm",   /* full */
+      "c 1:8 rwm",   /* random */ "c 1:9 rwm",                           /* urandom */
+      "c 5:0 rwm",   /* tty */ "c 5:2 rwm",    /* ptmx */ "c 136:* rwm", /* pts */
+      "c 10:200 rwm" /* tun */};
+  int e = 0;
+
+  if (!(h->ctrl & C_DEVICES) || has_children(h->base))
+    return;
+  e = put(h->base, "devices.deny", "a");
+  for (size_t i = 0; !e && i < sizeof(allowed) / sizeof(allowed[0]); i++)
+    e = put(h->base, "devices.allow", "%s", allowed[i]);
+  for (int i = 0; !e && i < CG_GPUS; i++)
+    if (cg.gpu[i][0])
+      e = put(h->base, "devices.allow", "%s rwm", cg.gpu[i]);
+  for (int i = 0; !e && i < cg.nctl; i++)
+    e = put(h->base, "devices.allow", "%s rwm", cg.ctl_dev[i]);
+  if (e)
+    LOG(LOG_WARN, "cannot restrict the devices of %s: %s", h->base, strerror(e));
+}
+
 static int setup_v2(const char *tag, char *why, size_t len) {
   char mnt[512], own[512], parent[PATH_MAX / 2], have[512];
   struct hier *h = &cg.h[0];
@@ -403,6 +442,7 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
   for (const char *p = state_dir; *p; p++)
     h = (h ^ (unsigned char)*p) * 1099511628211ULL;
   snprintf(tag, sizeof(tag), "%012llx", (unsigned long long)(h & 0xffffffffffffULL));
+  find_gpus();
   rc = setup_v2(tag, why, len);
   if (rc > 0)
     rc = setup_v1(tag, why, len);
@@ -410,8 +450,9 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
     memset(&cg, 0, sizeof(cg));
     return want == CG_FORCE ? -1 : 0;
   }
+  for (int i = 0; i < cg.nh && cg.version == 1; i++)
+    base_devices(&cg.h[i]);
   record_bases(state_dir);
-  find_gpus();
   {
     const char *step = "";
     if (confine_probe(state_dir, &step) == 0)
@@ -471,25 +512,16 @@ static int set_limits(const struct hier *h, const char *dir, const struct cg_lim
     return e;
   if ((h->ctrl & C_PIDS) && (e = put(dir, "pids.max", "%d", CG_PIDS_MAX)) != 0)
     return e;
+  /* The base allows a container's devices and every GPU (base_devices);
+   * a worker is denied the GPUs it was not given, and the control devices
+   * when it was given none. On a host without GPUs: nothing to write. */
   if (h->ctrl & C_DEVICES) {
-    /* Every device denied (no disk to read raw, no node to make), then
-     * those a container has, then its GPUs. */
-    static const char *const allowed[] = {
-        "c 1:3 rwm",   /* null */ "c 1:5 rwm",   /* zero */ "c 1:7 rwm",   /* full */
-        "c 1:8 rwm",   /* random */ "c 1:9 rwm",                           /* urandom */
-        "c 5:0 rwm",   /* tty */ "c 5:2 rwm",    /* ptmx */ "c 136:* rwm", /* pts */
-        "c 10:200 rwm" /* tun */};
-    if ((e = put(dir, "devices.deny", "a")) != 0)
-      return e;
-    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-      if ((e = put(dir, "devices.allow", "%s", allowed[i])) != 0)
-        return e;
     for (int i = 0; i < CG_GPUS; i++)
-      if (cg.gpu[i][0] && (l->gpus & (1ULL << i)) &&
-          (e = put(dir, "devices.allow", "%s rwm", cg.gpu[i])) != 0)
+      if (cg.gpu[i][0] && !(l->gpus & (1ULL << i)) &&
+          (e = put(dir, "devices.deny", "%s rwm", cg.gpu[i])) != 0)
         return e;
-    for (int i = 0; i < cg.nctl && l->gpus; i++)
-      if ((e = put(dir, "devices.allow", "%s rwm", cg.ctl_dev[i])) != 0)
+    for (int i = 0; i < cg.nctl && !l->gpus; i++)
+      if ((e = put(dir, "devices.deny", "%s rwm", cg.ctl_dev[i])) != 0)
         return e;
   }
   return 0;

@@ -9,9 +9,11 @@
  * its state directory, so that a restarted controller finds the cgroups of
  * the workers it adopts). A worker's cgroup is named "ID.ATTEMPT".
  *
- * GPUs (cgroup v1's devices controller): the host's /dev/nvidiaN that a
- * worker was not given are denied to it, and so are the NVIDIA control
- * devices (nvidiactl, nvidia-uvm...) when it was given none. The devices
+ * Devices (cgroup v1's devices controller): every device is denied but a
+ * container's and the host's GPUs (on the base, which worker cgroups copy);
+ * the host's /dev/nvidiaN that a worker was not given are denied to it,
+ * and so are the NVIDIA control devices (nvidiactl, nvidia-uvm...) when it
+ * was given none. The devices
  * are found once, at setup, in $MUSTER_DEV_DIR (default /dev; tests point
  * it at device nodes of their own). cgroup v2 restricts devices through a
  * BPF program only, which muster does not load: there, GPUs are not

@@ -712,9 +712,13 @@ struct usage_lines {
 static void usage_line(void *arg, const char *id, const struct db_usage *u) {
   struct usage_lines *l = arg;
 
-  fprintf(l->cpu, "muster_worker_cpu_seconds{id=\"%s\"} %.3f\n", id, u->cpu_seconds);
-  fprintf(l->mem, "muster_worker_memory_bytes{id=\"%s\"} %lld\n", id, u->memory_bytes);
-  fprintf(l->peak, "muster_worker_memory_peak_bytes{id=\"%s\"} %lld\n", id, u->memory_peak_bytes);
+  /* (a counter the host lacks is -1: no sample) */
+  if (u->cpu_seconds >= 0)
+    fprintf(l->cpu, "muster_worker_cpu_seconds{id=\"%s\"} %.3f\n", id, u->cpu_seconds);
+  if (u->memory_bytes >= 0)
+    fprintf(l->mem, "muster_worker_memory_bytes{id=\"%s\"} %lld\n", id, u->memory_bytes);
+  if (u->memory_peak_bytes >= 0)
+    fprintf(l->peak, "muster_worker_memory_peak_bytes{id=\"%s\"} %lld\n", id, u->memory_peak_bytes);
 }
 
 enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {

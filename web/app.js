@@ -134,6 +134,7 @@ function resText(w) {
 }
 
 function fmtBytes(b) {
+  if (b === null || b === undefined) return '–';
   if (b < 1024 * 1024) return `${Math.round(b / 1024)} KiB`;
   if (b < 1024 * 1024 * 1024) return `${Math.round(b / (1024 * 1024))} MiB`;
   return `${(b / (1024 * 1024 * 1024)).toFixed(1)} GiB`;

@@ -694,21 +694,30 @@ static void job_cancel(const struct job *j, struct sigjob *out) {
   pthread_mutex_unlock(&lb.mu);
 }
 
+/* Fills u (id and attempt set) from its cgroup. Returns 0, or -1. */
+static int usage_read(struct backend_usage *u) {
+  struct cg_usage cu;
+  char name[32];
+
+  cg_name(u->id, u->attempt, name, sizeof(name));
+  if (cg_usage_of(name, &cu) != 0)
+    return -1;
+  u->cpu_seconds = cu.cpu_seconds;
+  u->memory_bytes = cu.memory_bytes;
+  u->memory_peak_bytes = cu.memory_peak_bytes;
+  return 0;
+}
+
 /* The end of a worker attempt's processes: its cgroup's last usage goes
  * to the state machine, then whatever is left in it is killed and the
  * cgroup removed. */
 static void cg_finish(const char *id, int attempt) {
   struct backend_usage u = {.id = id, .attempt = attempt, .final = 1};
-  struct cg_usage cu;
   char name[32];
 
   cg_name(id, attempt, name, sizeof(name));
-  if (cg_usage_of(name, &cu) == 0) {
-    u.cpu_seconds = cu.cpu_seconds;
-    u.memory_bytes = cu.memory_bytes;
-    u.memory_peak_bytes = cu.memory_peak_bytes;
+  if (usage_read(&u) == 0)
     backend_report_usage(&u, 1);
-  }
   /* (what will not die within 200 ms is left to the sweep, 5 s on: the
    * backend's thread has other workers to start) */
   if (cg_destroy(name, 200) != 0)
@@ -938,10 +947,10 @@ static void sweep_cgroups(int64_t now) {
 static void sample_usage(int64_t now) {
   static int64_t last;
   static unsigned long turn; /* where this round starts among the running */
-  struct backend_usage *u = NULL;
-  char(*ids)[16] = NULL;
+  struct backend_usage u[SAMPLE_MAX];
+  char ids[SAMPLE_MAX][16];
   unsigned long k = 0, running = 0;
-  int n = 0, cap = 0;
+  int n = 0, got = 0;
 
   if (!cg_enabled() || now - last < 1000)
     return;
@@ -954,46 +963,17 @@ static void sample_usage(int64_t now) {
   for (struct lproc *p = lb.head; p && n < SAMPLE_MAX; p = p->next) {
     if (!p->live || p->pid <= 0 || p->exited || k++ < turn)
       continue;
-    if (n == cap) {
-      int c2 = cap ? 2 * cap : 64;
-      struct backend_usage *gu = realloc(u, (size_t)c2 * sizeof(*gu));
-      char(*gi)[16];
-      if (!gu)
-        break;
-      u = gu;
-      gi = realloc(ids, (size_t)c2 * sizeof(*gi));
-      if (!gi)
-        break;
-      ids = gi;
-      cap = c2;
-    }
     snprintf(ids[n], sizeof(ids[n]), "%s", p->id);
-    u[n] = (struct backend_usage){.attempt = p->attempt};
+    u[n] = (struct backend_usage){.id = ids[n], .attempt = p->attempt};
     n++;
   }
   turn += (unsigned long)n;
   pthread_mutex_unlock(&lb.mu);
-  {
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-      struct cg_usage cu;
-      char name[32];
-
-      cg_name(ids[i], u[i].attempt, name, sizeof(name));
-      if (cg_usage_of(name, &cu) != 0)
-        continue;
-      u[k] = u[i];
-      u[k].id = ids[i];
-      u[k].cpu_seconds = cu.cpu_seconds;
-      u[k].memory_bytes = cu.memory_bytes;
-      u[k].memory_peak_bytes = cu.memory_peak_bytes;
-      k++;
-    }
-    if (k)
-      backend_report_usage(u, k);
-  }
-  free(u);
-  free(ids);
+  for (int i = 0; i < n; i++)
+    if (usage_read(&u[i]) == 0)
+      u[got++] = u[i];
+  if (got)
+    backend_report_usage(u, got);
 }
 
 static int64_t next_kill_ms(void) {

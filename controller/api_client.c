@@ -4,6 +4,7 @@
 #include "api_internal.h"
 
 #include "backend.h"
+#include "lease.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -137,6 +138,12 @@ static int groups_prepare(json_t *body, struct group *grs, int *ngr, const char 
                LAUNCH_MAX_N);
       return MUSTER_E_INVALID;
     }
+    if ((grs[i].lr.run == NULL) != (grs[0].lr.run == NULL) ||
+        (grs[i].lr.run && strcmp(grs[i].lr.run, grs[0].lr.run) != 0)) {
+      *field = "groups";
+      snprintf(msg, msglen, "the groups of one launch belong to one run");
+      return MUSTER_E_INVALID;
+    }
   }
   return 0;
 }
@@ -178,6 +185,31 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
   rc = db_begin(g.db);
   if (!rc)
     rc = db_session_touch(g.db, session, master_ip);
+  if (!rc && grs[0].lr.run) {
+    char st[16], run_session[72];
+    int rrc = db_run_state(g.db, grs[0].lr.run, st, sizeof(st), run_session, sizeof(run_session));
+    if (rrc == 0 && strcmp(st, "running") != 0)
+      snprintf(msg, sizeof(msg), "run %s has ended (%s): it takes no more workers", grs[0].lr.run,
+               st);
+    else if (rrc == 0 && strcmp(run_session, session) != 0)
+      snprintf(msg, sizeof(msg), "run %s belongs to session %s, not %s", grs[0].lr.run, run_session,
+               session);
+    else if (rrc == MUSTER_E_NOT_FOUND)
+      snprintf(msg, sizeof(msg), "there is no run %s", grs[0].lr.run);
+    else
+      msg[0] = '\0';
+    if (rrc == MUSTER_E_DB || msg[0]) {
+      db_rollback(g.db);
+      state_unlock();
+      ret = rrc == MUSTER_E_DB
+                ? api_respond_error(c, MUSTER_E_DB, NULL, "could not read the run")
+                : api_respond_error(c,
+                                    rrc == 0 && strcmp(st, "running") != 0 ? MUSTER_E_CONFLICT
+                                                                           : MUSTER_E_INVALID,
+                                    "run", "%s", msg);
+      goto out;
+    }
+  }
   for (int k = 0; !rc && k < ngr; k++) {
     const struct group *gr = &grs[k];
     for (long i = 0; !rc && i < gr->lr.n; i++) {
@@ -198,7 +230,8 @@ enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char 
                                 .token = gr->tokens[i],
                                 .master_ip = master_ip,
                                 .backend = g.cfg.backend,
-                                .launch_id = launch};
+                                .launch_id = launch,
+                                .run = grs[0].lr.run};
       rc = db_worker_insert(g.db, &w);
     }
   }
@@ -272,11 +305,8 @@ static enum MHD_Result collect_status(void *cls, enum MHD_ValueKind kind, const 
   return MHD_YES;
 }
 
-/* Reads the paging parameters limit (default 500, at most 5000) and before
- * (a cursor from an earlier page's "next"). Returns 0, or queues a 422
- * naming the parameter through *ret. */
-static MUST_CHECK int page_params(struct MHD_Connection *c, int *limit, int64_t *before,
-                                  enum MHD_Result *ret) {
+/* See api_internal.h. */
+int api_page_params(struct MHD_Connection *c, int *limit, int64_t *before, enum MHD_Result *ret) {
   const char *l = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
   const char *b = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
   long v;
@@ -307,6 +337,7 @@ enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *a
   struct list_query q = {json_array(), NULL};
   const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
   const char *role = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "role");
+  const char *run = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "run");
   char *statuses = NULL, seq[32], (*ids)[16];
   struct reader *rd;
   struct MHD_Response *r;
@@ -317,7 +348,7 @@ enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *a
   int64_t before, next;
   int limit, n = 0, rc;
 
-  if (page_params(c, &limit, &before, &ret) != 0) {
+  if (api_page_params(c, &limit, &before, &ret) != 0) {
     json_decref(q.statuses);
     return ret;
   }
@@ -340,7 +371,7 @@ enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *a
   /* The seq first: events after it may already show in the list, none
    * before it can be missing from it. */
   snprintf(seq, sizeof(seq), "%lld", (long long)db_last_event_seq(rd->db));
-  rc = db_worker_page(rd->db, statuses, session, role, before, limit, ids, &n, &next);
+  rc = db_worker_page(rd->db, statuses, session, role, run, before, limit, ids, &n, &next);
   /* The page is built as text from the cached objects: a page of finished
    * workers is copies, not queries. */
   out = rc ? NULL : open_memstream(&text, &textlen);
@@ -408,7 +439,7 @@ enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char 
   json_decref(w);
   snprintf(ids[0], sizeof(ids[0]), "%s", id);
   state_lock();
-  rc = sm_stop_many_locked(ids, 1, "stopped by the user");
+  rc = sm_stop_many_locked(ids, 1, "stopped by the user", NULL);
   state_unlock();
   if (rc)
     return api_respond_error(c, rc, NULL, "could not stop %s", id);
@@ -499,7 +530,7 @@ enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq, const
         snprintf(targets[k++], sizeof(targets[0]), "%s", w->id);
   }
   /* One transaction for all of them, however many. */
-  rc = sm_stop_many_locked(targets, n, "stopped by the user");
+  rc = sm_stop_many_locked(targets, n, "stopped by the user", NULL);
   state_unlock();
   if (rc) {
     ret = api_respond_error(c, rc, NULL, "could not stop the workers; none was stopped");
@@ -535,6 +566,9 @@ enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "name",
                              "there is no session %s (a session exists once it has launched)",
                              name);
+  state_lock();
+  json_object_set_new(o, "lease", lease_json_locked(name));
+  state_unlock();
   return api_respond_json(c, MHD_HTTP_OK, o);
 }
 
@@ -721,6 +755,12 @@ static void usage_line(void *arg, const char *id, const struct db_usage *u) {
     fprintf(l->peak, "muster_worker_memory_peak_bytes{id=\"%s\"} %lld\n", id, u->memory_peak_bytes);
 }
 
+static void lease_line(void *arg, const char *session, double ttl, double left) {
+  (void)ttl;
+  /* Session names are [A-Za-z0-9_.-]: nothing to escape. */
+  fprintf(arg, "muster_session_lease_seconds_left{session=\"%s\"} %.3f\n", session, left);
+}
+
 enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)rq;
   (void)arg;
@@ -770,6 +810,14 @@ enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char
     waiters++;
   for (struct stream *s = g.streams; s; s = s->next)
     streams++;
+  fprintf(f, "# HELP muster_session_lease_seconds_left Seconds until a session's lease runs out "
+             "(its workers are then stopped).\n"
+             "# TYPE muster_session_lease_seconds_left gauge\n");
+  leases_each_locked(lease_line, f);
+  fprintf(f,
+          "# HELP muster_leases_expired_total Leases that ran out since start.\n"
+          "# TYPE muster_leases_expired_total counter\nmuster_leases_expired_total %llu\n",
+          (unsigned long long)g.leases_expired);
   state_unlock();
   fprintf(f, "# HELP muster_workers Workers by status.\n# TYPE muster_workers gauge\n");
   json_object_foreach(counts, k, v)

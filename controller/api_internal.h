@@ -7,6 +7,7 @@
  *                 sessions, health, metrics, the web UI's files)
  *   api_worker.c  the calls of a worker's own muster-workerd
  *   api_stream.c  the event stream and logs (followed or not)
+ *   api_runs.c    sessions' leases, the session list, and runs
  *
  * Every handler has the route_fn shape; arg is the path's {id} or {name}
  * (already checked to be a worker id where the route names one), or the
@@ -45,7 +46,7 @@ enum route_auth {
 
 struct api_route {
   const char *method;
-  const char *path; /* "/api/v1/workers/{id}/logs": {id} is a worker id, {name} any segment */
+  const char *path; /* "/api/v1/workers/{id}/logs": {id} is a worker id, {name} or {run} any segment */
   enum route_auth auth;
   route_fn fn;
 };
@@ -95,6 +96,12 @@ const char *api_bearer(struct MHD_Connection *c);
  * through *ret. */
 json_t *api_parse_body(struct MHD_Connection *c, struct req *rq, enum MHD_Result *ret);
 
+/* Reads the paging parameters limit (default 500, at most 5000) and before
+ * (a cursor from an earlier page's "next"). Returns 0, or queues a 422
+ * naming the parameter through *ret (api_client.c). */
+MUST_CHECK int api_page_params(struct MHD_Connection *c, int *limit, int64_t *before,
+                               enum MHD_Result *ret);
+
 /* ---- await (api_client.c) ---- */
 
 /* Answers a resumed await and frees its waiter. */
@@ -118,6 +125,18 @@ MUST_CHECK enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req
                                             const char *arg);
 MUST_CHECK enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const char *arg);
 MUST_CHECK enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name);
+MUST_CHECK enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq,
+                                         const char *name);
+MUST_CHECK enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq,
+                                            const char *name);
+MUST_CHECK enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq,
+                                          const char *arg);
+MUST_CHECK enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, const char *arg);
+MUST_CHECK enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id);
+MUST_CHECK enum MHD_Result api_run_restart(struct MHD_Connection *c, struct req *rq,
+                                           const char *id);
+MUST_CHECK enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char *id);
 MUST_CHECK enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg);
 MUST_CHECK enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg);
 MUST_CHECK enum MHD_Result api_static(struct MHD_Connection *c, struct req *rq, const char *url);

@@ -35,6 +35,8 @@ enum {
   ST_PRUNE_EVENTS,
   ST_PRUNE_WORKER,
   ST_PRUNE_SESSIONS,
+  ST_PRUNE_RUNS,
+  ST_SET_RUN,
   ST_GATE_OPEN,
   ST_GATE_CLOSE,
   ST_COUNT_
@@ -45,7 +47,7 @@ enum {
   "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "                      \
   "backend_ref, exit_code, failure, created_at, running_at, finished_at, "                         \
   "last_heartbeat, signal, attempt, waiting_for, usage_cpu_seconds, usage_memory_bytes, "          \
-  "usage_memory_peak_bytes"
+  "usage_memory_peak_bytes, run"
 
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
@@ -57,14 +59,15 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_SESSION_TOUCH] = "INSERT INTO sessions(name, master_ip, created_at, exec_token) "
-                         "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO NOTHING",
+                         "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET "
+                         "master_ip = coalesce(master_ip, excluded.master_ip)",
     [ST_SESSION_GET] = "SELECT name, master_ip, created_at, exec_token FROM sessions "
                        "WHERE name = ?1",
     [ST_WORKER_INSERT] =
         "INSERT INTO workers(id, session, name, role, status, cpu, memory, nvidia_gpu, "
         "script, code, command, kernel, args, env, secret_env, token, master_ip, backend, "
-        "created_at, launch_id) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, ?8, ?9, "
-        "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+        "created_at, launch_id, run) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, ?8, ?9, "
+        "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
     [ST_EVENT_INSERT] = "INSERT INTO events(worker_id, at, \"from\", \"to\", detail) "
                         "VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_TRANSITION] =
@@ -86,6 +89,7 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_WORKER_LIST] = "SELECT id, rowid FROM workers "
                        "WHERE (?1 IS NULL OR status IN (SELECT value FROM json_each(?1))) "
                        "AND (?2 IS NULL OR session = ?2) AND (?3 IS NULL OR role = ?3) "
+                       "AND (?6 IS NULL OR run = ?6) "
                        "AND rowid < ?4 ORDER BY rowid DESC LIMIT ?5",
     [ST_WORKER_INFO] = "SELECT " INFO_COLS " FROM workers WHERE id = ?1",
     [ST_LIVE] = "SELECT " INFO_COLS " FROM workers "
@@ -106,8 +110,13 @@ static const char *const statement_sql[ST_COUNT_] = {
                       "LIMIT ?2",
     [ST_PRUNE_EVENTS] = "DELETE FROM events WHERE worker_id = ?1",
     [ST_PRUNE_WORKER] = "DELETE FROM workers WHERE id = ?1",
-    [ST_PRUNE_SESSIONS] = "DELETE FROM sessions WHERE created_at < ?1 AND NOT EXISTS "
-                          "(SELECT 1 FROM workers WHERE workers.session = sessions.name)",
+    [ST_PRUNE_SESSIONS] = "DELETE FROM sessions WHERE created_at < ?1 "
+                          "AND lease_ttl_seconds IS NULL AND NOT EXISTS "
+                          "(SELECT 1 FROM workers WHERE workers.session = sessions.name) "
+                          "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.session = sessions.name)",
+    [ST_PRUNE_RUNS] = "DELETE FROM runs WHERE status <> 'running' AND finished_at < ?1 "
+                      "AND NOT EXISTS (SELECT 1 FROM workers WHERE workers.run = runs.id)",
+    [ST_SET_RUN] = "UPDATE workers SET run = ?2 WHERE id = ?1 AND run IS NULL",
     [ST_GATE_OPEN] = "INSERT INTO prune_gate(open) VALUES (1)",
     [ST_GATE_CLOSE] = "DELETE FROM prune_gate",
 };
@@ -338,6 +347,18 @@ void db_rollback(struct db *db) {
   dirty_flush(db);
 }
 
+sqlite3 *db_sqlite_(struct db *db) {
+  return db->conn;
+}
+
+int db_worker_set_run(struct db *db, const char *id, const char *run) {
+  sqlite3_stmt *s = stmt(db, ST_SET_RUN);
+
+  bind_text_or_null(s, 1, id);
+  bind_text_or_null(s, 2, run);
+  return exec_write(db, s, id);
+}
+
 const char *db_errmsg(struct db *db) {
   return sqlite3_errmsg(db->conn);
 }
@@ -409,6 +430,7 @@ int db_worker_insert(struct db *db, const struct db_worker_new *w) {
   bind_text_or_null(s, 17, w->backend);
   bind_text_or_null(s, 18, now);
   bind_text_or_null(s, 19, w->launch_id);
+  bind_text_or_null(s, 20, w->run);
   rc = exec_stmt(s);
   if (rc)
     return rc;
@@ -548,7 +570,7 @@ static json_t *row_to_worker(sqlite3_stmt *s) {
                                   peak >= 0 ? json_integer(peak) : json_null()));
   } else
     json_object_set_new(w, "usage", json_null());
-  json_object_set_new(w, "run", json_null());
+  json_object_set_new(w, "run", col_text(s, 32));
   return w;
 }
 
@@ -570,7 +592,8 @@ static void copy_col(sqlite3_stmt *s, int i, char *dst, size_t size) {
 }
 
 int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
-                   int64_t before, int limit, char (*ids)[16], int *n, int64_t *next) {
+                   const char *run, int64_t before, int limit, char (*ids)[16], int *n,
+                   int64_t *next) {
   sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
   int64_t last = 0;
   int rc;
@@ -580,6 +603,7 @@ int db_worker_page(struct db *db, const char *statuses_json, const char *session
   bind_text_or_null(s, 1, statuses_json);
   bind_text_or_null(s, 2, session);
   bind_text_or_null(s, 3, role);
+  bind_text_or_null(s, 6, run);
   sqlite3_bind_int64(s, 4, before > 0 ? before : INT64_MAX);
   /* One row more than asked for tells whether there is a next page. */
   sqlite3_bind_int(s, 5, limit + 1);
@@ -815,6 +839,12 @@ int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n
     bind_text_or_null(s, 1, ids[i]);
     rc = exec_stmt(s);
     mark_dirty(db, ids[i]);
+  }
+  /* Ended runs go with their last worker; sessions after their runs. */
+  if (!rc) {
+    s = stmt(db, ST_PRUNE_RUNS);
+    bind_text_or_null(s, 1, cutoff);
+    rc = exec_stmt(s);
   }
   if (!rc) {
     s = stmt(db, ST_PRUNE_SESSIONS);

@@ -34,6 +34,7 @@ struct db_worker_new {
   const char *script, *code, *kernel;
   const char *command_json, *args_json, *env_json, *secret_env_json;
   const char *token, *master_ip, *backend, *launch_id;
+  const char *run; /* the run it belongs to, or NULL */
 };
 
 /* Fields that a transition may set; NULL / -1 leaves a column as it is. */
@@ -103,13 +104,13 @@ int db_worker_usage(struct db *db, const char *id, const struct db_usage *u)
 json_t *db_worker_json(struct db *db, const char *id);
 
 /* One page of worker ids, newest first, filtered by statuses (a JSON array
- * of names, or NULL for all), session and role (NULL for any): at most
+ * of names, or NULL for all), session, role and run (NULL for any): at most
  * limit ids (ids has room for limit) of workers older than the cursor
  * before (0: from the newest), their number in *n. *next is the cursor of
  * the page after this one, 0 if this is the last. */
 int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
-                   int64_t before, int limit, char (*ids)[16], int *n, int64_t *next)
-    __attribute__((warn_unused_result));
+                   const char *run, int64_t before, int limit, char (*ids)[16], int *n,
+                   int64_t *next) __attribute__((warn_unused_result));
 
 /* Records the backend's reference of worker id's attempt (if that attempt
  * is still current and the worker live). */
@@ -173,6 +174,49 @@ json_t *db_status_counts(struct db *db);
 /* Calls fn for each live worker that has a usage sample, by id. */
 void db_live_usage(struct db *db, void (*fn)(void *arg, const char *id, const struct db_usage *u),
                    void *arg);
+
+/* Sets worker id's run, if it has none yet. */
+int db_worker_set_run(struct db *db, const char *id, const char *run)
+    __attribute__((warn_unused_result));
+
+/* ---- sessions' leases and runs (db_runs.c) ---- */
+
+/* Records the lease of session name (ttl in seconds; ttl <= 0: no lease).
+ * The session row is made if it is new. */
+MUST_CHECK int db_lease_set(struct db *db, const char *name, double ttl);
+/* Calls fn for every session that holds a lease, with its ttl. */
+MUST_CHECK int db_leases(struct db *db, void (*fn)(void *arg, const char *session, double ttl),
+                         void *arg);
+
+/* A new run in status running. command_json: a JSON array. */
+struct db_run_new {
+  const char *id, *session, *mode, *command_json;
+  int max_restarts;
+};
+MUST_CHECK int db_run_insert(struct db *db, const struct db_run_new *r);
+/* The API's run object: a new reference, or NULL if there is no such run. */
+json_t *db_run_json(struct db *db, const char *id);
+/* One page of run ids, newest first, filtered by session and status (NULL:
+ * any); paged as db_worker_page(). */
+MUST_CHECK int db_run_page(struct db *db, const char *session, const char *status, int64_t before,
+                           int limit, char (*ids)[16], int *n, int64_t *next);
+/* Copies run id's status and session; MUSTER_E_NOT_FOUND if none. */
+MUST_CHECK int db_run_state(struct db *db, const char *id, char *status, size_t slen, char *session,
+                            size_t sesslen);
+/* Records a restart of run id and its cause. MUSTER_E_NOT_FOUND, or
+ * MUSTER_E_CONFLICT if the run ended or has used its max_restarts. */
+MUST_CHECK int db_run_restart(struct db *db, const char *id, const char *cause);
+/* Ends run id with status (succeeded, failed or stopped), summary (JSON
+ * text or NULL) and failure (or NULL). MUSTER_E_NOT_FOUND, or
+ * MUSTER_E_CONFLICT if it had ended. */
+MUST_CHECK int db_run_end(struct db *db, const char *id, const char *status,
+                          const char *summary_json, const char *failure);
+/* Fails every running run of session with failure; *n gets their number. */
+MUST_CHECK int db_runs_fail_session(struct db *db, const char *session, const char *failure,
+                                    int *n);
+
+/* The SQLite connection, for db_runs.c only. */
+sqlite3 *db_sqlite_(struct db *db);
 
 /* The last SQLite error message, for logs. */
 const char *db_errmsg(struct db *db);

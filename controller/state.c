@@ -3,6 +3,7 @@
 
 #include "backend.h"
 #include "fault.h"
+#include "lease.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
@@ -426,7 +427,7 @@ int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const c
   return 0;
 }
 
-int sm_stop_many_locked(char (*ids)[16], int n, const char *detail) {
+int sm_stop_many_locked(char (*ids)[16], int n, const char *detail, const char *failure) {
   char(*cancel)[16] = calloc((size_t)n + 1, sizeof(*cancel));
   int rc, ncancel = 0;
 
@@ -446,6 +447,7 @@ int sm_stop_many_locked(char (*ids)[16], int n, const char *detail) {
     if (!w || ws_terminal(w->status))
       continue;
     f.set_finished_at = 1;
+    f.failure = failure;
     if (w->attempt > 0)
       snprintf(cancel[ncancel++], sizeof(cancel[0]), "%s", w->id);
     rc = sm_transition(w, WS_STOPPED, &f, detail);
@@ -733,6 +735,7 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   g.backend_started = 1;
   state_lock();
   restore_live_locked();
+  leases_restore_locked();
   g.schedule_needed = 1;
   state_unlock();
   return 0;
@@ -1194,6 +1197,7 @@ static void *monitor_main(void *arg) {
     int64_t now = util_mono_ms();
 
     check_timeouts_locked(now);
+    leases_expire_locked(now);
     if (g.schedule_needed && !g.shutting_down)
       schedule_locked();
     expire_waiters_locked(now);
@@ -1258,6 +1262,7 @@ void state_cleanup(void) {
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;
+  leases_free_locked();
   db_close(g.db);
   g.db = NULL;
 }

@@ -181,6 +181,7 @@ struct ctl {
   /* counters for /metrics */
   uint64_t http_requests;
   uint64_t transitions;
+  uint64_t leases_expired;
 };
 
 extern struct ctl g;
@@ -227,8 +228,9 @@ int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const c
                      enum backend_cancel how) __attribute__((warn_unused_result));
 
 /* Stops the live workers of ids (n of them) in one transaction, each with
- * detail as its event; terminal or unknown ones are skipped. */
-int sm_stop_many_locked(char (*ids)[16], int n, const char *detail)
+ * detail as its event and failure (NULL: none) as its failure; terminal or
+ * unknown ones are skipped. */
+int sm_stop_many_locked(char (*ids)[16], int n, const char *detail, const char *failure)
     __attribute__((warn_unused_result));
 
 /* sm_finish_locked() for a failure: f.failure = why, killed at once. */

@@ -24,13 +24,22 @@ static int fail(int code, const char **field, const char *name, char *msg, size_
   return code;
 }
 
-int validate_worker_id(const char *s) {
-  if (!s || strlen(s) != 12 || s[0] != 'w' || s[1] != '-')
+/* "P-" and 10 of [a-z0-9]. */
+static int id_with_prefix(const char *s, char prefix) {
+  if (!s || strlen(s) != 12 || s[0] != prefix || s[1] != '-')
     return 0;
   for (int i = 2; i < 12; i++)
     if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
       return 0;
   return 1;
+}
+
+int validate_worker_id(const char *s) {
+  return id_with_prefix(s, 'w');
+}
+
+int validate_run_id(const char *s) {
+  return id_with_prefix(s, 'r');
 }
 
 int validate_name(const char *s) {
@@ -176,7 +185,7 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
                     size_t msglen) {
   static const char *const known[] = {"n",          "cpu",     "memory", "nvidia_gpu", "script",
                                       "code",       "command", "kernel", "args",       "env",
-                                      "secret_env", "role",    "name",   "session"};
+                                      "secret_env", "role",    "name",   "session",    "run"};
   const char *key;
   json_t *v;
   int rc, programs = 0;
@@ -199,7 +208,7 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
     if (i == nk)
       return fail(MUSTER_E_INVALID, field, "body", msg, msglen,
                   "unknown field \"%.64s\" (known: n, cpu, memory, nvidia_gpu, script, "
-                  "code, command, kernel, args, env, secret_env, role, name, session)",
+                  "code, command, kernel, args, env, secret_env, role, name, session, run)",
                   key);
   }
 
@@ -229,8 +238,12 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
       (rc = opt_string(body, "kernel", 255, &out->kernel, field, msg, msglen)) ||
       (rc = opt_string(body, "role", 64, &out->role, field, msg, msglen)) ||
       (rc = opt_string(body, "name", 128, &out->name, field, msg, msglen)) ||
-      (rc = opt_string(body, "session", 64, &out->session, field, msg, msglen)))
+      (rc = opt_string(body, "session", 64, &out->session, field, msg, msglen)) ||
+      (rc = opt_string(body, "run", 64, &out->run, field, msg, msglen)))
     return rc;
+  if (out->run && !validate_run_id(out->run))
+    return fail(MUSTER_E_INVALID, field, "run", msg, msglen,
+                "run must be a run id (like \"r-3kf9x2m1qa\")");
   /* CML passes script="" and code="" for "not given". */
   if (out->script && !*out->script)
     out->script = NULL;

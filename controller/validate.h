@@ -19,6 +19,7 @@ struct launch_req {
   double cpu, memory;
   int nvidia_gpu;
   const char *script, *code, *kernel, *role, *name, *session;
+  const char *run;    /* the run the workers belong to, or NULL */
   json_t *command;    /* array of strings, or NULL */
   json_t *args;       /* array of strings, or NULL */
   json_t *env;        /* object of strings, or NULL */
@@ -72,6 +73,8 @@ int validate_exit(json_t *body, struct exit_req *out, const char **field, char *
 
 /* 1 if s looks like a worker id: "w-" and 10 of [a-z0-9]. */
 int validate_worker_id(const char *s);
+/* 1 if s looks like a run id ("r-" and 10 of [a-z0-9]). */
+int validate_run_id(const char *s);
 
 /* 1 if s is a session, role or similar name: 1..64 of [A-Za-z0-9_.-]. */
 int validate_name(const char *s);

@@ -1,0 +1,442 @@
+/* api_runs.c: sessions' leases, the session list, and runs (see
+ * api_internal.h and docs/design.md). */
+#include "api_internal.h"
+#include "lease.h"
+#include "log.h"
+#include "muster_errors.h"
+#include "state.h"
+#include "validate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUN_MAX_RESTARTS 1000
+
+/* 1 if every key of body is one of known (n of them); else queues a 422
+ * naming the first other one through *ret. */
+static int known_fields(struct MHD_Connection *c, json_t *body, const char *const *known, size_t n,
+                        const char *list, enum MHD_Result *ret) {
+  const char *key;
+  json_t *v;
+
+  json_object_foreach(body, key, v) {
+    size_t i;
+    for (i = 0; i < n && strcmp(key, known[i]) != 0; i++)
+      ;
+    if (i == n) {
+      *ret = api_respond_error(c, MUSTER_E_INVALID, "body", "unknown field \"%.64s\" (known: %s)",
+                               key, list);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static MUST_CHECK enum MHD_Result bad_session_name(struct MHD_Connection *c, const char *name) {
+  return api_respond_error(c, MUSTER_E_NOT_FOUND, "name",
+                           "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
+                           "or '-')",
+                           name);
+}
+
+/* ---- PUT / DELETE /api/v1/sessions/{name}/lease ---- */
+
+enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const char *name) {
+  static const char *const known[] = {"ttl_seconds"};
+  json_t *body = NULL, *v, *lease;
+  enum MHD_Result ret = MHD_NO;
+  double ttl = 30;
+  int64_t expires;
+  int rc;
+
+  if (!validate_name(name))
+    return bad_session_name(c, name);
+  if (rq->len) {
+    body = api_parse_body(c, rq, &ret);
+    if (!body)
+      return ret;
+    if (!known_fields(c, body, known, 1, "ttl_seconds", &ret))
+      goto out;
+  }
+  v = json_object_get(body, "ttl_seconds");
+  if (v && !json_is_null(v)) {
+    if (!json_is_number(v) || json_number_value(v) < LEASE_TTL_MIN ||
+        json_number_value(v) > LEASE_TTL_MAX) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "ttl_seconds",
+                              "ttl_seconds must be a number from %.0f to %.0f (seconds)",
+                              LEASE_TTL_MIN, LEASE_TTL_MAX);
+      goto out;
+    }
+    ttl = json_number_value(v);
+  }
+  state_lock();
+  if (g.shutting_down) {
+    state_unlock();
+    ret = api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
+    goto out;
+  }
+  rc = lease_put_locked(name, ttl, &expires);
+  lease = rc ? NULL : lease_json_locked(name);
+  state_unlock();
+  if (rc == MUSTER_E_CONFLICT)
+    ret = api_respond_error(c, rc, NULL, "%d sessions hold a lease already; give one back first",
+                            LEASE_MAX);
+  else if (rc)
+    ret = api_respond_error(c, rc, NULL, "could not store the lease of session %s", name);
+  else {
+    json_object_set_new(lease, "session", json_string(name));
+    ret = api_respond_json(c, MHD_HTTP_OK, lease);
+  }
+out:
+  json_decref(body);
+  return ret;
+}
+
+enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq, const char *name) {
+  (void)rq;
+  int rc;
+
+  if (!validate_name(name))
+    return bad_session_name(c, name);
+  state_lock();
+  rc = lease_drop_locked(name);
+  state_unlock();
+  if (rc == MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, rc, "name", "session %s holds no lease", name);
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not give back the lease of session %s", name);
+  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:s, s:n}", "session", name, "lease"));
+}
+
+/* ---- GET /api/v1/sessions ---- */
+
+struct session_list {
+  json_t *by_name; /* name -> {"name", "live_workers", "lease"} */
+};
+
+static json_t *session_entry(struct session_list *sl, const char *name) {
+  json_t *o = json_object_get(sl->by_name, name);
+
+  if (!o) {
+    o = json_pack("{s:s, s:i, s:n}", "name", name, "live_workers", 0, "lease");
+    json_object_set_new(sl->by_name, name, o);
+  }
+  return o;
+}
+
+static void add_lease(void *arg, const char *session, double ttl, double left) {
+  (void)ttl;
+  (void)left;
+  json_object_set_new(session_entry(arg, session), "lease", lease_json_locked(session));
+}
+
+enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)rq;
+  (void)arg;
+  struct session_list sl = {json_object()};
+  json_t *out = json_array(), *v;
+  const char *key;
+
+  state_lock();
+  for (struct lw *w = g.head; w; w = w->next) {
+    json_t *o = session_entry(&sl, w->session);
+    json_object_set_new(o, "live_workers",
+                        json_integer(json_integer_value(json_object_get(o, "live_workers")) + 1));
+  }
+  leases_each_locked(add_lease, &sl);
+  state_unlock();
+  json_object_foreach(sl.by_name, key, v) json_array_append(out, v);
+  json_decref(sl.by_name);
+  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:o}", "sessions", out));
+}
+
+/* ---- POST /api/v1/runs ---- */
+
+enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)arg;
+  static const char *const known[] = {"mode", "command", "session", "workers", "max_restarts"};
+  json_t *body, *v, *workers, *item, *run = NULL;
+  const char *mode, *session = "default";
+  char id[16], *command = NULL;
+  struct reader *rd;
+  enum MHD_Result ret = MHD_NO;
+  int max_restarts = 0, rc;
+  size_t i;
+
+  body = api_parse_body(c, rq, &ret);
+  if (!body)
+    return ret;
+  if (!known_fields(c, body, known, 5, "mode, command, session, workers, max_restarts", &ret))
+    goto out;
+  mode = json_string_value(json_object_get(body, "mode"));
+  if (!validate_name(mode)) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "mode",
+                            "mode is required: a name such as allreduce, ps or exec");
+    goto out;
+  }
+  v = json_object_get(body, "command");
+  if (!json_is_array(v) || json_array_size(v) > 256) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "command",
+                            "command must be an array of at most 256 strings (the run's command)");
+    goto out;
+  }
+  json_array_foreach(v, i, item) if (!json_is_string(item) || json_string_length(item) > 4096) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "command",
+                            "command[%zu] must be a string of at most 4096 characters", i);
+    goto out;
+  }
+  v = json_object_get(body, "session");
+  if (v && !json_is_null(v)) {
+    session = json_string_value(v);
+    if (!validate_name(session)) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "session",
+                              "session must be 1 to 64 letters, digits, '_', '.' or '-'");
+      goto out;
+    }
+  }
+  v = json_object_get(body, "max_restarts");
+  if (v && !json_is_null(v)) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > RUN_MAX_RESTARTS) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "max_restarts",
+                              "max_restarts must be an integer from 0 to %d", RUN_MAX_RESTARTS);
+      goto out;
+    }
+    max_restarts = (int)json_integer_value(v);
+  }
+  workers = json_object_get(body, "workers");
+  if (workers && !json_is_null(workers) &&
+      (!json_is_array(workers) || json_array_size(workers) > LAUNCH_MAX_N * 4)) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "workers",
+                            "workers must be an array of at most %d worker ids", LAUNCH_MAX_N * 4);
+    goto out;
+  }
+  /* Each named worker must exist, be of the session, and be in no run. */
+  rd = api_reader_get();
+  json_array_foreach(workers, i, item) {
+    const char *wid = json_string_value(item);
+    json_t *w = validate_worker_id(wid) ? db_worker_json(rd->db, wid) : NULL;
+    const char *why = !validate_worker_id(wid) ? "is not a worker id"
+                      : !w                     ? "is no worker"
+                      : strcmp(json_string_value(json_object_get(w, "session")), session) != 0
+                          ? "is of another session"
+                      : !json_is_null(json_object_get(w, "run")) ? "belongs to another run"
+                                                                 : NULL;
+    json_decref(w);
+    if (why) {
+      api_reader_put(rd);
+      ret = api_respond_error(c, MUSTER_E_INVALID, "workers", "workers[%zu] (%.40s) %s", i,
+                              wid ? wid : "?", why);
+      goto out;
+    }
+  }
+  api_reader_put(rd);
+  command = json_dumps(json_object_get(body, "command"), JSON_COMPACT);
+  memcpy(id, "r-", 2);
+  if (!command || util_random_alnum(id + 2, 10) != 0) {
+    ret = api_respond_error(c, MUSTER_E_INTERNAL, NULL, "could not make the run's id");
+    goto out;
+  }
+
+  state_lock();
+  rc = db_begin(g.db);
+  if (!rc)
+    rc = db_session_touch(g.db, session, NULL);
+  if (!rc) {
+    struct db_run_new r = {id, session, mode, command, max_restarts};
+    rc = db_run_insert(g.db, &r);
+  }
+  json_array_foreach(workers, i, item) if (!rc) rc =
+      db_worker_set_run(g.db, json_string_value(item), id);
+  if (!rc)
+    rc = db_commit(g.db);
+  if (rc) {
+    LOG(LOG_ERROR, "could not store a run: %s", db_errmsg(g.db));
+    db_rollback(g.db);
+  }
+  state_unlock();
+  if (rc) {
+    ret = api_respond_error(c, MUSTER_E_DB, NULL, "the run could not be stored");
+    goto out;
+  }
+  rd = api_reader_get();
+  run = db_run_json(rd->db, id);
+  api_reader_put(rd);
+  LOG(LOG_INFO, "run %s (%s) recorded in session %s", id, mode, session);
+  ret = run ? api_respond_json(c, MHD_HTTP_CREATED, run)
+            : api_respond_error(c, MUSTER_E_DB, NULL, "could not read the run back");
+out:
+  free(command);
+  json_decref(body);
+  return ret;
+}
+
+/* ---- GET /api/v1/runs, GET /api/v1/runs/{id} ---- */
+
+static json_t *run_read(const char *id) {
+  struct reader *rd = api_reader_get();
+  json_t *o = db_run_json(rd->db, id);
+
+  api_reader_put(rd);
+  return o;
+}
+
+enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id) {
+  (void)rq;
+  json_t *o = validate_run_id(id) ? run_read(id) : NULL;
+
+  if (!o)
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
+  return api_respond_json(c, MHD_HTTP_OK, o);
+}
+
+enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)rq;
+  (void)arg;
+  const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
+  const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
+  char(*ids)[16];
+  struct reader *rd;
+  json_t *runs;
+  enum MHD_Result ret;
+  int64_t before, next;
+  int limit, n = 0, rc;
+
+  if (api_page_params(c, &limit, &before, &ret) != 0)
+    return ret;
+  if (status && strcmp(status, "running") != 0 && strcmp(status, "succeeded") != 0 &&
+      strcmp(status, "failed") != 0 && strcmp(status, "stopped") != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "status",
+                             "status must be running, succeeded, failed or stopped");
+  ids = calloc((size_t)limit, sizeof(*ids));
+  if (!ids)
+    return api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
+  runs = json_array();
+  rd = api_reader_get();
+  rc = db_run_page(rd->db, session, status, before, limit, ids, &n, &next);
+  for (int i = 0; !rc && i < n; i++) {
+    json_t *o = db_run_json(rd->db, ids[i]);
+    if (o)
+      json_array_append_new(runs, o);
+  }
+  api_reader_put(rd);
+  free(ids);
+  if (rc) {
+    json_decref(runs);
+    return api_respond_error(c, MUSTER_E_DB, NULL, "could not list runs");
+  }
+  return api_respond_json(c, MHD_HTTP_OK,
+                          json_pack("{s:o, s:o}", "runs", runs, "next",
+                                    next ? json_sprintf("%lld", (long long)next) : json_null()));
+}
+
+/* ---- POST /api/v1/runs/{id}/restarts, POST /api/v1/runs/{id}/end ---- */
+
+/* Answers a change of run id that rc tells about: the run now, or why not. */
+static MUST_CHECK enum MHD_Result run_changed(struct MHD_Connection *c, const char *id, int rc,
+                                              const char *conflict) {
+  json_t *o;
+
+  if (rc == MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, rc, "id", "there is no run %s", id);
+  if (rc == MUSTER_E_CONFLICT) {
+    enum MHD_Result r;
+    const char *st;
+
+    o = run_read(id);
+    st = json_string_value(json_object_get(o, "status"));
+    if (st && strcmp(st, "running") != 0)
+      r = api_respond_error(c, rc, "status", "run %s has ended (%s)", id, st);
+    else
+      r = api_respond_error(c, rc, NULL, "%s", conflict);
+    json_decref(o);
+    return r;
+  }
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not change run %s", id);
+  o = run_read(id);
+  return o ? api_respond_json(c, MHD_HTTP_OK, o)
+           : api_respond_error(c, MUSTER_E_DB, NULL, "could not read run %s back", id);
+}
+
+enum MHD_Result api_run_restart(struct MHD_Connection *c, struct req *rq, const char *id) {
+  static const char *const known[] = {"cause"};
+  json_t *body;
+  const char *cause;
+  enum MHD_Result ret = MHD_NO;
+  char msg[160];
+  int rc;
+
+  if (!validate_run_id(id))
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
+  body = api_parse_body(c, rq, &ret);
+  if (!body)
+    return ret;
+  if (!known_fields(c, body, known, 1, "cause", &ret))
+    goto out;
+  cause = json_string_value(json_object_get(body, "cause"));
+  if (!cause || !*cause || strlen(cause) > 4096) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "cause",
+                            "cause is required: a sentence of at most 4096 characters");
+    goto out;
+  }
+  state_lock();
+  rc = db_run_restart(g.db, id, cause);
+  state_unlock();
+  snprintf(msg, sizeof(msg), "run %s has used all of its restarts (max_restarts)", id);
+  ret = run_changed(c, id, rc, msg);
+out:
+  json_decref(body);
+  return ret;
+}
+
+enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char *id) {
+  static const char *const known[] = {"status", "summary", "failure"};
+  json_t *body, *summary;
+  const char *status, *failure;
+  char *summary_text = NULL;
+  enum MHD_Result ret = MHD_NO;
+  int rc;
+
+  if (!validate_run_id(id))
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
+  body = api_parse_body(c, rq, &ret);
+  if (!body)
+    return ret;
+  if (!known_fields(c, body, known, 3, "status, summary, failure", &ret))
+    goto out;
+  status = json_string_value(json_object_get(body, "status"));
+  if (!status || (strcmp(status, "succeeded") != 0 && strcmp(status, "failed") != 0 &&
+                  strcmp(status, "stopped") != 0)) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "status",
+                            "status must be succeeded, failed or stopped");
+    goto out;
+  }
+  failure = json_string_value(json_object_get(body, "failure"));
+  if (json_object_get(body, "failure") && !json_is_null(json_object_get(body, "failure")) &&
+      (!failure || strlen(failure) > 16384)) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "failure",
+                            "failure must be a string of at most 16384 characters");
+    goto out;
+  }
+  summary = json_object_get(body, "summary");
+  if (summary && !json_is_null(summary)) {
+    summary_text = json_dumps(summary, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!summary_text || strlen(summary_text) > 65536) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "summary",
+                              "summary must be JSON of at most 64 KiB");
+      goto out;
+    }
+  }
+  state_lock();
+  rc = db_run_end(g.db, id, status, summary_text, failure);
+  state_unlock();
+  if (!rc)
+    LOG(LOG_INFO, "run %s ended: %s", id, status);
+  ret = run_changed(c, id, rc, "the run has ended");
+out:
+  free(summary_text);
+  json_decref(body);
+  return ret;
+}

@@ -66,15 +66,22 @@ static inline bool env_to_slurm_job(const char *var) {
 
 /* What muster run sets for its mpirun itself. */
 static inline bool env_run_sets(const char *var) {
-  static const char *const list[] = {"MUSTER_EXEC_",
-                                     "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE=", NULL};
+  static const char *const list[] = {
+      "MUSTER_EXEC_", "MUSTER_RESTART_COUNT=", "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE=", NULL};
   return env_in(var, list);
 }
 
 /* What an Open MPI daemon gives its ranks (and what mpirun -x passes on). */
 static inline bool env_rank_forwards(const char *var) {
-  static const char *const list[] = {"OMPI_",        "PMIX_",        "OPAL_",       "ORTE_",
-                                     "MASTER_ADDR=", "MASTER_PORT=", "WORLD_SIZE=", NULL};
+  static const char *const list[] = {"OMPI_",
+                                     "PMIX_",
+                                     "OPAL_",
+                                     "ORTE_",
+                                     "MASTER_ADDR=",
+                                     "MASTER_PORT=",
+                                     "WORLD_SIZE=",
+                                     "MUSTER_RESTART_COUNT=",
+                                     NULL};
   return env_in(var, list);
 }
 

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ static const char usage_main[] =
     "  logs       print (or follow) a worker's output\n"
     "  exec       run a command inside a worker (stdin/stdout relayed; no SSH)\n"
     "  run        launch a cluster, train across it (ps, allreduce, exec), stop it\n"
+    "  runs       list runs (muster run's and run_cluster()'s)\n"
     "  rsh        Open MPI's rsh agent on the exec channel (used by muster run)\n"
     "  rank       start an Open MPI rank inside its own worker (used by muster run)\n"
     "\n"
@@ -67,6 +69,11 @@ static const char usage_launch[] =
     "  --name N          a name for the workers\n"
     "  --session S       session (default $MUSTER_SESSION or default)\n"
     "  --json            print the workers as JSON\n"
+    "  --lease           hold the session's lease and stay until the workers end:\n"
+    "                    if this command dies, they stop within the lease's ttl;\n"
+    "                    Ctrl-C (or SIGTERM) stops them at once (without --session,\n"
+    "                    a session of its own, launch-XXXXXXXX, named on stderr)\n"
+    "  --lease-ttl S     the lease's ttl in seconds (default 30)\n"
     "\n"
     "Without --script, --code or a command, the workers are idle until stopped.\n";
 
@@ -122,7 +129,8 @@ static const char usage_rank[] =
 static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
     "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
-    "                  [--timeout S] [--session S] -- COMMAND [ARGS...]\n"
+    "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
+    "                  [--no-lease] [--run-dir DIR] -- COMMAND [ARGS...]\n"
     "\n"
     "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
     "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
@@ -135,7 +143,22 @@ static const char usage_run[] =
     "Output comes prefixed with role and index. When any worker fails the rest are\n"
     "stopped and the failure is reported; every worker is stopped at the end.\n"
     "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
-    "the wait for the workers to start.\n";
+    "the wait for the workers to start.\n"
+    "\n"
+    "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
+    "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
+    "workers stop within the ttl (--no-lease: they stay until stopped).\n"
+    "--max-restarts K: when a worker or rank fails, every worker is stopped, new\n"
+    "ones start and the command runs again, up to K times; muster-train resumes\n"
+    "from its last checkpoint (--checkpoint, by default in the run's directory:\n"
+    "--run-dir, $MUSTER_RUN_DIR or ~/.muster/runs, which the workers must reach),\n"
+    "other commands start again with MUSTER_RESTART_COUNT set.\n";
+
+static const char usage_runs[] =
+    "usage: muster runs [--session S] [--status S] [-n N] [--json]\n"
+    "\n"
+    "Lists runs, newest first (at most N, default 50; --status running, succeeded,\n"
+    "failed or stopped).\n";
 
 static int usage_error(const char *usage, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -415,13 +438,111 @@ static MUST_CHECK int read_ids_stdin(struct strv *ids, char **store) {
 
 /* ---- commands ---- */
 
+/* muster launch --lease: a thread that waits for SIGINT, SIGTERM or
+ * SIGHUP (blocked in every thread) and cancels the main thread's await. */
+struct sigwatch {
+  sigset_t set;
+  muster_client *c;
+  volatile int got;
+};
+
+static void *sigwatch_main(void *arg) {
+  struct sigwatch *s = arg;
+  int sig = 0;
+
+  if (sigwait(&s->set, &sig) == 0 && sig != SIGUSR1) {
+    s->got = sig;
+    muster_client_cancel(s->c);
+  }
+  return NULL;
+}
+
+/* Launches o holding its session's lease, prints the workers, and stays
+ * until they have all ended (exit 0 if all succeeded) or a signal comes
+ * (they are stopped at once). If this process dies, the lease runs out
+ * and the controller stops them. */
+static int launch_leased(muster_client *c, const muster_launch_opts *o, double ttl, int as_json) {
+  struct sigwatch sw = {.c = NULL, .got = 0};
+  muster_lease *lease = NULL;
+  muster_worker_list ws = {0};
+  muster_await_result ar;
+  const char **ids = NULL;
+  pthread_t t;
+  int rc, code = EXIT_OK, watching = 0;
+
+  memset(&ar, 0, sizeof(ar));
+  sigemptyset(&sw.set);
+  sigaddset(&sw.set, SIGINT);
+  sigaddset(&sw.set, SIGTERM);
+  sigaddset(&sw.set, SIGHUP);
+  sigaddset(&sw.set, SIGUSR1);
+  /* Before any thread starts, so that all of them inherit the mask. */
+  pthread_sigmask(SIG_BLOCK, &sw.set, NULL);
+  rc = muster_lease_start(c, o->session, ttl, &lease);
+  if (rc)
+    return call_failed(c, rc);
+  rc = muster_launch(c, o, &ws);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  if (as_json)
+    print_list_json(&ws);
+  else
+    for (size_t i = 0; i < ws.count; i++)
+      printf("%s\n", ws.items[i].id);
+  fflush(stdout);
+  ids = calloc(ws.count + 1, sizeof(*ids));
+  sw.c = c; /* a signal cancels the await */
+  watching = pthread_create(&t, NULL, sigwatch_main, &sw) == 0;
+  if (!ids) {
+    code = out_of_memory();
+    goto out;
+  }
+  for (size_t i = 0; i < ws.count; i++)
+    ids[i] = ws.items[i].id;
+  fprintf(stderr,
+          "muster launch: holding session %s's lease (ttl %g s) until the workers end; "
+          "Ctrl-C stops them\n",
+          o->session, ttl);
+  rc = muster_await(sw.c, ids, ws.count, 1, 0, &ar);
+  if (sw.got) {
+    fprintf(stderr, "muster launch: %s: stopping the workers\n", strsignal(sw.got));
+    code = EXIT_WORKERS;
+  } else if (rc) {
+    code = call_failed(sw.c, rc);
+  } else if (ar.failures.count) {
+    code = EXIT_WORKERS;
+  }
+out:
+  /* A clean end (all ended, or a signal): the session's workers go now. */
+  rc = muster_lease_end(lease, MUSTER_LEASE_STOP_WORKERS);
+  if (rc) {
+    fprintf(stderr,
+            "muster launch: could not stop the workers and give the lease back (%s); "
+            "they stop when the lease runs out\n",
+            muster_strerror(rc));
+    if (code == EXIT_OK)
+      code = EXIT_CONTROLLER;
+  }
+  if (watching) {
+    pthread_kill(t, SIGUSR1);
+    pthread_join(t, NULL);
+  }
+  muster_await_result_free(&ar);
+  muster_worker_list_free(&ws);
+  free(ids);
+  return code;
+}
+
 static int cmd_launch(int argc, char **argv) {
   muster_launch_opts o;
   struct strv env = {0}, secret = {0}, args = {0};
-  int as_json = 0, rc, code = EXIT_OK;
+  int as_json = 0, rc, code = EXIT_OK, leased = 0;
+  double lease_ttl = 30;
   muster_client *c = NULL;
   muster_worker_list ws = {0};
-  char script_abs[PATH_MAX];
+  char script_abs[PATH_MAX], own_session[40];
   long l;
   double d;
 
@@ -503,6 +624,15 @@ static int cmd_launch(int argc, char **argv) {
       o.session = v;
     } else if (strcmp(a, "--json") == 0) {
       as_json = 1;
+    } else if (strcmp(a, "--lease") == 0) {
+      leased = 1;
+    } else if (strcmp(a, "--lease-ttl") == 0) {
+      VALUE();
+      if (parse_double(v, 1, &lease_ttl) != 0 || lease_ttl > 86400) {
+        code = usage_error(usage_launch, "--lease-ttl must be 1 to 86400 seconds, not \"%s\"", v);
+        goto out;
+      }
+      leased = 1;
     } else if (strcmp(a, "--") == 0) {
       if (i + 1 >= argc) {
         code = usage_error(usage_launch, "-- must be followed by a command");
@@ -529,6 +659,17 @@ static int cmd_launch(int argc, char **argv) {
   o.nargs = args.n;
   if ((code = connect_client(&c)))
     goto out;
+  if (leased && !o.session) {
+    /* A session of its own: the lease covers these workers only. */
+    unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
+    snprintf(own_session, sizeof(own_session), "launch-%08lx", x & 0xffffffffUL);
+    o.session = own_session;
+    fprintf(stderr, "muster launch: session %s\n", own_session);
+  }
+  if (leased) {
+    code = launch_leased(c, &o, lease_ttl, as_json);
+    goto out;
+  }
   rc = muster_launch(c, &o, &ws);
   if (rc) {
     code = call_failed(c, rc);
@@ -1187,6 +1328,13 @@ static void run_output(void *arg, const char *role, int index, muster_stream str
   fflush(f);
 }
 
+static void run_restart(void *arg, int attempt, const char *cause) {
+  const muster_run_opts *o = arg;
+  (void)o;
+  fprintf(stderr, "muster run: restart %d: %s\n", attempt, cause);
+  fflush(stderr);
+}
+
 static int cmd_run(int argc, char **argv) {
   muster_run_opts o;
   muster_run_result r;
@@ -1207,6 +1355,8 @@ static int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--") == 0) {
       i++;
       break;
+    } else if (strcmp(a, "--no-lease") == 0) {
+      o.lease_ttl = -1;
     } else if (!v) {
       return usage_error(usage_run, "%s needs a value", a);
     } else if (strcmp(a, "--mode") == 0) {
@@ -1252,6 +1402,24 @@ static int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--session") == 0) {
       i++;
       o.session = v;
+    } else if (strcmp(a, "--max-restarts") == 0) {
+      i++;
+      if (parse_int(v, 0, 1000, &l) != 0)
+        return usage_error(usage_run,
+                           "--max-restarts must be a whole number from 0 to 1000, not "
+                           "\"%s\"",
+                           v);
+      o.max_restarts = (int)l;
+    } else if (strcmp(a, "--lease-ttl") == 0) {
+      i++;
+      if (parse_double(v, 1, &d) != 0 || d > 86400)
+        return usage_error(usage_run, "--lease-ttl must be 1 to 86400 seconds, not \"%s\"", v);
+      o.lease_ttl = d;
+    } else if (strcmp(a, "--no-lease") == 0) {
+      o.lease_ttl = -1;
+    } else if (strcmp(a, "--run-dir") == 0) {
+      i++;
+      o.run_dir = v;
     } else {
       return usage_error(usage_run, "unknown option %s", a);
     }
@@ -1265,6 +1433,7 @@ static int cmd_run(int argc, char **argv) {
   o.argv = (const char *const *)&argv[i];
   o.argc = (size_t)(argc - i);
   o.on_output = run_output;
+  o.on_restart = run_restart;
   /* The rsh agent and the rank launcher are this very program. */
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
@@ -1280,16 +1449,84 @@ static int cmd_run(int argc, char **argv) {
     return code;
   }
   if (r.exit_code == 0) {
-    fprintf(stderr, "muster run: succeeded (%d workers%s; %.2f s to start, %.2f s to run)\n",
+    fprintf(stderr,
+            "muster run: succeeded (%d workers%s; %.2f s to start, %.2f s to run; %d restart%s)\n",
             o.n_workers, o.mode == MUSTER_RUN_PS ? " and parameter servers" : "", r.start_s,
-            r.run_s);
+            r.run_s, r.restarts, r.restarts == 1 ? "" : "s");
   } else {
     fprintf(stderr, "muster run: FAILED: %s\n", r.failure[0] ? r.failure : "unknown reason");
     code = EXIT_WORKERS;
   }
-  fprintf(stderr, "muster run: the workers were stopped; the web UI is at %s/\n",
-          muster_client_url(c));
+  fprintf(stderr, "muster run: the workers were stopped; the run is %s; the web UI is at %s/\n",
+          r.run_id[0] ? r.run_id : "not recorded", muster_client_url(c));
   muster_run_result_free(&r);
+  muster_client_free(c);
+  return code;
+}
+
+static int cmd_runs(int argc, char **argv) {
+  const char *session = NULL, *status = NULL;
+  int as_json = 0, rc, code = EXIT_OK;
+  long limit = 50, got = 0;
+  char next[32] = "";
+  muster_client *c = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_runs, stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--session") == 0 && v) {
+      session = argv[++i];
+    } else if (strcmp(a, "--status") == 0 && v) {
+      status = argv[++i];
+      if (strcmp(status, "running") != 0 && strcmp(status, "succeeded") != 0 &&
+          strcmp(status, "failed") != 0 && strcmp(status, "stopped") != 0)
+        return usage_error(usage_runs,
+                           "--status must be running, succeeded, failed or stopped, not \"%s\"",
+                           status);
+    } else if (strcmp(a, "-n") == 0 && v) {
+      if (parse_int(argv[++i], 1, 1000000, &limit) != 0)
+        return usage_error(usage_runs, "-n must be a whole number >= 1, not \"%s\"", v);
+    } else {
+      return usage_error(usage_runs, "unknown option or missing value: %s", a);
+    }
+  }
+  if ((code = connect_client(&c)))
+    return code;
+  if (as_json)
+    fputs("[", stdout);
+  else
+    printf("%-13s %-9s %-9s %-8s %-7s %-12s %-8s %s\n", "RUN", "MODE", "STATUS", "RESTARTS",
+           "WORKERS", "SESSION", "AGE", "FAILURE");
+  /* Page after page, as the controller hands them out, until -n are shown. */
+  do {
+    muster_run_info_list l;
+    long want = limit - got > 5000 ? 5000 : limit - got;
+    rc = muster_runs(c, session, status, (int)want, next[0] ? next : NULL, &l, next);
+    if (rc) {
+      code = call_failed(c, rc);
+      break;
+    }
+    for (size_t k = 0; k < l.count; k++, got++) {
+      const muster_run_info *r = &l.items[k];
+      char age[32], restarts[24];
+      if (as_json) {
+        printf("%s%s", got ? "," : "", r->json ? r->json : "null");
+        continue;
+      }
+      fmt_age(age_of(r->created_at), age, sizeof(age));
+      snprintf(restarts, sizeof(restarts), "%d/%d", r->restarts, r->max_restarts);
+      printf("%-13s %-9s %-9s %-8s %-7zu %-12.12s %-8s %s\n", r->id, r->mode ? r->mode : "-",
+             r->status ? r->status : "-", restarts, r->nworkers, r->session ? r->session : "-", age,
+             r->failure ? r->failure : "");
+    }
+    muster_run_info_list_free(&l);
+  } while (next[0] && got < limit);
+  if (as_json)
+    puts("]");
   muster_client_free(c);
   return code;
 }
@@ -1300,7 +1537,7 @@ static const struct {
 } commands[] = {
     {"launch", cmd_launch}, {"await", cmd_await}, {"ps", cmd_ps},     {"ls", cmd_ps},
     {"show", cmd_show},     {"stop", cmd_stop},   {"logs", cmd_logs}, {"exec", cmd_exec},
-    {"rsh", cmd_rsh},       {"rank", cmd_rank},   {"run", cmd_run},
+    {"rsh", cmd_rsh},       {"rank", cmd_rank},   {"run", cmd_run},   {"runs", cmd_runs},
 };
 
 int main(int argc, char **argv) {

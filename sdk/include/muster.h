@@ -131,6 +131,7 @@ typedef struct muster_launch_opts {
   const char *const *secret_env; /* "NAME=value"; never shown back */
   size_t nsecret_env;
   const char *role, *name, *session;
+  const char *run; /* the run (muster_run_record_new()) the workers join, or NULL */
 } muster_launch_opts;
 
 void muster_launch_opts_init(muster_launch_opts *o);
@@ -269,6 +270,76 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
 
 /* ---- run_cluster: launch, build the cluster spec, train, stop ---- */
 
+/* ---- sessions' leases ----
+ *
+ * As in CML, workers can end with the client that launched them: a client
+ * holds its session's lease and renews it every ttl/3; when it stops
+ * renewing (the process died, the laptop went away), the controller stops
+ * every live worker of the session within ttl, each with "stopped: the
+ * session's lease expired". */
+
+typedef struct muster_lease muster_lease;
+
+/* Takes session's lease for ttl_seconds (<= 0: 30) and renews it from a
+ * thread of its own, on a connection of its own. Returns 0 once the lease
+ * is held, with *out to end with muster_lease_end(). */
+int muster_lease_start(muster_client *c, const char *session, double ttl_seconds,
+                       muster_lease **out) MUSTER_WARN_UNUSED;
+
+/* How muster_lease_end() leaves the session. */
+typedef enum muster_lease_end_how {
+  MUSTER_LEASE_STOP_WORKERS, /* stop the session's live workers, give the lease back (a clean close)
+                              */
+  MUSTER_LEASE_RELEASE,      /* give the lease back; the workers stay, unleased */
+  MUSTER_LEASE_ABANDON       /* stop renewing only: the lease runs out as if the process died */
+} muster_lease_end_how;
+
+/* Stops renewing and leaves the session as how says; frees l (NULL: no-op).
+ * Returns 0, or the error of the last call (the lease then runs out by
+ * itself). */
+int muster_lease_end(muster_lease *l, muster_lease_end_how how);
+
+/* Why the last renewal failed ("" while renewals succeed). A renewal that
+ * fails is tried again every second until the lease would have run out. */
+const char *muster_lease_error(muster_lease *l);
+
+/* ---- runs ---- */
+
+/* Records a run (mode, the command) in session with up to max_restarts
+ * restarts; its id (like "r-3kf9x2m1qa") into id (16 bytes). */
+int muster_run_record_new(muster_client *c, const char *session, const char *mode,
+                          const char *const *argv, size_t argc, int max_restarts,
+                          char id[16]) MUSTER_WARN_UNUSED;
+/* Records a restart of run id and its cause. */
+int muster_run_record_restart(muster_client *c, const char *id,
+                              const char *cause) MUSTER_WARN_UNUSED;
+/* Ends run id: status "succeeded", "failed" or "stopped", summary (JSON
+ * text, or any text, kept as a string; NULL: none) and failure (NULL: none). */
+int muster_run_record_end(muster_client *c, const char *id, const char *status, const char *summary,
+                          const char *failure) MUSTER_WARN_UNUSED;
+
+typedef struct muster_run_info {
+  char id[16];
+  char *session, *mode, *status, *failure, *created_at, *finished_at;
+  int restarts, max_restarts;
+  size_t nworkers;
+  char *json; /* the whole run object as the controller sent it */
+} muster_run_info;
+
+typedef struct muster_run_info_list {
+  size_t count;
+  muster_run_info *items;
+} muster_run_info_list;
+
+void muster_run_info_list_free(muster_run_info_list *l);
+
+/* One page of runs, newest first: of session and status (NULL: any), at most
+ * limit (0: the controller's default), older than the cursor before (NULL:
+ * from the newest); next (NULL or 32 bytes) gets the next page's cursor, ""
+ * after the last page. */
+int muster_runs(muster_client *c, const char *session, const char *status, int limit,
+                const char *before, muster_run_info_list *out, char *next) MUSTER_WARN_UNUSED;
+
 typedef enum muster_run_mode {
   MUSTER_RUN_PS,        /* the command on every PS and worker, with TF_CONFIG */
   MUSTER_RUN_ALLREDUCE, /* mpirun in this session, orted started through exec */
@@ -300,15 +371,32 @@ typedef struct muster_run_opts {
    * workers are one launch either way (on Slurm one job, a heterogeneous one
    * when their shapes differ). */
   double ps_cpu, ps_memory;
+  /* Restarts after a failed worker or rank (torchrun's --max-restarts): all
+   * workers are stopped and new ones started; muster-train resumes from its
+   * last checkpoint (--resume), any other command starts again as it is,
+   * with MUSTER_RESTART_COUNT set. 0: the first failure ends the run. */
+  int max_restarts;
+  /* The session's lease while the run lasts: its workers stop within
+   * lease_ttl seconds of this process dying. 0: 30 s; < 0: no lease. */
+  double lease_ttl;
+  /* Where muster-train's checkpoint goes when the command names none
+   * (it must be reachable from the workers: on the local backend and on
+   * clusters with a shared home, the default is):
+   * NULL: $MUSTER_RUN_DIR, else ~/.muster/runs, then /RUN_ID/checkpoint. */
+  const char *run_dir;
+  /* Called when a restart begins (attempt = 1, 2, ...), with its cause. */
+  void (*on_restart)(void *arg, int attempt, const char *cause);
 } muster_run_opts;
 
 typedef struct muster_run_result {
   int exit_code;          /* 0 only if the training succeeded */
   char failed_worker[16]; /* the worker that failed first, or "" */
-  char failure[1024];     /* why, in a sentence ("" on success) */
+  char failure[4096];     /* why, in a sentence ("" on success); after restarts, every cause */
   char *summary;          /* the last line worker 0 / rank 0 printed (malloc'ed), or NULL */
   double start_s;         /* launch to all running */
-  double run_s;           /* the command, start to end */
+  double run_s;           /* the command, start to end (the last attempt) */
+  char run_id[16];        /* the run's record ("" if none could be made) */
+  int restarts;           /* restarts it took */
 } muster_run_result;
 
 void muster_run_opts_init(muster_run_opts *o);

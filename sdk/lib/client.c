@@ -571,6 +571,8 @@ static json_t *launch_body(muster_client *c, const muster_launch_opts *o) {
     json_object_set_new(req, "name", json_string(o->name));
   if (o->session)
     json_object_set_new(req, "session", json_string(o->session));
+  if (o->run)
+    json_object_set_new(req, "run", json_string(o->run));
   if ((o->nenv && !(env = kv_object(c, "env", o->env, o->nenv))) ||
       (o->nsecret_env && !(secret = kv_object(c, "secret_env", o->secret_env, o->nsecret_env)))) {
     json_decref(req);
@@ -970,6 +972,15 @@ int muster_session_exec_token(muster_client *c, const char *session, char *buf, 
   }
   json_decref(ans);
   return rc;
+}
+
+int muster_json_call_(muster_client *c, const char *method, const char *path, json_t *req,
+                      json_t **answer) {
+  return json_call(c, method, path, req, c->timeout_s, answer);
+}
+
+int muster_set_error_(muster_client *c, int err, const char *field, const char *msg) {
+  return set_error(c, err, field, "%s", msg);
 }
 
 /* For run.c: a second client for the same controller (internal). */

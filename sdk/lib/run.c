@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,7 +52,7 @@ struct proc {
   const char *role;
   int index;
   muster_exec_target target;
-  char *env[8];
+  char *env[10];
   size_t nenv;
   char line[2][LINE_MAX_BYTES];
   size_t linelen[2];
@@ -72,6 +73,12 @@ struct run {
   char *last_line; /* of worker 0 / rank 0 */
   muster_worker_list ps, workers;
   char exec_token[128];
+  /* This attempt's command (the options' own, or with the trainer's
+   * checkpoint flags), and its number (0: the first; MUSTER_RESTART_COUNT). */
+  const char *const *argv;
+  size_t argc;
+  int attempt;
+  const char *run_id; /* the run's record, which its workers join ("": none) */
 };
 
 /* Records the first failure only. */
@@ -156,8 +163,8 @@ static void *exec_main(void *arg) {
   muster_exec_opts eo;
 
   muster_exec_opts_init(&eo);
-  eo.argv = p->run->o->argv;
-  eo.argc = p->run->o->argc;
+  eo.argv = p->run->argv;
+  eo.argc = p->run->argc;
   eo.env = (const char *const *)p->env;
   eo.nenv = p->nenv;
   eo.on_stdout = on_out;
@@ -329,7 +336,7 @@ static void run_allreduce(struct run *run, const char *master) {
   size_t nw = run->workers.count;
   char *hosts = NULL, *exec_hosts = NULL, *exec_ranks = NULL, *agent = NULL, np[16];
   char *argv[170];
-  char *own[7] = {0};
+  char *own[8] = {0};
   char **envp = NULL;
   char *placed = calloc(nw ? nw : 1, 1);
   size_t nenv = 0, off = 0;
@@ -408,11 +415,13 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = "MUSTER_EXEC_RANKS";
   argv[n++] = "-x";
   argv[n++] = "MUSTER_EXEC_TOKEN";
+  argv[n++] = "-x";
+  argv[n++] = "MUSTER_RESTART_COUNT";
   argv[n++] = (char *)program;
   argv[n++] = "rank";
   argv[n++] = "--";
-  for (size_t i = 0; i < o->argc && n < 160; i++)
-    argv[n++] = (char *)o->argv[i];
+  for (size_t i = 0; i < run->argc && n < 160; i++)
+    argv[n++] = (char *)run->argv[i];
   argv[n] = NULL;
 
   /* The agent learns each host's exec port and the session's token from
@@ -423,9 +432,10 @@ static void run_allreduce(struct run *run, const char *master) {
   own[3] = xasprintf("MASTER_PORT=%d", o->port);
   own[4] = xasprintf("WORLD_SIZE=%zu", run->workers.count);
   own[5] = xasprintf("MUSTER_EXEC_RANKS=%s", exec_ranks ? exec_ranks : "");
+  own[6] = xasprintf("MUSTER_RESTART_COUNT=%d", run->attempt);
   for (char **e = environ; *e; e++)
     nenv++;
-  envp = calloc(nenv + 7, sizeof(*envp));
+  envp = calloc(nenv + 8, sizeof(*envp));
   if (oom || !envp || !hosts || !exec_ranks || !agent || !own[5] || pipe2(out, O_CLOEXEC) != 0 ||
       pipe2(err, O_CLOEXEC) != 0) {
     fail(run, NULL, "could not prepare mpirun: %s", strerror(errno));
@@ -434,7 +444,7 @@ static void run_allreduce(struct run *run, const char *master) {
   for (char **e = environ; *e; e++)
     if (!env_run_sets(*e))
       envp[off++] = *e;
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < 7; i++)
     envp[off++] = own[i];
   envp[off] = NULL;
 
@@ -483,7 +493,7 @@ out:
     if (err[i] >= 0)
       close(err[i]);
   }
-  for (int i = 0; i < 7; i++)
+  for (int i = 0; i < 8; i++)
     free(own[i]);
   free(envp);
   free(hosts);
@@ -527,6 +537,7 @@ static void run_exec_all(struct run *run, const char *master, json_t *cluster) {
     p->env[p->nenv++] = xasprintf("WORLD_SIZE=%zu", nw);
     p->env[p->nenv++] = xasprintf("RANK=%d", is_ps ? -1 : p->index);
     p->env[p->nenv++] = xasprintf("LOCAL_RANK=0");
+    p->env[p->nenv++] = xasprintf("MUSTER_RESTART_COUNT=%d", run->attempt);
   }
   for (size_t k = 0; k < nps + nw; k++)
     procs[k].started = pthread_create(&procs[k].thread, NULL, exec_main, &procs[k]) == 0;
@@ -567,6 +578,7 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
     lo[ng].memory = o->ps_memory > 0 ? o->ps_memory : o->memory;
     lo[ng].role = lo[ng].name = "ps";
     lo[ng].session = session;
+    lo[ng].run = run->run_id[0] ? run->run_id : NULL;
     ng++;
   }
   muster_launch_opts_init(&lo[ng]);
@@ -576,6 +588,7 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
   lo[ng].nvidia_gpu = o->nvidia_gpu;
   lo[ng].role = lo[ng].name = "worker";
   lo[ng].session = session;
+  lo[ng].run = run->run_id[0] ? run->run_id : NULL;
   ng++;
   rc = muster_launch_groups(c, lo, ng, &all);
   if (rc)
@@ -599,24 +612,34 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
   return 0;
 }
 
-int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
+/* One attempt of the run: launches, awaits, runs the command, stops every
+ * worker. Returns 0 when it got as far as running (r->failure says whether
+ * the command failed), or the controller's error. */
+static int run_attempt(muster_client *c, const muster_run_opts *o, muster_run_result *r,
+                       const char *session, const char *const *argv, size_t argc, int attempt) {
   struct run run;
   struct monitor mon;
   pthread_t mon_thread;
   int mon_started = 0, rc;
-  char session[72], master[64];
+  char master[64];
   const char **ids = NULL;
   muster_await_result ar;
   json_t *cluster = NULL, *ps = json_array(), *wk = json_array();
   double t0 = now_s();
 
-  memset(r, 0, sizeof(*r));
   memset(&run, 0, sizeof(run));
   memset(&ar, 0, sizeof(ar));
   memset(&mon, 0, sizeof(mon));
   r->exit_code = 1;
+  r->failure[0] = r->failed_worker[0] = '\0';
+  free(r->summary);
+  r->summary = NULL;
   run.o = o;
   run.r = r;
+  run.argv = argv;
+  run.argc = argc;
+  run.attempt = attempt;
+  run.run_id = r->run_id;
   pthread_mutex_init(&run.lock, NULL);
   {
     pthread_condattr_t ca;
@@ -624,18 +647,6 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&run.failed, &ca);
     pthread_condattr_destroy(&ca);
-  }
-  if (o->n_workers < 1 || o->n_ps < 0 || o->argc == 0 || (o->mode != MUSTER_RUN_PS && o->n_ps)) {
-    rc = MUSTER_E_INVALID;
-    goto out;
-  }
-  if (o->session) {
-    snprintf(session, sizeof(session), "%s", o->session);
-  } else {
-    /* A session of its own: "stop every live worker of the session" at the
-     * end touches nothing else. */
-    unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
-    snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
   }
   rc = launch_cluster(c, &run, session);
   if (rc && run.workers.count)
@@ -744,5 +755,188 @@ out:
   json_decref(wk);
   pthread_cond_destroy(&run.failed);
   pthread_mutex_destroy(&run.lock);
+  return rc;
+}
+
+/* ---- restarts ---- */
+
+/* 1 if argv runs muster-train. */
+static int is_trainer(const char *const *argv, size_t argc) {
+  const char *base;
+
+  if (argc == 0)
+    return 0;
+  base = strrchr(argv[0], '/');
+  return strcmp(base ? base + 1 : argv[0], "muster-train") == 0;
+}
+
+/* The value of option name in argv ("--name V" or "--name=V"), or NULL. */
+static const char *arg_value(const char *const *argv, size_t argc, const char *name) {
+  size_t n = strlen(name);
+
+  for (size_t i = 1; i < argc; i++) {
+    if (strcmp(argv[i], name) == 0 && i + 1 < argc)
+      return argv[i + 1];
+    if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=')
+      return argv[i] + n + 1;
+  }
+  return NULL;
+}
+
+/* The command of attempt k: the options' own, less any --resume, with
+ * --checkpoint ckpt when it names none, and --resume from the checkpoint
+ * when one was written (resume 1). argv_out has room for argc + 4. */
+static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resume,
+                           const char **argv_out) {
+  size_t n = 0;
+
+  for (size_t i = 0; i < o->argc; i++) {
+    if (strcmp(o->argv[i], "--resume") == 0 && i + 1 < o->argc) {
+      i++;
+      continue;
+    }
+    if (strncmp(o->argv[i], "--resume=", 9) == 0)
+      continue;
+    argv_out[n++] = o->argv[i];
+  }
+  if (!arg_value(o->argv, o->argc, "--checkpoint")) {
+    argv_out[n++] = "--checkpoint";
+    argv_out[n++] = ckpt;
+  }
+  if (resume) {
+    argv_out[n++] = "--resume";
+    argv_out[n++] = ckpt;
+  }
+  return n;
+}
+
+/* mkdir -p of path's directory part. */
+static int mkdirs_for(const char *path) {
+  char buf[1024];
+
+  snprintf(buf, sizeof(buf), "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  return 0;
+}
+
+static const char *mode_name(muster_run_mode m) {
+  return m == MUSTER_RUN_PS ? "ps" : m == MUSTER_RUN_ALLREDUCE ? "allreduce" : "exec";
+}
+
+int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
+  char session[72], ckpt[1024] = "", causes[3800] = "";
+  const char **argv = NULL;
+  muster_lease *lease = NULL;
+  size_t argc = o->argc;
+  int rc, trainer = is_trainer(o->argv, o->argc), can_resume;
+
+  memset(r, 0, sizeof(*r));
+  r->exit_code = 1;
+  if (o->n_workers < 1 || o->n_ps < 0 || o->argc == 0 || o->max_restarts < 0 ||
+      (o->mode != MUSTER_RUN_PS && o->n_ps))
+    return MUSTER_E_INVALID;
+  if (o->session) {
+    snprintf(session, sizeof(session), "%s", o->session);
+  } else {
+    /* A session of its own: "stop every live worker of the session" at the
+     * end touches nothing else. */
+    unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
+    snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
+  }
+  /* The lease first: from here on, this process dying stops the workers. */
+  if (o->lease_ttl >= 0) {
+    rc = muster_lease_start(c, session, o->lease_ttl, &lease);
+    if (rc)
+      return rc;
+  }
+  rc = muster_run_record_new(c, session, mode_name(o->mode), o->argv, o->argc, o->max_restarts,
+                             r->run_id);
+  if (rc)
+    goto out;
+  /* muster-train checkpoints into the run's directory, unless told where. */
+  can_resume = trainer && o->mode != MUSTER_RUN_PS;
+  if (trainer) {
+    const char *given = arg_value(o->argv, o->argc, "--checkpoint");
+    const char *dir = o->run_dir ? o->run_dir : getenv("MUSTER_RUN_DIR");
+    const char *home = getenv("HOME");
+    if (given)
+      snprintf(ckpt, sizeof(ckpt), "%s", given);
+    else if (dir && *dir)
+      snprintf(ckpt, sizeof(ckpt), "%s/%s/checkpoint", dir, r->run_id);
+    else
+      snprintf(ckpt, sizeof(ckpt), "%s/.muster/runs/%s/checkpoint", home ? home : "/tmp",
+               r->run_id);
+    if (!given && mkdirs_for(ckpt) != 0) {
+      snprintf(r->failure, sizeof(r->failure), "could not make the run's directory for %.900s: %s",
+               ckpt, strerror(errno));
+      goto end;
+    }
+    argv = calloc(o->argc + 5, sizeof(*argv));
+    if (!argv) {
+      rc = MUSTER_E_NOMEM;
+      goto out;
+    }
+    argc = trainer_argv(o, ckpt, 0, argv);
+  }
+
+  for (int attempt = 0;; attempt++) {
+    char cause[1100];
+    size_t len;
+
+    if (attempt > 0 && trainer)
+      argc = trainer_argv(o, ckpt, can_resume && access(ckpt, R_OK) == 0, argv);
+    rc = run_attempt(c, o, r, session, argv ? argv : o->argv, argv ? argc : o->argc, attempt);
+    if (rc || !r->failure[0] || attempt >= o->max_restarts)
+      break;
+    /* A restart: every worker of the failed attempt is stopped already. */
+    snprintf(cause, sizeof(cause), "%.1000s", r->failure);
+    len = strlen(causes);
+    snprintf(causes + len, sizeof(causes) - len, "%s(%d) %s", len ? "; " : "", attempt + 1, cause);
+    r->restarts = attempt + 1;
+    if (muster_run_record_restart(c, r->run_id, cause) != 0) {
+      snprintf(r->failure, sizeof(r->failure), "could not record restart %d (%.1000s): %.900s", attempt + 1,
+               cause, muster_client_errmsg(c));
+      break;
+    }
+    if (o->on_restart)
+      o->on_restart(o->arg, attempt + 1, cause);
+  }
+  /* After restarts, the failure names every cause. */
+  if (!rc && r->failure[0] && r->restarts > 0 && !strstr(r->failure, "could not record")) {
+    char last[1100];
+    size_t len = strlen(causes);
+    snprintf(last, sizeof(last), "%.1000s", r->failure);
+    snprintf(causes + len, sizeof(causes) - len, "; (%d) %s", r->restarts + 1, last);
+    snprintf(r->failure, sizeof(r->failure), "failed after %d restart%s: %s", r->restarts,
+             r->restarts == 1 ? "" : "s", causes);
+  }
+end:
+  if (r->run_id[0]) {
+    int erc = muster_run_record_end(c, r->run_id,
+                                    rc              ? "failed"
+                                    : r->failure[0] ? "failed"
+                                                    : "succeeded",
+                                    r->failure[0] ? NULL : r->summary,
+                                    rc              ? muster_client_errmsg(c)
+                                    : r->failure[0] ? r->failure
+                                                    : NULL);
+    if (erc && !rc && !r->failure[0]) {
+      snprintf(r->failure, sizeof(r->failure), "could not record the run's end: %s",
+               muster_client_errmsg(c));
+      r->exit_code = 1;
+    }
+  }
+out:
+  free(argv);
+  /* The workers are stopped: the lease goes back. Should that fail, it runs
+   * out by itself, with nothing left to stop. */
+  (void)muster_lease_end(lease, MUSTER_LEASE_RELEASE);
   return rc;
 }

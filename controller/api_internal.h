@@ -46,7 +46,8 @@ enum route_auth {
 
 struct api_route {
   const char *method;
-  const char *path; /* "/api/v1/workers/{id}/logs": {id} is a worker id, {name} or {run} any segment */
+  const char
+      *path; /* "/api/v1/workers/{id}/logs": {id} is a worker id, {name} or {run} any segment */
   enum route_auth auth;
   route_fn fn;
 };

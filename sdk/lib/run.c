@@ -901,8 +901,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     snprintf(causes + len, sizeof(causes) - len, "%s(%d) %s", len ? "; " : "", attempt + 1, cause);
     r->restarts = attempt + 1;
     if (muster_run_record_restart(c, r->run_id, cause) != 0) {
-      snprintf(r->failure, sizeof(r->failure), "could not record restart %d (%.1000s): %.900s", attempt + 1,
-               cause, muster_client_errmsg(c));
+      snprintf(r->failure, sizeof(r->failure), "could not record restart %d (%.1000s): %.900s",
+               attempt + 1, cause, muster_client_errmsg(c));
       break;
     }
     if (o->on_restart)

@@ -505,7 +505,12 @@ static int launch_leased(muster_client *c, const muster_launch_opts *o, double t
           "muster launch: holding session %s's lease (ttl %g s) until the workers end; "
           "Ctrl-C stops them\n",
           o->session, ttl);
-  rc = muster_await(sw.c, ids, ws.count, 1, 0, &ar);
+  /* Until they end: across a restart of the controller, too (the lease
+   * thread keeps renewing; the controller gives the lease a ttl of grace). */
+  while ((rc = muster_await(sw.c, ids, ws.count, 1, 0, &ar)) != 0 && !sw.got &&
+         (rc == MUSTER_E_UNREACHABLE || rc == MUSTER_E_PROTOCOL || rc == MUSTER_E_TIMEOUT ||
+          rc == MUSTER_E_SHUTTING_DOWN || rc == MUSTER_E_BACKEND_DOWN))
+    sleep(1);
   if (sw.got) {
     fprintf(stderr, "muster launch: %s: stopping the workers\n", strsignal(sw.got));
     code = EXIT_WORKERS;

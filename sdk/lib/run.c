@@ -158,6 +158,8 @@ static int on_err(void *arg, const char *d, size_t n) {
   return 0;
 }
 
+static void await_worker_failure(struct run *run, int seconds);
+
 static void *exec_main(void *arg) {
   struct proc *p = arg;
   muster_exec_opts eo;
@@ -177,6 +179,10 @@ static void *exec_main(void *arg) {
    * are cancelled now, not when their turn to be waited for comes. */
   if (p->run->cancel)
     return NULL;
+  /* A lost connection: the controller says moments later what happened to
+   * the worker (killed, out of memory); that names the cause better. */
+  if (p->rc)
+    await_worker_failure(p->run, 3);
   if (p->rc)
     fail(p->run, p->target.worker_id, "%s %d (%s): %s", p->role, p->index, p->target.worker_id,
          p->err);

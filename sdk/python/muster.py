@@ -18,7 +18,17 @@ Where the controller is (the same rules as the ``muster`` command line tool):
 - URL: ``MUSTER_URL``, else the file ``url`` in the controller's state
   directory (``MUSTER_STATE_DIR``, default ``~/.muster``);
 - token: ``MUSTER_TOKEN``, else the file ``token`` in that directory;
-- session: ``MUSTER_SESSION``, else ``"default"``.
+- session: ``MUSTER_SESSION``, else one of the process's own, named after
+  the host, the process id and a random suffix (so two notebooks never list
+  or stop each other's workers).
+
+Workers end with the process that launched them, as in CML: from its first
+launch on, a client holds its session's lease and renews it from a daemon
+thread (every ttl/3; ttl 30 s, or ``MUSTER_LEASE_TTL``). A clean exit (or
+:meth:`Client.close`) stops the session's workers at once; a process that
+dies (a kernel restart, ``kill -9``) stops renewing, and the controller stops
+them when the lease runs out. For workers meant to outlive the notebook, pass
+``lease=False`` (or set ``MUSTER_LEASE=0``).
 
 Every failure raises :class:`MusterError`, whose ``code`` is the REST error
 name (``invalid_value``, ``unauthorized``, ``not_found``, ...),
@@ -26,10 +36,14 @@ name (``invalid_value``, ``unauthorized``, ``not_found``, ...),
 answer is not what the API promises.
 """
 
+import atexit
 import http.client
 import json
 import os
+import random
+import re
 import socket
+import threading
 import urllib.parse
 
 __all__ = [
@@ -43,11 +57,15 @@ __all__ = [
     "list_workers",
     "get_worker",
     "worker_logs",
+    "run_cluster",
+    "list_runs",
+    "get_run",
 ]
 
 __version__ = "0.1.0"
 
-DEFAULT_SESSION = "default"
+DEFAULT_LEASE_TTL = 30.0
+"""Seconds a client's lease lasts without a renewal (renewed every ttl/3)."""
 DEFAULT_TIMEOUT = 30.0
 """Seconds one HTTP call may take (await adds its own timeout to this)."""
 
@@ -145,14 +163,34 @@ def _worker_ids(ws, what="ids"):
     return out
 
 
+def _own_session():
+    """A session name of this process's own: host, pid, random suffix."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname() or "host")[:40] or "host"
+    suffix = "".join(random.SystemRandom().choice("abcdefghijklmnopqrstuvwxyz0123456789")
+                     for _ in range(6))
+    return "%s-%d-%s" % (host, os.getpid(), suffix)
+
+
+def _env_lease():
+    """The lease settings from the environment: (on, ttl)."""
+    on = os.environ.get("MUSTER_LEASE", "").strip().lower() not in ("0", "off", "no", "false")
+    try:
+        ttl = float(os.environ.get("MUSTER_LEASE_TTL") or DEFAULT_LEASE_TTL)
+    except ValueError:
+        raise MusterError("invalid_value", "MUSTER_LEASE_TTL must be a number of seconds (got %r)"
+                          % os.environ.get("MUSTER_LEASE_TTL"), field="MUSTER_LEASE_TTL")
+    return on, ttl
+
+
 class Client:
     """A connection to one muster controller.
 
     ``Client()`` finds the controller as the ``muster`` command line tool
     does: ``url`` from ``MUSTER_URL`` or the file ``$MUSTER_STATE_DIR/url``
     (default state directory ``~/.muster``), ``token`` from ``MUSTER_TOKEN``
-    or ``$MUSTER_STATE_DIR/token``, ``session`` from ``MUSTER_SESSION`` or
-    ``"default"``. Arguments given explicitly win over the environment.
+    or ``$MUSTER_STATE_DIR/token``, ``session`` from ``MUSTER_SESSION`` or a
+    session of the process's own. Arguments given explicitly win over the
+    environment.
 
     Parameters:
         url (str): the controller, e.g. ``"http://127.0.0.1:8470"``.
@@ -160,12 +198,18 @@ class Client:
         session (str): the session that launched workers belong to, and that
             :meth:`stop_workers` with no ids and :meth:`list_workers` act on.
         timeout (float): seconds one call may take (await adds its own).
+        lease (bool): hold the session's lease from the first launch on, so
+            that the workers end with this process (default: on, unless
+            ``MUSTER_LEASE=0``). ``False`` for workers meant to outlive it.
+        lease_ttl (float): the lease's ttl in seconds (default 30, or
+            ``MUSTER_LEASE_TTL``).
 
     Raises:
         MusterError: ``unreachable`` if no controller URL can be found.
     """
 
-    def __init__(self, url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT, lease=None,
+                 lease_ttl=None):
         state_dir = _state_dir()
         if not url:
             url = os.environ.get("MUSTER_URL") or None
@@ -181,7 +225,17 @@ class Client:
         if token is None:
             token = _read_small_file(os.path.join(state_dir, "token"))
         if not session:
-            session = os.environ.get("MUSTER_SESSION") or DEFAULT_SESSION
+            session = os.environ.get("MUSTER_SESSION") or _own_session()
+        env_on, env_ttl = _env_lease()
+        self.lease = env_on if lease is None else bool(lease)
+        self.lease_ttl = float(lease_ttl) if lease_ttl is not None else env_ttl
+        if not 1 <= self.lease_ttl <= 86400:
+            raise MusterError("invalid_value", "lease_ttl must be 1 to 86400 seconds (got %r)"
+                              % self.lease_ttl, field="lease_ttl")
+        self._lease_thread = None
+        self._lease_stop = threading.Event()
+        self._lease_lock = threading.Lock()
+        self.lease_error = None
 
         url = url.strip().rstrip("/")
         if "://" not in url:
@@ -199,6 +253,71 @@ class Client:
 
     def __repr__(self):
         return "Client(url=%r, session=%r)" % (self.url, self.session)
+
+    # --- the session's lease ---------------------------------------------
+
+    def _lease_path(self):
+        return "/api/v1/sessions/%s/lease" % urllib.parse.quote(self.session, safe="")
+
+    def _hold_lease(self):
+        """Takes the session's lease (once) and starts renewing it."""
+        if not self.lease:
+            return
+        with self._lease_lock:
+            if self._lease_thread is not None:
+                return
+            self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl})
+            self._lease_stop.clear()
+            t = threading.Thread(target=self._renew, name="muster-lease", daemon=True)
+            self._lease_thread = t
+            t.start()
+            atexit.register(self._close_at_exit)
+
+    def _close_at_exit(self):
+        try:
+            self.close()
+        except MusterError as e:
+            import sys
+            sys.stderr.write("muster: could not stop session %s's workers at exit (%s); they "
+                             "stop when its lease runs out\n" % (self.session, e))
+
+    def _renew(self):
+        wait = self.lease_ttl / 3
+        while not self._lease_stop.wait(wait):
+            try:
+                self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl},
+                              timeout=min(10.0, self.lease_ttl / 3))
+                self.lease_error, wait = None, self.lease_ttl / 3
+            except MusterError as e:
+                # Tried again every second: a controller that restarts
+                # gives the lease a full ttl of grace.
+                self.lease_error, wait = str(e), 1.0
+
+    def close(self, stop_workers=True):
+        """Ends the client's lease: stops the session's live workers (unless
+        ``stop_workers=False``) and gives the lease back. Called at
+        interpreter exit; does nothing if the client holds no lease."""
+        with self._lease_lock:
+            t, self._lease_thread = self._lease_thread, None
+            if t is None:
+                return
+            self._lease_stop.set()
+        t.join(timeout=15)
+        atexit.unregister(self._close_at_exit)
+        if stop_workers:
+            self._request("POST", "/api/v1/workers/stop", {"session": self.session})
+        try:
+            self._request("DELETE", self._lease_path())
+        except MusterError as e:
+            if e.code != "not_found":  # it ran out already
+                raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     # --- transport -------------------------------------------------------
 
@@ -347,6 +466,8 @@ class Client:
         if name is not None:
             body["name"] = name
         body["session"] = session or self.session
+        if body["session"] == self.session:
+            self._hold_lease()
         answer = self._request("POST", "/api/v1/workers", body)
         return self._expect(answer, "workers", "POST", "/api/v1/workers")
 
@@ -445,7 +566,7 @@ class Client:
 
     def run_cluster(self, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
                     timeout_seconds=60, mode=None, command=None, port=2222, output=None,
-                    ps_cpu=None, ps_memory=None):
+                    ps_cpu=None, ps_memory=None, max_restarts=0):
         """Launches a cluster, trains across it and stops it, as CML's
         ``cdsw_tensorflow_utils.run_cluster`` did (with no shared file system
         and no SSH).
@@ -459,9 +580,16 @@ class Client:
 
         Output is printed as it comes, prefixed with role and index (or handed
         to ``output(line)``). Returns ``{"exit_code": 0, "summary": <the last
-        line of worker 0 / rank 0, parsed if JSON>}``; raises
-        :class:`MusterError` (code ``"training_failed"``) naming the worker
-        that failed and why. The workers are stopped in every case.
+        line of worker 0 / rank 0, parsed if JSON>, "run": <the run's id>,
+        "restarts": <how many>}``; raises :class:`MusterError` (code
+        ``"training_failed"``) naming the worker that failed and why (every
+        cause, after restarts). The workers are stopped in every case.
+
+        ``max_restarts`` (torchrun's ``--max-restarts``): when a worker or a
+        rank fails, every worker is stopped, new ones start and the command
+        runs again, up to that many times; ``muster-train`` resumes from its
+        last checkpoint. The run is recorded (:func:`list_runs`), and lasts
+        no longer than this process: it runs under the client's lease.
 
         It runs the ``muster`` command line tool (``muster run``): from
         ``MUSTER_CLI``, beside this file's build, or on the PATH.
@@ -495,17 +623,28 @@ class Client:
                 args += ["--ps-cpu", str(ps_cpu)]
             if ps_memory:
                 args += ["--ps-memory", str(ps_memory)]
+        if max_restarts:
+            args += ["--max-restarts", str(int(max_restarts))]
+        if self.lease:
+            # The run's workers are the session's: the client's lease
+            # covers them (muster run must not give it back at its end).
+            self._hold_lease()
+            args += ["--no-lease"]
         args += ["--"] + [str(a) for a in command]
         env = dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.token,
                    MUSTER_SESSION=self.session)
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, bufsize=1)
-        last, failure = None, None
+        last, failure, run_id, restarts = None, None, None, 0
         for line in proc.stdout:
             line = line.rstrip("\n")
             (output or print)(line)
             if line.startswith("muster run: FAILED: "):
                 failure = line[len("muster run: FAILED: "):]
+            elif line.startswith("muster run: restart "):
+                restarts += 1
+            elif line.startswith("muster run: the workers were stopped; the run is "):
+                run_id = line.split("the run is ", 1)[1].split(";", 1)[0]
             elif line.startswith(("[worker-0] ", "[rank-0] ")):
                 last = line.split("] ", 1)[1]
         code = proc.wait()
@@ -517,7 +656,32 @@ class Client:
                 summary = json.loads(last)
             except ValueError:
                 pass
-        return {"exit_code": 0, "summary": summary}
+        return {"exit_code": 0, "summary": summary, "run": run_id, "restarts": restarts}
+
+    def list_runs(self, status=None, all_sessions=False):
+        """Lists the runs of the client's session (of all, with
+        ``all_sessions``), newest first: dicts with ``id``, ``mode``,
+        ``status``, ``command``, ``workers``, ``restarts``, ``causes``,
+        ``summary``, ``failure``, ..."""
+        query = [("limit", "5000")]
+        if not all_sessions:
+            query.append(("session", self.session))
+        if status:
+            query.append(("status", status))
+        runs, cursor = [], None
+        while True:
+            answer = self._request("GET", "/api/v1/runs",
+                                   query=query + ([("before", cursor)] if cursor else []))
+            runs.extend(self._expect(answer, "runs", "GET", "/api/v1/runs"))
+            cursor = answer.get("next") if isinstance(answer, dict) else None
+            if not cursor:
+                return runs
+
+    def get_run(self, run_id):
+        """Returns one run (a dict), given its id."""
+        if not isinstance(run_id, str) or not re.fullmatch(r"r-[a-z0-9]{10}", run_id):
+            raise MusterError("invalid_value", "not a run id: %r" % (run_id,), field="run_id")
+        return self._request("GET", "/api/v1/runs/" + run_id)
 
     def worker_logs(self, worker_id, stream="stdout", offset=None):
         """Returns what a worker wrote to ``stream`` (``"stdout"`` or ``"stderr"``).
@@ -543,14 +707,16 @@ class Client:
 _default_client = None
 
 
-def configure(url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT):
+def configure(url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT, lease=None,
+              lease_ttl=None):
     """Sets the client the module functions use, and returns it.
 
     Arguments left out are found as :class:`Client` finds them (environment,
     then the controller's state directory).
     """
     global _default_client
-    _default_client = Client(url=url, token=token, session=session, timeout=timeout)
+    _default_client = Client(url=url, token=token, session=session, timeout=timeout, lease=lease,
+                             lease_ttl=lease_ttl)
     return _default_client
 
 
@@ -649,9 +815,19 @@ def worker_logs(worker_id, stream="stdout", offset=None):
 
 def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
                 timeout_seconds=60, mode=None, command=None, port=2222, output=None,
-                ps_cpu=None, ps_memory=None):
+                ps_cpu=None, ps_memory=None, max_restarts=0):
     """Launches a cluster, trains across it, stops it: see
     :meth:`Client.run_cluster` (CML's ``cdsw_tensorflow_utils.run_cluster``)."""
     return default_client().run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu, worker_script,
                                          timeout_seconds, mode, command, port, output,
-                                         ps_cpu, ps_memory)
+                                         ps_cpu, ps_memory, max_restarts)
+
+
+def list_runs(status=None, all_sessions=False):
+    """Lists the current session's runs (see :meth:`Client.list_runs`)."""
+    return default_client().list_runs(status=status, all_sessions=all_sessions)
+
+
+def get_run(run_id):
+    """Returns one run (a dict)."""
+    return default_client().get_run(run_id)

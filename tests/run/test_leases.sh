@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Sessions' leases and runs' restarts, as a user meets them, against a real
+# controller, real workers and Open MPI: a muster run killed with kill -9
+# leaves no workers behind (ttl + 2 s); a controller restart while a lease is
+# renewed stops nothing, and a lease nobody renews gets one ttl of grace
+# after a restart; muster launch --lease stops its workers on SIGTERM; a run
+# restarted after a worker was killed resumes from its checkpoint and ends
+# with the loss of an uninterrupted run; --max-restarts 0 fails as before.
+# Usage: test_leases.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$(cd "${1:-build}" && pwd)
+src=$(cd "${2:-.}" && pwd)
+muster=$build/muster
+train=$build/muster-train
+tmp=$(mktemp -d /tmp/muster-lease-test-XXXXXX)
+pass=0
+fail=0
+ctl_pid=
+bg_pids=()
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export LSAN_OPTIONS=${LSAN_OPTIONS:-}${LSAN_OPTIONS:+:}suppressions=$src/tests/trainer/lsan.supp
+# Open MPI's plugins leak in sanitized builds (see tests/run/test_run.sh).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+export MUSTER_STATE_DIR=$tmp/state MUSTER_RUN_DIR=$tmp/runs
+unset MUSTER_URL MUSTER_TOKEN MUSTER_SESSION
+TTL=3
+
+stop_controller() {  # $1: TERM or KILL
+  [ -n "$ctl_pid" ] || return 0
+  kill "-$1" "$ctl_pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$ctl_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$ctl_pid" 2>/dev/null
+  wait "$ctl_pid" 2>/dev/null
+  ctl_pid=
+}
+
+cleanup() {
+  for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  stop_controller TERM
+  if [ -f "$tmp/state/muster.db" ]; then
+    for ref in $(sqlite3 "$tmp/state/muster.db" "SELECT pid FROM workers WHERE pid IS NOT NULL" 2>/dev/null); do
+      kill -KILL -- "-$ref" 2>/dev/null; kill -KILL "$ref" 2>/dev/null
+    done
+  fi
+  bash "$(dirname "$0")/../cgroup_clean.sh" "$tmp"
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { echo "ok - $*"; pass=$((pass + 1)); }
+not_ok() { echo "not ok - $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else not_ok "$what"; fi; }
+le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
+now() { date +%s.%N; }
+since() { python3 -c "print(round($(now) - $1, 2))"; }
+last_json() { grep -o '{"mode".*}' "$1" | tail -1; }
+json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+
+# One fixed port: clients keep talking to the controller across its restarts.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_controller() {
+  "$build/muster-controller" --listen "127.0.0.1:$port" --state-dir "$tmp/state" --cpus 8 \
+    --heartbeat-interval 0.5 >> "$tmp/controller.log" 2>&1 &
+  ctl_pid=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/api/v1/health" > /dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "not ok - the controller did not start: $(tail -5 "$tmp/controller.log")"
+  exit 1
+}
+mkdir -p "$tmp/state" "$tmp/runs"
+start_controller
+
+# Statuses of session $1's workers, sorted, one word each ("" if none).
+statuses() { "$muster" ps -a --session "$1" --json | python3 -c 'import json,sys; print(" ".join(sorted(w["status"] for w in json.load(sys.stdin))))'; }
+failures() { "$muster" ps -a --session "$1" --json | python3 -c 'import json,sys; print("|".join(sorted(set(str(w["failure"]) for w in json.load(sys.stdin)))))'; }
+# Waits up to $2 s until session $1's workers are all $3 (e.g. "running running").
+wait_statuses() {
+  local deadline; deadline=$(python3 -c "print($(now) + $2)")
+  while le "$(now)" "$deadline"; do
+    [ "$(statuses "$1")" = "$3" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+run_of() { "$muster" runs --session "$1" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]['$2'] if r else '')"; }
+
+# --- kill -9 of muster run mid-training: its workers stop within ttl + 2 s
+"$muster" run --mode allreduce --workers 2 --cpu 1 --session lk --lease-ttl $TTL -- \
+  "$train" --mode allreduce --epochs 500 --quiet > "$tmp/lk.out" 2> "$tmp/lk.err" &
+run_pid=$!
+bg_pids+=("$run_pid")
+if wait_statuses lk 60 "running running" && sleep 1.5 && [ "$(run_of lk status)" = running ]; then
+  mpirun_pid=$(pgrep -P "$run_pid" -x mpirun | head -1)
+  kill -KILL "$run_pid"
+  t0=$(now)
+  wait_statuses lk $((TTL + 5)) "stopped stopped"
+  took=$(since "$t0")
+  check "after kill -9 of muster run, its 2 workers are stopped ($(statuses lk))" \
+    test "$(statuses lk)" = "stopped stopped"
+  check "...within ttl + 2 s (ttl $TTL s, took $took s)" le "$took" $((TTL + 2))
+  check "...each with \"stopped: the session's lease expired\" ($(failures lk))" \
+    test "$(failures lk)" = "stopped: the session's lease expired"
+  check "...and the run is failed, saying why ($(run_of lk failure))" \
+    test "$(run_of lk status)/$(run_of lk failure)" = "failed/the session's lease expired: the client that ran it is gone"
+  # Its mpirun (this test's grandchild) ends once its daemons are gone.
+  if [ -n "$mpirun_pid" ]; then
+    for _ in $(seq 100); do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.1; done
+    check "...and its orphaned mpirun ended by itself" bash -c "! kill -0 $mpirun_pid 2>/dev/null"
+    kill -KILL "$mpirun_pid" 2>/dev/null
+  fi
+else
+  not_ok "muster run's workers never ran: $(tail -3 "$tmp/lk.err")"
+fi
+wait "$run_pid" 2>/dev/null
+
+# --- a controller restart while a lease is renewed stops nothing
+"$muster" launch --lease --lease-ttl $TTL -n 2 --cpu 0.1 --session keep > "$tmp/keep.ids" 2> "$tmp/keep.err" &
+keep_pid=$!
+bg_pids+=("$keep_pid")
+# --- and a lease nobody renews any more gets one ttl of grace after it
+"$muster" launch --lease --lease-ttl $TTL -n 1 --cpu 0.1 --session grace > /dev/null 2> "$tmp/grace.err" &
+grace_pid=$!
+bg_pids+=("$grace_pid")
+if wait_statuses keep 30 "running running" && wait_statuses grace 30 "running"; then
+  check "the session list shows keep's lease" \
+    bash -c "curl -s -H 'Authorization: Bearer $(cat "$tmp/state/token")' http://127.0.0.1:$port/api/v1/sessions | grep -q '\"name\":\"keep\",\"live_workers\":2,\"lease\":{\"ttl_seconds\":3'"
+  check "/metrics has keep's lease" \
+    bash -c "curl -s http://127.0.0.1:$port/metrics | grep -q '^muster_session_lease_seconds_left{session=\"keep\"} '"
+  kill -KILL "$grace_pid"          # nobody renews grace's lease from now on
+  stop_controller KILL
+  sleep $((TTL + 1))               # longer than the ttl: grace's lease ran out meanwhile
+  t_up=$(now)
+  start_controller
+  sleep 1
+  check "right after the restart, grace's worker still runs (one ttl of grace)" \
+    test "$(statuses grace)" = "running"
+  wait_statuses grace $((TTL + 3)) stopped
+  took=$(since "$t_up")
+  check "...then it is stopped when that ttl ran out (after $took s, ttl $TTL s)" \
+    bash -c "[ '$(statuses grace)' = stopped ] && $(le "$took" $((TTL + 2)) && echo true || echo false)"
+  check "...with the lease sentence ($(failures grace))" \
+    test "$(failures grace)" = "stopped: the session's lease expired"
+  sleep $((2 * TTL))
+  check "keep's workers, whose lease was renewed across the restart, still run after 2 ttl ($(statuses keep))" \
+    test "$(statuses keep)" = "running running"
+  check "...and their holder is still there" kill -0 "$keep_pid"
+  # muster launch --lease: SIGTERM stops its workers at once.
+  kill -TERM "$keep_pid"
+  t0=$(now)
+  wait "$keep_pid"; rc=$?
+  wait_statuses keep 2 "stopped stopped"
+  check "SIGTERM to muster launch --lease stops its workers at once ($(statuses keep), $(since "$t0") s) and it exits 1 (got $rc)" \
+    bash -c "[ '$(statuses keep)' = 'stopped stopped' ] && [ $rc = 1 ]"
+  check "...and gives the lease back" \
+    bash -c "curl -s -H 'Authorization: Bearer $(cat "$tmp/state/token")' http://127.0.0.1:$port/api/v1/sessions/keep | grep -q '\"lease\":null'"
+else
+  not_ok "the leased launches never ran: $(tail -3 "$tmp/keep.err") $(tail -3 "$tmp/grace.err")"
+fi
+
+# --- a run survives a lost worker: --max-restarts 1 resumes from the checkpoint
+EPOCHS=12
+timeout 300 "$muster" run --mode allreduce --workers 2 --cpu 1 --session ref -- \
+  "$train" --mode allreduce --epochs $EPOCHS --quiet > "$tmp/ref.out" 2> "$tmp/ref.err"; rc=$?
+check "an uninterrupted run of $EPOCHS epochs succeeds (exit $rc)" test $rc -eq 0
+timeout 300 "$muster" run --mode allreduce --workers 2 --cpu 1 --session rs --max-restarts 1 -- \
+  "$train" --mode allreduce --epochs $EPOCHS --quiet > "$tmp/rs.out" 2> "$tmp/rs.err" &
+rs_pid=$!
+bg_pids+=("$rs_pid")
+victim=
+rs_id=
+for _ in $(seq 300); do
+  rs_id=$(sqlite3 "$tmp/state/muster.db" "SELECT id FROM runs WHERE session = 'rs'" 2>/dev/null)
+  [ -n "$rs_id" ] && break
+  sleep 0.1
+done
+for _ in $(seq 3000); do
+  if [ -n "$rs_id" ] && [ -s "$tmp/runs/$rs_id/checkpoint" ]; then
+    victim=$(sqlite3 "$tmp/state/muster.db" "SELECT id || ' ' || pid FROM workers WHERE session = 'rs' AND status = 'running' AND role = 'worker' ORDER BY rowid DESC LIMIT 1")
+    break
+  fi
+  sleep 0.02
+done
+if [ -n "$victim" ]; then
+  vid=${victim% *}; vpid=${victim#* }
+  kill -KILL "$vpid"
+  wait "$rs_pid"; rc=$?
+  check "after worker $vid's workerd was killed past the first checkpoint, --max-restarts 1 succeeds (exit $rc)" \
+    test $rc -eq 0
+  check "...printing one restart with its cause" \
+    bash -c "[ \$(grep -c '^muster run: restart ' '$tmp/rs.err') = 1 ] && grep -q '^muster run: restart 1: worker [01] ($vid) failed: muster-workerd (pid $vpid) was killed by signal 9' '$tmp/rs.err'"
+  r=$(last_json "$tmp/ref.out"); s=$(last_json "$tmp/rs.out")
+  if [ -n "$r" ] && [ -n "$s" ]; then
+    check "...and ends with the uninterrupted run's loss ($(json_field "$s" final_loss) vs $(json_field "$r" final_loss))" \
+      python3 -c "import sys; sys.exit(0 if abs($(json_field "$s" final_loss) - $(json_field "$r" final_loss)) <= 1e-6 else 1)"
+    check "...and test accuracy ($(json_field "$s" test_accuracy) vs $(json_field "$r" test_accuracy))" \
+      test "$(json_field "$s" test_accuracy)" = "$(json_field "$r" test_accuracy)"
+    check "...having resumed: fewer steps in its last attempt ($(json_field "$s" steps) < $(json_field "$r" steps))" \
+      test "$(json_field "$s" steps)" -lt "$(json_field "$r" steps)"
+  else
+    not_ok "no summary: $(tail -3 "$tmp/rs.err")"
+  fi
+  check "...and the run's record says succeeded with 1 restart and its cause" \
+    bash -c "[ '$(run_of rs status)/$(run_of rs restarts)' = succeeded/1 ] && '$muster' runs --session rs --json | grep -q 'killed by signal 9'"
+  check "...and lists the 2 replacements among its 4 workers" \
+    test "$("$muster" runs --session rs --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)[0]["workers"]))')" = 4
+else
+  not_ok "no checkpoint appeared, or no worker ran: $(tail -3 "$tmp/rs.err")"
+  kill -KILL "$rs_pid" 2>/dev/null; wait "$rs_pid" 2>/dev/null
+fi
+
+# --- --max-restarts 0: the first lost worker ends the run, named
+"$muster" run --mode exec --workers 2 --cpu 0.2 --session r0 -- sleep 60 > /dev/null 2> "$tmp/r0.err" &
+r0_pid=$!
+bg_pids+=("$r0_pid")
+if wait_statuses r0 30 "running running"; then
+  sleep 0.5
+  victim=$(sqlite3 "$tmp/state/muster.db" "SELECT id || ' ' || pid FROM workers WHERE session = 'r0' AND status = 'running' LIMIT 1")
+  vid=${victim% *}; vpid=${victim#* }
+  kill -KILL "$vpid"
+  wait "$r0_pid"; rc=$?
+  check "with --max-restarts 0, killing a worker fails the run (exit $rc), naming it: $(grep FAILED "$tmp/r0.err")" \
+    bash -c "[ $rc = 1 ] && grep -q 'FAILED: worker [01] ($vid) failed: muster-workerd (pid $vpid) was killed by signal 9' '$tmp/r0.err' && ! grep -q 'restart [0-9]' '$tmp/r0.err'"
+  check "...and its record is failed with 0 restarts" test "$(run_of r0 status)/$(run_of r0 restarts)" = failed/0
+else
+  not_ok "r0's workers never ran: $(tail -3 "$tmp/r0.err")"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

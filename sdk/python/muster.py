@@ -633,21 +633,21 @@ class Client:
         args += ["--"] + [str(a) for a in command]
         env = dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.token,
                    MUSTER_SESSION=self.session)
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)
-        last, failure, run_id, restarts = None, None, None, 0
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            (output or print)(line)
-            if line.startswith("muster run: FAILED: "):
-                failure = line[len("muster run: FAILED: "):]
-            elif line.startswith("muster run: restart "):
-                restarts += 1
-            elif line.startswith("muster run: the workers were stopped; the run is "):
-                run_id = line.split("the run is ", 1)[1].split(";", 1)[0]
-            elif line.startswith(("[worker-0] ", "[rank-0] ")):
-                last = line.split("] ", 1)[1]
-        code = proc.wait()
+        with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, bufsize=1) as proc:
+            last, failure, run_id, restarts = None, None, None, 0
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                (output or print)(line)
+                if line.startswith("muster run: FAILED: "):
+                    failure = line[len("muster run: FAILED: "):]
+                elif line.startswith("muster run: restart "):
+                    restarts += 1
+                elif line.startswith("muster run: the workers were stopped; the run is "):
+                    run_id = line.split("the run is ", 1)[1].split(";", 1)[0]
+                elif line.startswith(("[worker-0] ", "[rank-0] ")):
+                    last = line.split("] ", 1)[1]
+            code = proc.wait()
         if code != 0:
             raise MusterError("training_failed", failure or "muster run exited with code %d" % code)
         summary = last

@@ -11,6 +11,7 @@ started that is still alive.
 
 import http.server
 import inspect
+import json
 import os
 import shutil
 import signal
@@ -172,8 +173,14 @@ def tearDownModule():
 class MusterTestCase(unittest.TestCase):
     maxDiff = None
 
-    def client(self, session, token=None):
-        return muster.Client(url=CTL["url"], token=token or CTL["token"], session=session)
+    def client(self, session, token=None, lease=False):
+        """A client of session; with lease=True it holds the session's lease
+        (given back, its workers stopped, at the end of the test)."""
+        c = muster.Client(url=CTL["url"], token=token or CTL["token"], session=session,
+                          lease=lease)
+        if lease:
+            self.addCleanup(c.close)
+        return c
 
     def launch(self, c, *args, **kw):
         """c.launch_workers(...), remembered for the cleanup."""
@@ -191,8 +198,10 @@ class MusterTestCase(unittest.TestCase):
         patcher = mock.patch.dict(os.environ, clean, clear=True)
         patcher.start()
         self.addCleanup(patcher.stop)
-        # The module functions' default client is made from the environment.
+        # The module functions' default client is made from the environment;
+        # the test's own is closed (its lease given back) at the test's end.
         self.addCleanup(setattr, muster, "_default_client", None)
+        self.addCleanup(lambda: muster._default_client and muster._default_client.close())
         muster._default_client = None
 
 
@@ -423,7 +432,10 @@ class Discovery(MusterTestCase):
         self.env(MUSTER_STATE_DIR=CTL["state_dir"], MUSTER_URL="http://127.0.0.1:9",
                  MUSTER_TOKEN="tok")
         c = muster.Client()
-        self.assertEqual((c.url, c.token, c.session), ("http://127.0.0.1:9", "tok", "default"))
+        self.assertEqual((c.url, c.token), ("http://127.0.0.1:9", "tok"))
+        # No MUSTER_SESSION: a session of the process's own (host, pid, random).
+        self.assertRegex(c.session, r"^[A-Za-z0-9_.-]+-%d-[a-z0-9]{6}$" % os.getpid())
+        self.assertNotEqual(c.session, muster.Client().session)
 
     def test_no_controller_anywhere_is_unreachable(self):
         home = tempfile.mkdtemp(prefix="muster-pytest-home-")
@@ -436,6 +448,106 @@ class Discovery(MusterTestCase):
         self.assertIn(os.path.join(home, ".muster", "url"), e.message)
         self.assertIn("muster-controller", e.message)
         self.assertIn("MUSTER_URL", e.message)
+
+
+# A notebook kernel: a client of its own session (no MUSTER_SESSION), with a
+# short lease, launches 3 idle workers, prints their ids once they run, then
+# waits for a line on stdin: "exit" exits cleanly, anything else never comes
+# (the test kills it).
+_KERNEL = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import muster
+c = muster.Client(url=sys.argv[2], token=sys.argv[3], lease_ttl=float(sys.argv[4]),
+                  lease=sys.argv[5] == "on")
+ws = c.launch_workers(3, 0.1, 0.1)
+done = c.await_workers(ws, wait_for_completion=False, timeout_seconds=30)
+print(json.dumps({"session": c.session, "ids": [w["id"] for w in done["workers"]]}), flush=True)
+sys.stdin.readline()
+"""
+
+
+class Leases(MusterTestCase):
+    """Workers end with the Python process that launched them, as in CML."""
+
+    TTL = 3
+
+    def kernel(self, lease="on"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        p = subprocess.Popen([sys.executable, "-c", _KERNEL, os.path.join(REPO, "sdk", "python"),
+                              CTL["url"], CTL["token"], str(self.TTL), lease],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        self.addCleanup(lambda: (p.poll() is None and (p.kill(), p.wait()), p.stdin.close(),
+                                 p.stdout.close()))
+        line = p.stdout.readline()
+        self.assertTrue(line, "the kernel printed nothing (exit %s)" % p.poll())
+        info = json.loads(line)
+        self.assertEqual(len(info["ids"]), 3, info)
+        c = self.client(info["session"])
+        self.addCleanup(lambda: _note(c.stop_workers(*info["ids"])))
+        _note([c.get_worker(i) for i in info["ids"]])
+        return p, info, c
+
+    def statuses(self, c, ids):
+        return sorted(c.get_worker(i)["status"] for i in ids)
+
+    def test_a_killed_process_stops_its_workers_within_ttl_with_the_lease_sentence(self):
+        p, info, c = self.kernel()
+        p.kill()
+        p.wait()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.TTL + 5 and \
+                self.statuses(c, info["ids"]) != ["stopped"] * 3:
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        ws = [c.get_worker(i) for i in info["ids"]]
+        self.assertEqual([w["status"] for w in ws], ["stopped"] * 3)
+        self.assertLessEqual(took, self.TTL + 2)
+        self.assertEqual({w["failure"] for w in ws}, {"stopped: the session's lease expired"})
+
+    def test_a_clean_exit_stops_them_at_once(self):
+        p, info, c = self.kernel()
+        p.stdin.write("exit\n")
+        p.stdin.flush()
+        self.assertEqual(p.wait(timeout=20), 0)
+        # By the time the process has exited, they are stopped.
+        self.assertEqual(self.statuses(c, info["ids"]), ["stopped"] * 3)
+        s = c._request("GET", "/api/v1/sessions/" + info["session"])
+        self.assertIsNone(s["lease"])
+
+    def test_the_opt_out_keeps_them(self):
+        p, info, c = self.kernel(lease="off")
+        p.kill()
+        p.wait()
+        time.sleep(self.TTL + 2)
+        self.assertEqual(self.statuses(c, info["ids"]), ["running"] * 3)
+
+    def test_two_clients_without_a_session_name_neither_list_nor_stop_each_others(self):
+        self.env(MUSTER_URL=CTL["url"], MUSTER_TOKEN=CTL["token"])
+        a, b = muster.Client(lease=False), muster.Client(lease=False)
+        self.assertNotEqual(a.session, b.session)
+        wa = self.launch(a, 1, 0.1, 0.1)
+        wb = self.launch(b, 1, 0.1, 0.1)
+        a.await_workers(wa + wb, wait_for_completion=False, timeout_seconds=20)
+        self.assertEqual([w["id"] for w in a.list_workers()], [wa[0]["id"]])
+        self.assertEqual([w["id"] for w in b.list_workers()], [wb[0]["id"]])
+        self.assertEqual([w["id"] for w in a.stop_workers()], [wa[0]["id"]])
+        self.assertEqual(b.get_worker(wb[0]["id"])["status"], "running")
+
+    def test_run_cluster_records_its_run_and_restarts(self):
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"))
+        c = self.client("rc-restart", lease=True)
+        res = c.run_cluster(2, 0, 0.1, 0.25, mode="exec", output=lambda line: None, max_restarts=1,
+                            command=["sh", "-c", 'if [ "$MUSTER_RESTART_COUNT" = 0 ] && '
+                                     '[ "$RANK" = 1 ]; then exit 4; fi; echo \'{"ok": 1}\''])
+        self.assertEqual((res["exit_code"], res["restarts"], res["summary"]), (0, 1, {"ok": 1}))
+        run = c.get_run(res["run"])
+        self.assertEqual((run["status"], run["restarts"], run["mode"]), ("succeeded", 1, "exec"))
+        self.assertIn("exited with code 4", run["causes"][0]["cause"])
+        self.assertEqual(len(run["workers"]), 4)
+        self.assertIn(res["run"], [r["id"] for r in c.list_runs()])
+        # The client's lease covers the run: muster run did not give it back.
+        self.assertIsNotNone(c._request("GET", "/api/v1/sessions/rc-restart")["lease"])
 
 
 class CdswCompatibility(unittest.TestCase):
@@ -466,7 +578,8 @@ class CdswCompatibility(unittest.TestCase):
             src = f.read()
         imports = {line.split()[1].split(".")[0] for line in src.splitlines()
                    if line.startswith(("import ", "from "))}
-        self.assertLessEqual(imports, {"http", "json", "os", "socket", "urllib"}, imports)
+        self.assertLessEqual(imports, {"atexit", "http", "json", "os", "random", "re", "socket",
+                                       "threading", "urllib"}, imports)
 
 
 if __name__ == "__main__":

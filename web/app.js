@@ -360,6 +360,58 @@ function renderSummary() {
   }
 }
 
+// The live sessions (a worker not ended, or a lease) and their leases: a
+// session whose lease runs out has its workers stopped by the controller.
+function renderSessions(list) {
+  const ul = $('sessions');
+  ul.textContent = '';
+  list.sort((a, b) => a.name.localeCompare(b.name));
+  for (const s of list) {
+    const li = document.createElement('li');
+    li.className = 'session';
+    li.dataset.session = s.name;
+    const name = document.createElement('button');
+    name.type = 'button';
+    name.className = 'link name';
+    name.textContent = s.name;
+    name.title = 'Show this session\'s workers';
+    name.addEventListener('click', () => {
+      const sel = $('filter-session');
+      if (![...sel.options].some((o) => o.value === s.name)) {
+        const o = document.createElement('option');
+        o.value = s.name;
+        o.textContent = s.name;
+        sel.appendChild(o);
+      }
+      sel.value = state.filterSession === s.name ? '' : s.name;
+      setFilters();
+    });
+    const live = document.createElement('span');
+    live.className = 'live';
+    live.textContent = `${s.live_workers} live`;
+    const lease = document.createElement('span');
+    lease.className = 'lease';
+    if (s.lease) {
+      const left = Math.round(s.lease.seconds_left);
+      lease.textContent = `lease: ${left} s left of ${fmtNum(s.lease.ttl_seconds)} s`;
+      lease.title = `renewed by its client every ${fmtNum(s.lease.ttl_seconds / 3)} s; if it runs out ` +
+        `(at ${s.lease.expires_at}), the session's workers are stopped`;
+      li.classList.toggle('late', s.lease.seconds_left < s.lease.ttl_seconds / 3);
+    } else {
+      lease.textContent = 'no lease';
+      lease.title = 'its workers stay until they end or are stopped';
+    }
+    li.append(name, live, lease);
+    ul.appendChild(li);
+  }
+  ul.hidden = list.length === 0;
+}
+
+async function loadSessions() {
+  const r = await api('/api/v1/sessions');
+  renderSessions((await r.json()).sessions);
+}
+
 function setFilters() {
   state.filterStatus = $('filter-status').value;
   state.filterSession = $('filter-session').value;
@@ -728,6 +780,11 @@ async function start() {
       .then((body) => body.workers.forEach(upsert))
       .catch(() => {});
   }, 3000);
+  // Leases are renewed without events: their state is read every second.
+  setInterval(() => {
+    if (document.hidden || !state.token) return;
+    loadSessions().catch(() => {});
+  }, 1000);
   state.token = takeTokenFromUrl();
   boot();
 }

@@ -303,6 +303,25 @@ async function main() {
       ok(await page.isHidden('#logs'), 'the stop click did not open the logs panel');
     });
 
+    // 3a. A session's lease, as the strip of live sessions shows it.
+    await step('a leased session shows its lease', async () => {
+      await api('PUT', '/api/v1/sessions/web-leased/lease', { ttl_seconds: 60 });
+      const w = await launch({ name: 'leased', session: 'web-leased' });
+      await rowStatus(page, w.id, 'running');
+      const sel = '#sessions li[data-session="web-leased"]';
+      await page.waitForFunction((s) => /^web-leased1 livelease: \d+ s left of 60 s$/.test(
+        document.querySelector(s)?.textContent || ''), sel, { timeout: T });
+      ok(true, `the session strip shows "${(await page.textContent(sel)).trim()}"`);
+      await api('DELETE', '/api/v1/sessions/web-leased/lease');
+      await page.waitForFunction((s) => /no lease$/.test(document.querySelector(s)?.textContent || ''),
+        sel, { timeout: T });
+      ok(true, 'once the lease is given back, it says "no lease"');
+      await api('DELETE', `/api/v1/workers/${w.id}`);
+      await rowStatus(page, w.id, 'stopped');
+      await page.waitForSelector(sel, { state: 'detached', timeout: T });
+      ok(true, 'a session with no live worker and no lease leaves the strip');
+    });
+
     // 3b. Dismissing the confirm dialog leaves the worker running.
     await step('dismissing the confirm dialog keeps the worker', async () => {
       const idle = await launch({ name: 'idle-keep' });

@@ -179,14 +179,15 @@ static void iso_of(int64_t at_ms, char *buf, size_t size) {
   struct timeval tv;
   struct tm tm;
   int64_t wall_ms;
+  size_t n;
   time_t t;
 
   gettimeofday(&tv, NULL);
   wall_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000 + (at_ms - util_mono_ms());
   t = (time_t)(wall_ms / 1000);
   gmtime_r(&t, &tm);
-  snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000));
+  n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf + n, size - n, ".%03dZ", (int)(wall_ms % 1000));
 }
 
 json_t *lease_json_locked(const char *session) {

@@ -86,6 +86,43 @@ wait_statuses() {
 }
 run_of() { "$muster" runs --session "$1" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]['$2'] if r else '')"; }
 
+# --- bad input: a clear error naming what was wrong, nothing stored
+tok=$(cat "$tmp/state/token")
+call() {  # METHOD PATH [BODY] -> "STATUS BODY"
+  curl -s -o "$tmp/call.out" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $tok" \
+    ${3:+-d "$3"} "http://127.0.0.1:$port$2"
+  printf ' '; cat "$tmp/call.out"
+}
+expect() {  # WHAT STATUS FIELD-OR-TEXT METHOD PATH [BODY]
+  local what=$1 st=$2 want=$3; shift 3
+  local got; got=$(call "$@")
+  if [ "${got%% *}" = "$st" ] && grep -qF -- "$want" <<<"$got"; then
+    ok "$what: $st naming $want"
+  else
+    not_ok "$what: $st naming $want (got $got)"
+  fi
+}
+expect "a lease with ttl 0" 422 '"field":"ttl_seconds"' PUT /api/v1/sessions/s1/lease '{"ttl_seconds": 0}'
+expect "a lease with an unknown field" 422 'unknown field \"ttl\"' PUT /api/v1/sessions/s1/lease '{"ttl": 5}'
+expect "a lease of a bad session name" 404 '"field":"name"' PUT '/api/v1/sessions/bad%21name/lease' '{}'
+expect "giving back a lease never taken" 404 'holds no lease' DELETE /api/v1/sessions/s1/lease
+expect "a run without a mode" 422 '"field":"mode"' POST /api/v1/runs '{"command": ["x"]}'
+expect "a run whose command is not an array" 422 '"field":"command"' POST /api/v1/runs '{"mode": "exec", "command": "x"}'
+expect "a run naming a worker that is not there" 422 'is no worker' POST /api/v1/runs '{"mode": "exec", "command": ["x"], "workers": ["w-0000000000"]}'
+expect "an unknown run" 404 'there is no run r-0000000000' GET /api/v1/runs/r-0000000000
+expect "a launch into an unknown run" 422 '"field":"run"' POST /api/v1/workers '{"n": 1, "run": "r-0000000000"}'
+rid=$(call POST /api/v1/runs '{"mode": "exec", "command": ["x"], "session": "s1", "max_restarts": 1}' | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().split(" ", 1)[1])["id"])')
+expect "a launch into a run of another session" 422 'belongs to session s1' POST /api/v1/workers "{\"n\": 1, \"run\": \"$rid\", \"session\": \"s2\"}"
+expect "a first restart" 200 '"restarts":1' POST "/api/v1/runs/$rid/restarts" '{"cause": "first"}'
+expect "a restart past max_restarts" 409 'used all of its restarts' POST "/api/v1/runs/$rid/restarts" '{"cause": "second"}'
+expect "a run's end" 200 '"status":"failed"' POST "/api/v1/runs/$rid/end" '{"status": "failed", "failure": "done"}'
+expect "a second end" 409 "has ended (failed)" POST "/api/v1/runs/$rid/end" '{"status": "succeeded"}'
+expect "a launch into an ended run" 409 'has ended' POST /api/v1/workers "{\"n\": 1, \"run\": \"$rid\", \"session\": \"s1\"}"
+check "...and none of those launches stored a worker" \
+  test "$(sqlite3 "$tmp/state/muster.db" "SELECT count(*) FROM workers")" = 0
+check "an ended run cannot change, even by SQL" \
+  bash -c "! sqlite3 '$tmp/state/muster.db' \"UPDATE runs SET status = 'running' WHERE id = '$rid'\" 2>/dev/null"
+
 # --- kill -9 of muster run mid-training: its workers stop within ttl + 2 s
 "$muster" run --mode allreduce --workers 2 --cpu 1 --session lk --lease-ttl $TTL -- \
   "$train" --mode allreduce --epochs 500 --quiet > "$tmp/lk.out" 2> "$tmp/lk.err" &

@@ -789,19 +789,20 @@ static const char *arg_value(const char *const *argv, size_t argc, const char *n
   return NULL;
 }
 
-/* The command of attempt k: the options' own, less any --resume, with
- * --checkpoint ckpt when it names none, and --resume from the checkpoint
- * when one was written (resume 1). argv_out has room for argc + 4. */
+/* The command of an attempt: the options' own, with --checkpoint ckpt when
+ * it names none, and, when resume is set (a restart, and the checkpoint was
+ * written), --resume from the checkpoint instead of any --resume of the
+ * command's. argv_out has room for argc + 4. */
 static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resume,
                            const char **argv_out) {
   size_t n = 0;
 
   for (size_t i = 0; i < o->argc; i++) {
-    if (strcmp(o->argv[i], "--resume") == 0 && i + 1 < o->argc) {
+    if (resume && strcmp(o->argv[i], "--resume") == 0 && i + 1 < o->argc) {
       i++;
       continue;
     }
-    if (strncmp(o->argv[i], "--resume=", 9) == 0)
+    if (resume && strncmp(o->argv[i], "--resume=", 9) == 0)
       continue;
     argv_out[n++] = o->argv[i];
   }
@@ -841,7 +842,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   const char **argv = NULL;
   muster_lease *lease = NULL;
   size_t argc = o->argc;
-  int rc, trainer = is_trainer(o->argv, o->argc), can_resume;
+  /* Checkpoints matter only to a run that may restart. */
+  int rc, trainer = o->max_restarts > 0 && is_trainer(o->argv, o->argc), can_resume, own_ckpt = 0;
 
   memset(r, 0, sizeof(*r));
   r->exit_code = 1;
@@ -884,6 +886,7 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
                ckpt, strerror(errno));
       goto end;
     }
+    own_ckpt = !given;
     argv = calloc(o->argc + 5, sizeof(*argv));
     if (!argv) {
       rc = MUSTER_E_NOMEM;
@@ -937,6 +940,17 @@ end:
       snprintf(r->failure, sizeof(r->failure), "could not record the run's end: %s",
                muster_client_errmsg(c));
       r->exit_code = 1;
+    }
+  }
+  /* A run that succeeded needs its own checkpoint no more; a failed one
+   * keeps it (--resume by hand). */
+  if (own_ckpt && !rc && !r->failure[0]) {
+    char *slash;
+    unlink(ckpt);
+    slash = strrchr(ckpt, '/');
+    if (slash) {
+      *slash = '\0';
+      rmdir(ckpt);
     }
   }
 out:

@@ -240,6 +240,7 @@ if [ -n "$victim" ]; then
   fi
   check "...and the run's record says succeeded with 1 restart and its cause" \
     bash -c "[ '$(run_of rs status)/$(run_of rs restarts)' = succeeded/1 ] && '$muster' runs --session rs --json | grep -q 'killed by signal 9'"
+  check "...and its checkpoint directory, no longer needed, is gone" test ! -e "$tmp/runs/$rs_id"
   check "...and lists the 2 replacements among its 4 workers" \
     test "$("$muster" runs --session rs --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)[0]["workers"]))')" = 4
 else

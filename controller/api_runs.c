@@ -48,10 +48,14 @@ enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const ch
   enum MHD_Result ret = MHD_NO;
   double ttl = 30;
   int64_t expires;
-  int rc;
+  int rc, created = 0;
 
+  /* PUT makes the session if it is new: a bad name is a bad value. */
   if (!validate_name(name))
-    return bad_session_name(c, name);
+    return api_respond_error(c, MUSTER_E_INVALID, "name",
+                             "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
+                             "or '-')",
+                             name);
   if (rq->len) {
     body = api_parse_body(c, rq, &ret);
     if (!body)
@@ -76,7 +80,7 @@ enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const ch
     ret = api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
     goto out;
   }
-  rc = lease_put_locked(name, ttl, &expires);
+  rc = lease_put_locked(name, ttl, &expires, &created);
   lease = rc ? NULL : lease_json_locked(name);
   state_unlock();
   if (rc == MUSTER_E_CONFLICT)
@@ -85,8 +89,10 @@ enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const ch
   else if (rc)
     ret = api_respond_error(c, rc, NULL, "could not store the lease of session %s", name);
   else {
+    /* 201: the session held no lease (a first PUT, or a renewal that came
+     * after the lease had expired and its workers were stopped). */
     json_object_set_new(lease, "session", json_string(name));
-    ret = api_respond_json(c, MHD_HTTP_OK, lease);
+    ret = api_respond_json(c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, lease);
   }
 out:
   json_decref(body);
@@ -249,6 +255,14 @@ enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const c
   }
   json_array_foreach(workers, i, item) if (!rc) rc =
       db_worker_set_run(g.db, json_string_value(item), id);
+  /* Claimed by another run (or pruned) since it was checked. */
+  if (rc == MUSTER_E_CONFLICT) {
+    db_rollback(g.db);
+    state_unlock();
+    ret = api_respond_error(c, rc, "workers",
+                            "a worker it names joined another run meanwhile; no run was recorded");
+    goto out;
+  }
   if (!rc)
     rc = db_commit(g.db);
   if (rc) {

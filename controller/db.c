@@ -353,10 +353,14 @@ sqlite3 *db_sqlite_(struct db *db) {
 
 int db_worker_set_run(struct db *db, const char *id, const char *run) {
   sqlite3_stmt *s = stmt(db, ST_SET_RUN);
+  int rc;
 
   bind_text_or_null(s, 1, id);
   bind_text_or_null(s, 2, run);
-  return exec_write(db, s, id);
+  rc = exec_write(db, s, id);
+  if (!rc && sqlite3_changes(db->conn) != 1)
+    rc = MUSTER_E_CONFLICT;
+  return rc;
 }
 
 const char *db_errmsg(struct db *db) {
@@ -823,8 +827,19 @@ int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n
   sqlite3_reset(s);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW)
     return MUSTER_E_DB;
-  if (*n == 0)
-    return 0;
+  if (*n == 0) {
+    /* No worker to prune: ended runs without workers, and idle sessions,
+     * may still be old enough (no trigger guards those two tables). */
+    s = stmt(db, ST_PRUNE_RUNS);
+    bind_text_or_null(s, 1, cutoff);
+    rc = exec_stmt(s);
+    if (!rc) {
+      s = stmt(db, ST_PRUNE_SESSIONS);
+      bind_text_or_null(s, 1, cutoff);
+      rc = exec_stmt(s);
+    }
+    return rc;
+  }
   rc = db_begin(db);
   if (rc)
     return rc;

@@ -175,7 +175,7 @@ json_t *db_status_counts(struct db *db);
 void db_live_usage(struct db *db, void (*fn)(void *arg, const char *id, const struct db_usage *u),
                    void *arg);
 
-/* Sets worker id's run, if it has none yet. */
+/* Sets worker id's run; MUSTER_E_CONFLICT if it has one (or is gone). */
 int db_worker_set_run(struct db *db, const char *id, const char *run)
     __attribute__((warn_unused_result));
 

@@ -38,16 +38,23 @@ static struct lease **find_slot(const char *session) {
   return p;
 }
 
-int lease_put_locked(const char *session, double ttl, int64_t *expires_ms) {
+int lease_put_locked(const char *session, double ttl, int64_t *expires_ms, int *created) {
   struct lease **p, *l;
+  int64_t until;
   int rc;
 
   ASSERT_LOCKED();
   p = find_slot(session);
   l = *p;
+  *created = !l;
   if (!l && nleases >= LEASE_MAX)
     return MUSTER_E_CONFLICT;
-  /* Only a new lease or a new ttl is written; a renewal is memory. */
+  /* Holders of one session's lease may ask for different ttls: the lease
+   * lasts as long as the longest asks (a short-lived holder's death never
+   * cuts a longer one short). Only a new lease or a longer ttl is written;
+   * a renewal is memory. */
+  if (l && l->ttl_s > ttl)
+    ttl = l->ttl_s;
   if (!l || l->ttl_s != ttl) {
     rc = db_lease_set(g.db, session, ttl);
     if (rc)
@@ -64,8 +71,10 @@ int lease_put_locked(const char *session, double ttl, int64_t *expires_ms) {
     *p = l;
     nleases++;
   }
+  until = util_mono_ms() + (int64_t)(ttl * 1000);
   l->ttl_s = ttl;
-  l->expires_ms = util_mono_ms() + (int64_t)(ttl * 1000);
+  if (until > l->expires_ms)
+    l->expires_ms = until;
   *expires_ms = l->expires_ms;
   return 0;
 }
@@ -92,12 +101,28 @@ int lease_drop_locked(const char *session) {
   return 0;
 }
 
-/* Ends the lease of l: stops the session's live workers, fails its running
- * runs, and forgets the lease. Returns 0, or an error (the lease stays and
- * is tried again a second later). */
+struct expiry {
+  const char *session;
+  int runs;
+};
+
+/* Inside the stop's transaction: the session's running runs fail, and its
+ * lease is gone from SQLite too. */
+static int expire_rows(void *arg) {
+  struct expiry *e = arg;
+  int rc = db_runs_fail_session(
+      g.db, e->session, "the session's lease expired: the client that ran it is gone", &e->runs);
+  return rc ? rc : db_lease_set(g.db, e->session, 0);
+}
+
+/* Ends the lease of l in one transaction: stops the session's live
+ * workers, fails its running runs, and forgets the lease. Returns 0, or an
+ * error (nothing changed; the lease stays and is tried again a second
+ * later). */
 static int expire_one(struct lease *l) {
+  struct expiry e = {l->session, 0};
   char(*ids)[16];
-  int n = 0, k = 0, runs = 0, rc;
+  int n = 0, k = 0, rc;
 
   for (struct lw *w = g.head; w; w = w->next)
     n += strcmp(w->session, l->session) == 0;
@@ -107,19 +132,13 @@ static int expire_one(struct lease *l) {
   for (struct lw *w = g.head; w; w = w->next)
     if (strcmp(w->session, l->session) == 0)
       snprintf(ids[k++], sizeof(ids[0]), "%s", w->id);
-  rc = sm_stop_many_locked(ids, n, LEASE_EXPIRED, LEASE_EXPIRED);
+  rc = sm_stop_many_with_locked(ids, n, LEASE_EXPIRED, LEASE_EXPIRED, expire_rows, &e);
   free(ids);
-  if (rc)
-    return rc;
-  rc = db_runs_fail_session(g.db, l->session,
-                            "the session's lease expired: the client that ran it is gone", &runs);
-  if (!rc)
-    rc = db_lease_set(g.db, l->session, 0);
   if (rc)
     return rc;
   g.leases_expired++;
   LOG(LOG_INFO, "the lease of session %s expired (ttl %.0f s): %d workers stopped, %d runs failed",
-      l->session, l->ttl_s, n, runs);
+      l->session, l->ttl_s, n, e.runs);
   return 0;
 }
 

@@ -18,16 +18,19 @@
 
 /* At most this many sessions hold a lease at once. */
 #define LEASE_MAX 10000
-/* A ttl is 1 s to 1 day. */
-#define LEASE_TTL_MIN 1.0
+/* A ttl is 3 s to 1 day (renewed every third: a renewal has 2 s at least
+ * to arrive). */
+#define LEASE_TTL_MIN 3.0
 #define LEASE_TTL_MAX 86400.0
 
 #define LEASE_EXPIRED "stopped: the session's lease expired"
 
-/* Takes or renews session's lease for ttl seconds from now; *expires_ms
- * gets its end (util_mono_ms() time). Returns 0, MUSTER_E_CONFLICT when
- * LEASE_MAX sessions hold one already, or a database error. */
-MUST_CHECK int lease_put_locked(const char *session, double ttl, int64_t *expires_ms);
+/* Takes or renews session's lease for ttl seconds from now (or the longer
+ * ttl another holder asked for); *expires_ms gets its end (util_mono_ms()
+ * time), *created 1 if the session held no lease. Returns 0,
+ * MUSTER_E_CONFLICT when LEASE_MAX sessions hold one already, or a
+ * database error. */
+MUST_CHECK int lease_put_locked(const char *session, double ttl, int64_t *expires_ms, int *created);
 /* Gives session's lease back (its workers stay). MUSTER_E_NOT_FOUND if it
  * held none. */
 MUST_CHECK int lease_drop_locked(const char *session);

@@ -428,6 +428,11 @@ int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const c
 }
 
 int sm_stop_many_locked(char (*ids)[16], int n, const char *detail, const char *failure) {
+  return sm_stop_many_with_locked(ids, n, detail, failure, NULL, NULL);
+}
+
+int sm_stop_many_with_locked(char (*ids)[16], int n, const char *detail, const char *failure,
+                             int (*also)(void *arg), void *arg) {
   char(*cancel)[16] = calloc((size_t)n + 1, sizeof(*cancel));
   int rc, ncancel = 0;
 
@@ -451,6 +456,13 @@ int sm_stop_many_locked(char (*ids)[16], int n, const char *detail, const char *
     if (w->attempt > 0)
       snprintf(cancel[ncancel++], sizeof(cancel[0]), "%s", w->id);
     rc = sm_transition(w, WS_STOPPED, &f, detail);
+    if (rc) {
+      sm_rollback();
+      goto out;
+    }
+  }
+  if (also) {
+    rc = also(arg);
     if (rc) {
       sm_rollback();
       goto out;

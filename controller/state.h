@@ -232,6 +232,10 @@ int sm_finish_locked(struct lw *w, enum wstatus to, struct db_fields *f, const c
  * unknown ones are skipped. */
 int sm_stop_many_locked(char (*ids)[16], int n, const char *detail, const char *failure)
     __attribute__((warn_unused_result));
+/* The same, with also(arg) run inside the transaction before it commits
+ * (its writes commit with the stops, or nothing does). */
+MUST_CHECK int sm_stop_many_with_locked(char (*ids)[16], int n, const char *detail,
+                                        const char *failure, int (*also)(void *arg), void *arg);
 
 /* sm_finish_locked() for a failure: f.failure = why, killed at once. */
 int sm_fail_locked(struct lw *w, const char *why) __attribute__((warn_unused_result));

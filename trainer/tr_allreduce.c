@@ -67,7 +67,9 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
     fprintf(stderr, "muster-train: rank %d: out of memory\n", rank);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (o->resume[0] && tr_checkpoint_load(o->resume, m, &step, err, sizeof(err)) != 0) {
+  /* Rank 0 alone reads the checkpoint (the others may not see its file
+   * system); the broadcasts below hand it to every rank. */
+  if (rank == 0 && o->resume[0] && tr_checkpoint_load(o->resume, m, &step, err, sizeof(err)) != 0) {
     fprintf(stderr, "muster-train: rank %d: %s\n", rank, err);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }

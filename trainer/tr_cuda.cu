@@ -696,7 +696,9 @@ static int run(struct cu_run *c, int ndev, const struct tr_data *train, const st
     return 2;
   }
   tr_shard(o->batch, c->rank, c->nranks, &c->lo, &c->hi);
-  if (o->resume[0] && tr_checkpoint_load(o->resume, c->m, &start, err, sizeof err) != 0) {
+  /* Rank 0 alone reads it; its parameters and step are broadcast. */
+  if (c->rank == 0 && o->resume[0] &&
+      tr_checkpoint_load(o->resume, c->m, &start, err, sizeof err) != 0) {
     if (c->nranks > 1)
       fprintf(stderr, "muster-train: rank %d: %s\n", c->rank, err);
     else

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
           "                    [--data DIR | --synthetic N] [--layers 784,256,128,10]\n"
           "                    [--epochs E | --steps S] [--batch B] [--lr L] [--momentum M]\n"
           "                    [--seed S] [--checkpoint PATH] [--resume PATH] [--threads T]\n"
-          "                    [--quiet] [--dump-params PATH] [--io-timeout S]\n"
+          "                    [--auto-resume] [--quiet] [--dump-params PATH] [--io-timeout S]\n"
           "\n"
           "Trains a multi-layer perceptron (ReLU, softmax cross-entropy, SGD with momentum)\n"
           "data-parallel: single (one process), allreduce (under mpirun: one fused\n"
@@ -38,6 +38,8 @@ static void usage(FILE *f) {
           "  --lr L          learning rate (default 0.1); --momentum M (default 0.9)\n"
           "  --lr-schedule cosine|constant  decay --lr to 0 along a half cosine (default)\n"
           "  --threads T     BLAS threads per process (default 1)\n"
+          "  --checkpoint P  rank 0 writes P after every epoch (its directory is made)\n"
+          "  --auto-resume   resume from --checkpoint's file when it exists, else start\n"
           "\n"
           "The last line of output is a JSON summary.\n",
           MUSTER_DATA_DIR);
@@ -194,6 +196,8 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
       o->sync = 0;
     } else if (strcmp(a, "--quiet") == 0) {
       o->quiet = 1;
+    } else if (strcmp(a, "--auto-resume") == 0) {
+      o->auto_resume = 1;
     } else if (!v) {
       fprintf(stderr, "muster-train: %s needs a value (see --help)\n", a);
       return 2;
@@ -303,6 +307,16 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
       fprintf(stderr, "muster-train: unknown option %s (see --help)\n", a);
       return 2;
     }
+  }
+  /* --auto-resume: continue from the --checkpoint file when there is one
+   * (a restarted run: muster run --max-restarts passes it), else start. */
+  if (o->auto_resume) {
+    if (!o->checkpoint[0] || o->resume[0]) {
+      fprintf(stderr, "muster-train: --auto-resume needs --checkpoint PATH, and no --resume\n");
+      return 2;
+    }
+    if (access(o->checkpoint, F_OK) == 0)
+      snprintf(o->resume, sizeof(o->resume), "%s", o->checkpoint);
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,6 +91,23 @@ static MUST_CHECK int write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
+/* mkdir -p of path's directory. */
+static int make_parent_dirs(const char *path) {
+  char buf[1024];
+
+  if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+    return -1;
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  return 0;
+}
+
 int tr_checkpoint_save(const char *path, const struct tr_mlp *m, long step, char *err,
                        size_t errlen) {
   struct ckpt_head h;
@@ -105,6 +123,8 @@ int tr_checkpoint_save(const char *path, const struct tr_mlp *m, long step, char
   h.step = step;
   snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0 && errno == ENOENT && make_parent_dirs(path) == 0)
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0 || write_all(fd, &h, sizeof(h)) || write_all(fd, m->params, m->nparams * 4) ||
       write_all(fd, m->velocity, m->nparams * 4) || fsync(fd) != 0) {
     snprintf(err, errlen, "could not write the checkpoint %s: %s", tmp, strerror(errno));

@@ -29,6 +29,7 @@ struct tr_opts {
   uint64_t seed;
   char checkpoint[1024];  /* --checkpoint PATH ("" none) */
   char resume[1024];      /* --resume PATH ("" none) */
+  int auto_resume;        /* --auto-resume: resume from checkpoint if it exists */
   int threads;            /* BLAS threads per rank (default 1) */
   int quiet;              /* no per-epoch lines */
   char dump_params[1024]; /* --dump-params PATH: final parameters, raw floats (tests) */

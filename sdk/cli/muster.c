@@ -147,7 +147,10 @@ static const char usage_run[] =
     "\n"
     "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
     "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
-    "workers stop within the ttl (--no-lease: they stay until stopped).\n"
+    "session's workers stop within the ttl (--no-lease: they stay until stopped).\n"
+    "Without --session the run has a session of its own; with MUSTER_SESSION set it\n"
+    "runs in that session and leaves its lease to its holder (unless --lease-ttl).\n"
+    "A worker stopped from outside (muster stop) ends the run: no restart.\n"
     "--max-restarts K: when a worker or rank fails, every worker is stopped, new\n"
     "ones start and the command runs again, up to K times; muster-train resumes\n"
     "from its last checkpoint (--checkpoint, by default in the run's directory:\n"
@@ -507,10 +510,20 @@ static int launch_leased(muster_client *c, const muster_launch_opts *o, double t
           o->session, ttl);
   /* Until they end: across a restart of the controller, too (the lease
    * thread keeps renewing; the controller gives the lease a ttl of grace). */
-  while ((rc = muster_await(sw.c, ids, ws.count, 1, 0, &ar)) != 0 && !sw.got &&
-         (rc == MUSTER_E_UNREACHABLE || rc == MUSTER_E_PROTOCOL || rc == MUSTER_E_TIMEOUT ||
-          rc == MUSTER_E_SHUTTING_DOWN || rc == MUSTER_E_BACKEND_DOWN))
+  for (;;) {
+    rc = muster_await(sw.c, ids, ws.count, 1, 60, &ar);
+    if (sw.got || (rc == 0 && !ar.timed_out))
+      break;
+    if (rc == 0) { /* a minute passed: wait on (each wait is bounded) */
+      muster_await_result_free(&ar);
+      memset(&ar, 0, sizeof(ar));
+      continue;
+    }
+    if (rc != MUSTER_E_UNREACHABLE && rc != MUSTER_E_PROTOCOL && rc != MUSTER_E_TIMEOUT &&
+        rc != MUSTER_E_SHUTTING_DOWN && rc != MUSTER_E_BACKEND_DOWN)
+      break;
     sleep(1);
+  }
   if (sw.got) {
     fprintf(stderr, "muster launch: %s: stopping the workers\n", strsignal(sw.got));
     code = EXIT_WORKERS;
@@ -520,8 +533,20 @@ static int launch_leased(muster_client *c, const muster_launch_opts *o, double t
     code = EXIT_WORKERS;
   }
 out:
-  /* A clean end (all ended, or a signal): the session's workers go now. */
-  rc = muster_lease_end(lease, MUSTER_LEASE_STOP_WORKERS);
+  /* A clean end (all ended, or a signal): its workers go now (only its
+   * own: an explicit --session may hold others'), then the lease. */
+  rc = 0;
+  if (ws.count && ids) {
+    muster_client *s = NULL;
+    muster_worker_list stopped;
+    /* c may be cancelled (a signal): a client of its own. */
+    rc = connect_client(&s) ? MUSTER_E_UNREACHABLE : muster_stop(s, ids, ws.count, NULL, &stopped);
+    if (rc == 0)
+      muster_worker_list_free(&stopped);
+    muster_client_free(s);
+  }
+  if (muster_lease_end(lease, MUSTER_LEASE_RELEASE) != 0 && rc == 0)
+    rc = MUSTER_E_UNREACHABLE;
   if (rc) {
     fprintf(stderr,
             "muster launch: could not stop the workers and give the lease back (%s); "
@@ -543,7 +568,7 @@ out:
 static int cmd_launch(int argc, char **argv) {
   muster_launch_opts o;
   struct strv env = {0}, secret = {0}, args = {0};
-  int as_json = 0, rc, code = EXIT_OK, leased = 0;
+  int as_json = 0, rc, code = EXIT_OK, leased = 0, session_given = 0;
   double lease_ttl = 30;
   muster_client *c = NULL;
   muster_worker_list ws = {0};
@@ -627,6 +652,7 @@ static int cmd_launch(int argc, char **argv) {
     } else if (strcmp(a, "--session") == 0) {
       VALUE();
       o.session = v;
+      session_given = 1;
     } else if (strcmp(a, "--json") == 0) {
       as_json = 1;
     } else if (strcmp(a, "--lease") == 0) {
@@ -664,8 +690,9 @@ static int cmd_launch(int argc, char **argv) {
   o.nargs = args.n;
   if ((code = connect_client(&c)))
     goto out;
-  if (leased && !o.session) {
-    /* A session of its own: the lease covers these workers only. */
+  if (leased && !session_given) {
+    /* A session of its own (not even MUSTER_SESSION's, which may be a
+     * notebook's or a worker's): the lease covers these workers only. */
     unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
     snprintf(own_session, sizeof(own_session), "launch-%08lx", x & 0xffffffffUL);
     o.session = own_session;
@@ -1350,6 +1377,8 @@ static int cmd_run(int argc, char **argv) {
   double d;
   ssize_t n;
 
+  int session_given = 0, ttl_given = 0;
+
   muster_run_opts_init(&o);
   o.session = session_default();
   for (i = 1; i < argc; i++) {
@@ -1407,6 +1436,7 @@ static int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--session") == 0) {
       i++;
       o.session = v;
+      session_given = 1;
     } else if (strcmp(a, "--max-restarts") == 0) {
       i++;
       if (parse_int(v, 0, 1000, &l) != 0)
@@ -1420,6 +1450,7 @@ static int cmd_run(int argc, char **argv) {
       if (parse_double(v, 1, &d) != 0 || d > 86400)
         return usage_error(usage_run, "--lease-ttl must be 1 to 86400 seconds, not \"%s\"", v);
       o.lease_ttl = d;
+      ttl_given = 1;
     } else if (strcmp(a, "--no-lease") == 0) {
       o.lease_ttl = -1;
     } else if (strcmp(a, "--run-dir") == 0) {
@@ -1435,6 +1466,10 @@ static int cmd_run(int argc, char **argv) {
     return usage_error(usage_run, "--mode ps needs --ps K (one or more parameter servers)");
   if (o.mode != MUSTER_RUN_PS && o.n_ps)
     return usage_error(usage_run, "--ps goes with --mode ps only");
+  /* A session from MUSTER_SESSION is someone else's (a notebook's, or the
+   * worker's this runs in): its holder keeps its lease, not this run. */
+  if (o.session && !session_given && !ttl_given)
+    o.lease_ttl = -1;
   o.argv = (const char *const *)&argv[i];
   o.argc = (size_t)(argc - i);
   o.on_output = run_output;

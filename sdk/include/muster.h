@@ -299,9 +299,11 @@ typedef enum muster_lease_end_how {
  * itself). */
 int muster_lease_end(muster_lease *l, muster_lease_end_how how);
 
-/* Why the last renewal failed ("" while renewals succeed). A renewal that
- * fails is tried again every second until the lease would have run out. */
-const char *muster_lease_error(muster_lease *l);
+/* Copies into buf (size bytes) why the last renewal failed, or that the
+ * lease had expired before it (the session's workers were then stopped);
+ * "" while all is well. Returns buf. A renewal that fails is tried again
+ * every second. */
+const char *muster_lease_error(muster_lease *l, char *buf, size_t size);
 
 /* ---- runs ---- */
 

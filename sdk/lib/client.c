@@ -27,7 +27,8 @@ struct muster_client {
   char errmsg[1024];
   char errfield[64];
   int has_errfield;
-  int cancel; /* sticky: once set, every call returns at once */
+  int cancel;       /* sticky: once set, every call returns at once */
+  long last_status; /* the HTTP status of the last answer (0: none) */
   /* The socket of the transfer in progress, so that a cancel from another
    * thread can wake it at once (libcurl looks at its progress callback only
    * about once a second on an idle stream). */
@@ -374,6 +375,7 @@ static MUST_CHECK int http(muster_client *c, const struct call *k) {
 
   cc = curl_easy_perform(c->curl);
   curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+  c->last_status = status;
   curl_slist_free_all(hdrs);
   if (cc == CURLE_ABORTED_BY_CALLBACK || (cc != CURLE_OK && cancelled(c))) {
     rc = set_error(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
@@ -843,6 +845,7 @@ static MUST_CHECK int http_stream(muster_client *c, const char *path, curl_write
   }
   cc = curl_easy_perform(c->curl);
   curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+  c->last_status = status;
   curl_slist_free_all(hdrs);
   if (status >= 400)
     rc = answer_error(c, status, &err);
@@ -977,6 +980,10 @@ int muster_session_exec_token(muster_client *c, const char *session, char *buf, 
 int muster_json_call_(muster_client *c, const char *method, const char *path, json_t *req,
                       json_t **answer) {
   return json_call(c, method, path, req, c->timeout_s, answer);
+}
+
+long muster_last_status_(const muster_client *c) {
+  return c->last_status;
 }
 
 int muster_set_error_(muster_client *c, int err, const char *field, const char *msg) {

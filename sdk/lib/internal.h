@@ -14,6 +14,8 @@ const char *muster_client_token_(const muster_client *c);
  * Returns 0 or an error, recorded in c. */
 int muster_json_call_(muster_client *c, const char *method, const char *path, json_t *req,
                       json_t **answer) __attribute__((warn_unused_result));
+/* The HTTP status of c's last answer (0: none came). */
+long muster_last_status_(const muster_client *c);
 /* Records an error in c and returns err. */
 int muster_set_error_(muster_client *c, int err, const char *field, const char *msg);
 

@@ -20,6 +20,7 @@ struct muster_lease {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
+  int expired; /* a renewal found the lease gone */
   char err[512];
 };
 
@@ -71,6 +72,11 @@ static void *renew_main(void *arg) {
     int rc = lease_put(l->c, l->session, l->ttl);
     pthread_mutex_lock(&l->mu);
     if (rc == 0) {
+      /* 201: the session held no lease. It had run out (this process
+       * stalled, or the controller was unreachable too long) and the
+       * controller stopped the session's workers; said from now on. */
+      if (muster_last_status_(l->c) == 201)
+        l->expired = 1;
       l->err[0] = '\0';
       next = mono_s() + l->ttl / 3;
     } else {
@@ -132,8 +138,22 @@ int muster_lease_start(muster_client *c, const char *session, double ttl, muster
   return 0;
 }
 
-const char *muster_lease_error(muster_lease *l) {
-  return l ? l->err : "";
+const char *muster_lease_error(muster_lease *l, char *buf, size_t size) {
+  if (!l || size == 0) {
+    if (size)
+      buf[0] = '\0';
+    return buf;
+  }
+  pthread_mutex_lock(&l->mu);
+  if (l->expired)
+    snprintf(buf, size,
+             "the lease of session %s had expired before a renewal: the controller stopped the "
+             "session's workers%s%s",
+             l->session, l->err[0] ? "; " : "", l->err);
+  else
+    snprintf(buf, size, "%s", l->err);
+  pthread_mutex_unlock(&l->mu);
+  return buf;
 }
 
 int muster_lease_end(muster_lease *l, muster_lease_end_how how) {
@@ -147,7 +167,9 @@ int muster_lease_end(muster_lease *l, muster_lease_end_how how) {
   l->stop = 1;
   pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&l->mu);
-  muster_client_cancel(l->c); /* a renewal in flight ends now */
+  /* A renewal in flight is waited for (it is bounded by its timeout): one
+   * abandoned on the wire could reach the controller after the DELETE
+   * below and take the lease again. */
   pthread_join(l->thread, NULL);
   if (how != MUSTER_LEASE_ABANDON && muster_client_new(l->url, l->token, &c) == 0) {
     muster_client_set_timeout(c, 10);

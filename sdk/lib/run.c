@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "muster.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -79,6 +80,10 @@ struct run {
   size_t argc;
   int attempt;
   const char *run_id; /* the run's record, which its workers join ("": none) */
+  /* The attempt must not be restarted: a worker was stopped from outside
+   * (by the user, or its session's lease ran out), or its workers could
+   * not be stopped. */
+  int final;
 };
 
 /* Records the first failure only. */
@@ -209,12 +214,16 @@ static int watch(void *arg, const muster_event *e) {
     return run->cancel;
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; i < lists[k]->count; i++)
-      if (strcmp(lists[k]->items[i].id, e->worker_id) == 0 && !run->cancel)
+      if (strcmp(lists[k]->items[i].id, e->worker_id) == 0 && !run->cancel) {
+        /* A stop is someone's decision to end the run: no restart. */
+        if (e->to == MUSTER_STOPPED)
+          run->final = 1;
         /* The event's detail is the worker's failure sentence (the client
          * is busy streaming: no other call on it from here). */
         fail(run, e->worker_id, "%s %zu (%s) %s: %s", k ? "worker" : "ps", i, e->worker_id,
              e->to == MUSTER_FAILED ? "failed" : "was stopped",
              e->detail && e->detail[0] ? e->detail : muster_status_name(e->to));
+      }
   return run->cancel;
 }
 
@@ -622,7 +631,8 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
  * worker. Returns 0 when it got as far as running (r->failure says whether
  * the command failed), or the controller's error. */
 static int run_attempt(muster_client *c, const muster_run_opts *o, muster_run_result *r,
-                       const char *session, const char *const *argv, size_t argc, int attempt) {
+                       const char *session, const char *const *argv, size_t argc, int attempt,
+                       int *final) {
   struct run run;
   struct monitor mon;
   pthread_t mon_thread;
@@ -636,6 +646,7 @@ static int run_attempt(muster_client *c, const muster_run_opts *o, muster_run_re
   memset(&run, 0, sizeof(run));
   memset(&ar, 0, sizeof(ar));
   memset(&mon, 0, sizeof(mon));
+  *final = 0;
   r->exit_code = 1;
   r->failure[0] = r->failed_worker[0] = '\0';
   free(r->summary);
@@ -743,9 +754,14 @@ stop:
         mine[run.ps.count + i] = run.workers.items[i].id;
       if (muster_stop(c, mine, n, NULL, &stopped) == 0)
         muster_worker_list_free(&stopped);
+      else
+        run.final = 1; /* a new attempt could run beside this one */
       free(mine);
+    } else {
+      run.final = 1;
     }
   }
+  *final = run.final;
   r->summary = run.last_line;
   run.last_line = NULL;
   if (rc == 0 || r->failure[0])
@@ -790,19 +806,20 @@ static const char *arg_value(const char *const *argv, size_t argc, const char *n
 }
 
 /* The command of an attempt: the options' own, with --checkpoint ckpt when
- * it names none, and, when resume is set (a restart, and the checkpoint was
- * written), --resume from the checkpoint instead of any --resume of the
- * command's. argv_out has room for argc + 4. */
-static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resume,
+ * it names none, and on a restart --auto-resume (muster-train resumes from
+ * the checkpoint if rank 0 wrote one, on its own file system) instead of
+ * any --resume of the command's. argv_out has room for argc + 3. */
+static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int restart,
                            const char **argv_out) {
   size_t n = 0;
 
   for (size_t i = 0; i < o->argc; i++) {
-    if (resume && strcmp(o->argv[i], "--resume") == 0 && i + 1 < o->argc) {
+    if (restart && strcmp(o->argv[i], "--resume") == 0 && i + 1 < o->argc) {
       i++;
       continue;
     }
-    if (resume && strncmp(o->argv[i], "--resume=", 9) == 0)
+    if (restart &&
+        (strncmp(o->argv[i], "--resume=", 9) == 0 || strcmp(o->argv[i], "--auto-resume") == 0))
       continue;
     argv_out[n++] = o->argv[i];
   }
@@ -810,27 +827,35 @@ static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resum
     argv_out[n++] = "--checkpoint";
     argv_out[n++] = ckpt;
   }
-  if (resume) {
-    argv_out[n++] = "--resume";
-    argv_out[n++] = ckpt;
-  }
+  if (restart)
+    argv_out[n++] = "--auto-resume";
   return n;
 }
 
-/* mkdir -p of path's directory part. */
-static int mkdirs_for(const char *path) {
-  char buf[1024];
+/* Removes the run's own checkpoint directory (best effort: the client sees
+ * it where the workers' file system is shared, as on the local backend). */
+static void remove_run_dir(const char *ckpt) {
+  char dir[1024], path[1300];
+  char *slash;
+  DIR *d;
+  struct dirent *e;
 
-  snprintf(buf, sizeof(buf), "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return -1;
-    *p = '/';
-  }
-  return 0;
+  snprintf(dir, sizeof(dir), "%s", ckpt);
+  slash = strrchr(dir, '/');
+  if (!slash)
+    return;
+  *slash = '\0';
+  d = opendir(dir);
+  if (!d)
+    return;
+  /* The checkpoint, and a rank's half-written one (checkpoint.tmp.PID). */
+  while ((e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, "checkpoint", 10) == 0) {
+      snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+  rmdir(dir);
 }
 
 static const char *mode_name(muster_run_mode m) {
@@ -838,12 +863,16 @@ static const char *mode_name(muster_run_mode m) {
 }
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
-  char session[72], ckpt[1024] = "", causes[3800] = "";
+  char session[72], ckpt[1024] = "", causes[3800] = "", why[1024];
   const char **argv = NULL;
   muster_lease *lease = NULL;
   size_t argc = o->argc;
-  /* Checkpoints matter only to a run that may restart. */
-  int rc, trainer = o->max_restarts > 0 && is_trainer(o->argv, o->argc), can_resume, own_ckpt = 0;
+  /* Checkpoints matter only to an allreduce run that may restart
+   * (muster-train --mode ps cannot resume: its momentum lives on the
+   * parameter servers). */
+  int rc, final = 0, own_ckpt = 0,
+          trainer = o->max_restarts > 0 && o->mode == MUSTER_RUN_ALLREDUCE &&
+                    is_trainer(o->argv, o->argc);
 
   memset(r, 0, sizeof(*r));
   r->exit_code = 1;
@@ -854,7 +883,7 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     snprintf(session, sizeof(session), "%s", o->session);
   } else {
     /* A session of its own: "stop every live worker of the session" at the
-     * end touches nothing else. */
+     * end touches nothing else, nor does its lease. */
     unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
     snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
   }
@@ -868,8 +897,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
                              r->run_id);
   if (rc)
     goto out;
-  /* muster-train checkpoints into the run's directory, unless told where. */
-  can_resume = trainer && o->mode != MUSTER_RUN_PS;
+  /* muster-train checkpoints into the run's directory, unless told where;
+   * rank 0 makes the directory, where it runs. */
   if (trainer) {
     const char *given = arg_value(o->argv, o->argc, "--checkpoint");
     const char *dir = o->run_dir ? o->run_dir : getenv("MUSTER_RUN_DIR");
@@ -881,13 +910,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     else
       snprintf(ckpt, sizeof(ckpt), "%s/.muster/runs/%s/checkpoint", home ? home : "/tmp",
                r->run_id);
-    if (!given && mkdirs_for(ckpt) != 0) {
-      snprintf(r->failure, sizeof(r->failure), "could not make the run's directory for %.900s: %s",
-               ckpt, strerror(errno));
-      goto end;
-    }
     own_ckpt = !given;
-    argv = calloc(o->argc + 5, sizeof(*argv));
+    argv = calloc(o->argc + 4, sizeof(*argv));
     if (!argv) {
       rc = MUSTER_E_NOMEM;
       goto out;
@@ -900,9 +924,10 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     size_t len;
 
     if (attempt > 0 && trainer)
-      argc = trainer_argv(o, ckpt, can_resume && access(ckpt, R_OK) == 0, argv);
-    rc = run_attempt(c, o, r, session, argv ? argv : o->argv, argv ? argc : o->argc, attempt);
-    if (rc || !r->failure[0] || attempt >= o->max_restarts)
+      argc = trainer_argv(o, ckpt, 1, argv);
+    rc = run_attempt(c, o, r, session, argv ? argv : o->argv, argv ? argc : o->argc, attempt,
+                     &final);
+    if (rc || !r->failure[0] || final || attempt >= o->max_restarts)
       break;
     /* A restart: every worker of the failed attempt is stopped already. */
     snprintf(cause, sizeof(cause), "%.1000s", r->failure);
@@ -912,6 +937,7 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     if (muster_run_record_restart(c, r->run_id, cause) != 0) {
       snprintf(r->failure, sizeof(r->failure), "could not record restart %d (%.1000s): %.900s",
                attempt + 1, cause, muster_client_errmsg(c));
+      final = 1;
       break;
     }
     if (o->on_restart)
@@ -926,33 +952,23 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     snprintf(r->failure, sizeof(r->failure), "failed after %d restart%s: %s", r->restarts,
              r->restarts == 1 ? "" : "s", causes);
   }
-end:
-  if (r->run_id[0]) {
-    int erc = muster_run_record_end(c, r->run_id,
-                                    rc              ? "failed"
-                                    : r->failure[0] ? "failed"
-                                                    : "succeeded",
-                                    r->failure[0] ? NULL : r->summary,
-                                    rc              ? muster_client_errmsg(c)
-                                    : r->failure[0] ? r->failure
-                                                    : NULL);
-    if (erc && !rc && !r->failure[0]) {
-      snprintf(r->failure, sizeof(r->failure), "could not record the run's end: %s",
-               muster_client_errmsg(c));
-      r->exit_code = 1;
-    }
+  /* The record's end is best effort: the training's outcome stands. */
+  snprintf(why, sizeof(why), "%.1000s", rc ? muster_client_errmsg(c) : r->failure);
+  {
+    char *summary = NULL;
+    if (!why[0] && r->summary)
+      summary = strndup(r->summary, 16384); /* the controller keeps at most 64 KiB */
+    int erc = muster_run_record_end(c, r->run_id, why[0] ? "failed" : "succeeded", summary,
+                                    why[0] ? why : NULL);
+    /* Not recorded: the record stays "running" until its session's lease
+     * runs out (or forever without one); the training's outcome stands. */
+    (void)erc;
+    free(summary);
   }
   /* A run that succeeded needs its own checkpoint no more; a failed one
    * keeps it (--resume by hand). */
-  if (own_ckpt && !rc && !r->failure[0]) {
-    char *slash;
-    unlink(ckpt);
-    slash = strrchr(ckpt, '/');
-    if (slash) {
-      *slash = '\0';
-      rmdir(ckpt);
-    }
-  }
+  if (own_ckpt && !why[0])
+    remove_run_dir(ckpt);
 out:
   free(argv);
   /* The workers are stopped: the lease goes back. Should that fail, it runs

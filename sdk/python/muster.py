@@ -62,7 +62,7 @@ __all__ = [
     "get_run",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 DEFAULT_LEASE_TTL = 30.0
 """Seconds a client's lease lasts without a renewal (renewed every ttl/3)."""
@@ -227,14 +227,21 @@ class Client:
         if not session:
             session = os.environ.get("MUSTER_SESSION") or _own_session()
         env_on, env_ttl = _env_lease()
+        # Code inside a worker inherits its launcher's session (whose holder
+        # keeps its lease): no lease of its own by default.
+        if lease is None and os.environ.get("MUSTER_WORKER_ID"):
+            env_on = False
         self.lease = env_on if lease is None else bool(lease)
         self.lease_ttl = float(lease_ttl) if lease_ttl is not None else env_ttl
         if not 1 <= self.lease_ttl <= 86400:
             raise MusterError("invalid_value", "lease_ttl must be 1 to 86400 seconds (got %r)"
                               % self.lease_ttl, field="lease_ttl")
         self._lease_thread = None
-        self._lease_stop = threading.Event()
+        self._lease_stop = None
+        self._lease_pid = None
+        self.lease_expired = False
         self._lease_lock = threading.Lock()
+        self._launched = []  # ids this client launched in its session, for close()
         self.lease_error = None
 
         url = url.strip().rstrip("/")
@@ -267,9 +274,11 @@ class Client:
             if self._lease_thread is not None:
                 return
             self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl})
-            self._lease_stop.clear()
-            t = threading.Thread(target=self._renew, name="muster-lease", daemon=True)
-            self._lease_thread = t
+            # Each renewal thread has its own stop: a close racing a new
+            # launch never leaves an old thread running.
+            stop = threading.Event()
+            t = threading.Thread(target=self._renew, args=(stop,), name="muster-lease", daemon=True)
+            self._lease_thread, self._lease_stop, self._lease_pid = t, stop, os.getpid()
             t.start()
             atexit.register(self._close_at_exit)
 
@@ -281,12 +290,18 @@ class Client:
             sys.stderr.write("muster: could not stop session %s's workers at exit (%s); they "
                              "stop when its lease runs out\n" % (self.session, e))
 
-    def _renew(self):
+    def _renew(self, stop):
         wait = self.lease_ttl / 3
-        while not self._lease_stop.wait(wait):
+        while not stop.wait(wait):
             try:
+                status = []
                 self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl},
-                              timeout=min(10.0, self.lease_ttl / 3))
+                              timeout=min(10.0, self.lease_ttl / 3), status_out=status)
+                if status == [201]:
+                    # The session held no lease: it had run out (this process
+                    # stalled, or the controller was unreachable too long),
+                    # and the controller stopped the session's workers.
+                    self.lease_expired = True
                 self.lease_error, wait = None, self.lease_ttl / 3
             except MusterError as e:
                 # Tried again every second: a controller that restarts
@@ -294,18 +309,24 @@ class Client:
                 self.lease_error, wait = str(e), 1.0
 
     def close(self, stop_workers=True):
-        """Ends the client's lease: stops the session's live workers (unless
-        ``stop_workers=False``) and gives the lease back. Called at
-        interpreter exit; does nothing if the client holds no lease."""
+        """Ends the client's lease: stops the live workers this client
+        launched (unless ``stop_workers=False``) and gives the lease back.
+        Called at interpreter exit; does nothing if the client holds no
+        lease, or in a process forked from the one that took it."""
         with self._lease_lock:
             t, self._lease_thread = self._lease_thread, None
             if t is None:
                 return
             self._lease_stop.set()
-        t.join(timeout=15)
+            launched, self._launched = self._launched, []
         atexit.unregister(self._close_at_exit)
-        if stop_workers:
-            self._request("POST", "/api/v1/workers/stop", {"session": self.session})
+        if os.getpid() != self._lease_pid:
+            return  # a forked child: the lease and the workers are its parent's
+        # The renewal in flight ends first (bounded by its timeout): one left
+        # on the wire could take the lease again after the DELETE.
+        t.join(timeout=15)
+        if stop_workers and launched:
+            self._request("POST", "/api/v1/workers/stop", {"ids": launched})
         try:
             self._request("DELETE", self._lease_path())
         except MusterError as e:
@@ -322,7 +343,7 @@ class Client:
     # --- transport -------------------------------------------------------
 
     def _request(self, method, path, body=None, query=None, timeout=_CLIENT_TIMEOUT,
-                 want="json"):
+                 want="json", status_out=None):
         """One HTTP call; the decoded JSON (or text) answer, or MusterError."""
         p = self._parsed
         full = (p.path or "") + path
@@ -360,6 +381,8 @@ class Client:
             conn.close()
 
         status = resp.status
+        if status_out is not None:
+            status_out.append(status)
         if status >= 400:
             raise self._error_from(status, raw, method, path)
         if want == "text":
@@ -469,7 +492,11 @@ class Client:
         if body["session"] == self.session:
             self._hold_lease()
         answer = self._request("POST", "/api/v1/workers", body)
-        return self._expect(answer, "workers", "POST", "/api/v1/workers")
+        workers = self._expect(answer, "workers", "POST", "/api/v1/workers")
+        if body["session"] == self.session and self.lease:
+            with self._lease_lock:
+                self._launched.extend(w["id"] for w in workers if isinstance(w, dict))
+        return workers
 
     def await_workers(self, ids, wait_for_completion=True, timeout_seconds=60):
         """Waits for workers to come up, or to finish.

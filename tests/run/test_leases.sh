@@ -104,7 +104,7 @@ expect() {  # WHAT STATUS FIELD-OR-TEXT METHOD PATH [BODY]
 }
 expect "a lease with ttl 0" 422 '"field":"ttl_seconds"' PUT /api/v1/sessions/s1/lease '{"ttl_seconds": 0}'
 expect "a lease with an unknown field" 422 'unknown field \"ttl\"' PUT /api/v1/sessions/s1/lease '{"ttl": 5}'
-expect "a lease of a bad session name" 404 '"field":"name"' PUT '/api/v1/sessions/bad%21name/lease' '{}'
+expect "a lease of a bad session name" 422 '"field":"name"' PUT '/api/v1/sessions/bad%21name/lease' '{}'
 expect "giving back a lease never taken" 404 'holds no lease' DELETE /api/v1/sessions/s1/lease
 expect "a run without a mode" 422 '"field":"mode"' POST /api/v1/runs '{"command": ["x"]}'
 expect "a run whose command is not an array" 422 '"field":"command"' POST /api/v1/runs '{"mode": "exec", "command": "x"}'
@@ -122,6 +122,20 @@ check "...and none of those launches stored a worker" \
   test "$(sqlite3 "$tmp/state/muster.db" "SELECT count(*) FROM workers")" = 0
 check "an ended run cannot change, even by SQL" \
   bash -c "! sqlite3 '$tmp/state/muster.db' \"UPDATE runs SET status = 'running' WHERE id = '$rid'\" 2>/dev/null"
+
+# --- two holders of one session's lease: the longer ttl wins; a renewal
+# that comes after the lease ran out says so (201, not 200)
+expect "a first lease" 201 '"ttl_seconds":30' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30}'
+expect "a renewal" 200 '"session":"two"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30}'
+two=$(call POST /api/v1/workers '{"n": 1, "cpu": 0.1, "session": "two"}' | grep -o 'w-[a-z0-9]\{10\}' | head -1)
+expect "a second holder's shorter ttl" 200 '"ttl_seconds":30' PUT /api/v1/sessions/two/lease "{\"ttl_seconds\": $TTL}"
+expect "a lease bound to expire" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
+sleep $((TTL + 1))
+check "the shorter holder's silence does not end the longer lease ($(statuses two))" test "$(statuses two)" = running
+expect "a renewal after the lease ran out is a new lease" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
+expect "giving back a lease" 200 '"lease":null' DELETE /api/v1/sessions/two/lease
+expect "...and the other" 200 '"lease":null' DELETE /api/v1/sessions/short/lease
+call POST /api/v1/workers/stop "{\"ids\": [\"$two\"]}" > /dev/null
 
 # --- kill -9 of muster run mid-training: its workers stop within ttl + 2 s
 "$muster" run --mode allreduce --workers 2 --cpu 1 --session lk --lease-ttl $TTL -- \
@@ -246,6 +260,21 @@ if [ -n "$victim" ]; then
 else
   not_ok "no checkpoint appeared, or no worker ran: $(tail -3 "$tmp/rs.err")"
   kill -KILL "$rs_pid" 2>/dev/null; wait "$rs_pid" 2>/dev/null
+fi
+
+# --- a worker stopped by the user ends the run: stopping is no failure to restart
+"$muster" run --mode exec --workers 2 --cpu 0.2 --session us --max-restarts 2 -- sleep 60 > /dev/null 2> "$tmp/us.err" &
+us_pid=$!
+bg_pids+=("$us_pid")
+if wait_statuses us 30 "running running"; then
+  sleep 0.5
+  "$muster" stop "$(sqlite3 "$tmp/state/muster.db" "SELECT id FROM workers WHERE session = 'us' AND status = 'running' LIMIT 1")" > /dev/null
+  wait "$us_pid"; rc=$?
+  check "muster stop of one of a run's workers ends it (exit $rc) without a restart, though 2 were allowed" \
+    bash -c "[ $rc = 1 ] && ! grep -q 'restart [0-9]' '$tmp/us.err' && grep -q 'was stopped: stopped by the user' '$tmp/us.err'"
+  check "...and its record is failed with 0 restarts" test "$(run_of us status)/$(run_of us restarts)" = failed/0
+else
+  not_ok "us's workers never ran: $(tail -3 "$tmp/us.err")"
 fi
 
 # --- --max-restarts 0: the first lost worker ends the run, named

@@ -61,7 +61,7 @@ done
 LIBDIR=$(dirname "$(find "$P" -name libmuster.a -print -quit 2>/dev/null)" 2>/dev/null)
 LOG="$(find "$P" -name 'libmuster*' 2>&1)"
 check "installed libmuster.a and libmuster.so in the same lib dir" \
-  eval '[ -f "$LIBDIR/libmuster.a" ] && [ -e "$LIBDIR/libmuster.so" ] && [ -e "$LIBDIR/libmuster.so.0" ]'
+  eval '[ -f "$LIBDIR/libmuster.a" ] && [ -e "$LIBDIR/libmuster.so" ] && [ -e "$LIBDIR/libmuster.so.1" ]'
 [ -n "$LIBDIR" ] || LIBDIR=$P/lib
 PC=$LIBDIR/pkgconfig
 LOG="$(find "$P" -name '*.pc' -o -name 'musterConfig*.cmake' 2>&1)"
@@ -125,7 +125,7 @@ check "compile and link with pkg-config --cflags --libs muster" eval '[ $RC = 0 
 cap env LD_LIBRARY_PATH="$LIBDIR" "$TMP/app/t_pc"
 check "  ... it runs and muster_get says unreachable" eval '[ $RC = 0 ] && [ "$LOG" = unreachable ]'
 cap env LD_LIBRARY_PATH="$LIBDIR" ldd "$TMP/app/t_pc"
-check "  ... linked against the installed libmuster.so.0" eval 'grep -qF "$LIBDIR/libmuster.so.0" <<<"$LOG"'
+check "  ... linked against the installed libmuster.so.1" eval 'grep -qF "$LIBDIR/libmuster.so.1" <<<"$LOG"'
 
 # 2. CMake find_package(muster), shared.
 mkdir -p "$TMP/cm"

@@ -362,35 +362,49 @@ function renderSummary() {
 
 // The live sessions (a worker not ended, or a lease) and their leases: a
 // session whose lease runs out has its workers stopped by the controller.
+// Items are updated in place (a click is never lost to a redraw).
+function sessionItem(name) {
+  const li = document.createElement('li');
+  li.className = 'session';
+  li.dataset.session = name;
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'link name';
+  b.textContent = name;
+  b.title = 'Show this session\'s workers';
+  b.addEventListener('click', () => {
+    const sel = $('filter-session');
+    if (![...sel.options].some((o) => o.value === name)) {
+      const o = document.createElement('option');
+      o.value = name;
+      o.textContent = name;
+      sel.appendChild(o);
+    }
+    sel.value = state.filterSession === name ? '' : name;
+    setFilters();
+  });
+  const live = document.createElement('span');
+  live.className = 'live';
+  const lease = document.createElement('span');
+  lease.className = 'lease';
+  li.append(b, live, lease);
+  return li;
+}
+
 function renderSessions(list) {
   const ul = $('sessions');
-  ul.textContent = '';
+  const have = new Map([...ul.children].map((li) => [li.dataset.session, li]));
   list.sort((a, b) => a.name.localeCompare(b.name));
+  let prev = null;
   for (const s of list) {
-    const li = document.createElement('li');
-    li.className = 'session';
-    li.dataset.session = s.name;
-    const name = document.createElement('button');
-    name.type = 'button';
-    name.className = 'link name';
-    name.textContent = s.name;
-    name.title = 'Show this session\'s workers';
-    name.addEventListener('click', () => {
-      const sel = $('filter-session');
-      if (![...sel.options].some((o) => o.value === s.name)) {
-        const o = document.createElement('option');
-        o.value = s.name;
-        o.textContent = s.name;
-        sel.appendChild(o);
-      }
-      sel.value = state.filterSession === s.name ? '' : s.name;
-      setFilters();
-    });
-    const live = document.createElement('span');
-    live.className = 'live';
-    live.textContent = `${s.live_workers} live`;
-    const lease = document.createElement('span');
-    lease.className = 'lease';
+    let li = have.get(s.name);
+    have.delete(s.name);
+    if (!li) li = sessionItem(s.name);
+    const next = prev ? prev.nextSibling : ul.firstChild;
+    if (li !== next) ul.insertBefore(li, next);
+    prev = li;
+    li.querySelector('.live').textContent = `${s.live_workers} live`;
+    const lease = li.querySelector('.lease');
     if (s.lease) {
       const left = Math.round(s.lease.seconds_left);
       lease.textContent = `lease: ${left} s left of ${fmtNum(s.lease.ttl_seconds)} s`;
@@ -400,10 +414,10 @@ function renderSessions(list) {
     } else {
       lease.textContent = 'no lease';
       lease.title = 'its workers stay until they end or are stopped';
+      li.classList.remove('late');
     }
-    li.append(name, live, lease);
-    ul.appendChild(li);
   }
+  for (const li of have.values()) li.remove();
   ul.hidden = list.length === 0;
 }
 
@@ -780,11 +794,11 @@ async function start() {
       .then((body) => body.workers.forEach(upsert))
       .catch(() => {});
   }, 3000);
-  // Leases are renewed without events: their state is read every second.
+  // Leases are renewed without events: their state is read every 2 s.
   setInterval(() => {
     if (document.hidden || !state.token) return;
     loadSessions().catch(() => {});
-  }, 1000);
+  }, 2000);
   state.token = takeTokenFromUrl();
   boot();
 }

@@ -118,6 +118,18 @@ a=$(field "$tmp/full.out" final_loss 2>/dev/null || echo x); b=$(field "$tmp/res
 check "resumed run's final loss $b equals the uninterrupted run's $a" test "$a" = "$b"
 check "the resumed run did only the second epoch's steps" test "$(field "$tmp/resumed.out" steps)" -eq 468
 check "no temporary checkpoint file is left behind" test -z "$(ls "$tmp" | grep 'ck.tmp' | grep -v "ck.tmp.$ck_pid")"
+# --auto-resume (what muster run --max-restarts passes on a restart): from
+# --checkpoint's file when there is one, from the start when there is none;
+# the checkpoint's directory is made where it is written.
+"$train" --epochs 2 --quiet --checkpoint "$tmp/ck" --auto-resume > "$tmp/auto.out" 2>&1
+check "--auto-resume with a checkpoint resumes from it (steps $(field "$tmp/auto.out" steps), loss $(field "$tmp/auto.out" final_loss))" \
+  test "$(field "$tmp/auto.out" steps)/$(field "$tmp/auto.out" final_loss)" = "468/$a"
+"$train" --steps 5 --quiet --checkpoint "$tmp/new/dir/ck" --auto-resume > "$tmp/auto2.out" 2>&1
+check "--auto-resume without one starts from the beginning, making the checkpoint's directory" \
+  bash -c "[ \"\$(grep -o '\"steps\": [0-9]*' '$tmp/auto2.out')\" = '\"steps\": 5' ] && [ -s '$tmp/new/dir/ck' ]"
+"$train" --epochs 1 --quiet --auto-resume > "$tmp/auto3.out" 2>&1; rc=$?
+check "--auto-resume without --checkpoint is refused, saying so (exit $rc)" \
+  bash -c "[ $rc = 2 ] && grep -q 'auto-resume needs --checkpoint' '$tmp/auto3.out'"
 
 # --- bad data is refused with a clear error naming the file
 mkdir -p "$tmp/bad"

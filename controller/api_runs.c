@@ -219,6 +219,14 @@ enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const c
     goto out;
   }
   /* Each named worker must exist, be of the session, and be in no run. */
+  json_array_foreach(workers, i, item) {
+    for (size_t k = 0; k < i; k++)
+      if (json_equal(json_array_get(workers, k), item)) {
+        ret = api_respond_error(c, MUSTER_E_INVALID, "workers", "workers[%zu] names %.40s again", i,
+                                json_string_value(item) ? json_string_value(item) : "a worker");
+        goto out;
+      }
+  }
   rd = api_reader_get();
   json_array_foreach(workers, i, item) {
     const char *wid = json_string_value(item);

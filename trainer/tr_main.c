@@ -39,7 +39,8 @@ static void usage(FILE *f) {
           "  --lr-schedule cosine|constant  decay --lr to 0 along a half cosine (default)\n"
           "  --threads T     BLAS threads per process (default 1)\n"
           "  --checkpoint P  rank 0 writes P after every epoch (its directory is made)\n"
-          "  --auto-resume   resume from --checkpoint's file when it exists, else start\n"
+          "  --auto-resume   resume from --checkpoint's file when it exists (else from\n"
+          "                  --resume, else from the start)\n"
           "\n"
           "The last line of output is a JSON summary.\n",
           MUSTER_DATA_DIR);
@@ -309,10 +310,11 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
     }
   }
   /* --auto-resume: continue from the --checkpoint file when there is one
-   * (a restarted run: muster run --max-restarts passes it), else start. */
+   * (a restarted run: muster run --max-restarts passes it), else from
+   * --resume if given, else from the start. */
   if (o->auto_resume) {
-    if (!o->checkpoint[0] || o->resume[0]) {
-      fprintf(stderr, "muster-train: --auto-resume needs --checkpoint PATH, and no --resume\n");
+    if (!o->checkpoint[0]) {
+      fprintf(stderr, "muster-train: --auto-resume needs --checkpoint PATH\n");
       return 2;
     }
     if (access(o->checkpoint, F_OK) == 0)

@@ -545,8 +545,18 @@ out:
       muster_worker_list_free(&stopped);
     muster_client_free(s);
   }
-  if (muster_lease_end(lease, MUSTER_LEASE_RELEASE) != 0 && rc == 0)
+  {
+    char why[512];
+    if (muster_lease_error(lease, why, sizeof(why))[0])
+      fprintf(stderr, "muster launch: %s\n", why);
+  }
+  /* Workers that could not be stopped keep the lease, left to run out: the
+   * controller then stops them. */
+  if (rc) {
+    (void)muster_lease_end(lease, MUSTER_LEASE_ABANDON);
+  } else if (muster_lease_end(lease, MUSTER_LEASE_RELEASE) != 0) {
     rc = MUSTER_E_UNREACHABLE;
+  }
   if (rc) {
     fprintf(stderr,
             "muster launch: could not stop the workers and give the lease back (%s); "
@@ -659,8 +669,8 @@ static int cmd_launch(int argc, char **argv) {
       leased = 1;
     } else if (strcmp(a, "--lease-ttl") == 0) {
       VALUE();
-      if (parse_double(v, 1, &lease_ttl) != 0 || lease_ttl > 86400) {
-        code = usage_error(usage_launch, "--lease-ttl must be 1 to 86400 seconds, not \"%s\"", v);
+      if (parse_double(v, 3, &lease_ttl) != 0 || lease_ttl > 86400) {
+        code = usage_error(usage_launch, "--lease-ttl must be 3 to 86400 seconds, not \"%s\"", v);
         goto out;
       }
       leased = 1;
@@ -1447,8 +1457,8 @@ static int cmd_run(int argc, char **argv) {
       o.max_restarts = (int)l;
     } else if (strcmp(a, "--lease-ttl") == 0) {
       i++;
-      if (parse_double(v, 1, &d) != 0 || d > 86400)
-        return usage_error(usage_run, "--lease-ttl must be 1 to 86400 seconds, not \"%s\"", v);
+      if (parse_double(v, 3, &d) != 0 || d > 86400)
+        return usage_error(usage_run, "--lease-ttl must be 3 to 86400 seconds, not \"%s\"", v);
       o.lease_ttl = d;
       ttl_given = 1;
     } else if (strcmp(a, "--no-lease") == 0) {
@@ -1497,6 +1507,8 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "muster run: FAILED: %s\n", r.failure[0] ? r.failure : "unknown reason");
     code = EXIT_WORKERS;
   }
+  if (r.lease_error[0])
+    fprintf(stderr, "muster run: %s\n", r.lease_error);
   fprintf(stderr, "muster run: the workers were stopped; the run is %s; the web UI is at %s/\n",
           r.run_id[0] ? r.run_id : "not recorded", muster_client_url(c));
   muster_run_result_free(&r);

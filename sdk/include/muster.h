@@ -398,6 +398,7 @@ typedef struct muster_run_result {
   double start_s;         /* launch to all running */
   double run_s;           /* the command, start to end (the last attempt) */
   char run_id[16];        /* the run's record ("" if none could be made) */
+  char lease_error[512];  /* what went wrong with its lease ("": nothing) */
   int restarts;           /* restarts it took */
 } muster_run_result;
 

@@ -20,6 +20,7 @@ struct muster_lease {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
+  int shared;  /* the session held a lease already: another holder's too */
   int expired; /* a renewal found the lease gone */
   char err[512];
 };
@@ -76,7 +77,7 @@ static void *renew_main(void *arg) {
        * stalled, or the controller was unreachable too long) and the
        * controller stopped the session's workers; said from now on. */
       if (muster_last_status_(l->c) == 201)
-        l->expired = 1;
+        l->expired = 1, l->shared = 0; /* held by this one alone now */
       l->err[0] = '\0';
       next = mono_s() + l->ttl / 3;
     } else {
@@ -99,15 +100,16 @@ int muster_lease_start(muster_client *c, const char *session, double ttl, muster
     return rc;
   if (ttl <= 0)
     ttl = 30;
-  if (ttl < 1 || ttl > 86400)
+  if (ttl < 3 || ttl > 86400)
     return muster_set_error_(c, MUSTER_E_INVALID, "ttl_seconds",
-                             "a lease's ttl is 1 to 86400 seconds");
+                             "a lease's ttl is 3 to 86400 seconds");
   rc = lease_put(c, session, ttl);
   if (rc)
     return rc;
   l = calloc(1, sizeof(*l));
   if (!l)
     return muster_set_error_(c, MUSTER_E_NOMEM, NULL, "out of memory");
+  l->shared = muster_last_status_(c) == 200;
   snprintf(l->session, sizeof(l->session), "%s", session);
   l->ttl = ttl;
   l->url = strdup(muster_client_url(c));
@@ -180,7 +182,9 @@ int muster_lease_end(muster_lease *l, muster_lease_end_how how) {
         muster_worker_list_free(&stopped);
     }
     snprintf(path, sizeof(path), "/api/v1/sessions/%s/lease", l->session);
-    if (!rc)
+    /* A lease another holder took first stays theirs: this one just stops
+     * renewing it (a DELETE would end it for them too). */
+    if (!rc && !l->shared)
       rc = muster_json_call_(c, "DELETE", path, NULL, NULL);
     /* Gone already (it ran out): nothing to give back. */
     if (rc == MUSTER_E_NOT_FOUND)

@@ -80,9 +80,9 @@ struct run {
   size_t argc;
   int attempt;
   const char *run_id; /* the run's record, which its workers join ("": none) */
-  /* The attempt must not be restarted: a worker was stopped from outside
-   * (by the user, or its session's lease ran out), or its workers could
-   * not be stopped. */
+  /* The attempt must not be restarted: 1, a worker was stopped from
+   * outside (by the user, or its session's lease ran out); 2, its workers
+   * could not be stopped. */
   int final;
 };
 
@@ -686,6 +686,10 @@ static int run_attempt(muster_client *c, const muster_run_opts *o, muster_run_re
     goto stop;
   if (ar.failures.count) {
     const muster_worker *f = &ar.failures.items[0];
+    /* Stopped while it started: someone ended the run. */
+    for (size_t k = 0; k < ar.failures.count; k++)
+      if (ar.failures.items[k].status == MUSTER_STOPPED)
+        run.final = 1;
     fail(&run, f->id, "%s %s did not start: %s", f->role ? f->role : "worker", f->id,
          ar.timed_out && !muster_status_terminal(f->status)
              ? "still not running when the timeout passed"
@@ -752,13 +756,22 @@ stop:
         mine[i] = run.ps.items[i].id;
       for (size_t i = 0; i < run.workers.count; i++)
         mine[run.ps.count + i] = run.workers.items[i].id;
+      /* Stopped from outside meanwhile (the monitor may have ended before
+       * its event came, or a failure of the command came first)? */
+      if (!run.final && muster_list(c, 1u << MUSTER_STOPPED, session, NULL, &stopped, NULL) == 0) {
+        for (size_t k = 0; k < stopped.count; k++)
+          for (size_t i = 0; i < n; i++)
+            if (strcmp(stopped.items[k].id, mine[i]) == 0)
+              run.final = 1;
+        muster_worker_list_free(&stopped);
+      }
       if (muster_stop(c, mine, n, NULL, &stopped) == 0)
         muster_worker_list_free(&stopped);
       else
-        run.final = 1; /* a new attempt could run beside this one */
+        run.final = 2; /* still running: a new attempt could run beside them */
       free(mine);
     } else {
-      run.final = 1;
+      run.final = 2;
     }
   }
   *final = run.final;
@@ -807,19 +820,14 @@ static const char *arg_value(const char *const *argv, size_t argc, const char *n
 
 /* The command of an attempt: the options' own, with --checkpoint ckpt when
  * it names none, and on a restart --auto-resume (muster-train resumes from
- * the checkpoint if rank 0 wrote one, on its own file system) instead of
- * any --resume of the command's. argv_out has room for argc + 3. */
+ * the checkpoint if rank 0 wrote one, on its own file system, else from the
+ * command's --resume, if any). argv_out has room for argc + 3. */
 static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int restart,
                            const char **argv_out) {
   size_t n = 0;
 
   for (size_t i = 0; i < o->argc; i++) {
-    if (restart && strcmp(o->argv[i], "--resume") == 0 && i + 1 < o->argc) {
-      i++;
-      continue;
-    }
-    if (restart &&
-        (strncmp(o->argv[i], "--resume=", 9) == 0 || strcmp(o->argv[i], "--auto-resume") == 0))
+    if (restart && strcmp(o->argv[i], "--auto-resume") == 0)
       continue;
     argv_out[n++] = o->argv[i];
   }
@@ -971,8 +979,11 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     remove_run_dir(ckpt);
 out:
   free(argv);
-  /* The workers are stopped: the lease goes back. Should that fail, it runs
-   * out by itself, with nothing left to stop. */
-  (void)muster_lease_end(lease, MUSTER_LEASE_RELEASE);
+  if (lease)
+    (void)muster_lease_error(lease, r->lease_error, sizeof(r->lease_error));
+  /* The workers are stopped: the lease goes back (should that fail, it runs
+   * out by itself, with nothing left to stop). If they could not be
+   * stopped, it is left to run out: the controller then stops them. */
+  (void)muster_lease_end(lease, final == 2 ? MUSTER_LEASE_ABANDON : MUSTER_LEASE_RELEASE);
   return rc;
 }

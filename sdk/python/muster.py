@@ -233,12 +233,13 @@ class Client:
             env_on = False
         self.lease = env_on if lease is None else bool(lease)
         self.lease_ttl = float(lease_ttl) if lease_ttl is not None else env_ttl
-        if not 1 <= self.lease_ttl <= 86400:
-            raise MusterError("invalid_value", "lease_ttl must be 1 to 86400 seconds (got %r)"
+        if not 3 <= self.lease_ttl <= 86400:
+            raise MusterError("invalid_value", "lease_ttl must be 3 to 86400 seconds (got %r)"
                               % self.lease_ttl, field="lease_ttl")
         self._lease_thread = None
         self._lease_stop = None
         self._lease_pid = None
+        self._lease_shared = False
         self.lease_expired = False
         self._lease_lock = threading.Lock()
         self._launched = []  # ids this client launched in its session, for close()
@@ -273,7 +274,12 @@ class Client:
         with self._lease_lock:
             if self._lease_thread is not None:
                 return
-            self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl})
+            status = []
+            self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl},
+                          status_out=status)
+            # 200: another holder took this session's lease first; it stays
+            # theirs at close (no DELETE, which would end it for them too).
+            self._lease_shared = status == [200]
             # Each renewal thread has its own stop: a close racing a new
             # launch never leaves an old thread running.
             stop = threading.Event()
@@ -297,11 +303,11 @@ class Client:
                 status = []
                 self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl},
                               timeout=min(10.0, self.lease_ttl / 3), status_out=status)
-                if status == [201]:
+                if status == [201] and self._lease_thread is not None:
                     # The session held no lease: it had run out (this process
                     # stalled, or the controller was unreachable too long),
                     # and the controller stopped the session's workers.
-                    self.lease_expired = True
+                    self.lease_expired, self._lease_shared = True, False
                 self.lease_error, wait = None, self.lease_ttl / 3
             except MusterError as e:
                 # Tried again every second: a controller that restarts
@@ -326,7 +332,14 @@ class Client:
         # on the wire could take the lease again after the DELETE.
         t.join(timeout=15)
         if stop_workers and launched:
-            self._request("POST", "/api/v1/workers/stop", {"ids": launched})
+            # The live ones (ended workers may have been pruned since).
+            mine = set(launched)
+            live = [w["id"] for w in self.list_workers(status=["scheduling", "starting", "running"])
+                    if w["id"] in mine]
+            if live:
+                self._request("POST", "/api/v1/workers/stop", {"ids": live})
+        if self._lease_shared:
+            return
         try:
             self._request("DELETE", self._lease_path())
         except MusterError as e:

@@ -135,7 +135,14 @@ check "the shorter holder's silence does not end the longer lease ($(statuses tw
 expect "a renewal after the lease ran out is a new lease" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
 expect "giving back a lease" 200 '"lease":null' DELETE /api/v1/sessions/two/lease
 expect "...and the other" 200 '"lease":null' DELETE /api/v1/sessions/short/lease
+expect "a run naming one worker twice" 422 'names '"$two"' again' POST /api/v1/runs "{\"mode\": \"exec\", \"command\": [\"x\"], \"session\": \"two\", \"workers\": [\"$two\", \"$two\"]}"
 call POST /api/v1/workers/stop "{\"ids\": [\"$two\"]}" > /dev/null
+# A client that joins a lease another holder took leaves it to them at its end.
+expect "a notebook's lease" 201 '"session":"shared"' PUT /api/v1/sessions/shared/lease '{"ttl_seconds": 60}'
+timeout 60 "$muster" launch --lease --session shared -n 1 --cpu 0.1 -- true > /dev/null 2> "$tmp/shared.err"; rc=$?
+expect "after muster launch --lease --session shared ended (exit $rc), the notebook's lease is still there" \
+  200 '"ttl_seconds":60' GET /api/v1/sessions/shared
+call DELETE /api/v1/sessions/shared/lease > /dev/null
 
 # --- kill -9 of muster run mid-training: its workers stop within ttl + 2 s
 "$muster" run --mode allreduce --workers 2 --cpu 1 --session lk --lease-ttl $TTL -- \

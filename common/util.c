@@ -12,14 +12,22 @@
 #include <time.h>
 
 void util_now_iso(char *buf, size_t size) {
+  util_iso_after(0, buf, size);
+}
+
+void util_iso_after(int64_t ms, char *buf, size_t size) {
   struct timespec ts;
   struct tm tm;
   char base[24];
+  int64_t at;
+  time_t sec;
 
   clock_gettime(CLOCK_REALTIME, &ts);
-  gmtime_r(&ts.tv_sec, &tm);
+  at = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000L + ms;
+  sec = (time_t)(at / 1000);
+  gmtime_r(&sec, &tm);
   strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(buf, size, "%s.%03ldZ", base, ts.tv_nsec / 1000000L);
+  snprintf(buf, size, "%s.%03dZ", base, (int)(at % 1000));
 }
 
 int64_t util_mono_ms(void) {

@@ -14,6 +14,8 @@
 
 /* Writes the current UTC time as "2026-11-21T14:00:00.123Z" into buf. */
 void util_now_iso(char *buf, size_t size);
+/* The same for ms milliseconds from now (negative: ago). */
+void util_iso_after(int64_t ms, char *buf, size_t size);
 
 /* Milliseconds of CLOCK_MONOTONIC; for deadlines and durations only. */
 int64_t util_mono_ms(void);

@@ -17,20 +17,31 @@
  * naming the first other one through *ret. */
 static int known_fields(struct MHD_Connection *c, json_t *body, const char *const *known, size_t n,
                         const char *list, enum MHD_Result *ret) {
-  const char *key;
-  json_t *v;
+  const char *key = validate_unknown_field(body, known, n);
 
-  json_object_foreach(body, key, v) {
-    size_t i;
-    for (i = 0; i < n && strcmp(key, known[i]) != 0; i++)
-      ;
-    if (i == n) {
-      *ret = api_respond_error(c, MUSTER_E_INVALID, "body", "unknown field \"%.64s\" (known: %s)",
-                               key, list);
-      return 0;
-    }
+  if (key)
+    *ret = api_respond_error(c, MUSTER_E_INVALID, "body", "unknown field \"%.64s\" (known: %s)",
+                             key, list);
+  return key == NULL;
+}
+
+/* The body of a change of run id with only known fields: a new reference,
+ * or NULL with the answer (404, 400, 422) queued through *ret. */
+static json_t *run_change_body(struct MHD_Connection *c, struct req *rq, const char *id,
+                               const char *const *known, size_t n, const char *list,
+                               enum MHD_Result *ret) {
+  json_t *body;
+
+  if (!validate_run_id(id)) {
+    *ret = api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
+    return NULL;
   }
-  return 1;
+  body = api_parse_body(c, rq, ret);
+  if (body && !known_fields(c, body, known, n, list, ret)) {
+    json_decref(body);
+    return NULL;
+  }
+  return body;
 }
 
 static MUST_CHECK enum MHD_Result bad_session_name(struct MHD_Connection *c, const char *name) {
@@ -390,13 +401,9 @@ enum MHD_Result api_run_restart(struct MHD_Connection *c, struct req *rq, const 
   char msg[160];
   int rc;
 
-  if (!validate_run_id(id))
-    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
-  body = api_parse_body(c, rq, &ret);
+  body = run_change_body(c, rq, id, known, 1, "cause", &ret);
   if (!body)
     return ret;
-  if (!known_fields(c, body, known, 1, "cause", &ret))
-    goto out;
   cause = json_string_value(json_object_get(body, "cause"));
   if (!cause || !*cause || strlen(cause) > 4096) {
     ret = api_respond_error(c, MUSTER_E_INVALID, "cause",
@@ -421,13 +428,9 @@ enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char
   enum MHD_Result ret = MHD_NO;
   int rc;
 
-  if (!validate_run_id(id))
-    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
-  body = api_parse_body(c, rq, &ret);
+  body = run_change_body(c, rq, id, known, 3, "status, summary, failure", &ret);
   if (!body)
     return ret;
-  if (!known_fields(c, body, known, 3, "status, summary, failure", &ret))
-    goto out;
   status = json_string_value(json_object_get(body, "status"));
   if (!status || (strcmp(status, "succeeded") != 0 && strcmp(status, "failed") != 0 &&
                   strcmp(status, "stopped") != 0)) {

@@ -37,6 +37,15 @@ enum {
   ST_PRUNE_SESSIONS,
   ST_PRUNE_RUNS,
   ST_SET_RUN,
+  ST_LEASE_SET,
+  ST_LEASES,
+  ST_RUN_INSERT,
+  ST_RUN_GET,
+  ST_RUN_WORKERS,
+  ST_RUN_LIST,
+  ST_RUN_RESTART,
+  ST_RUN_END,
+  ST_RUNS_FAIL_SESSION,
   ST_GATE_OPEN,
   ST_GATE_CLOSE,
   ST_COUNT_
@@ -117,6 +126,23 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_PRUNE_RUNS] = "DELETE FROM runs WHERE status <> 'running' AND finished_at < ?1 "
                       "AND NOT EXISTS (SELECT 1 FROM workers WHERE workers.run = runs.id)",
     [ST_SET_RUN] = "UPDATE workers SET run = ?2 WHERE id = ?1 AND run IS NULL",
+    [ST_LEASE_SET] = "UPDATE sessions SET lease_ttl_seconds = ?2 WHERE name = ?1",
+    [ST_LEASES] = "SELECT name, lease_ttl_seconds FROM sessions "
+                  "WHERE lease_ttl_seconds IS NOT NULL ORDER BY name",
+    [ST_RUN_INSERT] = "INSERT INTO runs(id, session, mode, command, status, max_restarts, "
+                      "created_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+    [ST_RUN_GET] = "SELECT id, session, mode, command, status, max_restarts, restarts, "
+                   "created_at, finished_at, summary, failure FROM runs WHERE id = ?1",
+    [ST_RUN_WORKERS] = "SELECT id FROM workers WHERE run = ?1 ORDER BY rowid",
+    [ST_RUN_LIST] = "SELECT id, rowid FROM runs WHERE (?1 IS NULL OR session = ?1) "
+                    "AND (?2 IS NULL OR status = ?2) AND rowid < ?3 ORDER BY rowid DESC LIMIT ?4",
+    [ST_RUN_RESTART] = "UPDATE runs SET restarts = json_insert(restarts, '$[#]', "
+                       "json_object('at', ?2, 'cause', ?3)) WHERE id = ?1 "
+                       "AND status = 'running' AND json_array_length(restarts) < max_restarts",
+    [ST_RUN_END] = "UPDATE runs SET status = ?2, summary = ?3, failure = ?4, finished_at = ?5 "
+                   "WHERE id = ?1 AND status = 'running'",
+    [ST_RUNS_FAIL_SESSION] = "UPDATE runs SET status = 'failed', failure = ?2, finished_at = ?3 "
+                             "WHERE session = ?1 AND status = 'running'",
     [ST_GATE_OPEN] = "INSERT INTO prune_gate(open) VALUES (1)",
     [ST_GATE_CLOSE] = "DELETE FROM prune_gate",
 };
@@ -345,10 +371,6 @@ void db_rollback(struct db *db) {
     (void)exec_stmt(stmt(db, ST_ROLLBACK));
   /* Nothing changed; dropping cached objects is harmless. */
   dirty_flush(db);
-}
-
-sqlite3 *db_sqlite_(struct db *db) {
-  return db->conn;
 }
 
 int db_worker_set_run(struct db *db, const char *id, const char *run) {
@@ -595,22 +617,15 @@ static void copy_col(sqlite3_stmt *s, int i, char *dst, size_t size) {
   snprintf(dst, size, "%s", v ? v : "");
 }
 
-int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
-                   const char *run, int64_t before, int limit, char (*ids)[16], int *n,
-                   int64_t *next) {
-  sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
+/* Steps s, a bound page query of (id, rowid) rows asking for limit + 1:
+ * copies up to limit ids, and sets *next to the cursor of the page after
+ * (0 if there is none). */
+static int page_ids(sqlite3_stmt *s, int limit, char (*ids)[16], int *n, int64_t *next) {
   int64_t last = 0;
   int rc;
 
   *n = 0;
   *next = 0;
-  bind_text_or_null(s, 1, statuses_json);
-  bind_text_or_null(s, 2, session);
-  bind_text_or_null(s, 3, role);
-  bind_text_or_null(s, 6, run);
-  sqlite3_bind_int64(s, 4, before > 0 ? before : INT64_MAX);
-  /* One row more than asked for tells whether there is a next page. */
-  sqlite3_bind_int(s, 5, limit + 1);
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     if (*n == limit) {
       *next = last;
@@ -621,6 +636,21 @@ int db_worker_page(struct db *db, const char *statuses_json, const char *session
   }
   sqlite3_reset(s);
   return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
+}
+
+int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
+                   const char *run, int64_t before, int limit, char (*ids)[16], int *n,
+                   int64_t *next) {
+  sqlite3_stmt *s = stmt(db, ST_WORKER_LIST);
+
+  bind_text_or_null(s, 1, statuses_json);
+  bind_text_or_null(s, 2, session);
+  bind_text_or_null(s, 3, role);
+  bind_text_or_null(s, 6, run);
+  sqlite3_bind_int64(s, 4, before > 0 ? before : INT64_MAX);
+  /* One row more than asked for tells whether there is a next page. */
+  sqlite3_bind_int(s, 5, limit + 1);
+  return page_ids(s, limit, ids, n, next);
 }
 
 static char *dup_col(sqlite3_stmt *s, int i) {
@@ -815,6 +845,21 @@ int db_worker_set_waiting(struct db *db, const char *id, const char *why) {
   return rc;
 }
 
+/* Ended runs go with their last worker; sessions after their workers and
+ * runs, unless they hold a lease. */
+static int prune_runs_sessions(struct db *db, const char *cutoff) {
+  sqlite3_stmt *s = stmt(db, ST_PRUNE_RUNS);
+  int rc;
+
+  bind_text_or_null(s, 1, cutoff);
+  rc = exec_stmt(s);
+  if (rc)
+    return rc;
+  s = stmt(db, ST_PRUNE_SESSIONS);
+  bind_text_or_null(s, 1, cutoff);
+  return exec_stmt(s);
+}
+
 int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n) {
   sqlite3_stmt *s = stmt(db, ST_PRUNE_PICK);
   int rc, i;
@@ -827,19 +872,10 @@ int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n
   sqlite3_reset(s);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW)
     return MUSTER_E_DB;
-  if (*n == 0) {
-    /* No worker to prune: ended runs without workers, and idle sessions,
-     * may still be old enough (no trigger guards those two tables). */
-    s = stmt(db, ST_PRUNE_RUNS);
-    bind_text_or_null(s, 1, cutoff);
-    rc = exec_stmt(s);
-    if (!rc) {
-      s = stmt(db, ST_PRUNE_SESSIONS);
-      bind_text_or_null(s, 1, cutoff);
-      rc = exec_stmt(s);
-    }
-    return rc;
-  }
+  /* No worker to prune: ended runs without workers, and idle sessions,
+   * may still be old enough (no trigger guards those two tables). */
+  if (*n == 0)
+    return prune_runs_sessions(db, cutoff);
   rc = db_begin(db);
   if (rc)
     return rc;
@@ -855,17 +891,8 @@ int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n
     rc = exec_stmt(s);
     mark_dirty(db, ids[i]);
   }
-  /* Ended runs go with their last worker; sessions after their runs. */
-  if (!rc) {
-    s = stmt(db, ST_PRUNE_RUNS);
-    bind_text_or_null(s, 1, cutoff);
-    rc = exec_stmt(s);
-  }
-  if (!rc) {
-    s = stmt(db, ST_PRUNE_SESSIONS);
-    bind_text_or_null(s, 1, cutoff);
-    rc = exec_stmt(s);
-  }
+  if (!rc)
+    rc = prune_runs_sessions(db, cutoff);
   if (!rc)
     rc = exec_stmt(stmt(db, ST_GATE_CLOSE));
   if (!rc)
@@ -874,5 +901,162 @@ int db_prune(struct db *db, const char *cutoff, int max, char (*ids)[16], int *n
     db_rollback(db);
     *n = 0;
   }
+  return rc;
+}
+
+/* ---- sessions' leases ---- */
+
+int db_lease_set(struct db *db, const char *name, double ttl) {
+  sqlite3_stmt *s;
+  int rc = ttl > 0 ? db_session_touch(db, name, NULL) : 0;
+
+  if (rc)
+    return rc;
+  s = stmt(db, ST_LEASE_SET);
+  bind_text_or_null(s, 1, name);
+  if (ttl > 0)
+    sqlite3_bind_double(s, 2, ttl);
+  return exec_stmt(s);
+}
+
+int db_leases(struct db *db, void (*fn)(void *arg, const char *session, double ttl), void *arg) {
+  sqlite3_stmt *s = stmt(db, ST_LEASES);
+  int rc;
+
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+    fn(arg, (const char *)sqlite3_column_text(s, 0), sqlite3_column_double(s, 1));
+  sqlite3_reset(s);
+  return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
+}
+
+/* ---- runs ---- */
+
+int db_run_insert(struct db *db, const struct db_run_new *r) {
+  sqlite3_stmt *s = stmt(db, ST_RUN_INSERT);
+  char now[32];
+
+  util_now_iso(now, sizeof(now));
+  bind_text_or_null(s, 1, r->id);
+  bind_text_or_null(s, 2, r->session);
+  bind_text_or_null(s, 3, r->mode);
+  bind_text_or_null(s, 4, r->command_json);
+  sqlite3_bind_int(s, 5, r->max_restarts);
+  bind_text_or_null(s, 6, now);
+  return exec_stmt(s);
+}
+
+json_t *db_run_json(struct db *db, const char *id) {
+  sqlite3_stmt *s = stmt(db, ST_RUN_GET);
+  json_t *o, *workers, *restarts, *summary = NULL;
+
+  bind_text_or_null(s, 1, id);
+  if (sqlite3_step(s) != SQLITE_ROW) {
+    sqlite3_reset(s);
+    return NULL;
+  }
+  restarts = col_json(s, 6, json_array());
+  if (sqlite3_column_type(s, 9) != SQLITE_NULL)
+    summary = json_loads((const char *)sqlite3_column_text(s, 9), JSON_DECODE_ANY, NULL);
+  o = json_object();
+  json_object_set_new(o, "id", col_text(s, 0));
+  json_object_set_new(o, "session", col_text(s, 1));
+  json_object_set_new(o, "mode", col_text(s, 2));
+  json_object_set_new(o, "command", col_json(s, 3, json_array()));
+  json_object_set_new(o, "status", col_text(s, 4));
+  json_object_set_new(o, "max_restarts", json_integer(sqlite3_column_int(s, 5)));
+  json_object_set_new(o, "restarts", json_integer((json_int_t)json_array_size(restarts)));
+  json_object_set_new(o, "causes", restarts);
+  json_object_set_new(o, "created_at", col_text(s, 7));
+  json_object_set_new(o, "finished_at", col_text(s, 8));
+  json_object_set_new(o, "summary", summary ? summary : json_null());
+  json_object_set_new(o, "failure", col_text(s, 10));
+  sqlite3_reset(s);
+
+  /* Its workers, replacements included, in launch order. */
+  workers = json_array();
+  s = stmt(db, ST_RUN_WORKERS);
+  bind_text_or_null(s, 1, id);
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(workers, col_text(s, 0));
+  sqlite3_reset(s);
+  json_object_set_new(o, "workers", workers);
+  return o;
+}
+
+int db_run_page(struct db *db, const char *session, const char *status, int64_t before, int limit,
+                char (*ids)[16], int *n, int64_t *next) {
+  sqlite3_stmt *s = stmt(db, ST_RUN_LIST);
+
+  bind_text_or_null(s, 1, session);
+  bind_text_or_null(s, 2, status);
+  sqlite3_bind_int64(s, 3, before > 0 ? before : INT64_MAX);
+  sqlite3_bind_int(s, 4, limit + 1);
+  return page_ids(s, limit, ids, n, next);
+}
+
+int db_run_state(struct db *db, const char *id, char *status, size_t slen, char *session,
+                 size_t sesslen) {
+  sqlite3_stmt *s = stmt(db, ST_RUN_GET);
+  int rc = MUSTER_E_NOT_FOUND;
+
+  bind_text_or_null(s, 1, id);
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    copy_col(s, 4, status, slen);
+    copy_col(s, 1, session, sesslen);
+    rc = 0;
+  }
+  sqlite3_reset(s);
+  return rc;
+}
+
+/* Runs s, a bound conditional update of run id: MUSTER_E_NOT_FOUND if
+ * there is no such run, MUSTER_E_CONFLICT if the condition kept it as it
+ * was. */
+static int run_update(struct db *db, sqlite3_stmt *s, const char *id) {
+  char status[16], session[72];
+  int rc = exec_stmt(s);
+
+  if (rc || sqlite3_changes(db->conn) == 1)
+    return rc;
+  rc = db_run_state(db, id, status, sizeof(status), session, sizeof(session));
+  return rc ? rc : MUSTER_E_CONFLICT;
+}
+
+int db_run_restart(struct db *db, const char *id, const char *cause) {
+  sqlite3_stmt *s = stmt(db, ST_RUN_RESTART);
+  char now[32];
+
+  util_now_iso(now, sizeof(now));
+  bind_text_or_null(s, 1, id);
+  bind_text_or_null(s, 2, now);
+  bind_text_or_null(s, 3, cause);
+  return run_update(db, s, id);
+}
+
+int db_run_end(struct db *db, const char *id, const char *status, const char *summary_json,
+               const char *failure) {
+  sqlite3_stmt *s = stmt(db, ST_RUN_END);
+  char now[32];
+
+  util_now_iso(now, sizeof(now));
+  bind_text_or_null(s, 1, id);
+  bind_text_or_null(s, 2, status);
+  bind_text_or_null(s, 3, summary_json);
+  bind_text_or_null(s, 4, failure);
+  bind_text_or_null(s, 5, now);
+  return run_update(db, s, id);
+}
+
+int db_runs_fail_session(struct db *db, const char *session, const char *failure, int *n) {
+  sqlite3_stmt *s = stmt(db, ST_RUNS_FAIL_SESSION);
+  char now[32];
+  int rc;
+
+  util_now_iso(now, sizeof(now));
+  bind_text_or_null(s, 1, session);
+  bind_text_or_null(s, 2, failure);
+  bind_text_or_null(s, 3, now);
+  rc = exec_stmt(s);
+  *n = rc ? 0 : sqlite3_changes(db->conn);
   return rc;
 }

@@ -179,7 +179,7 @@ void db_live_usage(struct db *db, void (*fn)(void *arg, const char *id, const st
 int db_worker_set_run(struct db *db, const char *id, const char *run)
     __attribute__((warn_unused_result));
 
-/* ---- sessions' leases and runs (db_runs.c) ---- */
+/* ---- sessions' leases and runs ---- */
 
 /* Records the lease of session name (ttl in seconds; ttl <= 0: no lease).
  * The session row is made if it is new. */
@@ -214,9 +214,6 @@ MUST_CHECK int db_run_end(struct db *db, const char *id, const char *status,
 /* Fails every running run of session with failure; *n gets their number. */
 MUST_CHECK int db_runs_fail_session(struct db *db, const char *session, const char *failure,
                                     int *n);
-
-/* The SQLite connection, for db_runs.c only. */
-sqlite3 *db_sqlite_(struct db *db);
 
 /* The last SQLite error message, for logs. */
 const char *db_errmsg(struct db *db);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 
 struct lease {
@@ -193,22 +192,6 @@ void leases_restore_locked(void) {
     LOG(LOG_INFO, "restart: %d sessions' leases restored, each with one ttl of grace", nleases);
 }
 
-/* The wall-clock time of monotonic time at_ms, in the API's format. */
-static void iso_of(int64_t at_ms, char *buf, size_t size) {
-  struct timeval tv;
-  struct tm tm;
-  int64_t wall_ms;
-  size_t n;
-  time_t t;
-
-  gettimeofday(&tv, NULL);
-  wall_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000 + (at_ms - util_mono_ms());
-  t = (time_t)(wall_ms / 1000);
-  gmtime_r(&t, &tm);
-  n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(buf + n, size - n, ".%03dZ", (int)(wall_ms % 1000));
-}
-
 json_t *lease_json_locked(const char *session) {
   struct lease *l;
   char at[40];
@@ -219,7 +202,7 @@ json_t *lease_json_locked(const char *session) {
   if (!l)
     return json_null();
   left = (double)(l->expires_ms - util_mono_ms()) / 1000.0;
-  iso_of(l->expires_ms, at, sizeof(at));
+  util_iso_after(l->expires_ms - util_mono_ms(), at, sizeof(at));
   return json_pack("{s:f, s:s, s:f}", "ttl_seconds", l->ttl_s, "expires_at", at, "seconds_left",
                    left > 0 ? left : 0.0);
 }

@@ -181,6 +181,20 @@ static int opt_number(json_t *body, const char *name, double *out, const char **
   return 0;
 }
 
+const char *validate_unknown_field(json_t *body, const char *const *known, size_t n) {
+  const char *key;
+  json_t *v;
+
+  json_object_foreach(body, key, v) {
+    size_t i;
+    for (i = 0; i < n && strcmp(key, known[i]) != 0; i++)
+      ;
+    if (i == n)
+      return key;
+  }
+  return NULL;
+}
+
 int validate_launch(json_t *body, struct launch_req *out, const char **field, char *msg,
                     size_t msglen) {
   static const char *const known[] = {"n",          "cpu",     "memory", "nvidia_gpu", "script",
@@ -201,16 +215,12 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
   if (!json_is_object(body))
     return fail(MUSTER_E_MALFORMED, field, NULL, msg, msglen,
                 "the request body must be a JSON object");
-  json_object_foreach(body, key, v) {
-    size_t i, nk = sizeof(known) / sizeof(known[0]);
-    for (i = 0; i < nk && strcmp(key, known[i]) != 0; i++)
-      ;
-    if (i == nk)
-      return fail(MUSTER_E_INVALID, field, "body", msg, msglen,
-                  "unknown field \"%.64s\" (known: n, cpu, memory, nvidia_gpu, script, "
-                  "code, command, kernel, args, env, secret_env, role, name, session, run)",
-                  key);
-  }
+  key = validate_unknown_field(body, known, sizeof(known) / sizeof(known[0]));
+  if (key)
+    return fail(MUSTER_E_INVALID, field, "body", msg, msglen,
+                "unknown field \"%.64s\" (known: n, cpu, memory, nvidia_gpu, script, "
+                "code, command, kernel, args, env, secret_env, role, name, session, run)",
+                key);
 
   v = json_object_get(body, "n");
   if (!v)

@@ -26,6 +26,10 @@ struct launch_req {
   json_t *secret_env; /* object of strings, or NULL */
 };
 
+/* The first key of object body that is not one of known (n of them), or
+ * NULL if there is none (borrowed from body). */
+const char *validate_unknown_field(json_t *body, const char *const *known, size_t n);
+
 int validate_launch(json_t *body, struct launch_req *out, const char **field, char *msg,
                     size_t msglen) __attribute__((warn_unused_result));
 

@@ -418,7 +418,16 @@ function renderSessions(list) {
     }
   }
   for (const li of have.values()) li.remove();
-  ul.hidden = list.length === 0;
+  // The strip keeps its height when empty: nothing below it moves.
+  let note = ul.querySelector('.empty-note');
+  if (list.length === 0 && !note) {
+    note = document.createElement('li');
+    note.className = 'empty-note';
+    note.textContent = 'No live session.';
+    ul.appendChild(note);
+  } else if (list.length > 0 && note) {
+    note.remove();
+  }
 }
 
 async function loadSessions() {

@@ -233,6 +233,17 @@ static void print_worker_json(const muster_worker *w) {
   fputs(w->json ? w->json : "null", stdout);
 }
 
+static void print_list_json(const muster_worker_list *l);
+
+/* What muster launch prints: the ids, one per line, or the workers as JSON. */
+static void print_launched(const muster_worker_list *l, int as_json) {
+  if (as_json)
+    print_list_json(l);
+  else
+    for (size_t i = 0; i < l->count; i++)
+      printf("%s\n", l->items[i].id);
+}
+
 static void print_list_json(const muster_worker_list *l) {
   printf("[");
   for (size_t i = 0; i < l->count; i++) {
@@ -489,11 +500,7 @@ static int launch_leased(muster_client *c, const muster_launch_opts *o, double t
     code = call_failed(c, rc);
     goto out;
   }
-  if (as_json)
-    print_list_json(&ws);
-  else
-    for (size_t i = 0; i < ws.count; i++)
-      printf("%s\n", ws.items[i].id);
+  print_launched(&ws, as_json);
   fflush(stdout);
   ids = calloc(ws.count + 1, sizeof(*ids));
   sw.c = c; /* a signal cancels the await */
@@ -717,11 +724,7 @@ static int cmd_launch(int argc, char **argv) {
     code = call_failed(c, rc);
     goto out;
   }
-  if (as_json)
-    print_list_json(&ws);
-  else
-    for (size_t i = 0; i < ws.count; i++)
-      printf("%s\n", ws.items[i].id);
+  print_launched(&ws, as_json);
 out:
   muster_worker_list_free(&ws);
   muster_client_free(c);

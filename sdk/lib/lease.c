@@ -90,6 +90,16 @@ static void *renew_main(void *arg) {
   return NULL;
 }
 
+/* Frees l once its thread is gone (or never ran). */
+static void lease_free(muster_lease *l) {
+  muster_client_free(l->c);
+  pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->mu);
+  free(l->url);
+  free(l->token);
+  free(l);
+}
+
 int muster_lease_start(muster_client *c, const char *session, double ttl, muster_lease **out) {
   muster_lease *l;
   pthread_condattr_t ca;
@@ -128,12 +138,7 @@ int muster_lease_start(muster_client *c, const char *session, double ttl, muster
   pthread_cond_init(&l->cv, &ca);
   pthread_condattr_destroy(&ca);
   if (pthread_create(&l->thread, NULL, renew_main, l) != 0) {
-    muster_client_free(l->c);
-    pthread_cond_destroy(&l->cv);
-    pthread_mutex_destroy(&l->mu);
-    free(l->url);
-    free(l->token);
-    free(l);
+    lease_free(l);
     return muster_set_error_(c, MUSTER_E_NOMEM, NULL, "could not start the lease's thread");
   }
   *out = l;
@@ -193,12 +198,7 @@ int muster_lease_end(muster_lease *l, muster_lease_end_how how) {
     rc = MUSTER_E_NOMEM;
   }
   muster_client_free(c);
-  muster_client_free(l->c);
-  pthread_cond_destroy(&l->cv);
-  pthread_mutex_destroy(&l->mu);
-  free(l->url);
-  free(l->token);
-  free(l);
+  lease_free(l);
   return rc;
 }
 

@@ -756,9 +756,11 @@ stop:
         mine[i] = run.ps.items[i].id;
       for (size_t i = 0; i < run.workers.count; i++)
         mine[run.ps.count + i] = run.workers.items[i].id;
-      /* Stopped from outside meanwhile (the monitor may have ended before
-       * its event came, or a failure of the command came first)? */
-      if (!run.final && muster_list(c, 1u << MUSTER_STOPPED, session, NULL, &stopped, NULL) == 0) {
+      /* Before a restart: stopped from outside meanwhile (the monitor may
+       * have ended before its event came, or a failure of the command came
+       * first)? */
+      if (!run.final && r->failure[0] && attempt < o->max_restarts &&
+          muster_list(c, 1u << MUSTER_STOPPED, session, NULL, &stopped, NULL) == 0) {
         for (size_t k = 0; k < stopped.count; k++)
           for (size_t i = 0; i < n; i++)
             if (strcmp(stopped.items[k].id, mine[i]) == 0)

@@ -446,7 +446,14 @@ async function main() {
 
     await step('older workers load a page at a time', async () => {
       // 205 more short-lived workers: more than the table's first page (200).
-      await api('POST', '/api/v1/workers', { n: 205, cpu: 0.01, memory: 0.01, kernel: 'sh', code: 'true', session: 'paging' });
+      const paging = await api('POST', '/api/v1/workers', { n: 205, cpu: 0.01, memory: 0.01, kernel: 'sh', code: 'true', session: 'paging' });
+      // All ended before the page loads: a worker still changing state
+      // would reach the table through the event stream, beyond its first
+      // page (at 0.01 core, a worker's start takes a while).
+      const done = await api('POST', '/api/v1/workers/await', {
+        ids: paging.workers.map((w) => w.id), wait_for_completion: true, timeout_seconds: 180,
+      });
+      ok(!done.timed_out, `the 205 paging workers ended (${done.workers.length} succeeded)`);
       const total = (await api('GET', '/api/v1/workers?limit=5000')).workers.length;
       await page.goto(`${baseUrl}/`);
       await page.waitForSelector('#rows tr', { state: 'attached' });

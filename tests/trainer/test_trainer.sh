@@ -63,7 +63,10 @@ fi
 
 # --- parameter servers, --sync, 1 PS + 2 workers, match single too
 ps_run() { # $1 = extra args ; runs 1 PS + 2 workers on loopback, waits for all
-  local port=$((20000 + RANDOM % 20000)) cluster i
+  # A port nobody holds now (a random one could be taken, and the PS would
+  # not start: its workers then wait out their timeouts).
+  local port cluster i
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   cluster="{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\"]}"
   TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
     "$train" --mode ps "$@" > "$tmp/ps.out" 2>&1 &

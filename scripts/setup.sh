@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
-      check libsubunit-dev python3 iproute2 procps
+      check libsubunit-dev python3 iproute2 procps time
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
       slurm-wlm munge slurmdbd mariadb-server)  # slurm-wlm pulls slurmctld, slurmd and slurm-client;

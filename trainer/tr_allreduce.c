@@ -61,7 +61,7 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
   }
   tr_shard(o->batch, rank, size, &lo, &hi);
   perm = malloc((size_t)train->n * sizeof(int));
-  x = malloc((size_t)(hi - lo) * train->dim * sizeof(float));
+  x = tr_alloc((size_t)(hi - lo) * train->dim * sizeof(float));
   y = malloc((size_t)(hi - lo) + 1);
   if (!perm || !x || !y) {
     fprintf(stderr, "muster-train: rank %d: out of memory\n", rank);
@@ -133,7 +133,7 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
     tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
 out:
   free(perm);
-  free(x);
+  tr_free(x);
   free(y);
   MPI_Finalize();
   return code;

@@ -1,6 +1,9 @@
 /*
  * tr_cuda.cu: --device cuda for muster-train, in modes single and
- * allreduce (NCCL, with the NCCL id broadcast over MPI).
+ * allreduce (NCCL, with the NCCL id broadcast over MPI). Built as the
+ * plugin libmuster-train-cuda.so, which tr_cuda_load.c loads only when
+ * --device cuda is asked; it calls muster-train's own tr_* functions, which
+ * the executable exports.
  *
  * The math is tr_mlp.c's, step for step: the same flat parameter layout,
  * the same initial weights (taken from m->params, which tr_mlp_init or a
@@ -719,9 +722,9 @@ static int run(struct cu_run *c, int ndev, const struct tr_data *train, const st
   return 0;
 }
 
-extern "C" int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
-                           const struct tr_data *test, struct tr_result *r, int *argc,
-                           char ***argv) {
+extern "C" __attribute__((visibility("default"))) int
+tr_cuda_plugin_run(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
+                   const struct tr_data *test, struct tr_result *r, int *argc, char ***argv) {
   struct cu_run c;
   int ndev = 0, rc, mpi_here;
   cudaError_t e;
@@ -732,7 +735,7 @@ extern "C" int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const stru
     fprintf(stderr,
             "muster-train: --device cuda: no CUDA device is present (cudaGetDeviceCount: %s)\n",
             cudaGetErrorString(e != cudaSuccess ? e : cudaErrorNoDevice));
-    return 3;
+    return 2;
   }
   if (o->mode != TR_SINGLE && o->mode != TR_ALLREDUCE) {
     fprintf(stderr, "muster-train: --device cuda works with --mode single or allreduce only\n");

@@ -6,21 +6,19 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 uint64_t tr_rand_next(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return tr_rand_mix(*state += TR_RAND_STEP);
 }
 
 float tr_rand_uniform(uint64_t *state) {
-  return (float)(tr_rand_next(state) >> 40) * (1.0f / 16777216.0f);
+  return tr_rand_float(tr_rand_next(state));
 }
 
 void tr_epoch_order(uint64_t seed, int epoch, int n, int *perm) {
@@ -86,10 +84,10 @@ static MUST_CHECK int read_idx(const char *path, int ndims, uint32_t *dims, unsi
              (long long)st.st_size - (long long)hl);
     goto bad;
   }
-  *buf = malloc(want);
+  *buf = tr_alloc(want);
   if (!*buf || fread(*buf, 1, want, f) != want) {
     snprintf(err, errlen, "%s: could not read %zu bytes", path, want);
-    free(*buf);
+    tr_free(*buf);
     *buf = NULL;
     goto bad;
   }
@@ -98,6 +96,47 @@ static MUST_CHECK int read_idx(const char *path, int ndims, uint32_t *dims, unsi
 bad:
   fclose(f);
   return MUSTER_E_INVALID;
+}
+
+/* Blocks from this size on are mapped apart: zeroed and faulted in by the
+ * kernel in one call. */
+#define BIG_BLOCK (256u << 10)
+/* Before each block: its mapped length (0: from malloc). A whole cache
+ * line, so the block keeps the line's alignment. */
+#define HEADER 64
+
+void *tr_alloc(size_t size) {
+  size_t total = size + HEADER;
+  unsigned char *base;
+
+  if (size > SIZE_MAX - HEADER)
+    return NULL;
+  if (total >= BIG_BLOCK) {
+    base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+                0);
+    if (base == MAP_FAILED)
+      return NULL;
+    memcpy(base, &total, sizeof total);
+  } else {
+    if (posix_memalign((void **)&base, 64, total) != 0)
+      return NULL;
+    memset(base, 0, total);
+  }
+  return base + HEADER;
+}
+
+void tr_free(void *p) {
+  unsigned char *base = p;
+  size_t mapped;
+
+  if (!p)
+    return;
+  base -= HEADER;
+  memcpy(&mapped, base, sizeof mapped);
+  if (mapped)
+    munmap(base, mapped);
+  else
+    free(base);
 }
 
 int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err, size_t errlen) {
@@ -122,7 +161,7 @@ int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err,
   d->n = (int)idims[0];
   d->dim = (int)(idims[1] * idims[2]);
   d->classes = 10;
-  d->x = malloc((size_t)d->n * d->dim * sizeof(float));
+  d->x = tr_alloc((size_t)d->n * d->dim * sizeof(float));
   d->y = malloc((size_t)d->n);
   if (!d->x || !d->y) {
     rc = MUSTER_E_NOMEM;
@@ -140,8 +179,8 @@ int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err,
     d->y[i] = lab[i];
   }
 out:
-  free(img);
-  free(lab);
+  tr_free(img);
+  tr_free(lab);
   if (rc)
     tr_data_cleanup(d);
   return rc;
@@ -157,7 +196,7 @@ int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data
   d->n = n;
   d->dim = dim;
   d->classes = classes;
-  d->x = malloc((size_t)n * dim * sizeof(float));
+  d->x = tr_alloc((size_t)n * dim * sizeof(float));
   d->y = malloc((size_t)n);
   centers = malloc((size_t)classes * dim * sizeof(float));
   if (!d->x || !d->y || !centers) {
@@ -172,10 +211,15 @@ int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data
   for (int i = 0; i < n; i++) {
     int c = (int)(tr_rand_next(&st) % (uint64_t)classes);
     d->y[i] = (uint8_t)c;
+    const float *ctr = centers + (size_t)c * dim;
+    float *x = d->x + (size_t)i * dim;
+    /* The same draws as tr_rand_uniform() in turn, computed apart. */
     for (int j = 0; j < dim; j++) {
-      float v = centers[(size_t)c * dim + j] + 0.6f * (tr_rand_uniform(&st) - 0.5f);
-      d->x[(size_t)i * dim + j] = v < 0 ? 0 : v > 1 ? 1 : v;
+      float v = ctr[j] +
+                0.6f * (tr_rand_float(tr_rand_mix(st + (uint64_t)(j + 1) * TR_RAND_STEP)) - 0.5f);
+      x[j] = v < 0 ? 0 : v > 1 ? 1 : v;
     }
+    st += (uint64_t)dim * TR_RAND_STEP;
   }
   free(centers);
   return 0;
@@ -184,7 +228,7 @@ int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data
 void tr_data_cleanup(struct tr_data *d) {
   if (!d)
     return;
-  free(d->x);
+  tr_free(d->x);
   free(d->y);
   memset(d, 0, sizeof(*d));
 }

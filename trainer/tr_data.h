@@ -31,11 +31,32 @@ int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data
 
 void tr_data_cleanup(struct tr_data *d);
 
+/* size bytes, zeroed, 64-byte aligned (whole cache lines, full vectors
+ * for the BLAS). A large block is mapped apart, its pages faulted in by the
+ * kernel in one call instead of one trap per page at first touch: on a
+ * virtual machine a trap costs microseconds, and the MNIST set alone is
+ * 46,000 pages. NULL when out of memory; freed with tr_free(). */
+void *tr_alloc(size_t size);
+/* Frees a block of tr_alloc(); NULL is a no-op. */
+void tr_free(void *p);
+
 /* The sample order of an epoch: a permutation of 0..n-1 that depends only
  * on (seed, epoch), so every rank of a run draws the same global batches. */
 void tr_epoch_order(uint64_t seed, int epoch, int n, int *perm);
 
-/* A small, fast, seedable generator (splitmix64). */
+/* A small, fast, seedable generator (splitmix64): the k-th draw after a
+ * state s is tr_rand_mix(s + k * TR_RAND_STEP), so a loop can compute its
+ * draws independently (and vectorize) instead of one call after another. */
+#define TR_RAND_STEP 0x9e3779b97f4a7c15ULL
+static inline uint64_t tr_rand_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+/* A draw's 24 high bits as a float uniform in [0, 1). */
+static inline float tr_rand_float(uint64_t r) {
+  return (float)(r >> 40) * (1.0f / 16777216.0f);
+}
 uint64_t tr_rand_next(uint64_t *state);
 /* Uniform in [0, 1). */
 float tr_rand_uniform(uint64_t *state);

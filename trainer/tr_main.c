@@ -1,10 +1,10 @@
 /* tr_main.c: muster-train's command line and mode dispatch. */
+#include "tr_blas.h"
 #include "tr_run.h"
 #include "util.h"
 
 #include "muster_errors.h"
 
-#include <cblas.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <pmmintrin.h>
 #include <xmmintrin.h>
@@ -60,14 +60,14 @@ static int bench_sgemm(int n) {
     a[i] = (float)(i % 7) * 0.1f;
     b[i] = (float)(i % 5) * 0.1f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+  tr_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
   t0 = tr_now();
   do {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    tr_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     it++;
   } while ((t = tr_now() - t0) < 1.0);
   printf("{\"sgemm_n\": %d, \"gflops\": %.2f, \"kernel\": \"%s\"}\n", n, flops * it / t / 1e9,
-         openblas_get_corename());
+         tr_blas_corename());
   free(a);
   free(b);
   free(c);
@@ -94,17 +94,17 @@ static int bench_step_gemms(const struct tr_opts *o, int b) {
   t0 = tr_now();
   do {
     for (int l = 0; l < L; l++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, o->sizes[l + 1], o->sizes[l], 1,
-                  buf[l], o->sizes[l], buf[2 * L + 2 + l], o->sizes[l + 1], 1, buf[l + 1],
-                  o->sizes[l + 1]);
+      tr_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, o->sizes[l + 1], o->sizes[l], 1,
+               buf[l], o->sizes[l], buf[2 * L + 2 + l], o->sizes[l + 1], 1, buf[l + 1],
+               o->sizes[l + 1]);
     for (int l = L - 1; l >= 0; l--) {
       if (l > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, o->sizes[l], o->sizes[l + 1], 1,
-                    buf[L + 2 + l], o->sizes[l + 1], buf[2 * L + 2 + l], o->sizes[l + 1], 0,
-                    buf[L + 1 + l], o->sizes[l]);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o->sizes[l], o->sizes[l + 1], b, 1,
-                  buf[l], o->sizes[l], buf[L + 2 + l], o->sizes[l + 1], 0.9f, buf[2 * L + 2 + l],
-                  o->sizes[l + 1]);
+        tr_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, o->sizes[l], o->sizes[l + 1], 1,
+                 buf[L + 2 + l], o->sizes[l + 1], buf[2 * L + 2 + l], o->sizes[l + 1], 0,
+                 buf[L + 1 + l], o->sizes[l]);
+      tr_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o->sizes[l], o->sizes[l + 1], b, 1, buf[l],
+               o->sizes[l], buf[L + 2 + l], o->sizes[l + 1], 0.9f, buf[2 * L + 2 + l],
+               o->sizes[l + 1]);
     }
     it++;
   } while ((t = tr_now() - t0) < 1.0);
@@ -337,58 +337,13 @@ static MUST_CHECK int synthetic_split(const struct tr_opts *o, struct tr_data *t
   test->n = ntest;
   test->dim = all.dim;
   test->classes = all.classes;
-  test->x = malloc((size_t)ntest * all.dim * sizeof(float));
+  test->x = tr_alloc((size_t)ntest * all.dim * sizeof(float));
   test->y = malloc((size_t)ntest);
   if (!test->x || !test->y)
     return MUSTER_E_NOMEM;
   memcpy(test->x, all.x + (size_t)o->synthetic * all.dim, (size_t)ntest * all.dim * sizeof(float));
   memcpy(test->y, all.y + o->synthetic, (size_t)ntest);
   return 0;
-}
-
-/* OpenBLAS settles its kernels and its thread pool when it is loaded, before
- * main. Two things are fixed here by running again, once, with the right
- * environment (a user's own OPENBLAS_* settings always win):
- * - on CPUs newer than it knows (a recent Xeon with a generic model name)
- *   it falls back to SSE3 kernels at a quarter of the speed: if the CPU has
- *   AVX-512 or AVX2 and OpenBLAS chose something weaker, OPENBLAS_CORETYPE;
- * - its pthread build starts a thread per core whatever
- *   openblas_set_num_threads() says later, and idle ones spin, stealing the
- *   core another rank needs: OPENBLAS_NUM_THREADS = --threads. */
-static void blas_setup(char **argv, int threads) {
-  static const char *const weak[] = {"prescott", "core2",       "penryn", "dunnington",
-                                     "nehalem",  "atom",        "katmai", "northwood",
-                                     "banias",   "sandybridge", "unknown"};
-  const char *core = openblas_get_corename(), *want = NULL;
-  char nthreads[16];
-  int again = 0, is_weak = 0;
-
-  if (getenv("MUSTER_TRAIN_REEXEC"))
-    return;
-  if (!getenv("OPENBLAS_NUM_THREADS")) {
-    snprintf(nthreads, sizeof(nthreads), "%d", threads);
-    setenv("OPENBLAS_NUM_THREADS", nthreads, 1);
-    again = 1;
-  }
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    want = "SkylakeX";
-  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    want = "Haswell";
-  for (size_t i = 0; core && i < sizeof(weak) / sizeof(weak[0]); i++)
-    is_weak |= strcasecmp(core, weak[i]) == 0;
-  if (want && core && strcmp(want, "SkylakeX") == 0 && strcasecmp(core, "haswell") == 0)
-    is_weak = 1;
-  if (want && is_weak && !getenv("OPENBLAS_CORETYPE")) {
-    setenv("OPENBLAS_CORETYPE", want, 1);
-    again = 1;
-  }
-  if (!again)
-    return;
-  setenv("MUSTER_TRAIN_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);
-  /* If that failed, carry on as we are. */
 }
 
 int main(int argc, char **argv) {
@@ -402,7 +357,11 @@ int main(int argc, char **argv) {
   code = parse_args(argc, argv, &o);
   if (code)
     return code < 0 ? 0 : code;
-  blas_setup(argv, o.threads);
+  rc = tr_blas_load(o.threads, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "muster-train: %s\n", err);
+    return rc;
+  }
 #if defined(__x86_64__) || defined(__i386__)
   /* Weights whose gradient is always zero (MNIST's blank border pixels)
    * see their momentum decay geometrically into subnormal floats, on which
@@ -417,7 +376,6 @@ int main(int argc, char **argv) {
     return bench_step_gemms(&o, o.bench_step_gemms);
   if (o.bench_allreduce)
     return tr_bench_allreduce(o.bench_allreduce, &argc, &argv);
-  openblas_set_num_threads(o.threads);
 
   if (o.synthetic) {
     rc = synthetic_split(&o, &train, &test);

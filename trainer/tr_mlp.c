@@ -1,9 +1,9 @@
 /* tr_mlp.c: see tr_mlp.h. */
 #include "tr_mlp.h"
+#include "tr_blas.h"
 
 #include "muster_errors.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +13,7 @@
 #define TR_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 
 static void *alloc_floats(size_t n) {
-  /* 64-byte alignment: whole cache lines, and full vectors for the BLAS. */
-  void *p = NULL;
-  if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
-    return NULL;
-  memset(p, 0, (n ? n : 1) * sizeof(float));
-  return p;
+  return tr_alloc((n ? n : 1) * sizeof(float));
 }
 
 int tr_mlp_init(struct tr_mlp *m, const int *sizes, int nsizes, int max_batch, uint64_t seed) {
@@ -57,8 +52,11 @@ int tr_mlp_init(struct tr_mlp *m, const int *sizes, int nsizes, int max_batch, u
   for (int l = 0; l < m->nlayers; l++) {
     float bound = 1.0f / sqrtf((float)sizes[l]);
     size_t nw = (size_t)sizes[l] * sizes[l + 1];
+    float *w = m->params + m->woff[l];
+    /* The same draws as tr_rand_uniform() in turn, computed apart. */
     for (size_t i = 0; i < nw; i++)
-      m->params[m->woff[l] + i] = (2 * tr_rand_uniform(&st) - 1) * bound;
+      w[i] = (2 * tr_rand_float(tr_rand_mix(st + (uint64_t)(i + 1) * TR_RAND_STEP)) - 1) * bound;
+    st += (uint64_t)nw * TR_RAND_STEP;
     for (int i = 0; i < sizes[l + 1]; i++)
       m->params[m->boff[l] + i] = (2 * tr_rand_uniform(&st) - 1) * bound;
   }
@@ -71,12 +69,12 @@ nomem:
 void tr_mlp_cleanup(struct tr_mlp *m) {
   if (!m)
     return;
-  free(m->params);
-  free(m->grads);
-  free(m->velocity);
+  tr_free(m->params);
+  tr_free(m->grads);
+  tr_free(m->velocity);
   for (int l = 0; l <= TR_MAX_LAYERS; l++) {
-    free(m->act[l]);
-    free(m->delta[l]);
+    tr_free(m->act[l]);
+    tr_free(m->delta[l]);
   }
   memset(m, 0, sizeof(*m));
 }
@@ -126,8 +124,8 @@ static void forward(struct tr_mlp *m, const float *x, int b) {
     const float *w = m->params + m->woff[l], *bias = m->params + m->boff[l];
     float *out = m->act[l + 1];
 
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, no, ni, 1.0f, in, ni, w, no, 0.0f,
-                out, no);
+    tr_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, no, ni, 1.0f, in, ni, w, no, 0.0f, out,
+             no);
     add_bias(out, bias, b, no, l + 1 < m->nlayers);
     in = out;
   }
@@ -178,14 +176,13 @@ void tr_mlp_backprop(struct tr_mlp *m, const float *x, const uint8_t *y, int b, 
     float *gw = m->grads + m->woff[l], *gb = m->grads + m->boff[l];
 
     /* dW = in^T d; db = column sums of d. */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ni, no, b, 1.0f, in, ni, d, no, 0.0f, gw,
-                no);
+    tr_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ni, no, b, 1.0f, in, ni, d, no, 0.0f, gw, no);
     column_sums(gb, d, b, no);
     if (l > 0) {
       /* d_in = (d W^T) * relu'(in). */
       float *dn = m->delta[l];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ni, no, 1.0f, d, no,
-                  m->params + m->woff[l], no, 0.0f, dn, ni);
+      tr_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ni, no, 1.0f, d, no,
+               m->params + m->woff[l], no, 0.0f, dn, ni);
       relu_backward(dn, in, (size_t)b * ni);
     }
   }
@@ -228,15 +225,15 @@ double tr_mlp_train_step(struct tr_mlp *m, const float *x, const uint8_t *y, int
     /* The lower layer's delta needs this layer's weights before they move. */
     if (l > 0) {
       float *dn = m->delta[l];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ni, no, 1.0f, d, no, w, no, 0.0f, dn,
-                  ni);
+      tr_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ni, no, 1.0f, d, no, w, no, 0.0f, dn,
+               ni);
       relu_backward(dn, in, (size_t)b * ni);
     }
     /* v = momentum * v + in^T d, in the GEMM itself (beta = momentum):
      * the gradient never takes memory of its own. Then w -= lr * v while
      * both are still in cache. */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ni, no, b, 1.0f, in, ni, d, no, momentum,
-                vw, no);
+    tr_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ni, no, b, 1.0f, in, ni, d, no, momentum, vw,
+             no);
     axpy_neg(w, vw, (size_t)ni * no, lr);
     column_sums_into(m->velocity + m->boff[l], d, b, no, momentum);
     axpy_neg(m->params + m->boff[l], m->velocity + m->boff[l], (size_t)no, lr);

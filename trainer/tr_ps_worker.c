@@ -108,7 +108,7 @@ int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
             rows, m->max_batch);
     return 2;
   }
-  x = malloc((size_t)(rows ? rows : 1) * (size_t)train->dim * sizeof *x);
+  x = tr_alloc((size_t)(rows ? rows : 1) * (size_t)train->dim * sizeof *x);
   y = malloc((size_t)(rows ? rows : 1));
   perm = malloc((size_t)train->n * sizeof *perm);
   if (!x || !y || !perm || ps_net_init(&nt, P) != 0) {
@@ -261,7 +261,7 @@ int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
   rc = 0;
 out:
   ps_net_cleanup(&nt);
-  free(x);
+  tr_free(x);
   free(y);
   free(perm);
   r->total_s = tr_now() - t0;

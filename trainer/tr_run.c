@@ -199,7 +199,7 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
   long total = o->steps > 0 ? o->steps : o->epochs * spe, step = 0;
   int epochs = (int)((total + spe - 1) / spe);
   int *perm = malloc((size_t)train->n * sizeof(int));
-  float *x = malloc((size_t)o->batch * train->dim * sizeof(float));
+  float *x = tr_alloc((size_t)o->batch * train->dim * sizeof(float));
   uint8_t *y = malloc((size_t)o->batch);
   double t_start, t_train = 0, t_epoch = 0, ep_loss = 0, ep_ok = 0, last_loss = 0, ok;
   long ep_steps = 0;
@@ -260,7 +260,7 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
   tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
 out:
   free(perm);
-  free(x);
+  tr_free(x);
   free(y);
   return code;
 }

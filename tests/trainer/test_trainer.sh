@@ -29,6 +29,14 @@ trap cleanup EXIT
 ok() { echo "ok - $*"; pass=$((pass + 1)); }
 not_ok() { echo "not ok - $*"; fail=$((fail + 1)); }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else not_ok "$what"; fi; }
+# Runs "$@" every 0.1 s until it succeeds or $1 seconds have passed.
+wait_for() {
+  local deadline=$(($(date +%s) + $1)); shift
+  until "$@"; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.1
+  done
+}
 
 # The JSON summary (the last line) field $2 of output file $1.
 field() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
@@ -88,7 +96,11 @@ fi
 
 # --- a killed parameter server ends its workers, non-zero, within 10 s, naming it
 ps_run --sync --epochs 50 --batch 64 --quiet
-sleep 1.5
+# Killed mid-training: once the PS says every worker is in (before it
+# listens, the workers would wait out their connect timeout instead).
+if ! wait_for 60 grep -q "all 2 workers connected" "$tmp/ps.out"; then
+  not_ok "the PS did not say within 60 s that both workers connected: $(tail -3 "$tmp/ps.out")"
+fi
 kill -KILL "$ps_pid"
 t0=$(date +%s.%N)
 wait "$w0_pid"; w0=$?; wait "$w1_pid"; w1=$?
@@ -160,10 +172,45 @@ check "--batch 0: exit 2" test $rc -eq 2
 acc=$(field "$tmp/syn.out" test_accuracy 2>/dev/null || echo 0)
 check "synthetic data is learnable ($acc >= 0.9)" ge "$acc" 0.9
 
+# --- CUDA lives in a plugin: the CPU paths neither load nor need it
+plugin=$build/libmuster-train-cuda.so
+cuda_libs='libcudart|libcublas|libcublasLt|libnccl'
+if readelf -d "$train" | grep -E "NEEDED.*($cuda_libs)" > "$tmp/needed.out"; then
+  not_ok "muster-train itself names no CUDA library: $(cat "$tmp/needed.out")"
+else
+  ok "muster-train itself names no CUDA library (readelf -d)"
+fi
+if [ -e "$plugin" ]; then
+  check "the plugin names them" bash -c "readelf -d '$plugin' | grep -Eq 'NEEDED.*(libcudart)' && readelf -d '$plugin' | grep -Eq 'NEEDED.*(libnccl)'"
+  # A machine without CUDA: every directory the CUDA libraries are found in
+  # is hidden under an empty tmpfs, in a mount namespace of this test's own.
+  dirs=$(ldd "$plugin" | awk -v re="$cuda_libs" '$1 ~ re && $3 ~ /^\// {print $3}' | xargs -r -n1 dirname | sort -u | tr '\n' ' ')
+  if [ -z "$dirs" ]; then
+    not_ok "the loader finds none of the plugin's CUDA libraries here: $(ldd "$plugin" | grep -E "$cuda_libs")"
+  elif unshare -m --propagation private true 2>/dev/null; then
+    unshare -m --propagation private bash -c '
+      for d in '"$dirs"'; do mount -t tmpfs -o size=1m muster-test-no-cuda "$d" || exit 9; done
+      "$1" --steps 5 --synthetic 1000 --quiet > "$2/nocuda-cpu.out" 2>&1; echo $? > "$2/nocuda-cpu.rc"
+      "$1" --device cuda --steps 1 --synthetic 1000 > "$2/nocuda-gpu.out" 2>&1; echo $? > "$2/nocuda-gpu.rc"
+    ' _ "$train" "$tmp"
+    check "without CUDA libraries (hidden: $dirs) the CPU path runs" \
+      bash -c "[ \"\$(cat '$tmp/nocuda-cpu.rc' 2>/dev/null)\" = 0 ] && tail -1 '$tmp/nocuda-cpu.out' | grep -q '\"steps\": 5'"
+    check "...and --device cuda exits 2 naming the missing library ($(cat "$tmp/nocuda-gpu.out" 2>/dev/null))" \
+      bash -c "[ \"\$(cat '$tmp/nocuda-gpu.rc' 2>/dev/null)\" = 2 ] && grep -Eq 'needs lib(cudart|cublas|cublasLt|nccl)[^ ]*, which this machine.s loader cannot find' '$tmp/nocuda-gpu.out'"
+  else
+    echo "# skipped: hiding the CUDA libraries needs a mount namespace (unshare -m), which this user may not make"
+  fi
+else
+  "$train" --device cuda --steps 1 --synthetic 1000 > "$tmp/nocuda-gpu.out" 2>&1; rc=$?
+  check "built without the CUDA plugin, --device cuda exits 2 and says so" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'built without CUDA' '$tmp/nocuda-gpu.out'"
+fi
+
 # --- CUDA: where no GPU is present, a clear refusal (the GPU checks skip)
 "$train" --device cuda --steps 1 > "$tmp/cuda.out" 2>&1; rc=$?
-if [ $rc -eq 3 ] && grep -q -- "--device cuda: no CUDA device\|built without CUDA" "$tmp/cuda.out"; then
-  ok "--device cuda without a GPU says so and exits 3"
+if [ $rc -eq 2 ] && grep -q -- "--device cuda: no CUDA device\|built without CUDA\|--device cuda needs" "$tmp/cuda.out"; then
+  ok "--device cuda without a GPU says so in one sentence and exits 2 ($(head -1 "$tmp/cuda.out"))"
+  check "...in one line" test "$(wc -l < "$tmp/cuda.out")" -eq 1
   echo "# skipped: CUDA results against CPU (relative error <= 1e-3) need a GPU, and none is present here"
 elif [ $rc -eq 0 ]; then
   "$train" --device cuda --steps 50 --batch 64 --quiet --dump-params "$tmp/cuda.bin" > /dev/null 2>&1

@@ -79,6 +79,7 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
   MPI_Bcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD);
 
   MPI_Barrier(MPI_COMM_WORLD);
+  r->t_ready = tr_wall();
   t_start = t_epoch = tr_now();
   if (step < total)
     tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);

@@ -68,7 +68,9 @@ int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data 
                 const struct tr_data *test, struct tr_result *r, int *argc, char ***argv) {
   char path[PATH_MAX + 64];
   plugin_run_fn *run;
+  struct tr_data tr = *train, te = *test;
   void *lib;
+  int rc;
 
   if (find_plugin(path, sizeof path) != 0) {
     fprintf(stderr,
@@ -87,7 +89,19 @@ int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data 
     fprintf(stderr, "muster-train: --device cuda: %s has no tr_cuda_plugin_run\n", path);
     return 2;
   }
-  /* The plugin stays loaded until exit: CUDA's own exit handlers live in
-   * it. */
-  return run(o, m, train, test, r, argc, argv);
+  /* It uploads the sets as floats: MNIST's pixels are converted here, into
+   * copies of the descriptors that own only those floats. */
+  if (tr_data_floats(&tr) != 0 || tr_data_floats(&te) != 0) {
+    fprintf(stderr, "muster-train: --device cuda: out of memory for the data set as floats\n");
+    rc = 1;
+  } else {
+    /* The plugin stays loaded until exit: CUDA's own exit handlers live
+     * in it. */
+    rc = run(o, m, &tr, &te, r, argc, argv);
+  }
+  if (tr.x != train->x)
+    tr_free(tr.x);
+  if (te.x != test->x)
+    tr_free(te.x);
+  return rc;
 }

@@ -39,65 +39,6 @@ static uint32_t be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Reads a whole IDX file into *buf (malloc'ed) after checking its header:
- * magic 0x0000 08 ndims, then ndims big-endian sizes, then the bytes. */
-static MUST_CHECK int read_idx(const char *path, int ndims, uint32_t *dims, unsigned char **buf,
-                               char *err, size_t errlen) {
-  unsigned char head[16];
-  size_t want = 1, hl = 4 + 4 * (size_t)ndims;
-  struct stat st;
-  FILE *f = fopen(path, "rb");
-
-  *buf = NULL;
-  if (!f) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return MUSTER_E_IO;
-  }
-  if (fread(head, 1, hl, f) != hl) {
-    snprintf(err, errlen, "%s: truncated IDX header", path);
-    goto bad;
-  }
-  if (head[0] != 0 || head[1] != 0 || head[2] != 0x08 || head[3] != ndims) {
-    snprintf(err, errlen,
-             "%s: not an IDX file of unsigned bytes with %d dimensions (magic %02x%02x%02x%02x, "
-             "expected 000008%02x)",
-             path, ndims, head[0], head[1], head[2], head[3], ndims);
-    goto bad;
-  }
-  for (int i = 0; i < ndims; i++) {
-    dims[i] = be32(head + 4 + 4 * i);
-    if (dims[i] == 0 || dims[i] > 100000000u) {
-      snprintf(err, errlen, "%s: dimension %d is %u", path, i, dims[i]);
-      goto bad;
-    }
-    /* The product must not wrap (it is then compared with the file's
-     * size, and indexes the data): 2^31 bytes is more than any IDX set. */
-    if (want > (1ULL << 31) / dims[i]) {
-      snprintf(err, errlen, "%s: the dimensions promise more than 2^31 bytes", path);
-      goto bad;
-    }
-    want *= dims[i];
-  }
-  if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size != hl + want) {
-    snprintf(err, errlen, "%s: %s: the header promises %zu bytes of data, the file has %lld", path,
-             (size_t)st.st_size < hl + want ? "truncated" : "trailing bytes", want,
-             (long long)st.st_size - (long long)hl);
-    goto bad;
-  }
-  *buf = tr_alloc(want);
-  if (!*buf || fread(*buf, 1, want, f) != want) {
-    snprintf(err, errlen, "%s: could not read %zu bytes", path, want);
-    tr_free(*buf);
-    *buf = NULL;
-    goto bad;
-  }
-  fclose(f);
-  return 0;
-bad:
-  fclose(f);
-  return MUSTER_E_INVALID;
-}
-
 /* Blocks from this size on are mapped apart: zeroed and faulted in by the
  * kernel in one call. */
 #define BIG_BLOCK (256u << 10)
@@ -139,18 +80,88 @@ void tr_free(void *p) {
     free(base);
 }
 
+/* Maps a whole IDX file (*map, *map_len; unmapped with munmap) after
+ * checking its header: magic 0x0000 08 ndims, then ndims big-endian sizes,
+ * then the bytes, which start at *data. The file's pages are read in with
+ * the mapping, in one call. */
+static MUST_CHECK int map_idx(const char *path, int ndims, uint32_t *dims, void **map,
+                              size_t *map_len, const unsigned char **data, char *err,
+                              size_t errlen) {
+  unsigned char head[16];
+  size_t want = 1, hl = 4 + 4 * (size_t)ndims;
+  struct stat st;
+  FILE *f = fopen(path, "rb");
+  void *m;
+
+  *map = NULL;
+  *map_len = 0;
+  *data = NULL;
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return MUSTER_E_IO;
+  }
+  if (fread(head, 1, hl, f) != hl) {
+    snprintf(err, errlen, "%s: truncated IDX header", path);
+    goto bad;
+  }
+  if (head[0] != 0 || head[1] != 0 || head[2] != 0x08 || head[3] != ndims) {
+    snprintf(err, errlen,
+             "%s: not an IDX file of unsigned bytes with %d dimensions (magic %02x%02x%02x%02x, "
+             "expected 000008%02x)",
+             path, ndims, head[0], head[1], head[2], head[3], ndims);
+    goto bad;
+  }
+  for (int i = 0; i < ndims; i++) {
+    dims[i] = be32(head + 4 + 4 * i);
+    if (dims[i] == 0 || dims[i] > 100000000u) {
+      snprintf(err, errlen, "%s: dimension %d is %u", path, i, dims[i]);
+      goto bad;
+    }
+    /* The product must not wrap (it is then compared with the file's
+     * size, and indexes the data): 2^31 bytes is more than any IDX set. */
+    if (want > (1ULL << 31) / dims[i]) {
+      snprintf(err, errlen, "%s: the dimensions promise more than 2^31 bytes", path);
+      goto bad;
+    }
+    want *= dims[i];
+  }
+  if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size != hl + want) {
+    snprintf(err, errlen, "%s: %s: the header promises %zu bytes of data, the file has %lld", path,
+             (size_t)st.st_size < hl + want ? "truncated" : "trailing bytes", want,
+             (long long)st.st_size - (long long)hl);
+    goto bad;
+  }
+  /* Private and read-only: the data set is never written. */
+  m = mmap(NULL, hl + want, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(f), 0);
+  if (m == MAP_FAILED) {
+    snprintf(err, errlen, "%s: could not map %zu bytes: %s", path, hl + want, strerror(errno));
+    fclose(f);
+    return MUSTER_E_IO;
+  }
+  fclose(f);
+  *map = m;
+  *map_len = hl + want;
+  *data = (const unsigned char *)m + hl;
+  return 0;
+bad:
+  fclose(f);
+  return MUSTER_E_INVALID;
+}
+
 int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err, size_t errlen) {
   char ipath[1100], lpath[1100];
   uint32_t idims[3], ldims[1];
-  unsigned char *img = NULL, *lab = NULL;
+  const unsigned char *lab = NULL;
+  void *lmap = NULL;
+  size_t llen = 0;
   int rc;
 
   memset(d, 0, sizeof(*d));
   snprintf(ipath, sizeof(ipath), "%s/%s-images-idx3-ubyte", dir, train ? "train" : "t10k");
   snprintf(lpath, sizeof(lpath), "%s/%s-labels-idx1-ubyte", dir, train ? "train" : "t10k");
-  rc = read_idx(ipath, 3, idims, &img, err, errlen);
+  rc = map_idx(ipath, 3, idims, &d->map, &d->map_len, &d->px, err, errlen);
   if (!rc)
-    rc = read_idx(lpath, 1, ldims, &lab, err, errlen);
+    rc = map_idx(lpath, 1, ldims, &lmap, &llen, &lab, err, errlen);
   if (!rc && idims[0] != ldims[0]) {
     snprintf(err, errlen, "%s has %u images but %s has %u labels", ipath, idims[0], lpath,
              ldims[0]);
@@ -161,15 +172,12 @@ int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err,
   d->n = (int)idims[0];
   d->dim = (int)(idims[1] * idims[2]);
   d->classes = 10;
-  d->x = tr_alloc((size_t)d->n * d->dim * sizeof(float));
   d->y = malloc((size_t)d->n);
-  if (!d->x || !d->y) {
+  if (!d->y) {
     rc = MUSTER_E_NOMEM;
-    snprintf(err, errlen, "out of memory for %d images", d->n);
+    snprintf(err, errlen, "out of memory for %d labels", d->n);
     goto out;
   }
-  for (size_t i = 0; i < (size_t)d->n * d->dim; i++)
-    d->x[i] = img[i] * (1.0f / 255.0f);
   for (int i = 0; i < d->n; i++) {
     if (lab[i] > 9) {
       snprintf(err, errlen, "%s: label %d of sample %d is not a digit", lpath, lab[i], i);
@@ -179,11 +187,34 @@ int tr_data_load_mnist(const char *dir, int train, struct tr_data *d, char *err,
     d->y[i] = lab[i];
   }
 out:
-  tr_free(img);
-  tr_free(lab);
+  if (lmap)
+    munmap(lmap, llen);
   if (rc)
     tr_data_cleanup(d);
   return rc;
+}
+
+void tr_data_rows(const struct tr_data *d, int first, int count, float *out) {
+  size_t n = (size_t)count * d->dim, at = (size_t)first * d->dim;
+
+  if (d->x) {
+    memcpy(out, d->x + at, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    out[i] = d->px[at + i] * (1.0f / 255.0f);
+}
+
+int tr_data_floats(struct tr_data *d) {
+  if (d->x || d->n == 0)
+    return 0;
+  float *x = tr_alloc((size_t)d->n * d->dim * sizeof(float));
+
+  if (!x)
+    return MUSTER_E_NOMEM;
+  tr_data_rows(d, 0, d->n, x);
+  d->x = x;
+  return 0;
 }
 
 int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data *d) {
@@ -230,5 +261,7 @@ void tr_data_cleanup(struct tr_data *d) {
     return;
   tr_free(d->x);
   free(d->y);
+  if (d->map)
+    munmap(d->map, d->map_len);
   memset(d, 0, sizeof(*d));
 }

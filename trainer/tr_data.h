@@ -9,11 +9,16 @@
 #include <stdint.h>
 
 struct tr_data {
-  int n;       /* samples */
-  int dim;     /* features per sample */
-  int classes; /* labels are 0..classes-1 */
-  float *x;    /* n x dim, row-major, pixels scaled to [0, 1] */
-  uint8_t *y;  /* n labels */
+  int n;             /* samples */
+  int dim;           /* features per sample */
+  int classes;       /* labels are 0..classes-1 */
+  float *x;          /* n x dim, row-major, in [0, 1]; NULL where px holds them */
+  const uint8_t *px; /* MNIST: n x dim pixels, feature = px / 255, mapped from the
+                      * file (a quarter of the floats' memory, and no conversion
+                      * of the whole set at start: rows are converted as drawn) */
+  uint8_t *y;        /* n labels */
+  void *map;         /* the mapped IDX file behind px, map_len bytes */
+  size_t map_len;
 };
 
 /* Loads the MNIST set in dir: train (train-images-idx3-ubyte,
@@ -30,6 +35,15 @@ int tr_data_synthetic(int n, int dim, int classes, uint64_t seed, struct tr_data
     __attribute__((warn_unused_result));
 
 void tr_data_cleanup(struct tr_data *d);
+
+/* Writes rows [first, first + count) of d as floats into out (count x dim). */
+void tr_data_rows(const struct tr_data *d, int first, int count, float *out);
+
+/* Gives d floats in x where it has only pixels (for code that wants the
+ * whole set as floats: the CUDA path uploads it). Returns 0 or
+ * MUSTER_E_NOMEM. An x made here is the caller's, freed with tr_free()
+ * (tr_data_cleanup() does it for d itself). */
+int tr_data_floats(struct tr_data *d) __attribute__((warn_unused_result));
 
 /* size bytes, zeroed, 64-byte aligned (whole cache lines, full vectors
  * for the BLAS). A large block is mapped apart, its pages faulted in by the

@@ -353,6 +353,7 @@ int main(int argc, char **argv) {
   struct tr_result r;
   char err[600];
   int code, rc;
+  double t_main = tr_wall(), t_loaded;
 
   code = parse_args(argc, argv, &o);
   if (code)
@@ -397,6 +398,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  t_loaded = tr_wall();
   if (o.sizes[0] != train.dim || o.sizes[o.nsizes - 1] < train.classes) {
     fprintf(stderr,
             "muster-train: --layers: the first layer must have %d units (the data's features) "
@@ -418,6 +420,8 @@ int main(int argc, char **argv) {
   }
   memset(&r, 0, sizeof(r));
   r.report = 1;
+  r.t_main = t_main;
+  r.t_loaded = t_loaded;
   if (o.device == TR_CUDA)
     code = tr_run_cuda(&o, &m, &train, &test, &r, &argc, &argv);
   else if (o.mode == TR_SINGLE)

@@ -258,11 +258,19 @@ void tr_mlp_sgd(float *restrict params, float *restrict velocity, const float *r
 void tr_mlp_evaluate(struct tr_mlp *m, const struct tr_data *d, double *loss, double *accuracy) {
   double ls = 0, ok = 0;
   int L = m->nlayers, k = m->sizes[L];
+  /* Pixels are converted a batch at a time; delta[0] (max_batch x
+   * sizes[0]) is free here: no pass computes the inputs' gradient. */
+  float *rows = m->delta[0];
 
   for (int at = 0; at < d->n; at += m->max_batch) {
     int b = d->n - at < m->max_batch ? d->n - at : m->max_batch;
     double l1, c1;
-    forward(m, d->x + (size_t)at * d->dim, b);
+    if (d->x) {
+      forward(m, d->x + (size_t)at * d->dim, b);
+    } else {
+      tr_data_rows(d, at, b, rows);
+      forward(m, rows, b);
+    }
     softmax_xent(m->act[L], d->y + at, b, k, 1.0f, m->delta[L], &l1, &c1);
     ls += l1;
     ok += c1;

@@ -28,7 +28,7 @@ struct tr_mlp {
   float *velocity; /* nparams, momentum */
   int max_batch;
   float *act[TR_MAX_LAYERS + 1];   /* act[l]: max_batch x sizes[l] (act[0] unused) */
-  float *delta[TR_MAX_LAYERS + 1]; /* same shapes */
+  float *delta[TR_MAX_LAYERS + 1]; /* same shapes (delta[0]: tr_mlp_evaluate's scratch) */
 };
 
 /* Sets up a network of nsizes layer sizes (e.g. {784, 256, 128, 10}) for

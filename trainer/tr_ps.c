@@ -42,8 +42,11 @@ int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *t
   long steps, spe;
   double startup_s;
   int rc;
+  double t_main = r->t_main, t_loaded = r->t_loaded;
 
   memset(r, 0, sizeof *r);
+  r->t_main = t_main;
+  r->t_loaded = t_loaded;
   r->mode = "ps";
   /* One summary for the job, worker 0's (tr_main prints it and writes
    * --dump-params from it). */

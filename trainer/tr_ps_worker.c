@@ -200,6 +200,8 @@ int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
     }
     tcomm += tr_now() - ts;
     if (s == 0) {
+      /* Every PS has every worker in and sent its weights. */
+      r->t_ready = tr_wall();
       t_train0 = tr_now();
       continue;
     }

@@ -26,6 +26,12 @@ double tr_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+double tr_wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 long tr_steps_per_epoch(int n, int b) {
   return b > 0 ? n / b : 0;
 }
@@ -40,8 +46,7 @@ void tr_gather(const struct tr_data *d, const int *perm, long step_in_epoch, int
   const int *idx = perm + step_in_epoch * b;
 
   for (int i = lo; i < hi; i++) {
-    memcpy(x + (size_t)(i - lo) * d->dim, d->x + (size_t)idx[i] * d->dim,
-           (size_t)d->dim * sizeof(float));
+    tr_data_rows(d, idx[i], 1, x + (size_t)(i - lo) * d->dim);
     y[i - lo] = d->y[idx[i]];
   }
 }
@@ -58,9 +63,11 @@ void tr_report_epoch(const struct tr_opts *o, int epoch, int epochs, double loss
 void tr_print_summary(const struct tr_result *r) {
   printf("{\"mode\": \"%s\", \"ranks\": %d, \"steps\": %ld, \"samples\": %ld, "
          "\"samples_per_s\": %.1f, \"final_loss\": %.6f, \"test_accuracy\": %.4f, "
-         "\"test_loss\": %.6f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"total_s\": %.4f}\n",
+         "\"test_loss\": %.6f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"total_s\": %.4f, "
+         "\"t_main\": %.4f, \"t_loaded\": %.4f, \"t_ready\": %.4f, \"t_end\": %.4f}\n",
          r->mode, r->ranks, r->steps, r->samples, r->samples_per_s, r->final_loss, r->test_accuracy,
-         r->test_loss, r->compute_s, r->comm_s, r->total_s);
+         r->test_loss, r->compute_s, r->comm_s, r->total_s, r->t_main, r->t_loaded,
+         r->t_ready ? r->t_ready : r->t_loaded, tr_wall());
   fflush(stdout);
 }
 

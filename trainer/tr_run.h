@@ -52,6 +52,10 @@ struct tr_result {
   double compute_s, comm_s, total_s;
   long samples;
   int report; /* 1: this process prints the summary (rank 0, or a PS worker 0) */
+  /* Where the time went, as Unix times (bench/run's phases): main() entered,
+   * the data loaded, every rank in (MPI_Init and the first broadcast; the
+   * connections to every PS), training done (when the summary is printed). */
+  double t_main, t_loaded, t_ready;
 };
 
 /* Steps in one epoch of n samples with global batch b (a last partial
@@ -94,6 +98,8 @@ float tr_lr_at(const struct tr_opts *o, long step, long total);
 
 /* Monotonic seconds. */
 double tr_now(void);
+/* Unix time in seconds (comparable across the processes of a host). */
+double tr_wall(void);
 
 /* The modes; each returns a process exit code (0 on success) and fills r. */
 MUST_CHECK int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,

@@ -13,6 +13,8 @@
  *   muster run -> mpirun     env_run_sets(): what muster run sets itself
  *                            for mpirun (and drops from its own
  *                            environment so that the two cannot disagree).
+ *   mpirun -> its daemon     env_rsh_forwards(): what `muster rsh` passes
+ *                            on to the daemon it starts in a worker.
  *   Open MPI daemon -> rank  env_rank_forwards(): what `muster rank` takes
  *                            from the daemon into the rank; the rest of the
  *                            rank's environment is its own worker's.
@@ -71,6 +73,13 @@ static inline bool env_run_sets(const char *var) {
   return env_in(var, list);
 }
 
+/* What `muster rsh` passes from mpirun's environment to the daemon it
+ * starts in a worker (whose environment is otherwise the worker's own). */
+static inline bool env_rsh_forwards(const char *var) {
+  static const char *const list[] = {"HWLOC_COMPONENTS=", NULL};
+  return env_in(var, list);
+}
+
 /* What an Open MPI daemon gives its ranks (and what mpirun -x passes on). */
 static inline bool env_rank_forwards(const char *var) {
   static const char *const list[] = {"OMPI_",
@@ -81,6 +90,7 @@ static inline bool env_rank_forwards(const char *var) {
                                      "MASTER_PORT=",
                                      "WORLD_SIZE=",
                                      "MUSTER_RESTART_COUNT=",
+                                     "HWLOC_COMPONENTS=",
                                      NULL};
   return env_in(var, list);
 }

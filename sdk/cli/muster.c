@@ -1237,9 +1237,9 @@ out:
 static int cmd_rsh(int argc, char **argv) {
   muster_exec_target t;
   muster_exec_opts o;
-  const char *sh[3] = {"/bin/sh", "-c", NULL};
+  const char *sh[3] = {"/bin/sh", "-c", NULL}, *fwd[8];
   char *line = NULL, err[600];
-  size_t len = 0;
+  size_t len = 0, nfwd = 0;
   int i = 1, exit_code, rc;
 
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -1269,6 +1269,11 @@ static int cmd_rsh(int argc, char **argv) {
   o.argv = sh;
   o.argc = 3;
   o.stdin_fd = 0;
+  for (char **e = environ; *e && nfwd < sizeof(fwd) / sizeof(fwd[0]); e++)
+    if (env_rsh_forwards(*e))
+      fwd[nfwd++] = *e;
+  o.env = fwd;
+  o.nenv = nfwd;
   rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
   free(line);
   if (rc) {

@@ -448,9 +448,15 @@ static void run_allreduce(struct run *run, const char *master) {
   own[4] = xasprintf("WORLD_SIZE=%zu", run->workers.count);
   own[5] = xasprintf("MUSTER_EXEC_RANKS=%s", exec_ranks ? exec_ranks : "");
   own[6] = xasprintf("MUSTER_RESTART_COUNT=%d", run->attempt);
+  /* Open MPI's hwloc reads the PCI devices of the host in mpirun and in
+   * every daemon (50 ms and more each, most of a daemon's start), for NIC
+   * locality that --bind-to none never uses; GPUs are NCCL's business. A
+   * user's own setting wins. */
+  if (!getenv("HWLOC_COMPONENTS"))
+    own[7] = xasprintf("HWLOC_COMPONENTS=-linuxio,-pci");
   for (char **e = environ; *e; e++)
     nenv++;
-  envp = calloc(nenv + 8, sizeof(*envp));
+  envp = calloc(nenv + 9, sizeof(*envp));
   if (oom || !envp || !hosts || !exec_ranks || !agent || !own[5] || pipe2(out, O_CLOEXEC) != 0 ||
       pipe2(err, O_CLOEXEC) != 0) {
     fail(run, NULL, "could not prepare mpirun: %s", strerror(errno));
@@ -459,7 +465,7 @@ static void run_allreduce(struct run *run, const char *master) {
   for (char **e = environ; *e; e++)
     if (!env_run_sets(*e))
       envp[off++] = *e;
-  for (int i = 0; i < 7; i++)
+  for (int i = 0; i < 8 && own[i]; i++)
     envp[off++] = own[i];
   envp[off] = NULL;
 

@@ -46,8 +46,15 @@ int tr_blas_load(int threads, char *err, size_t errlen) {
   core = coretype_for_cpu();
   if (core && !getenv("OPENBLAS_CORETYPE"))
     setenv("OPENBLAS_CORETYPE", core, 1);
-  /* Lazy: of its thousands of functions, a run calls a few. */
+    /* Lazy: of its thousands of functions, a run calls a few. Deep binding:
+     * its thousands of references to itself resolve in its own symbols
+     * first, not after a search of every library already loaded. The
+     * sanitizers' runtime refuses deep binding. */
+#if defined(__SANITIZE_ADDRESS__)
   lib = dlopen(MUSTER_OPENBLAS_SONAME, RTLD_LAZY | RTLD_LOCAL);
+#else
+  lib = dlopen(MUSTER_OPENBLAS_SONAME, RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
   if (!lib) {
     snprintf(err, errlen,
              "cannot load OpenBLAS (%s); install Debian's libopenblas0 or put its directory on "

@@ -29,9 +29,15 @@ void tr_mpi_init(int *argc, char ***argv) {
   /* Open MPI 4.1 spends 0.2 s in MPI_Init probing the transports of its cm
    * and ucx messaging layers (PSM, PSM2, libfabric, UCX); on a host with
    * none of their hardware it then chooses ob1 (shared memory, TCP) anyway.
-   * A user's own OMPI_MCA_pml always wins. */
-  if (!getenv("OMPI_MCA_pml") && !has_fabric())
-    setenv("OMPI_MCA_pml", "ob1", 1);
+   * Its hwloc also reads every PCI device of the host (25 ms and more of
+   * MPI_Init), for the locality of network cards such a host does not
+   * have. A user's own settings always win. */
+  if (!has_fabric()) {
+    if (!getenv("OMPI_MCA_pml"))
+      setenv("OMPI_MCA_pml", "ob1", 1);
+    if (!getenv("HWLOC_COMPONENTS"))
+      setenv("HWLOC_COMPONENTS", "-linuxio,-pci", 1);
+  }
   MPI_Init(argc, argv);
 }
 

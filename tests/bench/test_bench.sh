@@ -85,7 +85,7 @@ bench launch '^ +10 .*\(target: ratio >= 0\.90\);^await wake-up latency over'
 bench web '^state change -> updated row;ratio row/request'
 bench trainer '^1\. batch 128: .* ratio;^3\. gradient exchange .* ratio;^4\. step time .* ratio'
 bench slurm '^1\. launch -> running, N=3:;^2\. allreduce, 3 workers on 3 nodes, .* ratio'
-bench run '^ +fixed cost: muster run ;^bench/run: done'
+bench run '^ +wall: muster run .* fixed cost ;^bench/run: done'
 bench start '^ratio muster-train/reference: warm;^target: warm <='
 echo "# took $(($(date +%s) - start)) s"
 echo "$pass passed, $skip skipped, $fail failed"

@@ -44,7 +44,7 @@ for name in "${names[@]}"; do
               -- $(pkg-config --cflags --libs jansson) ;;
     ps) build ps tests/fuzz/fuzz_ps.c trainer/tr_ps_wire.c common/util.c common/hostport.c \
           common/errors.c -- $(pkg-config --cflags --libs jansson) -lm ;;
-    exec) build exec tests/fuzz/fuzz_exec.c sdk/lib/exec.c sdk/lib/client.c sdk/lib/run.c sdk/lib/lease.c \
+    exec) build exec tests/fuzz/fuzz_exec.c sdk/lib/exec.c sdk/lib/exec_target.c sdk/lib/client.c sdk/lib/run.c sdk/lib/lease.c \
             common/errors.c common/hostport.c -- $(pkg-config --cflags --libs jansson libcurl) \
             -lpthread ;;
     hostport) build hostport tests/fuzz/fuzz_hostport.c common/hostport.c ;;

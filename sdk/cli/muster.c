@@ -3,6 +3,7 @@
  * lists of common/envlists.h. */
 #include "muster.h"
 #include "envlists.h"
+#include "mpi_agent.h"
 #include "util.h"
 
 #include <errno.h>
@@ -107,24 +108,6 @@ static const char usage_exec[] =
     "\n"
     "Runs a command inside a running worker through its exec channel (no SSH),\n"
     "relaying standard input (unless -n), output and the exit code.\n";
-
-static const char usage_rsh[] =
-    "usage: muster rsh [options] HOST COMMAND...\n"
-    "\n"
-    "Open MPI's rsh agent (--mca plm_rsh_agent \"muster rsh\"): runs COMMAND (a shell\n"
-    "command line) in the worker whose address is HOST, through its exec channel,\n"
-    "relaying standard input and output for as long as it runs. HOST's exec port\n"
-    "and the token come from MUSTER_EXEC_HOSTS and MUSTER_EXEC_TOKEN (set by muster\n"
-    "run), or else from the controller. Options before HOST are ignored.\n";
-
-static const char usage_rank[] =
-    "usage: muster rank [--] COMMAND [ARGS...]\n"
-    "\n"
-    "Used by muster run: started by an Open MPI daemon that serves every worker of\n"
-    "a host, it runs COMMAND (rank OMPI_COMM_WORLD_RANK of the job) inside that\n"
-    "rank's own worker through its exec channel, with Open MPI's variables (and\n"
-    "RANK, LOCAL_RANK), and relays its input, output and exit code. The workers\n"
-    "come from MUSTER_EXEC_RANKS (ip:port per rank) and MUSTER_EXEC_TOKEN.\n";
 
 static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
@@ -1204,13 +1187,14 @@ out:
 
 /* Finds host's exec port and token: from muster run's environment, or
  * from the controller (the running worker with that address). */
+/* HOST's exec channel: from muster run's environment, or else from the
+ * controller (muster rsh run by hand as mpirun's agent). */
 static MUST_CHECK int rsh_target(const char *host, muster_exec_target *t) {
-  const char *hosts = getenv("MUSTER_EXEC_HOSTS"), *token = getenv("MUSTER_EXEC_TOKEN");
   muster_client *c = NULL;
   muster_worker_list ws = {0};
   int rc;
 
-  if (hosts && token && muster_exec_list_find(hosts, host, 0, token, t) == 0)
+  if (mpi_agent_rsh_target_env(host, t) == 0)
     return 0;
   if ((rc = connect_client(&c)))
     return rc;
@@ -1236,128 +1220,26 @@ out:
 
 static int cmd_rsh(int argc, char **argv) {
   muster_exec_target t;
-  muster_exec_opts o;
-  const char *sh[3] = {"/bin/sh", "-c", NULL}, *fwd[8];
-  char *line = NULL, err[600];
-  size_t len = 0, nfwd = 0;
-  int i = 1, exit_code, rc;
+  int host, rc;
 
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fputs(usage_rsh, stdout);
+    fputs(mpi_agent_usage_rsh, stdout);
     return EXIT_OK;
   }
-  /* ssh-style options (-x, -l user, ...) mean nothing here. */
-  while (i < argc && argv[i][0] == '-')
-    i += strcmp(argv[i], "-l") == 0 || strcmp(argv[i], "-p") == 0 ? 2 : 1;
-  if (i + 1 >= argc)
-    return usage_error(usage_rsh, "a host and a command are needed");
-  if ((rc = rsh_target(argv[i], &t)))
+  host = mpi_agent_rsh_host(argc, argv);
+  if (host < 0)
+    return usage_error(mpi_agent_usage_rsh, "a host and a command are needed");
+  if ((rc = rsh_target(argv[host], &t)))
     return rc;
-  /* Like ssh: the words form one shell command line. */
-  for (int k = i + 1; k < argc; k++)
-    len += strlen(argv[k]) + 1;
-  line = calloc(len + 1, 1);
-  if (!line)
-    return EXIT_CONTROLLER;
-  for (int k = i + 1; k < argc; k++) {
-    strncat(line, argv[k], len - strlen(line));
-    if (k + 1 < argc)
-      strncat(line, " ", len - strlen(line));
-  }
-  sh[2] = line;
-  muster_exec_opts_init(&o);
-  o.argv = sh;
-  o.argc = 3;
-  o.stdin_fd = 0;
-  for (char **e = environ; *e && nfwd < sizeof(fwd) / sizeof(fwd[0]); e++)
-    if (env_rsh_forwards(*e))
-      fwd[nfwd++] = *e;
-  o.env = fwd;
-  o.nenv = nfwd;
-  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
-  free(line);
-  if (rc) {
-    fprintf(stderr, "muster rsh: %s\n", err);
-    return 255; /* what ssh says when it cannot connect */
-  }
-  return exit_code;
+  return mpi_agent_rsh_at(&t, argc, argv, host + 1, "muster rsh");
 }
 
-/* A rank gets what its Open MPI daemon says (env_rank_forwards); the rest
- * of the daemon's environment is its own worker's, and the rank gets its own
- * worker's instead. */
 static int cmd_rank(int argc, char **argv) {
-  const char *ranks = getenv("MUSTER_EXEC_RANKS"), *token = getenv("MUSTER_EXEC_TOKEN");
-  const char *rank_s = getenv("OMPI_COMM_WORLD_RANK");
-  const char *local_s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  char cwd[PATH_MAX], err[600], rank_env[32], local_env[32];
-  const char **env = NULL;
-  size_t nenv = 0;
-  muster_exec_target t;
-  muster_exec_opts o;
-  long rank;
-  int i = 1, exit_code, rc;
-
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fputs(usage_rank, stdout);
+    fputs(mpi_agent_usage_rank, stdout);
     return EXIT_OK;
   }
-  if (i < argc && strcmp(argv[i], "--") == 0)
-    i++;
-  if (i >= argc)
-    return usage_error(usage_rank, "give the command");
-  if (!rank_s || !ranks || !token) {
-    fprintf(stderr,
-            "muster rank: %s is not set: muster rank is started by muster run's "
-            "mpirun only\n",
-            !rank_s  ? "OMPI_COMM_WORLD_RANK"
-            : !ranks ? "MUSTER_EXEC_RANKS"
-                     : "MUSTER_EXEC_TOKEN");
-    return EXIT_USAGE;
-  }
-  {
-    char *end;
-    rank = strtol(rank_s, &end, 10);
-    if (end == rank_s || *end)
-      rank = -1;
-  }
-  if (rank < 0 || muster_exec_list_find(ranks, NULL, rank, token, &t) != 0) {
-    fprintf(stderr, "muster rank: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", rank_s,
-            ranks);
-    return EXIT_USAGE;
-  }
-
-  for (char **e = environ; *e; e++)
-    nenv++;
-  env = calloc(nenv + 2, sizeof(*env));
-  if (!env)
-    return EXIT_CONTROLLER;
-  nenv = 0;
-  for (char **e = environ; *e; e++)
-    if (env_rank_forwards(*e))
-      env[nenv++] = *e;
-  snprintf(rank_env, sizeof(rank_env), "RANK=%ld", rank);
-  env[nenv++] = rank_env;
-  if (local_s) {
-    snprintf(local_env, sizeof(local_env), "LOCAL_RANK=%s", local_s);
-    env[nenv++] = local_env;
-  }
-
-  muster_exec_opts_init(&o);
-  o.argv = (const char *const *)&argv[i];
-  o.argc = (size_t)(argc - i);
-  o.env = env;
-  o.nenv = nenv;
-  o.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : NULL;
-  o.stdin_fd = 0;
-  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
-  free(env);
-  if (rc) {
-    fprintf(stderr, "muster rank: rank %ld: %s\n", rank, err);
-    /* 255: the worker is gone or unreachable (as ssh and muster rsh say). */
-    return rc == MUSTER_E_NOT_FOUND ? 127 : rc == MUSTER_E_UNREACHABLE ? 255 : 126;
-  }
-  return exit_code;
+  return mpi_agent_rank(argc, argv, "muster rank");
 }
 
 static void run_output(void *arg, const char *role, int index, muster_stream stream,

@@ -364,8 +364,9 @@ typedef struct muster_run_opts {
   size_t argc;
   const char *session; /* NULL: a new session of its own, "run-<random>" */
   /* allreduce: the muster program, run as Open MPI's rsh agent ("<it> rsh")
-   * and to start each rank inside its worker ("<it> rank"); NULL: "muster",
-   * found on the PATH. */
+   * and to start each rank inside its worker ("<it> rank"), or the
+   * muster-launcher beside it where there is one; NULL: "muster", found on
+   * the PATH. */
   const char *muster_program;
   muster_run_output_cb on_output;
   void *arg;

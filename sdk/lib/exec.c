@@ -1,6 +1,9 @@
 /* exec.c: the client of a worker's exec channel; see docs/exec-protocol.md.
- * The framing is common/exec_wire.h, shared with the server in workerd. */
+ * The framing is common/exec_wire.h, shared with the server in workerd.
+ * Nothing here talks to the controller (exec_target.c does), so that
+ * muster-launcher links this file without libcurl. */
 #include "exec_wire.h"
+#include "hostport.h"
 #include "muster.h"
 #include "util.h"
 
@@ -28,25 +31,18 @@ void muster_exec_opts_init(muster_exec_opts *o) {
   o->stderr_fd = 2;
 }
 
-int muster_exec_target_get(muster_client *c, const char *id, muster_exec_target *out) {
-  muster_worker w;
-  int rc;
-
-  memset(out, 0, sizeof(*out));
-  rc = muster_get(c, id, &w);
-  if (rc)
-    return rc;
-  if (w.status != MUSTER_RUNNING || !w.ip_address || !w.exec_port) {
-    rc = MUSTER_E_CONFLICT;
-  } else {
-    snprintf(out->host, sizeof(out->host), "%s", w.ip_address);
-    out->port = w.exec_port;
-    snprintf(out->worker_id, sizeof(out->worker_id), "%s", w.id);
-    rc = muster_session_exec_token(c, w.session ? w.session : "default", out->token,
-                                   sizeof(out->token));
+/* The lists are written by run.c (MUSTER_EXEC_HOSTS, MUSTER_EXEC_RANKS), in
+ * the format of hostport.h: "ip:port,ip:port,...". */
+int muster_exec_list_find(const char *list, const char *host, long index, const char *token,
+                          muster_exec_target *t) {
+  memset(t, 0, sizeof(*t));
+  if (hostport_list_find(list, host, index, t->host, sizeof(t->host), &t->port) != 0) {
+    memset(t, 0, sizeof(*t));
+    return MUSTER_E_NOT_FOUND;
   }
-  muster_worker_cleanup(&w);
-  return rc;
+  snprintf(t->token, sizeof(t->token), "%s", token ? token : "");
+  snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", t->host);
+  return 0;
 }
 
 static MUST_CHECK int write_all(int fd, const char *p, size_t n) {

@@ -305,22 +305,26 @@ static int list_add(char **list, const char *fmt, ...) {
 }
 
 /* The exec-address lists (MUSTER_EXEC_HOSTS, MUSTER_EXEC_RANKS) are written
- * here and read by muster_exec_list_find() below, both in the format of
+ * here and read by muster_exec_list_find() (exec.c), both in the format of
  * hostport.h: "ip:port,ip:port,...". */
 static int exec_list_add(char **list, const muster_worker *w) {
   return list_add(list, "%s:%d", w->ip_address, w->exec_port);
 }
 
-int muster_exec_list_find(const char *list, const char *host, long index, const char *token,
-                          muster_exec_target *t) {
-  memset(t, 0, sizeof(*t));
-  if (hostport_list_find(list, host, index, t->host, sizeof(t->host), &t->port) != 0) {
-    memset(t, 0, sizeof(*t));
-    return MUSTER_E_NOT_FOUND;
-  }
-  snprintf(t->token, sizeof(t->token), "%s", token ? token : "");
-  snprintf(t->worker_id, sizeof(t->worker_id), "at %.12s", t->host);
-  return 0;
+/* The program of Open MPI's agents (rsh, rank): muster-launcher beside
+ * program where it is installed (it starts without libcurl's libraries,
+ * twice on the way to every rank), else program itself. New string. */
+static char *agent_program(const char *program) {
+  const char *slash = strrchr(program, '/');
+  char *launcher;
+
+  if (!slash)
+    return xasprintf("%s", program);
+  launcher = xasprintf("%.*s/muster-launcher", (int)(slash - program), program);
+  if (launcher && access(launcher, X_OK) == 0)
+    return launcher;
+  free(launcher);
+  return xasprintf("%s", program);
 }
 
 /* A rank or daemon that lost its worker's exec connection makes mpirun exit
@@ -347,7 +351,7 @@ static void await_worker_failure(struct run *run, int seconds) {
  * do, and every rank still lives (and is stopped) with its worker. */
 static void run_allreduce(struct run *run, const char *master) {
   const muster_run_opts *o = run->o;
-  const char *program = o->muster_program ? o->muster_program : "muster";
+  char *program = agent_program(o->muster_program ? o->muster_program : "muster");
   size_t nw = run->workers.count;
   char *hosts = NULL, *exec_hosts = NULL, *exec_ranks = NULL, *agent = NULL, np[16];
   char *argv[170];
@@ -382,7 +386,7 @@ static void run_allreduce(struct run *run, const char *master) {
     oom |= list_add(&hosts, "%s:%d", head->ip_address, slots);
     oom |= exec_list_add(&exec_hosts, head);
   }
-  agent = xasprintf("%s rsh", program);
+  agent = program ? xasprintf("%s rsh", program) : NULL;
   snprintf(np, sizeof(np), "%zu", run->workers.count);
   argv[n++] = "mpirun";
   if (geteuid() == 0)
@@ -432,7 +436,7 @@ static void run_allreduce(struct run *run, const char *master) {
   argv[n++] = "MUSTER_EXEC_TOKEN";
   argv[n++] = "-x";
   argv[n++] = "MUSTER_RESTART_COUNT";
-  argv[n++] = (char *)program;
+  argv[n++] = program;
   argv[n++] = "rank";
   argv[n++] = "--";
   for (size_t i = 0; i < run->argc && n < 160; i++)
@@ -521,6 +525,7 @@ out:
   free(exec_hosts);
   free(exec_ranks);
   free(agent);
+  free(program);
   free(placed);
 }
 

@@ -50,10 +50,23 @@ cap() {
 # ---- install ----
 cap cmake --install "$BUILD" --prefix "$P"
 check "cmake --install $BUILD --prefix <tmp>" eval '[ $RC = 0 ]'
-for b in muster muster-controller muster-workerd; do
+for b in muster muster-controller muster-workerd muster-train muster-launcher; do
   LOG="$(ls -l "$P/bin" 2>&1)"
   check "installed bin/$b" test -x "$P/bin/$b"
 done
+# The CPU trainer needs no CUDA library; its CUDA plugin, where one was built,
+# is installed where the installed muster-train looks for it.
+LOG="$(readelf -d "$P/bin/muster-train" 2>&1)"
+check "the installed muster-train names no CUDA library" \
+  eval '! readelf -d "$P/bin/muster-train" | grep -Eq "NEEDED.*(libcudart|libcublas|libnccl)"'
+if [ -e "$BUILD/libmuster-train-cuda.so" ]; then
+  LOG="$(ls -lR "$P/lib" 2>&1 | head -40)"
+  check "installed the CUDA plugin beside libmuster (lib*/muster/libmuster-train-cuda.so)" \
+    eval 'ls "$P"/lib*/muster/libmuster-train-cuda.so >/dev/null 2>&1'
+  cap "$P/bin/muster-train" --device cuda --steps 1 --synthetic 1000
+  check "the installed muster-train finds its plugin (exit 2, not \"built without CUDA\")" \
+    eval '[ $RC = 2 ] && ! echo "$LOG" | grep -q "built without CUDA"'
+fi
 for h in muster.h muster_errors.h; do
   LOG="$(ls -l "$P/include" 2>&1)"
   check "installed include/$h (same as the source's)" cmp -s "$P/include/$h" "$SRC/sdk/include/$h"

@@ -1,0 +1,154 @@
+/* mpi_agent.c: Open MPI's rsh and rank agents on the exec channel
+ * (mpi_agent.h). Uses only the exec channel's client (sdk/lib/exec.c), never
+ * the controller. */
+#include "mpi_agent.h"
+
+#include "envlists.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The exit codes of the CLI's table (sdk/cli/muster.c) that these share. */
+enum { AGENT_USAGE = 2, AGENT_NO_MEMORY = 3 };
+
+const char mpi_agent_usage_rsh[] =
+    "usage: muster rsh [options] HOST COMMAND...\n"
+    "\n"
+    "Open MPI's rsh agent (--mca plm_rsh_agent \"muster rsh\"): runs COMMAND (a shell\n"
+    "command line) in the worker whose address is HOST, through its exec channel,\n"
+    "relaying standard input and output for as long as it runs. HOST's exec port\n"
+    "and the token come from MUSTER_EXEC_HOSTS and MUSTER_EXEC_TOKEN (set by muster\n"
+    "run), or else from the controller. Options before HOST are ignored.\n";
+
+const char mpi_agent_usage_rank[] =
+    "usage: muster rank [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Used by muster run: started by an Open MPI daemon that serves every worker of\n"
+    "a host, it runs COMMAND (rank OMPI_COMM_WORLD_RANK of the job) inside that\n"
+    "rank's own worker through its exec channel, with Open MPI's variables (and\n"
+    "RANK, LOCAL_RANK), and relays its input, output and exit code. The workers\n"
+    "come from MUSTER_EXEC_RANKS (ip:port per rank) and MUSTER_EXEC_TOKEN.\n";
+
+int mpi_agent_rsh_host(int argc, char **argv) {
+  int i = 1;
+
+  while (i < argc && argv[i][0] == '-')
+    i += strcmp(argv[i], "-l") == 0 || strcmp(argv[i], "-p") == 0 ? 2 : 1;
+  return i + 1 < argc ? i : -1;
+}
+
+int mpi_agent_rsh_target_env(const char *host, muster_exec_target *t) {
+  const char *hosts = getenv("MUSTER_EXEC_HOSTS"), *token = getenv("MUSTER_EXEC_TOKEN");
+
+  return hosts && token && muster_exec_list_find(hosts, host, 0, token, t) == 0 ? 0 : -1;
+}
+
+int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int first,
+                     const char *who) {
+  const char *sh[3] = {"/bin/sh", "-c", NULL}, *fwd[8];
+  char *line = NULL, err[600];
+  size_t len = 0, nfwd = 0;
+  muster_exec_opts o;
+  int exit_code, rc;
+
+  /* Like ssh: the words form one shell command line. */
+  for (int k = first; k < argc; k++)
+    len += strlen(argv[k]) + 1;
+  line = calloc(len + 1, 1);
+  if (!line)
+    return AGENT_NO_MEMORY;
+  for (int k = first; k < argc; k++) {
+    strncat(line, argv[k], len - strlen(line));
+    if (k + 1 < argc)
+      strncat(line, " ", len - strlen(line));
+  }
+  sh[2] = line;
+  muster_exec_opts_init(&o);
+  o.argv = sh;
+  o.argc = 3;
+  o.stdin_fd = 0;
+  for (char **e = environ; *e && nfwd < sizeof(fwd) / sizeof(fwd[0]); e++)
+    if (env_rsh_forwards(*e))
+      fwd[nfwd++] = *e;
+  o.env = fwd;
+  o.nenv = nfwd;
+  rc = muster_exec_at(t, &o, &exit_code, err, sizeof(err));
+  free(line);
+  if (rc) {
+    fprintf(stderr, "%s: %s\n", who, err);
+    return 255; /* what ssh says when it cannot connect */
+  }
+  return exit_code;
+}
+
+/* A rank gets what its Open MPI daemon says (env_rank_forwards); the rest
+ * of the daemon's environment is its own worker's, and the rank gets its own
+ * worker's instead. */
+int mpi_agent_rank(int argc, char **argv, const char *who) {
+  const char *ranks = getenv("MUSTER_EXEC_RANKS"), *token = getenv("MUSTER_EXEC_TOKEN");
+  const char *rank_s = getenv("OMPI_COMM_WORLD_RANK");
+  const char *local_s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  char cwd[PATH_MAX], err[600], rank_env[32], local_env[32], *end;
+  const char **env = NULL;
+  size_t nenv = 0;
+  muster_exec_target t;
+  muster_exec_opts o;
+  long rank;
+  int i = 1, exit_code, rc;
+
+  if (i < argc && strcmp(argv[i], "--") == 0)
+    i++;
+  if (i >= argc) {
+    fprintf(stderr, "%s: give the command\n\n%s", who, mpi_agent_usage_rank);
+    return AGENT_USAGE;
+  }
+  if (!rank_s || !ranks || !token) {
+    fprintf(stderr, "%s: %s is not set: it is started by muster run's mpirun only\n", who,
+            !rank_s  ? "OMPI_COMM_WORLD_RANK"
+            : !ranks ? "MUSTER_EXEC_RANKS"
+                     : "MUSTER_EXEC_TOKEN");
+    return AGENT_USAGE;
+  }
+  rank = strtol(rank_s, &end, 10);
+  if (end == rank_s || *end)
+    rank = -1;
+  if (rank < 0 || muster_exec_list_find(ranks, NULL, rank, token, &t) != 0) {
+    fprintf(stderr, "%s: rank %s has no worker in MUSTER_EXEC_RANKS (%s)\n", who, rank_s, ranks);
+    return AGENT_USAGE;
+  }
+
+  for (char **e = environ; *e; e++)
+    nenv++;
+  env = calloc(nenv + 2, sizeof(*env));
+  if (!env)
+    return AGENT_NO_MEMORY;
+  nenv = 0;
+  for (char **e = environ; *e; e++)
+    if (env_rank_forwards(*e))
+      env[nenv++] = *e;
+  snprintf(rank_env, sizeof(rank_env), "RANK=%ld", rank);
+  env[nenv++] = rank_env;
+  if (local_s) {
+    snprintf(local_env, sizeof(local_env), "LOCAL_RANK=%s", local_s);
+    env[nenv++] = local_env;
+  }
+
+  muster_exec_opts_init(&o);
+  o.argv = (const char *const *)&argv[i];
+  o.argc = (size_t)(argc - i);
+  o.env = env;
+  o.nenv = nenv;
+  o.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : NULL;
+  o.stdin_fd = 0;
+  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
+  free(env);
+  if (rc) {
+    fprintf(stderr, "%s: rank %ld: %s\n", who, rank, err);
+    /* 255: the worker is gone or unreachable (as ssh and muster rsh say). */
+    return rc == MUSTER_E_NOT_FOUND ? 127 : rc == MUSTER_E_UNREACHABLE ? 255 : 126;
+  }
+  return exit_code;
+}

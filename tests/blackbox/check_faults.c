@@ -87,7 +87,7 @@ static void once_body(char *buf, size_t size, int n, const char *file, double sl
  * a second time: the first workerd is refused (its attempt is not the
  * current one) and the worker runs once, under a new attempt. */
 START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
-  char file[160], body[400];
+  char file[160], body[400], cmd[300];
   json_t *workers, *ans, *w;
   size_t i;
   int restarted = 0;
@@ -101,8 +101,14 @@ START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
   once_body(body, sizeof(body), 4, file, 0);
   workers = h_launch(&ctl, body);
   ck_assert_msg(h_wait_exit(&ctl, 10), "the fault point did not end the controller");
-  /* The first workerd runs on, retrying its registration meanwhile. */
-  usleep(300 * 1000);
+  /* The first workerds run on, retrying their registration meanwhile: the
+   * restart comes once one of them said so in its log. */
+  snprintf(cmd, sizeof(cmd), "grep -qs 'cannot reach the controller' %s/workers/w-*.log", ctl.dir);
+  for (double until = h_now() + 20; system(cmd) != 0; usleep(50 * 1000))
+    ck_assert_msg(
+        h_now() < until,
+        "no workerd said that it cannot reach the controller within 20 s (logs in %s/workers)",
+        ctl.dir);
   h_restart(&ctl);
   ans = h_await(&ctl, workers, 1, 30);
   ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 4);
@@ -236,13 +242,39 @@ START_TEST(appends_racing_a_followed_log_neither_hang_nor_get_lost) {
 }
 END_TEST
 
+/* The start time of process pid, in clock ticks since boot (the 22nd
+ * field of /proc/PID/stat, as the local backend records it), or 0. */
+static unsigned long long start_ticks(pid_t pid) {
+  char path[64], buf[1024], *p;
+  unsigned long long t = 0;
+  size_t n;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  f = fopen(path, "r");
+  if (!f)
+    return 0;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  p = strrchr(buf, ')');
+  /* after the name: the state (field 3), 18 numbers, the start time */
+  if (!p ||
+      sscanf(p + 1,
+             " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+             &t) != 1)
+    return 0;
+  return t;
+}
+
 /* 3. After a restart the controller must not trust a bare pid: here the
  * worker's workerd is gone and its pid now belongs to an unrelated process.
  * The worker fails ("lost") and that process is never signalled. */
 START_TEST(a_recycled_pid_is_never_signalled) {
-  json_t *workers, *ans, *w;
+  json_t *workers, *ans, *w, *other;
   char sql[400], ref[64];
   const char *id, *colon;
+  unsigned long long recorded;
   pid_t decoy, wd;
   int st;
 
@@ -258,21 +290,36 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   h_kill9(&ctl);
   kill(-wd, SIGKILL);
   kill(wd, SIGKILL);
-  /* A pid comes round again only after the kernel went through the others:
-   * well after the clock tick (10 ms) that start times are counted in. */
-  usleep(200 * 1000);
   /* An unrelated process in a session of its own, standing in for the
-   * process that got the dead workerd's pid. */
-  decoy = fork();
-  ck_assert_int_ge(decoy, 0);
-  if (decoy == 0) {
-    setsid();
-    execl("/bin/sleep", "sleep", "30", (char *)NULL);
-    _exit(127);
+   * process that got the dead workerd's pid. A pid comes round again only
+   * after the kernel went through the others, well after the clock tick
+   * (10 ms) that start times are counted in: the decoy is one started in a
+   * later tick than the workerd. */
+  colon = strchr(ref, ':');
+  recorded = 0;
+  if (colon) {
+    char *end;
+    recorded = strtoull(colon + 1, &end, 10);
+    ck_assert_msg(end != colon + 1 && *end == '\0', "backend_ref %s: no start time", ref);
+  }
+  for (double until = h_now() + 10;;) {
+    decoy = fork();
+    ck_assert_int_ge(decoy, 0);
+    if (decoy == 0) {
+      setsid();
+      execl("/bin/sleep", "sleep", "30", (char *)NULL);
+      _exit(127);
+    }
+    if (start_ticks(decoy) != recorded)
+      break;
+    kill(decoy, SIGKILL);
+    waitpid(decoy, NULL, 0);
+    ck_assert_msg(h_now() < until, "every process started in the workerd's clock tick (%llu)",
+                  recorded);
+    usleep(10 * 1000);
   }
   /* The row now says what a recycled pid looks like: the decoy's pid, with
    * whatever else the backend recorded to know its process. */
-  colon = strchr(ref, ':');
   snprintf(sql, sizeof(sql), "UPDATE workers SET pid = %d, backend_ref = '%d%s' WHERE id = '%s'",
            (int)decoy, (int)decoy, colon ? colon : "", id);
   db_exec(&ctl, sql);
@@ -282,7 +329,20 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   w = h_wait_status(&ctl, id, "failed", 10);
   ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "lost"));
   json_decref(w);
-  usleep(1500 * 1000); /* past the heartbeat timeout */
+  /* Past what the controller does to a failed worker's processes, and past
+   * the heartbeat timeout: a worker launched now runs (the backend's
+   * thread took its start after the lost worker's end), then, its workerd
+   * hung, fails for its heartbeats. (Its heartbeats, every 2 s, would come
+   * too late for the 1 s timeout anyway: it may have failed already.) */
+  other = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  json_decref(h_await(&ctl, other, 0, 20));
+  wd = (pid_t)h_workerd_pid(&ctl, h_str(json_array_get(other, 0), "id"));
+  kill(wd, SIGSTOP);
+  w = h_wait_status(&ctl, h_str(json_array_get(other, 0), "id"), "failed", 10);
+  ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "heartbeat"));
+  json_decref(w);
+  kill(wd, SIGCONT);
+  json_decref(other);
   ck_assert_msg(waitpid(decoy, &st, WNOHANG) == 0, "the controller signalled pid %d", (int)decoy);
   kill(decoy, SIGKILL);
   waitpid(decoy, NULL, 0);

@@ -64,43 +64,6 @@ static void memory_cgroup(long pid, char *dir, size_t len) {
   fclose(f);
 }
 
-/* Waits up to timeout_s for process pid to be gone (or a zombie). */
-static int gone(long pid, double timeout_s) {
-  double until = h_now() + timeout_s;
-
-  for (;;) {
-    char path[64], buf[512], *p;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    f = fopen(path, "r");
-    if (!f)
-      return 1;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    p = strrchr(buf, ')');
-    if (p && p[1] == ' ' && p[2] == 'Z')
-      return 1;
-    if (h_now() >= until)
-      return 0;
-    usleep(50 * 1000);
-  }
-}
-
-/* Seconds since the epoch of an API time ("2026-11-24T05:15:51.123Z"), or 0. */
-static double iso_seconds(const char *t) {
-  struct tm tm;
-  int ms = 0;
-  char *rest;
-
-  memset(&tm, 0, sizeof(tm));
-  if (!t || !(rest = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm)) || sscanf(rest, ".%3dZ", &ms) != 1)
-    return 0;
-  return (double)timegm(&tm) + ms / 1000.0;
-}
-
 START_TEST(a_worker_past_its_memory_fails_saying_so) {
   json_t *workers, *ans, *f;
   double t0;
@@ -125,7 +88,7 @@ START_TEST(a_worker_past_its_memory_fails_saying_so) {
    * within 2 s of that line, so within 2 s of the kill (not a heartbeat or
    * a timeout later). */
   {
-    double ended = iso_seconds(h_str(f, "finished_at")), said = 0;
+    double ended = h_iso_seconds(h_str(f, "finished_at")), said = 0;
     char path[96], *out = NULL;
     snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout", h_str(f, "id"));
     ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
@@ -199,7 +162,7 @@ static void daemon_case(const char *tail, int stop) {
                   h_str(json_array_get(json_object_get(ans, "failures"), 0), "failure"));
   json_decref(ans);
   for (int i = 0; i < n; i++)
-    ck_assert_msg(gone(pids[i], 10), "process %ld of the worker's cgroup outlived it", pids[i]);
+    ck_assert_msg(h_gone(pids[i], 10), "process %ld of the worker's cgroup outlived it", pids[i]);
   for (int i = 0; i < 50 && stat(cg, &st) == 0; i++)
     usleep(100 * 1000);
   ck_assert_msg(stat(cg, &st) != 0 && errno == ENOENT, "the cgroup %s is still there", cg);
@@ -298,18 +261,36 @@ static void usage_of(const char *id, double *cpu, double *peak) {
 START_TEST(usage_shows_the_cpu_quota_and_the_memory_peak) {
   json_t *workers, *ans;
   double cpu0 = -1, t0 = 0, cpu1 = -1, t1 = 0, last = -1, peak = -1, c, pk, rate;
+  char path[96];
   const char *id;
 
   fresh();
   h_start(&ctl);
   if (!isolated())
     goto out;
-  /* 400 MiB written, then a busy loop, in a worker of half a core */
+  /* 400 MiB written (the script says when), then a busy loop, in a worker
+   * of half a core */
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.5, \"memory\": 1, \"code\": \"!python3 -c "
-                           "'x = b\\\"a\\\" * (400 << 20)\\nimport time\\nt = time.time()\\n"
+                           "'x = b\\\"a\\\" * (400 << 20)\\nprint(\\\"written\\\", flush=True)\\n"
+                           "import time\\nt = time.time()\\n"
                            "while time.time() - t < 30: pass'\"}");
   id = h_str(json_array_get(workers, 0), "id");
   json_decref(h_await(&ctl, workers, 0, 20));
+  /* Writing 400 MiB page by page at half a core takes a while on a loaded
+   * machine: the samples below come after the script said it is done. */
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout", id);
+  for (double until = h_now() + 60;; usleep(100 * 1000)) {
+    char *out = NULL;
+    int said;
+
+    ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
+    said = out && strstr(out, "written\n");
+    free(out);
+    if (said)
+      break;
+    ck_assert_msg(h_now() < until,
+                  "the script did not say within 60 s that its 400 MiB are written");
+  }
   /* The samples come once a second: the rate is taken between the moments
    * two of them first showed, 3 s or more apart, after a warm-up second. */
   for (double until = h_now() + 15; h_now() < until && !(cpu1 >= 0 && t1 - t0 >= 3);) {

@@ -29,6 +29,47 @@ double h_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+double h_wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+double h_iso_seconds(const char *t) {
+  struct tm tm;
+  int ms = 0;
+  char *rest;
+
+  memset(&tm, 0, sizeof(tm));
+  if (!t || !(rest = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm)) || sscanf(rest, ".%3dZ", &ms) != 1)
+    return 0;
+  return (double)timegm(&tm) + ms / 1000.0;
+}
+
+int h_gone(long pid, double timeout_s) {
+  double until = h_now() + timeout_s;
+
+  for (;;) {
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "r");
+    if (!f)
+      return 1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && p[2] == 'Z')
+      return 1;
+    if (h_now() >= until)
+      return 0;
+    usleep(50 * 1000);
+  }
+}
+
 const char *h_str(json_t *obj, const char *key) {
   return json_string_value(json_object_get(obj, key));
 }

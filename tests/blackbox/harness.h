@@ -74,6 +74,17 @@ double h_metric(struct ctl_proc *c, const char *name);
 /* Monotonic seconds. */
 double h_now(void);
 
+/* Seconds since the epoch: the clock of the API's times. */
+double h_wall(void);
+
+/* Seconds since the epoch of an API time ("2026-11-24T05:15:51.123Z"), or 0. */
+double h_iso_seconds(const char *t);
+
+/* Waits up to timeout_s for process pid to be gone (or a zombie: it runs
+ * no more, and /proc tells a zombie apart from a live process); returns 1
+ * if it is, 0 if it still runs. */
+int h_gone(long pid, double timeout_s);
+
 /* Writes an executable file (a fake workerd or a script) and returns its
  * path (static buffer per call site is the caller's). */
 void h_write_exec(const char *path, const char *text);

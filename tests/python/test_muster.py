@@ -515,11 +515,25 @@ class Leases(MusterTestCase):
         s = c._request("GET", "/api/v1/sessions/" + info["session"])
         self.assertIsNone(s["lease"])
 
+    def has_lease(self, c, session):
+        return any(s["name"] == session and s["lease"]
+                   for s in c._request("GET", "/api/v1/sessions")["sessions"])
+
     def test_the_opt_out_keeps_them(self):
         p, info, c = self.kernel(lease="off")
         p.kill()
         p.wait()
-        time.sleep(self.TTL + 2)
+        # A lease of the same ttl, taken now and renewed by nobody: once it
+        # ran out, the controller went past the end that a lease of the
+        # killed process would have had.
+        clock = "opt-out-clock"
+        c._request("PUT", "/api/v1/sessions/%s/lease" % clock, {"ttl_seconds": self.TTL})
+        deadline = time.monotonic() + self.TTL + 10
+        while self.has_lease(c, clock):
+            self.assertLess(time.monotonic(), deadline,
+                            "the lease of session %s (ttl %s s) did not run out within %s s"
+                            % (clock, self.TTL, self.TTL + 10))
+            time.sleep(0.05)
         self.assertEqual(self.statuses(c, info["ids"]), ["running"] * 3)
 
     def test_two_clients_without_a_session_name_neither_list_nor_stop_each_others(self):

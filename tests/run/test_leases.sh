@@ -85,6 +85,38 @@ wait_statuses() {
   return 1
 }
 run_of() { "$muster" runs --session "$1" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]['$2'] if r else '')"; }
+# wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds; after
+# SECONDS, says what it waited for and fails.
+wait_for() {
+  local secs=$1 what=$2 end
+  shift 2
+  end=$(($(date +%s%N) + secs * 1000000000))
+  until "$@"; do
+    if [ "$(date +%s%N)" -ge "$end" ]; then
+      echo "# gave up after $secs s waiting for $what"
+      return 1
+    fi
+    sleep 0.05
+  done
+}
+# Whether session $1 holds no lease (none taken, given back, or run out):
+# the controller's list of sessions shows none for it.
+no_lease() {
+  curl -sf -H "Authorization: Bearer $(cat "$tmp/state/token")" "http://127.0.0.1:$port/api/v1/sessions" |
+    python3 -c 'import json,sys; sys.exit(1 if any(s["name"] == sys.argv[1] and s["lease"] for s in json.load(sys.stdin)["sessions"]) else 0)' "$1"
+}
+# Seconds from $2 (date +%s.%N) to the end of session $1's last worker, as
+# the controller recorded it (finished_at).
+ended_after() {
+  "$muster" ps -a --session "$1" --json | python3 -c '
+import datetime, json, sys
+t = max(w["finished_at"] for w in json.load(sys.stdin))
+end = datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+print(round(end.timestamp() - float(sys.argv[1]), 3))' "$2"
+}
+# Whether the 2 workers of a --mode exec run whose command prints "started"
+# run it: muster run's output $1 has both lines.
+both_started() { [ "$(grep -c '\] started$' "$1")" = 2 ]; }
 
 # --- bad input: a clear error naming what was wrong, nothing stored
 tok=$(cat "$tmp/state/token")
@@ -130,7 +162,10 @@ expect "a renewal" 200 '"session":"two"' PUT /api/v1/sessions/two/lease '{"ttl_s
 two=$(call POST /api/v1/workers '{"n": 1, "cpu": 0.1, "session": "two"}' | grep -o 'w-[a-z0-9]\{10\}' | head -1)
 expect "a second holder's shorter ttl" 200 '"ttl_seconds":30' PUT /api/v1/sessions/two/lease "{\"ttl_seconds\": $TTL}"
 expect "a lease bound to expire" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
-sleep $((TTL + 1))
+# short's lease runs out: the controller went past the ttl that two's
+# shorter holder asked for before it (had that ttl cut two's lease short,
+# the same pass would have ended it).
+wait_for $((TTL + 10)) "the lease of session short to run out" no_lease short
 check "the shorter holder's silence does not end the longer lease ($(statuses two))" test "$(statuses two)" = running
 expect "a renewal after the lease ran out is a new lease" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
 expect "giving back a lease" 200 '"lease":null' DELETE /api/v1/sessions/two/lease
@@ -149,7 +184,9 @@ call DELETE /api/v1/sessions/shared/lease > /dev/null
   "$train" --mode allreduce --epochs 500 --quiet > "$tmp/lk.out" 2> "$tmp/lk.err" &
 run_pid=$!
 bg_pids+=("$run_pid")
-if wait_statuses lk 60 "running running" && sleep 1.5 && [ "$(run_of lk status)" = running ]; then
+has_mpirun() { pgrep -P "$run_pid" -x mpirun > /dev/null; }
+if wait_statuses lk 60 "running running" && wait_for 30 "muster run to start its mpirun" has_mpirun &&
+  [ "$(run_of lk status)" = running ]; then
   mpirun_pid=$(pgrep -P "$run_pid" -x mpirun | head -1)
   kill -KILL "$run_pid"
   t0=$(now)
@@ -188,19 +225,27 @@ if wait_statuses keep 30 "running running" && wait_statuses grace 30 "running"; 
     bash -c "curl -s http://127.0.0.1:$port/metrics | grep -q '^muster_session_lease_seconds_left{session=\"keep\"} '"
   kill -KILL "$grace_pid"          # nobody renews grace's lease from now on
   stop_controller KILL
-  sleep $((TTL + 1))               # longer than the ttl: grace's lease ran out meanwhile
+  # Longer than the ttl: grace's lease ran out meanwhile. (A time, not an
+  # event: with the controller down nothing marks it, and it passing is what
+  # this part is about; a slow machine only makes it longer.)
+  sleep $((TTL + 1))
   t_up=$(now)
   start_controller
-  sleep 1
-  check "right after the restart, grace's worker still runs (one ttl of grace)" \
-    test "$(statuses grace)" = "running"
   wait_statuses grace $((TTL + 3)) stopped
   took=$(since "$t_up")
+  # (its end as the controller recorded it, to the millisecond it keeps)
+  ended=$(ended_after grace "$t_up")
+  check "after the restart, grace's worker still ran for one ttl of grace (it ended $ended s after, ttl $TTL s)" \
+    le "$((TTL - 1)).999" "$ended"
   check "...then it is stopped when that ttl ran out (after $took s, ttl $TTL s)" \
     bash -c "[ '$(statuses grace)' = stopped ] && $(le "$took" $((TTL + 2)) && echo true || echo false)"
   check "...with the lease sentence ($(failures grace))" \
     test "$(failures grace)" = "stopped: the session's lease expired"
-  sleep $((2 * TTL))
+  # Two ttl later by the controller's clock: a lease of 2 ttl that nobody
+  # renews runs out (had keep's renewals been lost, its lease would have
+  # run out by the same pass).
+  expect "a lease of 2 ttl, to tell the time" 201 '"session":"clock"' PUT /api/v1/sessions/clock/lease "{\"ttl_seconds\": $((2 * TTL))}"
+  wait_for $((2 * TTL + 10)) "the lease of session clock (2 ttl) to run out" no_lease clock
   check "keep's workers, whose lease was renewed across the restart, still run after 2 ttl ($(statuses keep))" \
     test "$(statuses keep)" = "running running"
   check "...and their holder is still there" kill -0 "$keep_pid"
@@ -270,11 +315,12 @@ else
 fi
 
 # --- a worker stopped by the user ends the run: stopping is no failure to restart
-"$muster" run --mode exec --workers 2 --cpu 0.2 --session us --max-restarts 2 -- sleep 60 > /dev/null 2> "$tmp/us.err" &
+"$muster" run --mode exec --workers 2 --cpu 0.2 --session us --max-restarts 2 -- \
+  sh -c 'echo started; exec sleep 60' > "$tmp/us.out" 2> "$tmp/us.err" &
 us_pid=$!
 bg_pids+=("$us_pid")
-if wait_statuses us 30 "running running"; then
-  sleep 0.5
+if wait_statuses us 30 "running running" &&
+  wait_for 30 "the run's command to start in both workers" both_started "$tmp/us.out"; then
   "$muster" stop "$(sqlite3 "$tmp/state/muster.db" "SELECT id FROM workers WHERE session = 'us' AND status = 'running' LIMIT 1")" > /dev/null
   wait "$us_pid"; rc=$?
   check "muster stop of one of a run's workers ends it (exit $rc) without a restart, though 2 were allowed" \
@@ -285,11 +331,12 @@ else
 fi
 
 # --- --max-restarts 0: the first lost worker ends the run, named
-"$muster" run --mode exec --workers 2 --cpu 0.2 --session r0 -- sleep 60 > /dev/null 2> "$tmp/r0.err" &
+"$muster" run --mode exec --workers 2 --cpu 0.2 --session r0 -- \
+  sh -c 'echo started; exec sleep 60' > "$tmp/r0.out" 2> "$tmp/r0.err" &
 r0_pid=$!
 bg_pids+=("$r0_pid")
-if wait_statuses r0 30 "running running"; then
-  sleep 0.5
+if wait_statuses r0 30 "running running" &&
+  wait_for 30 "the run's command to start in both workers" both_started "$tmp/r0.out"; then
   victim=$(sqlite3 "$tmp/state/muster.db" "SELECT id || ' ' || pid FROM workers WHERE session = 'r0' AND status = 'running' LIMIT 1")
   vid=${victim% *}; vpid=${victim#* }
   kill -KILL "$vpid"

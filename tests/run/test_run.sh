@@ -48,6 +48,20 @@ ge() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"
 json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 last_json() { grep -o '{"mode".*}' "$1" | tail -1; }
 no_sshd() { ! ps -eo comm= | grep -qx sshd; }
+# wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds; after
+# SECONDS, says what it waited for and fails.
+wait_for() {
+  local secs=$1 what=$2 end
+  shift 2
+  end=$(($(date +%s%N) + secs * 1000000000))
+  until "$@"; do
+    if [ "$(date +%s%N)" -ge "$end" ]; then
+      echo "# gave up after $secs s waiting for $what"
+      return 1
+    fi
+    sleep 0.1
+  done
+}
 
 mkdir -p "$tmp/state"
 "$build/muster-controller" --listen 127.0.0.1:0 --state-dir "$tmp/state" --cpus 8 \
@@ -167,7 +181,20 @@ print(pick[0]["id"] + " " + pick[0]["backend_ref"] if len(ws) == 2 and len(daemo
     [ -n "$victim" ] && break
     sleep 0.2
   done
-  sleep 2   # training under way
+  # Training under way: each of the 2 workers' sessions (its workerd's pid)
+  # holds a rank of muster-train.
+  ranks_running() {
+    local sids pid n=0
+    sids=$(ps -eo sid=,comm= | awk '$2 == "muster-train" {print $1}')
+    for pid in $(sqlite3 "$tmp/state/muster.db" "SELECT pid FROM workers WHERE session = '$session' AND status = 'running'"); do
+      grep -qx "$pid" <<<"$sids" || return 1
+      n=$((n + 1))
+    done
+    [ $n = 2 ]
+  }
+  if [ -n "$victim" ] && ! wait_for 60 "a rank of muster-train in each worker of $session" ranks_running; then
+    not_ok "the $which run's training did not get under way: $(tail -3 "$tmp/kill.err")"
+  fi
   if [ -n "$victim" ]; then
     vid=${victim% *}; vpid=${victim#* }
     kill -KILL "$vpid"

@@ -53,6 +53,22 @@ wait_state() {
     sleep 0.02
   done
 }
+# wait_for SECONDS WHAT COMMAND...: polls COMMAND every 20 ms until it
+# succeeds; after SECONDS, says what it waited for and fails.
+wait_for() {
+  local secs=$1 what=$2 end
+  shift 2
+  end=$(($(now) + secs * 1000000000))
+  until "$@"; do
+    if [ "$(now)" -ge "$end" ]; then
+      echo "# gave up after $secs s waiting for $what"
+      return 1
+    fi
+    sleep 0.02
+  done
+}
+# The backfill scheduler's cycles so far (sdiag).
+bf_cycles() { on_login sdiag | awk '/^Backfilling stats/ { bf = 1 } bf && /Total cycles:/ { print $3; exit }'; }
 # refused WHAT EXPECTED SBATCH-ARGS...: sbatch fails and says EXPECTED.
 refused() {
   local what=$1 expected=$2 out rc
@@ -157,7 +173,7 @@ for _ in range(3):
 open(out, "w").write(" ".join(sorted(seen)))
 EOF
 listener=$!
-for _ in $(seq 100); do [ -e "$work/peers.ready" ] && break; sleep 0.05; done
+wait_for 30 "the service on the login node to listen" test -e "$work/peers.ready"
 on_login srun -N3 --ntasks-per-node=1 python3 -c '
 import socket
 c = socket.create_connection(("ctl", 17777), timeout=5)
@@ -187,8 +203,16 @@ refused "--cpus-per-task=3" "Requested node configuration is not available" --cp
 refused "--mem=5000" "Requested node configuration is not available" --mem=5000
 a=$(on_login sbatch --parsable -p small --mem=1500 -o /dev/null --wrap 'sleep 30')
 b=$(on_login sbatch --parsable -p small --mem=1500 -o /dev/null --wrap 'sleep 30')
+bf_queued=$(bf_cycles)
+# A scheduler cycle has looked at b (it gave b its reason), and so has a
+# backfill cycle: two ended since b was queued, so one began after.
+looked_at_b() {
+  local n
+  n=$(bf_cycles)
+  [ "$(on_login squeue -h -j "$b" -o %r)" = Resources ] && [ -n "$n" ] && [ "$n" -ge $((${bf_queued:-0} + 2)) ]
+}
 if wait_state "$a" RUNNING 10; then
-  sleep 1.2   # a scheduler cycle and a backfill cycle have looked at b
+  wait_for 15 "a scheduler cycle and a backfill cycle to look at job $b" looked_at_b
   out="$(job_state "$b") $(on_login squeue -h -j "$b" -o %r) $(on_login scontrol show node n1 | grep -o 'CPUAlloc=[0-9]*')"
   check "memory is consumed: a second 1500 MB job waits on n1 with a CPU free (got '$out')" \
     test "$out" = "PENDING Resources CPUAlloc=1"

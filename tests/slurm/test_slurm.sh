@@ -163,14 +163,15 @@ code=$(login curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: B
   -H 'Content-Type: application/json' -d '{"n": 1, "cpu": 1}' http://127.0.0.1:8470/api/v1/workers)
 check "a launch with a wrong token is refused with 401 ($code)" test "$code" = 401
 check "...and records no worker" test "$(count_workers)" = "$workers_before"
-sleep 1.5 # past a poll of the backend's thread, which would have submitted it
-check "...and queues nothing in Slurm" \
-  test "$(login squeue -t all --noheader --format=%i | wc -l)" = "$queued_before"
+# (and queues nothing in Slurm: checked below, once the backend's thread has
+# taken a later launch, after which it would have submitted this one)
 
 # --- a gang Slurm refuses at submission (four 2-core tasks; the partition
 # has 6 cores in all, while one such task fits): failed with Slurm's words
 mapfile -t gang < <(m launch -n 4 --cpu 2 --memory 0.25)
 wait_for 20 "${gang[0]} to fail" is_status "${gang[0]}" failed
+check "the launch with a wrong token queued nothing in Slurm (the backend's thread has since submitted a later one)" \
+  test "$(login squeue -t all --noheader --format=%i | wc -l)" = "$queued_before"
 check "a gang Slurm refuses fails every worker of it, quoting Slurm" \
   bash -c "for id in ${gang[*]}; do bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json \$id | grep -q 'the backend refused it: .*processors' || exit 1; done"
 

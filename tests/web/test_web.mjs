@@ -178,8 +178,10 @@ async function main() {
   page.on('response', (r) => {
     if (r.status() >= 400) console.log(`# ${r.status()} ${r.request().method()} ${r.url().replace(/(token=)[^&]*/, '$1...')}`);
   });
+  let refused = 0; // the page's requests that found nobody listening (step 5)
   page.on('requestfailed', (r) => {
     if (!r.url().startsWith(baseUrl)) pageErrors.push(`request outside the controller: ${r.url()}`);
+    else if ((r.failure()?.errorText || '').includes('ERR_CONNECTION_REFUSED')) refused++;
   });
   page.on('request', (r) => {
     if (!r.url().startsWith(baseUrl) && !r.url().startsWith('data:')) pageErrors.push(`request outside the controller: ${r.url()}`);
@@ -326,10 +328,31 @@ async function main() {
     await step('dismissing the confirm dialog keeps the worker', async () => {
       const idle = await launch({ name: 'idle-keep' });
       await rowStatus(page, idle.id, 'running');
-      page.once('dialog', (d) => d.dismiss());
+      // The page's only way to stop a worker is a DELETE through fetch(),
+      // called in the same task as the confirm dialog: count those.
+      await page.evaluate(() => {
+        window.__deletes = 0;
+        window.__fetch = window.fetch;
+        window.fetch = (input, opts) => {
+          if (opts && opts.method === 'DELETE') window.__deletes++;
+          return window.__fetch.call(window, input, opts);
+        };
+      });
+      let dismissed = false;
+      page.once('dialog', (d) => {
+        dismissed = true;
+        d.dismiss();
+      });
       await page.click(`${rowSel(idle.id)} button.stop`);
-      await sleep(500);
-      ok((await getWorker(idle.id)).status === 'running', 'dismissing the confirm dialog keeps the worker running');
+      await until(() => dismissed, 'the confirm dialog (to dismiss it)');
+      // The click's handler ran to its end before this evaluate runs: had it
+      // gone on past the dialog, its DELETE would be counted by now.
+      const deletes = await page.evaluate(() => {
+        window.fetch = window.__fetch;
+        return window.__deletes;
+      });
+      ok(deletes === 0 && (await getWorker(idle.id)).status === 'running',
+        `dismissing the confirm dialog keeps the worker running (${deletes} DELETE sent)`);
       await api('DELETE', `/api/v1/workers/${idle.id}`);
       await rowStatus(page, idle.id, 'stopped');
     });
@@ -383,14 +406,17 @@ async function main() {
       await stopController();
       await page.waitForSelector('#conn[data-state="down"]');
       ok(true, 'the indicator shows the lost connection');
-      await sleep(1500);
+      // The page retries while nobody listens: wait for a refused try.
+      const refusedBefore = refused;
+      await until(() => refused > refusedBefore, 'the page to retry and be refused while the controller is down');
       await startController();
-      await sleep(500);
-      restarting = false;
       const w = await launch({ name: 'after-restart' });
+      // Back and live: every answer of the old controller (a 503 while it
+      // shut down) reached the page before this.
+      await page.waitForSelector('#conn[data-state="live"]');
+      restarting = false;
       await page.waitForSelector(rowSel(w.id), { state: 'attached' });
       await rowStatus(page, w.id, 'running');
-      await page.waitForSelector('#conn[data-state="live"]');
       ok(true, 'a worker launched after the restart appears and reaches running');
       ok((await page.evaluate(() => window.__musterPageId)) === pageId && loads === loadsAfterSignin,
         'no reload happened across the restart');
@@ -411,12 +437,16 @@ async function main() {
     // 6. A dozen workers in mixed states, for the screenshot.
     await step('screenshot with workers in mixed states', async () => {
       const ids = [];
-      const add = async (spec) => ids.push(...[].concat(await launch(spec)).map((w) => w.id));
+      const add = async (spec) => {
+        const ws = [].concat(await launch(spec));
+        ids.push(...ws.map((w) => w.id));
+        return ws[0];
+      };
       await add({ name: 'ps-0', session: 'mnist-ps', role: 'ps', cpu: 1, memory: 2 });
       await add({ name: 'worker-0', session: 'mnist-ps', role: 'worker', cpu: 1, memory: 2, code: 'import time; time.sleep(60)' });
       await add({ name: 'worker-1', session: 'mnist-ps', role: 'worker', cpu: 1, memory: 2, code: 'import time; time.sleep(60)' });
       await add({ name: 'eval', session: 'notebook', cpu: 0.5, memory: 1, code: 'print("accuracy 0.981")' });
-      await add({ name: 'preprocess', session: 'notebook', cpu: 0.5, memory: 1, code: 'raise SystemExit("no such file: shards/07.parquet")' });
+      const preprocess = await add({ name: 'preprocess', session: 'notebook', cpu: 0.5, memory: 1, code: 'raise SystemExit("no such file: shards/07.parquet")' });
       await add({ name: 'big-a', session: 'sweep', cpu: 2, memory: 4, code: 'print("lr=0.1")' });
       await add({ name: 'big-b', session: 'sweep', cpu: 2, memory: 4, code: 'print("lr=0.01")' });
       for (const id of ids) await page.waitForSelector(rowSel(id), { state: 'attached' });
@@ -427,7 +457,7 @@ async function main() {
       const n = await page.$$eval('#rows tr', (trs) => trs.length);
       ok(n >= 12, `the table holds ${n} workers in mixed states`);
       await page.evaluate(() => document.activeElement && document.activeElement.blur());
-      await sleep(300);
+      await page.waitForFunction(() => !document.activeElement || document.activeElement === document.body);
       const out = process.env.MUSTER_WEB_SCREENSHOT === '1'
         ? path.join(repo, 'docs', 'web-ui.png')
         : path.join(shotDir, 'web-ui.png');
@@ -438,9 +468,19 @@ async function main() {
       const visible = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.length);
       ok(visible === 2, `the session filter shows only that session (${visible} rows)`);
       await page.selectOption('#filter-session', '');
+      // The failed workers: step 2's exiter and preprocess, which fails
+      // on its own time. Both failed for the controller, then as rows.
+      await until(async () => (await getWorker(preprocess.id)).status === 'failed',
+        `preprocess (${preprocess.id}) to fail in the API`);
+      const failedIds = (await api('GET', '/api/v1/workers?status=failed&limit=5000')).workers.map((w) => w.id);
+      await until(async () => {
+        const shown = await page.$$eval('#rows tr[data-status="failed"]', (trs) => trs.map((t) => t.dataset.id));
+        return failedIds.every((id) => shown.includes(id));
+      }, `the rows of the ${failedIds.length} failed workers (${failedIds.join(', ')}) to show failed`);
       await page.selectOption('#filter-status', 'failed');
       const fv = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.map((t) => t.dataset.status));
-      ok(fv.length >= 2 && fv.every((s) => s === 'failed'), `the status filter shows only failed workers (${fv.length})`);
+      ok(fv.length >= 2 && fv.length === failedIds.length && fv.every((s) => s === 'failed'),
+        `the status filter shows only failed workers (${fv.length}; the API has ${failedIds.length})`);
       await page.selectOption('#filter-status', '');
     });
 

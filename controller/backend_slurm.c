@@ -1006,10 +1006,11 @@ static void down_nodes(char *buf, size_t len) {
 }
 
 /* The last line of job jobid's output (STATE/slurm/JOBID.out) that says
- * "error:" (srun's words for a step that could not start: a workerd that is
- * not where --workerd says on that node, say), appended to buf. */
+ * "error:" and why (slurmstepd's words for a step that could not start: a
+ * workerd that is not where --workerd says on that node, say), rather than
+ * srun's summary of the task's exit, appended to buf. */
 static void append_output_error(long jobid, char *buf, size_t len) {
-  char path[700], tail[8192], *last = NULL;
+  char path[700], tail[8192], *last = NULL, *last_any = NULL;
   ssize_t n;
   int fd;
 
@@ -1030,10 +1031,18 @@ static void append_output_error(long jobid, char *buf, size_t len) {
     char *nl = strchr(line, '\n');
     if (nl)
       *nl = '\0';
-    if (strstr(line, "error:"))
-      last = line;
+    /* srun's own summary of a task's end ("srun: error: n1: task 0:
+     * Exited with exit code 2") comes after the line that says why: that
+     * one is quoted, the summary only where there is nothing else. */
+    if (strstr(line, "error:")) {
+      last_any = line;
+      if (!(strstr(line, "srun: error:") && strstr(line, ": task ")))
+        last = line;
+    }
     line = nl ? nl + 1 : NULL;
   }
+  if (!last)
+    last = last_any;
   if (last) {
     size_t at = strlen(buf);
     if (at < len)

@@ -9,6 +9,18 @@
 #define MUSTER_OPENBLAS_SONAME "libopenblas.so.0"
 #endif
 
+/* The sanitizers' runtimes (ASan, TSan) refuse RTLD_DEEPBIND. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DEEPBIND 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DEEPBIND 0
+#endif
+#endif
+#ifndef DEEPBIND
+#define DEEPBIND RTLD_DEEPBIND
+#endif
+
 tr_sgemm_fn *tr_sgemm;
 static char *(*corename_fn)(void);
 static void (*set_threads_fn)(int);
@@ -46,15 +58,11 @@ int tr_blas_load(int threads, char *err, size_t errlen) {
   core = coretype_for_cpu();
   if (core && !getenv("OPENBLAS_CORETYPE"))
     setenv("OPENBLAS_CORETYPE", core, 1);
-    /* Lazy: of its thousands of functions, a run calls a few. Deep binding:
-     * its thousands of references to itself resolve in its own symbols
-     * first, not after a search of every library already loaded. The
-     * sanitizers' runtime refuses deep binding. */
-#if defined(__SANITIZE_ADDRESS__)
-  lib = dlopen(MUSTER_OPENBLAS_SONAME, RTLD_LAZY | RTLD_LOCAL);
-#else
-  lib = dlopen(MUSTER_OPENBLAS_SONAME, RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
-#endif
+  /* Lazy: of its thousands of functions, a run calls a few. Deep binding:
+   * its thousands of references to itself resolve in its own symbols
+   * first, not after a search of every library already loaded. The
+   * sanitizers' runtime refuses deep binding. */
+  lib = dlopen(MUSTER_OPENBLAS_SONAME, RTLD_LAZY | RTLD_LOCAL | DEEPBIND);
   if (!lib) {
     snprintf(err, errlen,
              "cannot load OpenBLAS (%s); install Debian's libopenblas0 or put its directory on "

@@ -722,6 +722,11 @@ static int run(struct cu_run *c, int ndev, const struct tr_data *train, const st
   return 0;
 }
 
+/* What the loader compares with its own TR_CUDA_PLUGIN_ABI. */
+extern "C" __attribute__((visibility("default"))) unsigned long tr_cuda_plugin_abi(void) {
+  return TR_CUDA_PLUGIN_ABI;
+}
+
 extern "C" __attribute__((visibility("default"))) int
 tr_cuda_plugin_run(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                    const struct tr_data *test, struct tr_result *r, int *argc, char ***argv) {

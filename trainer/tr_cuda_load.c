@@ -33,7 +33,7 @@ static int find_plugin(char *path, size_t len) {
 
   if (env && env[0]) {
     snprintf(path, len, "%s", env);
-    return 0;
+    return access(path, R_OK) == 0 ? 0 : -2;
   }
   n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0)
@@ -55,7 +55,8 @@ static int find_plugin(char *path, size_t len) {
 static void say_load_error(const char *path, const char *why) {
   const char *colon = strchr(why, ':');
 
-  if (colon && strstr(why, "cannot open shared object file") && colon - why < 200)
+  if (colon && strstr(why, "cannot open shared object file") && colon - why < 200 &&
+      strncmp(why, path, (size_t)(colon - why)) != 0)
     fprintf(stderr,
             "muster-train: --device cuda needs %.*s, which this machine's loader cannot find "
             "(install CUDA with cuBLAS and NCCL, or put their directory on LD_LIBRARY_PATH)\n",
@@ -68,11 +69,18 @@ int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data 
                 const struct tr_data *test, struct tr_result *r, int *argc, char ***argv) {
   char path[PATH_MAX + 64];
   plugin_run_fn *run;
+  unsigned long (*abi)(void);
   struct tr_data tr = *train, te = *test;
   void *lib;
   int rc;
 
-  if (find_plugin(path, sizeof path) != 0) {
+  rc = find_plugin(path, sizeof path);
+  if (rc == -2) {
+    fprintf(stderr, "muster-train: --device cuda: MUSTER_TRAIN_CUDA_PLUGIN=%s: no such file\n",
+            path);
+    return 2;
+  }
+  if (rc != 0) {
     fprintf(stderr,
             "muster-train: --device cuda: this muster-train was built without CUDA (no %s "
             "beside it or in %s)\n",
@@ -85,8 +93,16 @@ int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data 
     return 2;
   }
   run = (plugin_run_fn *)dlsym(lib, "tr_cuda_plugin_run");
-  if (!run) {
-    fprintf(stderr, "muster-train: --device cuda: %s has no tr_cuda_plugin_run\n", path);
+  abi = (unsigned long (*)(void))dlsym(lib, "tr_cuda_plugin_abi");
+  if (!run || !abi) {
+    fprintf(stderr, "muster-train: --device cuda: %s is not muster-train's CUDA plugin\n", path);
+    return 2;
+  }
+  if (abi() != TR_CUDA_PLUGIN_ABI) {
+    fprintf(stderr,
+            "muster-train: --device cuda: %s was built from other sources than this "
+            "muster-train (plugin interface %lu, not %lu); rebuild or reinstall both\n",
+            path, abi(), (unsigned long)TR_CUDA_PLUGIN_ABI);
     return 2;
   }
   /* It uploads the sets as floats: MNIST's pixels are converted here, into

@@ -39,6 +39,17 @@ static uint32_t be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TR_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TR_SANITIZED 1
+#endif
+#endif
+#ifndef TR_SANITIZED
+#define TR_SANITIZED 0
+#endif
+
 /* Blocks from this size on are mapped apart: zeroed and faulted in by the
  * kernel in one call. */
 #define BIG_BLOCK (256u << 10)
@@ -52,7 +63,9 @@ void *tr_alloc(size_t size) {
 
   if (size > SIZE_MAX - HEADER)
     return NULL;
-  if (total >= BIG_BLOCK) {
+  /* Under AddressSanitizer every block comes from malloc, which it watches
+   * (it does not watch mapped memory). */
+  if (total >= BIG_BLOCK && !TR_SANITIZED) {
     base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
                 0);
     if (base == MAP_FAILED)

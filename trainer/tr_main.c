@@ -399,6 +399,14 @@ int main(int argc, char **argv) {
     }
   }
   t_loaded = tr_wall();
+  if (test.n > 0 && test.dim != train.dim) {
+    fprintf(stderr,
+            "muster-train: the test set's samples have %d features, the training set's %d "
+            "(t10k-images-idx3-ubyte and train-images-idx3-ubyte must have the same image size)\n",
+            test.dim, train.dim);
+    code = 2;
+    goto out;
+  }
   if (o.sizes[0] != train.dim || o.sizes[o.nsizes - 1] < train.classes) {
     fprintf(stderr,
             "muster-train: --layers: the first layer must have %d units (the data's features) "

@@ -268,6 +268,9 @@ void tr_mlp_evaluate(struct tr_mlp *m, const struct tr_data *d, double *loss, do
    * sizes[0]) is free here: no pass computes the inputs' gradient. */
   float *rows = m->delta[0];
 
+  if (d->dim != m->sizes[0]) /* main() refuses such data; never read past */
+    abort();
+
   for (int at = 0; at < d->n; at += m->max_batch) {
     int b = d->n - at < m->max_batch ? d->n - at : m->max_batch;
     double l1, c1;

@@ -117,7 +117,15 @@ void tr_mpi_init(int *argc, char ***argv);
 /* Parameter servers over TCP; the cluster comes from TF_CONFIG (tr_ps.h). */
 MUST_CHECK int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                          const struct tr_data *test, struct tr_result *r);
-/* --device cuda (tr_cuda.cu); single or allreduce (NCCL). */
+/* The layout muster-train and its CUDA plugin share (the structs above,
+ * by size, and a version for changes sizes do not show): the loader
+ * refuses a plugin built from other sources. */
+#define TR_CUDA_PLUGIN_ABI                                                                         \
+  (1000000000ul * 1 + 1000000ul * sizeof(struct tr_opts) % 1000 +                                  \
+   1000ul * sizeof(struct tr_mlp) % 1000 + sizeof(struct tr_result) % 1000)
+
+/* --device cuda (tr_cuda_load.c, which loads tr_cuda.cu's plugin); single
+ * or allreduce (NCCL). */
 MUST_CHECK int tr_run_cuda(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,
                            const struct tr_data *test, struct tr_result *r, int *argc,
                            char ***argv);

@@ -31,6 +31,11 @@ int main(int argc, char **argv) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) &&
+      (strcmp(argv[1], "rsh") == 0 || strcmp(argv[1], "rank") == 0)) {
+    fputs(strcmp(argv[1], "rsh") == 0 ? mpi_agent_usage_rsh : mpi_agent_usage_rank, stdout);
+    return 0;
+  }
   if (strcmp(argv[1], "rank") == 0)
     return mpi_agent_rank(argc - 1, argv + 1, "muster-launcher rank");
   if (strcmp(argv[1], "rsh") != 0) {

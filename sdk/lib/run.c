@@ -184,9 +184,12 @@ static void *exec_main(void *arg) {
    * are cancelled now, not when their turn to be waited for comes. */
   if (p->run->cancel)
     return NULL;
-  /* A lost connection: the controller says moments later what happened to
-   * the worker (killed, out of memory); that names the cause better. */
-  if (p->rc)
+  /* A lost connection, or a command killed by SIGTERM or SIGKILL (what a
+   * stop of its worker, an expired lease or the OOM killer sends): the
+   * controller says moments later what happened to the worker (stopped by
+   * the user, out of memory); that names the cause better, and a stop is
+   * no failure to restart after. */
+  if (p->rc || p->exit_code == 128 + SIGTERM || p->exit_code == 128 + SIGKILL)
     await_worker_failure(p->run, 3);
   if (p->rc)
     fail(p->run, p->target.worker_id, "%s %d (%s): %s", p->role, p->index, p->target.worker_id,
@@ -309,6 +312,20 @@ static int list_add(char **list, const char *fmt, ...) {
  * hostport.h: "ip:port,ip:port,...". */
 static int exec_list_add(char **list, const muster_worker *w) {
   return list_add(list, "%s:%d", w->ip_address, w->exec_port);
+}
+
+/* Whether this host has an RDMA or Omni-Path device (what Open MPI's
+ * network locality is for); where it does, hwloc keeps reading PCI. */
+static int host_has_fabric(void) {
+  DIR *d = opendir("/sys/class/infiniband");
+  struct dirent *e;
+  int found = 0;
+
+  while (d && !found && (e = readdir(d)))
+    found = e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return found || access("/dev/hfi1_0", F_OK) == 0 || access("/dev/ipath", F_OK) == 0;
 }
 
 /* The program of Open MPI's agents (rsh, rank): muster-launcher beside
@@ -455,13 +472,17 @@ static void run_allreduce(struct run *run, const char *master) {
   /* Open MPI's hwloc reads the PCI devices of the host in mpirun and in
    * every daemon (50 ms and more each, most of a daemon's start), for NIC
    * locality that --bind-to none never uses; GPUs are NCCL's business. A
-   * user's own setting wins. */
-  if (!getenv("HWLOC_COMPONENTS"))
+   * user's own setting wins, and a host with a fabric keeps it all (the
+   * daemons get what mpirun has: where the nodes have a fabric and this
+   * host none, HWLOC_COMPONENTS= (empty) keeps the reading on). */
+  if (!getenv("HWLOC_COMPONENTS") && !host_has_fabric())
     own[7] = xasprintf("HWLOC_COMPONENTS=-linuxio,-pci");
   for (char **e = environ; *e; e++)
     nenv++;
   envp = calloc(nenv + 9, sizeof(*envp));
-  if (oom || !envp || !hosts || !exec_ranks || !agent || !own[5] || pipe2(out, O_CLOEXEC) != 0 ||
+  for (int i = 0; i < 7; i++)
+    oom |= !own[i];
+  if (oom || !envp || !hosts || !exec_ranks || !agent || pipe2(out, O_CLOEXEC) != 0 ||
       pipe2(err, O_CLOEXEC) != 0) {
     fail(run, NULL, "could not prepare mpirun: %s", strerror(errno));
     goto out;

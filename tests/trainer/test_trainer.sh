@@ -103,6 +103,8 @@ if ! wait_for 60 grep -q "all 2 workers connected" "$tmp/ps.out"; then
 fi
 kill -KILL "$ps_pid"
 t0=$(date +%s.%N)
+# Reaped here, where bash's "Killed" note about it can go nowhere.
+{ wait "$ps_pid"; } 2>/dev/null
 wait "$w0_pid"; w0=$?; wait "$w1_pid"; w1=$?
 took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
 check "workers exit non-zero when their PS is killed (exit codes $w0, $w1)" test $w0 -ne 0 -a $w1 -ne 0
@@ -158,6 +160,20 @@ printf '\x00\x00\x09\x03' | dd of="$tmp/bad/train-labels-idx1-ubyte" bs=1 count=
 "$train" --data "$tmp/bad" --steps 1 > "$tmp/magic.out" 2>&1; rc=$?
 check "a garbled magic number: exit 2 (got $rc)" test $rc -eq 2
 check "...saying what the magic should be" grep -q "train-labels-idx1-ubyte: not an IDX file" "$tmp/magic.out"
+# A test set of wider images than the training set's (28x60, not 28x28):
+# refused, never read past the rows the network holds.
+mkdir -p "$tmp/wide"
+cp "$data"/* "$tmp/wide/"
+python3 - "$tmp/wide/t10k-images-idx3-ubyte" <<'PY'
+import struct, sys
+n = 100
+open(sys.argv[1], "wb").write(struct.pack(">IIII", 0x803, n, 28, 60) + bytes(n * 28 * 60))
+PY
+printf '\x00\x00\x08\x01\x00\x00\x00\x64' > "$tmp/wide/t10k-labels-idx1-ubyte"
+head -c 100 /dev/zero >> "$tmp/wide/t10k-labels-idx1-ubyte"
+"$train" --data "$tmp/wide" --steps 1 --batch 8 > "$tmp/wide.out" 2>&1; rc=$?
+check "a test set whose images differ in size from the training set's: exit 2 saying so (got $rc: $(tail -1 "$tmp/wide.out"))" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'must have the same image size' '$tmp/wide.out'"
 "$train" --data "$tmp/nowhere" --steps 1 > "$tmp/none.out" 2>&1; rc=$?
 check "a missing data directory: exit 2 and a hint to run setup" \
   bash -c "[ $rc -eq 2 ] && grep -q 'scripts/setup.sh' '$tmp/none.out'"
@@ -185,18 +201,33 @@ if [ -e "$plugin" ]; then
   # A machine without CUDA: every directory the CUDA libraries are found in
   # is hidden under an empty tmpfs, in a mount namespace of this test's own.
   dirs=$(ldd "$plugin" | awk -v re="$cuda_libs" '$1 ~ re && $3 ~ /^\// {print $3}' | xargs -r -n1 dirname | sort -u | tr '\n' ' ')
+  # A directory that also holds what muster-train itself loads (a distro's
+  # CUDA in /usr/lib/x86_64-linux-gnu) cannot be hidden without hiding that.
+  shared_dir=
+  for d in $dirs; do
+    for lib in $(ldd "$train" | awk '$3 ~ /^\// {print $3}') /usr/lib/x86_64-linux-gnu/libopenblas.so.0; do
+      [ "$(dirname "$(readlink -f "$lib")")" = "$(readlink -f "$d")" ] && shared_dir=$d
+    done
+  done
   if [ -z "$dirs" ]; then
     not_ok "the loader finds none of the plugin's CUDA libraries here: $(ldd "$plugin" | grep -E "$cuda_libs")"
+  elif [ -n "$shared_dir" ]; then
+    echo "# skipped: the CUDA libraries share $shared_dir with muster-train's own; hiding them would hide those"
   elif unshare -m --propagation private true 2>/dev/null; then
     unshare -m --propagation private bash -c '
       for d in '"$dirs"'; do mount -t tmpfs -o size=1m muster-test-no-cuda "$d" || exit 9; done
+      echo mounted > "$2/nocuda-mounted"
       "$1" --steps 5 --synthetic 1000 --quiet > "$2/nocuda-cpu.out" 2>&1; echo $? > "$2/nocuda-cpu.rc"
       "$1" --device cuda --steps 1 --synthetic 1000 > "$2/nocuda-gpu.out" 2>&1; echo $? > "$2/nocuda-gpu.rc"
     ' _ "$train" "$tmp"
-    check "without CUDA libraries (hidden: $dirs) the CPU path runs" \
-      bash -c "[ \"\$(cat '$tmp/nocuda-cpu.rc' 2>/dev/null)\" = 0 ] && tail -1 '$tmp/nocuda-cpu.out' | grep -q '\"steps\": 5'"
-    check "...and --device cuda exits 2 naming the missing library ($(cat "$tmp/nocuda-gpu.out" 2>/dev/null))" \
-      bash -c "[ \"\$(cat '$tmp/nocuda-gpu.rc' 2>/dev/null)\" = 2 ] && grep -Eq 'needs lib(cudart|cublas|cublasLt|nccl)[^ ]*, which this machine.s loader cannot find' '$tmp/nocuda-gpu.out'"
+    if [ ! -e "$tmp/nocuda-mounted" ]; then
+      echo "# skipped: a tmpfs over $dirs could not be mounted in a mount namespace here"
+    else
+      check "without CUDA libraries (hidden: $dirs) the CPU path runs" \
+        bash -c "[ \"\$(cat '$tmp/nocuda-cpu.rc' 2>/dev/null)\" = 0 ] && tail -1 '$tmp/nocuda-cpu.out' | grep -q '\"steps\": 5'"
+      check "...and --device cuda exits 2 naming the missing library ($(cat "$tmp/nocuda-gpu.out" 2>/dev/null))" \
+        bash -c "[ \"\$(cat '$tmp/nocuda-gpu.rc' 2>/dev/null)\" = 2 ] && grep -Eq 'needs lib(cudart|cublas|cublasLt|nccl)[^ ]*, which this machine.s loader cannot find' '$tmp/nocuda-gpu.out'"
+    fi
   else
     echo "# skipped: hiding the CUDA libraries needs a mount namespace (unshare -m), which this user may not make"
   fi

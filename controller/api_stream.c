@@ -94,6 +94,10 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
       e->len = e->buf ? strlen(e->buf) : 0;
     }
     if (e->len) {
+      /* Tests: events that reach their clients late (after what a client
+       * sees directly, a command's exit through the exec channel). */
+      if (n > 0)
+        FAULT_POINT("events_before_send");
       e->pos = 0;
       return copy_out(&e->buf, &e->len, &e->pos, out, max);
     }

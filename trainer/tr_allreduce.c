@@ -2,28 +2,14 @@
  * starts from rank 0's weights, computes the gradient of its shard of each
  * global batch, and all gradients (every layer, plus the loss sum and the
  * correct count) travel in one fused MPI_Allreduce per step. */
+#include "fabric.h"
 #include "tr_run.h"
 
-#include <dirent.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Whether this host has an RDMA or Omni-Path device (what Open MPI's
- * UCX, verbs, libfabric and PSM transports are for). */
-static int has_fabric(void) {
-  DIR *d = opendir("/sys/class/infiniband");
-  struct dirent *e;
-  int found = 0;
-
-  while (d && !found && (e = readdir(d)))
-    found = e->d_name[0] != '.';
-  if (d)
-    closedir(d);
-  return found || access("/dev/hfi1_0", F_OK) == 0 || access("/dev/ipath", F_OK) == 0;
-}
 
 void tr_mpi_init(int *argc, char ***argv) {
   /* Open MPI 4.1 spends 0.2 s in MPI_Init probing the transports of its cm
@@ -32,7 +18,7 @@ void tr_mpi_init(int *argc, char ***argv) {
    * Its hwloc also reads every PCI device of the host (25 ms and more of
    * MPI_Init), for the locality of network cards such a host does not
    * have. A user's own settings always win. */
-  if (!has_fabric()) {
+  if (!host_has_fabric()) {
     if (!getenv("OMPI_MCA_pml"))
       setenv("OMPI_MCA_pml", "ob1", 1);
     if (!getenv("HWLOC_COMPONENTS"))

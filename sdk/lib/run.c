@@ -1,10 +1,10 @@
 /* run.c: muster_run_cluster(), see muster.h. */
 #include "envlists.h"
+#include "fabric.h"
 #include "hostport.h"
 #include "internal.h"
 #include "muster.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -312,20 +312,6 @@ static int list_add(char **list, const char *fmt, ...) {
  * hostport.h: "ip:port,ip:port,...". */
 static int exec_list_add(char **list, const muster_worker *w) {
   return list_add(list, "%s:%d", w->ip_address, w->exec_port);
-}
-
-/* Whether this host has an RDMA or Omni-Path device (what Open MPI's
- * network locality is for); where it does, hwloc keeps reading PCI. */
-static int host_has_fabric(void) {
-  DIR *d = opendir("/sys/class/infiniband");
-  struct dirent *e;
-  int found = 0;
-
-  while (d && !found && (e = readdir(d)))
-    found = e->d_name[0] != '.';
-  if (d)
-    closedir(d);
-  return found || access("/dev/hfi1_0", F_OK) == 0 || access("/dev/ipath", F_OK) == 0;
 }
 
 /* The program of Open MPI's agents (rsh, rank): muster-launcher beside

@@ -245,23 +245,13 @@ END_TEST
 /* The start time of process pid, in clock ticks since boot (the 22nd
  * field of /proc/PID/stat, as the local backend records it), or 0. */
 static unsigned long long start_ticks(pid_t pid) {
-  char path[64], buf[1024], *p;
+  char buf[1024];
+  const char *f = h_proc_stat(pid, buf, sizeof(buf));
   unsigned long long t = 0;
-  size_t n;
-  FILE *f;
 
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  f = fopen(path, "r");
-  if (!f)
-    return 0;
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  p = strrchr(buf, ')');
-  /* after the name: the state (field 3), 18 numbers, the start time */
-  if (!p ||
-      sscanf(p + 1,
-             " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+  /* the state (field 3), 18 numbers, the start time */
+  if (!f ||
+      sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
              &t) != 1)
     return 0;
   return t;

@@ -46,23 +46,33 @@ double h_iso_seconds(const char *t) {
   return (double)timegm(&tm) + ms / 1000.0;
 }
 
+const char *h_proc_stat(long pid, char *buf, size_t len) {
+  char path[64];
+  FILE *f;
+  size_t n;
+  char *p;
+
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* The name may hold spaces and parentheses: the fields start after its
+   * last ')'. */
+  p = strrchr(buf, ')');
+  return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
 int h_gone(long pid, double timeout_s) {
   double until = h_now() + timeout_s;
 
   for (;;) {
-    char path[64], buf[512], *p;
-    FILE *f;
-    size_t n;
+    char buf[512];
+    const char *f = h_proc_stat(pid, buf, sizeof(buf));
 
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    f = fopen(path, "r");
-    if (!f)
-      return 1;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    p = strrchr(buf, ')');
-    if (p && p[1] == ' ' && p[2] == 'Z')
+    if (!f || f[0] == 'Z')
       return 1;
     if (h_now() >= until)
       return 0;

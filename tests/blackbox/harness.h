@@ -84,6 +84,9 @@ double h_iso_seconds(const char *t);
  * no more, and /proc tells a zombie apart from a live process); returns 1
  * if it is, 0 if it still runs. */
 int h_gone(long pid, double timeout_s);
+/* The fields of /proc/PID/stat after the process's name (the state first)
+ * in buf, or NULL when the process is gone. */
+const char *h_proc_stat(long pid, char *buf, size_t len);
 
 /* Writes an executable file (a fake workerd or a script) and returns its
  * path (static buffer per call site is the caller's). */

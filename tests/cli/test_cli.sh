@@ -67,20 +67,7 @@ run() {
 }
 m() { run "$MUSTER" "$@"; }
 
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it
-# succeeds; after SECONDS, says what it waited for and fails.
-wait_for() {
-  local secs=$1 what=$2 end
-  shift 2
-  end=$(($(date +%s%N) + secs * 1000000000))
-  until "$@"; do
-    if [ "$(date +%s%N)" -ge "$end" ]; then
-      echo "# gave up after $secs s waiting for $what"
-      return 1
-    fi
-    sleep 0.1
-  done
-}
+. "$(dirname "$0")/../lib/wait.sh"
 
 has() { grep -q -- "$2" <<<"$1"; }       # has TEXT REGEX (basic regex)
 hasE() { grep -qE -- "$2" <<<"$1"; }     # extended regex

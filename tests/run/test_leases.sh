@@ -85,20 +85,7 @@ wait_statuses() {
   return 1
 }
 run_of() { "$muster" runs --session "$1" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]['$2'] if r else '')"; }
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds; after
-# SECONDS, says what it waited for and fails.
-wait_for() {
-  local secs=$1 what=$2 end
-  shift 2
-  end=$(($(date +%s%N) + secs * 1000000000))
-  until "$@"; do
-    if [ "$(date +%s%N)" -ge "$end" ]; then
-      echo "# gave up after $secs s waiting for $what"
-      return 1
-    fi
-    sleep 0.05
-  done
-}
+. "$(dirname "$0")/../lib/wait.sh"
 # Whether session $1 holds no lease (none taken, given back, or run out):
 # the controller's list of sessions shows none for it.
 no_lease() {

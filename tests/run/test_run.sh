@@ -48,20 +48,7 @@ ge() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"
 json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 last_json() { grep -o '{"mode".*}' "$1" | tail -1; }
 no_sshd() { ! ps -eo comm= | grep -qx sshd; }
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds; after
-# SECONDS, says what it waited for and fails.
-wait_for() {
-  local secs=$1 what=$2 end
-  shift 2
-  end=$(($(date +%s%N) + secs * 1000000000))
-  until "$@"; do
-    if [ "$(date +%s%N)" -ge "$end" ]; then
-      echo "# gave up after $secs s waiting for $what"
-      return 1
-    fi
-    sleep 0.1
-  done
-}
+. "$(dirname "$0")/../lib/wait.sh"
 
 mkdir -p "$tmp/state"
 "$build/muster-controller" --listen 127.0.0.1:0 --state-dir "$tmp/state" --cpus 8 \

@@ -29,14 +29,7 @@ trap cleanup EXIT
 ok() { echo "ok - $*"; pass=$((pass + 1)); }
 not_ok() { echo "not ok - $*"; fail=$((fail + 1)); }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else not_ok "$what"; fi; }
-# Runs "$@" every 0.1 s until it succeeds or $1 seconds have passed.
-wait_for() {
-  local deadline=$(($(date +%s) + $1)); shift
-  until "$@"; do
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.1
-  done
-}
+. "$(dirname "$0")/../lib/wait.sh"
 
 # The JSON summary (the last line) field $2 of output file $1.
 field() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
@@ -98,7 +91,7 @@ fi
 ps_run --sync --epochs 50 --batch 64 --quiet
 # Killed mid-training: once the PS says every worker is in (before it
 # listens, the workers would wait out their connect timeout instead).
-if ! wait_for 60 grep -q "all 2 workers connected" "$tmp/ps.out"; then
+if ! wait_for 60 "the PS to say both workers connected" grep -q "all 2 workers connected" "$tmp/ps.out"; then
   not_ok "the PS did not say within 60 s that both workers connected: $(tail -3 "$tmp/ps.out")"
 fi
 kill -KILL "$ps_pid"

@@ -191,7 +191,10 @@ START_TEST(await_times_out_on_a_worker_blocked_in_scheduling) {
   t0 = h_now();
   ans = h_await(&ctl, blocked, 0, 1);
   took = h_now() - t0;
-  ck_assert_msg(took <= 2.0, "await with timeout 1 took %.3f s", took);
+  /* It answers at its timeout, not early and not at the worker's start
+   * (which never comes here); the upper bound only leaves a loaded machine
+   * its delays. */
+  ck_assert_msg(took <= 8.0, "await with timeout 1 took %.3f s", took);
   ck_assert_msg(took >= 0.9, "await with timeout 1 returned after only %.3f s", took);
   ck_assert(json_is_true(json_object_get(ans, "timed_out")));
   f = json_array_get(json_object_get(ans, "failures"), 0);

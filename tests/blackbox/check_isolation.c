@@ -85,8 +85,9 @@ START_TEST(a_worker_past_its_memory_fails_saying_so) {
   ck_assert_msg(strstr(h_str(f, "failure"), "killed: out of memory (limit 0.1 GiB)") != NULL,
                 "failure: %s", h_str(f, "failure"));
   /* The kill comes after the script's first line: the failure is recorded
-   * within 2 s of that line, so within 2 s of the kill (not a heartbeat or
-   * a timeout later). */
+   * soon after that line, not a heartbeat timeout (15 s) later, and not at
+   * the script's end (30 s). The bounds are halfway to those, so that a
+   * loaded machine's delays do not decide. */
   {
     double ended = h_iso_seconds(h_str(f, "finished_at")), said = 0;
     char path[96], *out = NULL;
@@ -94,10 +95,10 @@ START_TEST(a_worker_past_its_memory_fails_saying_so) {
     ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
     ck_assert_msg(out && sscanf(out, "%lf", &said) == 1, "the script said: %s", out);
     free(out);
-    ck_assert_msg(ended > 0 && ended - said < 2, "failed %.2f s after it began to allocate",
+    ck_assert_msg(ended > 0 && ended - said < 7.5, "failed %.2f s after it began to allocate",
                   ended - said);
   }
-  ck_assert_msg(h_now() - t0 < 10, "the failure took %.1f s", h_now() - t0);
+  ck_assert_msg(h_now() - t0 < 25, "the failure took %.1f s", h_now() - t0);
   json_decref(ans);
   json_decref(workers);
 out:

@@ -271,7 +271,7 @@ START_TEST(events_follow_and_cancel) {
   rc = muster_events(cl, 4, count_events, &s);
   pthread_join(th, NULL);
   ck_assert_int_eq(rc, MUSTER_E_SHUTTING_DOWN);
-  ck_assert_msg(h_now() - t0 < 3, "cancel took %.2f s", h_now() - t0);
+  ck_assert_msg(h_now() - t0 < 15, "cancel took %.2f s", h_now() - t0);
   ck_assert_int_eq(s.n, 4);
   muster_worker_list_free(&ws);
   down();
@@ -410,7 +410,7 @@ START_TEST(exec_gives_up_on_a_worker_that_does_not_answer) {
   ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), MUSTER_E_SHUTTING_DOWN);
   took = now_s() - t0;
   pthread_join(th, NULL);
-  ck_assert_msg(took < 3, "a cancelled connect took %.1f s", took);
+  ck_assert_msg(took < 7, "a cancelled connect took %.1f s", took);
   close(fds[1]);
   close(fds[0]);
 }

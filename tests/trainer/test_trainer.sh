@@ -87,8 +87,10 @@ else
   not_ok "PS --sync run failed (worker0 $w0, worker1 $w1, ps $psr): $(tail -2 "$tmp/w0.out" "$tmp/ps.out")"
 fi
 
-# --- a killed parameter server ends its workers, non-zero, within 10 s, naming it
-ps_run --sync --epochs 50 --batch 64 --quiet
+# --- a killed parameter server ends its workers, non-zero, at once, naming it.
+# Their I/O timeout is 60 s here: an end within 30 s came from the broken
+# connection, not from that timeout, however slow a loaded machine is.
+ps_run --sync --epochs 50 --batch 64 --quiet --io-timeout 60
 # Killed mid-training: once the PS says every worker is in (before it
 # listens, the workers would wait out their connect timeout instead).
 if ! wait_for 60 "the PS to say both workers connected" grep -q "all 2 workers connected" "$tmp/ps.out"; then
@@ -101,7 +103,7 @@ t0=$(date +%s.%N)
 wait "$w0_pid"; w0=$?; wait "$w1_pid"; w1=$?
 took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
 check "workers exit non-zero when their PS is killed (exit codes $w0, $w1)" test $w0 -ne 0 -a $w1 -ne 0
-check "...within 10 s (took $took s)" le "$took" 10
+check "...at once, not at their 60 s I/O timeout (took $took s)" le "$took" 30
 check "...and say which PS failed" grep -qi "ps 0" "$tmp/w0.out"
 
 # --- MNIST: >= 97.5 % test accuracy within 5 epochs, single and allreduce(2)

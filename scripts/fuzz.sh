@@ -24,7 +24,7 @@ fi
 out=build-fuzz
 mkdir -p "$out/artifacts"
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -D_GNU_SOURCE
-       -DMUSTER_VERSION='"fuzz"' -Icommon -Isdk/include -Icontroller -Itrainer)
+       -DMUSTER_VERSION='"fuzz"' -Icommon -Icontroller -Itrainer)
 
 build() { # name sources... -- libs...
   local name=$1; shift

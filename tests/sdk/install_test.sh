@@ -67,9 +67,11 @@ if [ -e "$BUILD/libmuster-train-cuda.so" ]; then
   check "the installed muster-train finds its plugin (trains on a GPU, or exit 2 naming the GPU or a CUDA library, not \"built without CUDA\")" \
     eval '[ $RC = 0 ] || { [ $RC = 2 ] && echo "$LOG" | grep -Eq "no CUDA device|needs lib"; }'
 fi
-for h in muster.h muster_errors.h; do
+# The public headers: the SDK's own, and the tables it shares with every
+# part (they live in common/, the bottom layer).
+for h in sdk/include/muster.h common/muster_errors.h common/muster_status.h; do
   LOG="$(ls -l "$P/include" 2>&1)"
-  check "installed include/$h (same as the source's)" cmp -s "$P/include/$h" "$SRC/sdk/include/$h"
+  check "installed include/${h##*/} (same as the source's $h)" cmp -s "$P/include/${h##*/}" "$SRC/$h"
 done
 LIBDIR=$(dirname "$(find "$P" -name libmuster.a -print -quit 2>/dev/null)" 2>/dev/null)
 LOG="$(find "$P" -name 'libmuster*' 2>&1)"

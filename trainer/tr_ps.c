@@ -1,37 +1,15 @@
 /*
  * tr_ps.c: the parameter-server mode of muster-train (--mode ps): the entry
- * point, which reads the cluster spec and becomes a server or a worker, and
- * what both sides share. The protocol and the modules are described in
- * tr_ps.h.
+ * point, which reads the cluster spec and becomes a server or a worker. The
+ * protocol and the modules are described in tr_ps.h.
  */
 #include "tr_ps.h"
 
 #include <stdio.h>
 #include <string.h>
 
-void ps_range_of(size_t nparams, int j, int nps, size_t *lo, size_t *hi) {
-  *lo = nparams * (size_t)j / (size_t)nps;
-  *hi = nparams * (size_t)(j + 1) / (size_t)nps;
-}
-
 static long total_steps(const struct tr_opts *o, const struct tr_data *train) {
   return o->steps > 0 ? o->steps : (long)o->epochs * tr_steps_per_epoch(train->n, o->batch);
-}
-
-void ps_fill_hello(struct ps_hello *h, const struct tr_opts *o, const struct tr_mlp *m,
-                   const struct ps_cluster *cl, int worker, int ps_index, long steps) {
-  memset(h, 0, sizeof *h);
-  h->worker = (uint32_t)worker;
-  h->nworkers = (uint32_t)cl->nworkers;
-  h->nps = (uint32_t)cl->nps;
-  h->ps_index = (uint32_t)ps_index;
-  h->nparams = m->nparams;
-  h->steps = steps;
-  h->sync = (uint32_t)(o->sync != 0);
-  h->batch = (uint32_t)o->batch;
-  h->seed = o->seed;
-  h->lr = o->lr;
-  h->momentum = o->momentum;
 }
 
 int tr_run_ps(const struct tr_opts *o, struct tr_mlp *m, const struct tr_data *train,

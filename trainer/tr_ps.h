@@ -165,7 +165,7 @@ void ps_net_cleanup(struct ps_net *nt);
 PS_CHECK int ps_pump(struct ps_net *nt, int mode, int drain, double timeout_s, const char *when,
                      char *err, size_t errlen);
 
-/* ---- tr_ps.c: what both sides share ---- */
+/* ---- tr_ps_wire.c: what both sides share ---- */
 
 /* PS j's range [lo, hi) of the nparams parameters. */
 void ps_range_of(size_t nparams, int j, int nps, size_t *lo, size_t *hi);

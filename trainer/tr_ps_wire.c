@@ -1,8 +1,9 @@
 /*
  * tr_ps_wire.c: the parameter-server mode's cluster spec (TF_CONFIG) and
  * its framing: connections that carry one message each way at a time, and
- * the poll loop that moves them with a deadline per peer. The protocol is
- * described in tr_ps.h.
+ * the poll loop that moves them with a deadline per peer; and what both
+ * sides share (each PS's range of the parameters, the HELLO that describes
+ * the run). The protocol is described in tr_ps.h.
  */
 #include "hostport.h"
 #include "tr_ps.h"
@@ -441,4 +442,27 @@ int ps_pump(struct ps_net *nt, int mode, int drain, double timeout_s, const char
     if (failed)
       return -1;
   }
+}
+
+/* ---- what both sides share: the ranges, the HELLO ---- */
+
+void ps_range_of(size_t nparams, int j, int nps, size_t *lo, size_t *hi) {
+  *lo = nparams * (size_t)j / (size_t)nps;
+  *hi = nparams * (size_t)(j + 1) / (size_t)nps;
+}
+
+void ps_fill_hello(struct ps_hello *h, const struct tr_opts *o, const struct tr_mlp *m,
+                   const struct ps_cluster *cl, int worker, int ps_index, long steps) {
+  memset(h, 0, sizeof *h);
+  h->worker = (uint32_t)worker;
+  h->nworkers = (uint32_t)cl->nworkers;
+  h->nps = (uint32_t)cl->nps;
+  h->ps_index = (uint32_t)ps_index;
+  h->nparams = m->nparams;
+  h->steps = steps;
+  h->sync = (uint32_t)(o->sync != 0);
+  h->batch = (uint32_t)o->batch;
+  h->seed = o->seed;
+  h->lr = o->lr;
+  h->momentum = o->momentum;
 }

@@ -1,19 +1,33 @@
 /*
  * api_internal.h: what the parts of the REST API share.
  *
- *   api_http.c    libmicrohttpd plumbing: answers, authentication, the route
- *                 table, the request life cycle, read-only connections
- *   api_client.c  the client endpoints (launch, list, get, stop, await,
- *                 sessions, health, metrics, the web UI's files)
- *   api_worker.c  the calls of a worker's own muster-workerd
- *   api_stream.c  the event stream and logs (followed or not)
- *   api_runs.c    sessions' leases, the session list, and runs
+ *   api_http.c      libmicrohttpd plumbing: the request life cycle,
+ *                   authentication of client calls, the router that walks
+ *                   the route tables
+ *   api_routes.c    the list of the route tables
+ *   api_reply.c     answers, the bearer token, request bodies, paging
+ *                   parameters: what handlers and router both use
+ *   api_readers.c   the pool of read-only database connections, worker
+ *                   objects read through it
+ *   api_launch.c    POST /api/v1/workers
+ *   api_list.c      GET /api/v1/workers (pages), GET /api/v1/workers/{id}
+ *   api_stop.c      POST /api/v1/workers/stop, DELETE /api/v1/workers/{id}
+ *   api_await.c     POST /api/v1/workers/await (a parked connection)
+ *   api_health.c    GET /api/v1/health, GET /metrics
+ *   api_web.c       the web UI's files (the router's fallback outside /api/)
+ *   api_worker.c    the calls of a worker's own muster-workerd
+ *   api_stream.c    the event stream and logs (followed or not)
+ *   api_sessions.c  sessions' leases, the session list, one session
+ *   api_runs.c      runs
  *
- * Every handler has the route_fn shape; arg is the path's {id} or {name}
- * (already checked to be a worker id where the route names one), or the
- * path itself for the web UI. Handlers run on libmicrohttpd's threads
- * without the state lock; they take it (state_lock()) only around what
- * touches the state machine, and read through api_reader_get() otherwise.
+ * Each handler file registers its handlers in a route table of its own
+ * (api_*_routes, listed by api_routes.c); the router (api_http.c) only
+ * walks the tables, and no handler calls the router. Every handler has the
+ * route_fn shape; arg is the path's {id} or {name} (already checked to be
+ * a worker id where the route names one), or the path itself for the web
+ * UI. Handlers run on libmicrohttpd's threads without the state lock; they
+ * take it (state_lock()) only around what touches the state machine, and
+ * read through api_reader_get() otherwise.
  */
 #ifndef MUSTER_API_INTERNAL_H
 #define MUSTER_API_INTERNAL_H
@@ -27,12 +41,22 @@
 #include <pthread.h>
 #include <stddef.h>
 
+struct req;
+
+/* What a request parked by its handler (MHD_suspend_connection) does when
+ * libmicrohttpd calls again after it was resumed, and when its connection
+ * ends before that: the handler sets them, the router only calls them. */
+typedef enum MHD_Result (*req_resume_fn)(struct MHD_Connection *c, struct req *rq);
+typedef void (*req_release_fn)(struct req *rq);
+
 /* Per-request state, kept in libmicrohttpd's con_cls. */
 struct req {
   char *body; /* the request body, at most 1 MiB (NUL-terminated) */
   size_t len;
   int too_large;
   struct waiter *waiter; /* a suspended await */
+  req_resume_fn resume;  /* set while parked */
+  req_release_fn release;
 };
 
 typedef enum MHD_Result (*route_fn)(struct MHD_Connection *c, struct req *rq, const char *arg);
@@ -44,6 +68,8 @@ enum route_auth {
   AUTH_WORKER, /* that worker's own token, checked by the handler */
 };
 
+/* One route. Its method is POST, PUT, GET or DELETE. A table of them ends
+ * with an entry whose method is NULL. */
 struct api_route {
   const char *method;
   const char
@@ -52,15 +78,38 @@ struct api_route {
   route_fn fn;
 };
 
-/* The route table (for docs and their test); *n gets its length. */
-const struct api_route *api_routes(int *n);
+/* ---- the route tables (each in its handler file) ---- */
 
-/* ---- read-only database connections (api_http.c) ---- */
+extern const struct api_route api_health_routes[];   /* api_health.c */
+extern const struct api_route api_worker_routes[];   /* api_worker.c */
+extern const struct api_route api_launch_routes[];   /* api_launch.c */
+extern const struct api_route api_list_routes[];     /* api_list.c */
+extern const struct api_route api_await_routes[];    /* api_await.c */
+extern const struct api_route api_stop_routes[];     /* api_stop.c */
+extern const struct api_route api_stream_routes[];   /* api_stream.c */
+extern const struct api_route api_sessions_routes[]; /* api_sessions.c */
+extern const struct api_route api_runs_routes[];     /* api_runs.c */
+
+/* Every table above, NULL-terminated (api_routes.c). No two routes match
+ * one method and URL, so their order does not matter. */
+extern const struct api_route *const api_route_tables[];
+
+/* What answers a GET of a path outside /api/ (arg: the path): the web UI's
+ * files (api_web.c). */
+extern const route_fn api_web_fallback;
+
+/* ---- read-only database connections (api_readers.c) ---- */
 
 struct reader {
   pthread_mutex_t mu;
   struct db *db;
 };
+
+/* Opens the pool: --http-threads + 2 read-only connections to the state
+ * directory's database (at most 66). Returns 0 or an error with a sentence
+ * in err; api_readers_close() closes what was opened either way. */
+MUST_CHECK int api_readers_open(char *err, size_t errlen);
+void api_readers_close(void);
 
 /* Takes a read-only connection, waiting if all are busy; give it back with
  * api_reader_put(). Never held across a wait. */
@@ -75,7 +124,7 @@ char *api_worker_text(struct reader *rd, const char *id, size_t *len);
 /* The worker object of id: a new reference, or NULL if there is none. */
 json_t *api_worker_read(const char *id);
 
-/* ---- answers (api_http.c) ---- */
+/* ---- answers and requests (api_reply.c) ---- */
 
 /* Queues body (a reference is stolen) as a JSON answer with status. */
 MUST_CHECK enum MHD_Result api_respond_json(struct MHD_Connection *c, unsigned status,
@@ -97,17 +146,16 @@ const char *api_bearer(struct MHD_Connection *c);
  * through *ret. */
 json_t *api_parse_body(struct MHD_Connection *c, struct req *rq, enum MHD_Result *ret);
 
+/* 1 if every key of body is one of known (n of them); else queues a 422
+ * naming the first other one (and list, the known ones) through *ret. */
+int api_known_fields(struct MHD_Connection *c, json_t *body, const char *const *known, size_t n,
+                     const char *list, enum MHD_Result *ret);
+
 /* Reads the paging parameters limit (default 500, at most 5000) and before
  * (a cursor from an earlier page's "next"). Returns 0, or queues a 422
- * naming the parameter through *ret (api_client.c). */
+ * naming the parameter through *ret. */
 MUST_CHECK int api_page_params(struct MHD_Connection *c, int *limit, int64_t *before,
                                enum MHD_Result *ret);
-
-/* ---- await (api_client.c) ---- */
-
-/* Answers a resumed await and frees its waiter. */
-MUST_CHECK enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq);
-void api_waiter_free(struct waiter *wt);
 
 /* ---- logs (api_worker.c) ---- */
 
@@ -115,37 +163,5 @@ void api_waiter_free(struct waiter *wt);
  * Returns 0, or MUSTER_E_INVALID for another stream name. */
 int api_log_path(const char *id, const char *stream, char *buf, size_t size)
     __attribute__((warn_unused_result));
-
-/* ---- the handlers ---- */
-
-MUST_CHECK enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq,
-                                            const char *arg);
-MUST_CHECK enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name);
-MUST_CHECK enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq,
-                                         const char *name);
-MUST_CHECK enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq,
-                                            const char *name);
-MUST_CHECK enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq,
-                                          const char *arg);
-MUST_CHECK enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_run_restart(struct MHD_Connection *c, struct req *rq,
-                                           const char *id);
-MUST_CHECK enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_static(struct MHD_Connection *c, struct req *rq, const char *url);
-MUST_CHECK enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id);
-MUST_CHECK enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg);
-MUST_CHECK enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id);
 
 #endif

@@ -1,7 +1,6 @@
-/* api_runs.c: sessions' leases, the session list, and runs (see
+/* api_runs.c: runs: their creation, list, reads, restarts and end (see
  * api_internal.h and docs/design.md). */
 #include "api_internal.h"
-#include "lease.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -12,18 +11,6 @@
 #include <string.h>
 
 #define RUN_MAX_RESTARTS 1000
-
-/* 1 if every key of body is one of known (n of them); else queues a 422
- * naming the first other one through *ret. */
-static int known_fields(struct MHD_Connection *c, json_t *body, const char *const *known, size_t n,
-                        const char *list, enum MHD_Result *ret) {
-  const char *key = validate_unknown_field(body, known, n);
-
-  if (key)
-    *ret = api_respond_error(c, MUSTER_E_INVALID, "body", "unknown field \"%.64s\" (known: %s)",
-                             key, list);
-  return key == NULL;
-}
 
 /* The body of a change of run id with only known fields: a new reference,
  * or NULL with the answer (404, 400, 422) queued through *ret. */
@@ -37,140 +24,16 @@ static json_t *run_change_body(struct MHD_Connection *c, struct req *rq, const c
     return NULL;
   }
   body = api_parse_body(c, rq, ret);
-  if (body && !known_fields(c, body, known, n, list, ret)) {
+  if (body && !api_known_fields(c, body, known, n, list, ret)) {
     json_decref(body);
     return NULL;
   }
   return body;
 }
 
-static MUST_CHECK enum MHD_Result bad_session_name(struct MHD_Connection *c, const char *name) {
-  return api_respond_error(c, MUSTER_E_NOT_FOUND, "name",
-                           "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
-                           "or '-')",
-                           name);
-}
-
-/* ---- PUT / DELETE /api/v1/sessions/{name}/lease ---- */
-
-enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const char *name) {
-  static const char *const known[] = {"ttl_seconds"};
-  json_t *body = NULL, *v, *lease;
-  enum MHD_Result ret = MHD_NO;
-  double ttl = 30;
-  int64_t expires;
-  int rc, created = 0;
-
-  /* PUT makes the session if it is new: a bad name is a bad value. */
-  if (!validate_name(name))
-    return api_respond_error(c, MUSTER_E_INVALID, "name",
-                             "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
-                             "or '-')",
-                             name);
-  if (rq->len) {
-    body = api_parse_body(c, rq, &ret);
-    if (!body)
-      return ret;
-    if (!known_fields(c, body, known, 1, "ttl_seconds", &ret))
-      goto out;
-  }
-  v = json_object_get(body, "ttl_seconds");
-  if (v && !json_is_null(v)) {
-    if (!json_is_number(v) || json_number_value(v) < LEASE_TTL_MIN ||
-        json_number_value(v) > LEASE_TTL_MAX) {
-      ret = api_respond_error(c, MUSTER_E_INVALID, "ttl_seconds",
-                              "ttl_seconds must be a number from %.0f to %.0f (seconds)",
-                              LEASE_TTL_MIN, LEASE_TTL_MAX);
-      goto out;
-    }
-    ttl = json_number_value(v);
-  }
-  state_lock();
-  if (g.shutting_down) {
-    state_unlock();
-    ret = api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
-    goto out;
-  }
-  rc = lease_put_locked(name, ttl, &expires, &created);
-  lease = rc ? NULL : lease_json_locked(name);
-  state_unlock();
-  if (rc == MUSTER_E_CONFLICT)
-    ret = api_respond_error(c, rc, NULL, "%d sessions hold a lease already; give one back first",
-                            LEASE_MAX);
-  else if (rc)
-    ret = api_respond_error(c, rc, NULL, "could not store the lease of session %s", name);
-  else {
-    /* 201: the session held no lease (a first PUT, or a renewal that came
-     * after the lease had expired and its workers were stopped). */
-    json_object_set_new(lease, "session", json_string(name));
-    ret = api_respond_json(c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, lease);
-  }
-out:
-  json_decref(body);
-  return ret;
-}
-
-enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq, const char *name) {
-  (void)rq;
-  int rc;
-
-  if (!validate_name(name))
-    return bad_session_name(c, name);
-  state_lock();
-  rc = lease_drop_locked(name);
-  state_unlock();
-  if (rc == MUSTER_E_NOT_FOUND)
-    return api_respond_error(c, rc, "name", "session %s holds no lease", name);
-  if (rc)
-    return api_respond_error(c, rc, NULL, "could not give back the lease of session %s", name);
-  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:s, s:n}", "session", name, "lease"));
-}
-
-/* ---- GET /api/v1/sessions ---- */
-
-struct session_list {
-  json_t *by_name; /* name -> {"name", "live_workers", "lease"} */
-};
-
-static json_t *session_entry(struct session_list *sl, const char *name) {
-  json_t *o = json_object_get(sl->by_name, name);
-
-  if (!o) {
-    o = json_pack("{s:s, s:i, s:n}", "name", name, "live_workers", 0, "lease");
-    json_object_set_new(sl->by_name, name, o);
-  }
-  return o;
-}
-
-static void add_lease(void *arg, const char *session, double ttl, double left) {
-  (void)ttl;
-  (void)left;
-  json_object_set_new(session_entry(arg, session), "lease", lease_json_locked(session));
-}
-
-enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, const char *arg) {
-  (void)rq;
-  (void)arg;
-  struct session_list sl = {json_object()};
-  json_t *out = json_array(), *v;
-  const char *key;
-
-  state_lock();
-  for (struct lw *w = g.head; w; w = w->next) {
-    json_t *o = session_entry(&sl, w->session);
-    json_object_set_new(o, "live_workers",
-                        json_integer(json_integer_value(json_object_get(o, "live_workers")) + 1));
-  }
-  leases_each_locked(add_lease, &sl);
-  state_unlock();
-  json_object_foreach(sl.by_name, key, v) json_array_append(out, v);
-  json_decref(sl.by_name);
-  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:o}", "sessions", out));
-}
-
 /* ---- POST /api/v1/runs ---- */
 
-enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const char *arg) {
+static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)arg;
   static const char *const known[] = {"mode", "command", "session", "workers", "max_restarts"};
   json_t *body, *v, *workers, *item, *run = NULL;
@@ -184,7 +47,7 @@ enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const c
   body = api_parse_body(c, rq, &ret);
   if (!body)
     return ret;
-  if (!known_fields(c, body, known, 5, "mode, command, session, workers, max_restarts", &ret))
+  if (!api_known_fields(c, body, known, 5, "mode, command, session, workers, max_restarts", &ret))
     goto out;
   mode = json_string_value(json_object_get(body, "mode"));
   if (!validate_name(mode)) {
@@ -315,7 +178,7 @@ static json_t *run_read(const char *id) {
   return o;
 }
 
-enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id) {
   (void)rq;
   json_t *o = validate_run_id(id) ? run_read(id) : NULL;
 
@@ -324,7 +187,7 @@ enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char
   return api_respond_json(c, MHD_HTTP_OK, o);
 }
 
-enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, const char *arg) {
+static enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)rq;
   (void)arg;
   const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
@@ -393,7 +256,7 @@ static MUST_CHECK enum MHD_Result run_changed(struct MHD_Connection *c, const ch
            : api_respond_error(c, MUSTER_E_DB, NULL, "could not read run %s back", id);
 }
 
-enum MHD_Result api_run_restart(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_run_restart(struct MHD_Connection *c, struct req *rq, const char *id) {
   static const char *const known[] = {"cause"};
   json_t *body;
   const char *cause;
@@ -420,7 +283,7 @@ out:
   return ret;
 }
 
-enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char *id) {
   static const char *const known[] = {"status", "summary", "failure"};
   json_t *body, *summary;
   const char *status, *failure;
@@ -465,3 +328,13 @@ out:
   json_decref(body);
   return ret;
 }
+
+/* The routes of this file (api_routes.c lists the table). */
+const struct api_route api_runs_routes[] = {
+    {"POST", "/api/v1/runs", AUTH_CLIENT, api_run_create},
+    {"GET", "/api/v1/runs", AUTH_CLIENT, api_runs_list},
+    {"GET", "/api/v1/runs/{run}", AUTH_CLIENT, api_run_get},
+    {"POST", "/api/v1/runs/{run}/restarts", AUTH_CLIENT, api_run_restart},
+    {"POST", "/api/v1/runs/{run}/end", AUTH_CLIENT, api_run_end},
+    {NULL, NULL, AUTH_NONE, NULL},
+};

@@ -119,7 +119,7 @@ static void events_free(void *cls) {
   free(e);
 }
 
-enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg) {
+static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)rq;
   (void)arg;
   const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
@@ -224,7 +224,7 @@ static void log_free(void *cls) {
   free(l);
 }
 
-enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id) {
   (void)rq;
   const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
   const char *offs = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset");
@@ -286,3 +286,10 @@ enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *i
   MHD_destroy_response(r);
   return ret;
 }
+
+/* The routes of this file (api_routes.c lists the table). */
+const struct api_route api_stream_routes[] = {
+    {"GET", "/api/v1/events", AUTH_CLIENT, api_events},
+    {"GET", "/api/v1/workers/{id}/logs", AUTH_CLIENT, api_logs},
+    {NULL, NULL, AUTH_NONE, NULL},
+};

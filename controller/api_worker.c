@@ -54,7 +54,7 @@ static MUST_CHECK int worker_auth_locked(struct MHD_Connection *c, const char *i
 
 /* ---- worker-facing calls ---- */
 
-enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_worker_info info;
   struct db_fields f = DB_FIELDS_INIT;
   struct register_req reg;
@@ -174,7 +174,7 @@ enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, const cha
   return api_respond_json(c, MHD_HTTP_OK, answer);
 }
 
-enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id) {
   (void)rq;
   char status[16];
   struct lw *w;
@@ -197,7 +197,7 @@ enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const ch
   return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
 }
 
-enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_fields f = DB_FIELDS_INIT;
   struct exit_req ex;
   char status[16], msg[256];
@@ -260,7 +260,7 @@ int api_log_path(const char *id, const char *stream, char *buf, size_t size) {
   return 0;
 }
 
-enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id) {
   const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
   char path[700], status[16];
   struct lw *w;
@@ -294,3 +294,13 @@ enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const c
   state_unlock();
   return api_respond_empty(c, MHD_HTTP_NO_CONTENT);
 }
+
+/* The routes of this file (api_routes.c lists the table). */
+const struct api_route api_worker_routes[] = {
+    /* The worker's own calls carry its token, not the client's. */
+    {"POST", "/api/v1/workers/{id}/register", AUTH_WORKER, api_register},
+    {"POST", "/api/v1/workers/{id}/heartbeat", AUTH_WORKER, api_heartbeat},
+    {"POST", "/api/v1/workers/{id}/exit", AUTH_WORKER, api_exit},
+    {"POST", "/api/v1/workers/{id}/logs", AUTH_WORKER, api_log_append},
+    {NULL, NULL, AUTH_NONE, NULL},
+};

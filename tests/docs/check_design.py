@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """check_design.py: docs/design.md matches the code.
 
-- every route in the controller's route table (controller/api_http.c) is in
-  one of design.md's endpoint tables, and every endpoint there is routed;
+- every route in the controller's route tables (controller/api_*.c, one per
+  handler file) is in one of design.md's endpoint tables, and every endpoint
+  there is routed;
 - every option `muster-controller --help` lists is in design.md's controller
   section, and every option named there exists;
 - every `muster-train` option design.md names exists;
@@ -10,6 +11,7 @@
 
 usage: check_design.py BUILD_DIR SOURCE_DIR
 """
+import glob
 import re
 import subprocess
 import sys
@@ -25,7 +27,7 @@ def check(ok, what):
 
 
 design = open(src + "/docs/design.md").read()
-table = open(src + "/controller/api_http.c").read()
+table = "".join(open(f).read() for f in sorted(glob.glob(src + "/controller/api_*.c")))
 routed = set(re.findall(r'\{"(GET|POST|PUT|DELETE)", "(/[^"]*)", AUTH_', table))
 documented = set(re.findall(r'^\| `(GET|POST|PUT|DELETE) (/[^`]*)`', design, re.M))
 check(len(routed) >= 10, "the route table was read (%d routes)" % len(routed))

@@ -1,0 +1,164 @@
+/* api_health.c: GET /api/v1/health and GET /metrics (Prometheus' text
+ * format). See api_internal.h. */
+#include "api_internal.h"
+
+#include "backend.h"
+#include "lease.h"
+#include "state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- health, metrics ---- */
+
+static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)rq;
+  (void)arg;
+  json_t *counts;
+  int shutting;
+
+  struct reader *rd = api_reader_get();
+
+  counts = db_status_counts(rd->db);
+  api_reader_put(rd);
+  shutting = g.shutting_down;
+  return api_respond_json(
+      c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+      json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", shutting ? "shutting_down" : "ok", "version",
+                MUSTER_VERSION, "backend", g.cfg.backend, "isolation",
+                g.backend->isolation ? g.backend->isolation() : "none", "workers", counts));
+}
+
+/* One live worker's usage, as three labelled samples (their HELP and TYPE
+ * lines come first, from api_metrics). */
+struct usage_lines {
+  FILE *cpu, *mem, *peak;
+};
+
+static void usage_line(void *arg, const char *id, const struct db_usage *u) {
+  struct usage_lines *l = arg;
+
+  /* (a counter the host lacks is -1: no sample) */
+  if (u->cpu_seconds >= 0)
+    fprintf(l->cpu, "muster_worker_cpu_seconds{id=\"%s\"} %.3f\n", id, u->cpu_seconds);
+  if (u->memory_bytes >= 0)
+    fprintf(l->mem, "muster_worker_memory_bytes{id=\"%s\"} %lld\n", id, u->memory_bytes);
+  if (u->memory_peak_bytes >= 0)
+    fprintf(l->peak, "muster_worker_memory_peak_bytes{id=\"%s\"} %lld\n", id, u->memory_peak_bytes);
+}
+
+static void lease_line(void *arg, const char *session, double ttl, double left) {
+  (void)ttl;
+  /* Session names are [A-Za-z0-9_.-]: nothing to escape. */
+  fprintf(arg, "muster_session_lease_seconds_left{session=\"%s\"} %.3f\n", session, left);
+}
+
+static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)rq;
+  (void)arg;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  struct MHD_Response *r;
+  enum MHD_Result ret;
+  json_t *counts, *v;
+  const char *k;
+  int waiters = 0, streams = 0;
+
+  if (!f)
+    return MHD_NO;
+  struct reader *rd = api_reader_get();
+  double cpu_used = 0, cpu_total = 0, mem_used = 0, mem_total = 0;
+  char *mem_text = NULL, *peak_text = NULL;
+  size_t mem_len = 0, peak_len = 0;
+  struct usage_lines ul = {f, open_memstream(&mem_text, &mem_len),
+                           open_memstream(&peak_text, &peak_len)};
+
+  counts = db_status_counts(rd->db);
+  fprintf(f, "# HELP muster_worker_cpu_seconds CPU time of a live worker's processes.\n"
+             "# TYPE muster_worker_cpu_seconds counter\n");
+  if (ul.mem && ul.peak)
+    db_live_usage(rd->db, usage_line, &ul);
+  api_reader_put(rd);
+  if (ul.mem && ul.peak) {
+    fflush(ul.mem);
+    fflush(ul.peak);
+    fprintf(f,
+            "# HELP muster_worker_memory_bytes Memory a live worker uses.\n"
+            "# TYPE muster_worker_memory_bytes gauge\n%s"
+            "# HELP muster_worker_memory_peak_bytes The most memory a live worker used.\n"
+            "# TYPE muster_worker_memory_peak_bytes gauge\n%s",
+            mem_text ? mem_text : "", peak_text ? peak_text : "");
+  }
+  if (ul.mem)
+    fclose(ul.mem);
+  if (ul.peak)
+    fclose(ul.peak);
+  free(mem_text);
+  free(peak_text);
+  g.backend->usage(&cpu_used, &cpu_total, &mem_used, &mem_total);
+  state_lock();
+  for (struct waiter *wt = g.waiters; wt; wt = wt->next)
+    waiters++;
+  for (struct stream *s = g.streams; s; s = s->next)
+    streams++;
+  fprintf(f, "# HELP muster_session_lease_seconds_left Seconds until a session's lease runs out "
+             "(its workers are then stopped).\n"
+             "# TYPE muster_session_lease_seconds_left gauge\n");
+  leases_each_locked(lease_line, f);
+  fprintf(f,
+          "# HELP muster_leases_expired_total Leases that ran out since start.\n"
+          "# TYPE muster_leases_expired_total counter\nmuster_leases_expired_total %llu\n",
+          (unsigned long long)g.leases_expired);
+  state_unlock();
+  fprintf(f, "# HELP muster_workers Workers by status.\n# TYPE muster_workers gauge\n");
+  json_object_foreach(counts, k, v)
+      fprintf(f, "muster_workers{status=\"%s\"} %lld\n", k, (long long)json_integer_value(v));
+  fprintf(f,
+          "# HELP muster_cpu_used Cores held by live workers.\n# TYPE muster_cpu_used gauge\n"
+          "muster_cpu_used %g\n",
+          cpu_used);
+  fprintf(f,
+          "# HELP muster_cpu_capacity Cores of the backend.\n"
+          "# TYPE muster_cpu_capacity gauge\nmuster_cpu_capacity %g\n",
+          cpu_total);
+  fprintf(f,
+          "# HELP muster_memory_used_gib Memory held by live workers.\n"
+          "# TYPE muster_memory_used_gib gauge\nmuster_memory_used_gib %g\n",
+          mem_used);
+  fprintf(f,
+          "# HELP muster_memory_capacity_gib Memory of the backend.\n"
+          "# TYPE muster_memory_capacity_gib gauge\nmuster_memory_capacity_gib %g\n",
+          mem_total);
+  fprintf(f,
+          "# HELP muster_transitions_total State changes since start.\n"
+          "# TYPE muster_transitions_total counter\nmuster_transitions_total %llu\n",
+          (unsigned long long)g.transitions);
+  fprintf(f,
+          "# HELP muster_http_requests_total Requests since start.\n"
+          "# TYPE muster_http_requests_total counter\nmuster_http_requests_total %llu\n",
+          (unsigned long long)g.http_requests);
+  fprintf(f,
+          "# HELP muster_await_waiting Suspended await calls.\n"
+          "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
+          waiters);
+  fprintf(f,
+          "# HELP muster_streams_waiting Open event streams and followed logs.\n"
+          "# TYPE muster_streams_waiting gauge\nmuster_streams_waiting %d\n",
+          streams);
+  json_decref(counts);
+  fclose(f);
+  r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+  ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* The routes of this file (api_routes.c lists the table). */
+const struct api_route api_health_routes[] = {
+    {"GET", "/api/v1/health", AUTH_NONE, api_health},
+    {"GET", "/metrics", AUTH_NONE, api_metrics},
+    {NULL, NULL, AUTH_NONE, NULL},
+};

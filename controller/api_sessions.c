@@ -1,0 +1,169 @@
+/* api_sessions.c: sessions: their leases (PUT and DELETE
+ * /api/v1/sessions/{name}/lease), the session list and one session (see
+ * api_internal.h and docs/design.md). */
+#include "api_internal.h"
+#include "lease.h"
+#include "muster_errors.h"
+#include "state.h"
+#include "validate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static MUST_CHECK enum MHD_Result bad_session_name(struct MHD_Connection *c, const char *name) {
+  return api_respond_error(c, MUSTER_E_NOT_FOUND, "name",
+                           "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
+                           "or '-')",
+                           name);
+}
+
+/* ---- PUT / DELETE /api/v1/sessions/{name}/lease ---- */
+
+static enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const char *name) {
+  static const char *const known[] = {"ttl_seconds"};
+  json_t *body = NULL, *v, *lease;
+  enum MHD_Result ret = MHD_NO;
+  double ttl = 30;
+  int64_t expires;
+  int rc, created = 0;
+
+  /* PUT makes the session if it is new: a bad name is a bad value. */
+  if (!validate_name(name))
+    return api_respond_error(c, MUSTER_E_INVALID, "name",
+                             "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
+                             "or '-')",
+                             name);
+  if (rq->len) {
+    body = api_parse_body(c, rq, &ret);
+    if (!body)
+      return ret;
+    if (!api_known_fields(c, body, known, 1, "ttl_seconds", &ret))
+      goto out;
+  }
+  v = json_object_get(body, "ttl_seconds");
+  if (v && !json_is_null(v)) {
+    if (!json_is_number(v) || json_number_value(v) < LEASE_TTL_MIN ||
+        json_number_value(v) > LEASE_TTL_MAX) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "ttl_seconds",
+                              "ttl_seconds must be a number from %.0f to %.0f (seconds)",
+                              LEASE_TTL_MIN, LEASE_TTL_MAX);
+      goto out;
+    }
+    ttl = json_number_value(v);
+  }
+  state_lock();
+  if (g.shutting_down) {
+    state_unlock();
+    ret = api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
+    goto out;
+  }
+  rc = lease_put_locked(name, ttl, &expires, &created);
+  lease = rc ? NULL : lease_json_locked(name);
+  state_unlock();
+  if (rc == MUSTER_E_CONFLICT)
+    ret = api_respond_error(c, rc, NULL, "%d sessions hold a lease already; give one back first",
+                            LEASE_MAX);
+  else if (rc)
+    ret = api_respond_error(c, rc, NULL, "could not store the lease of session %s", name);
+  else {
+    /* 201: the session held no lease (a first PUT, or a renewal that came
+     * after the lease had expired and its workers were stopped). */
+    json_object_set_new(lease, "session", json_string(name));
+    ret = api_respond_json(c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, lease);
+  }
+out:
+  json_decref(body);
+  return ret;
+}
+
+static enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq,
+                                        const char *name) {
+  (void)rq;
+  int rc;
+
+  if (!validate_name(name))
+    return bad_session_name(c, name);
+  state_lock();
+  rc = lease_drop_locked(name);
+  state_unlock();
+  if (rc == MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, rc, "name", "session %s holds no lease", name);
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not give back the lease of session %s", name);
+  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:s, s:n}", "session", name, "lease"));
+}
+
+/* ---- GET /api/v1/sessions ---- */
+
+struct session_list {
+  json_t *by_name; /* name -> {"name", "live_workers", "lease"} */
+};
+
+static json_t *session_entry(struct session_list *sl, const char *name) {
+  json_t *o = json_object_get(sl->by_name, name);
+
+  if (!o) {
+    o = json_pack("{s:s, s:i, s:n}", "name", name, "live_workers", 0, "lease");
+    json_object_set_new(sl->by_name, name, o);
+  }
+  return o;
+}
+
+static void add_lease(void *arg, const char *session, double ttl, double left) {
+  (void)ttl;
+  (void)left;
+  json_object_set_new(session_entry(arg, session), "lease", lease_json_locked(session));
+}
+
+static enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  (void)rq;
+  (void)arg;
+  struct session_list sl = {json_object()};
+  json_t *out = json_array(), *v;
+  const char *key;
+
+  state_lock();
+  for (struct lw *w = g.head; w; w = w->next) {
+    json_t *o = session_entry(&sl, w->session);
+    json_object_set_new(o, "live_workers",
+                        json_integer(json_integer_value(json_object_get(o, "live_workers")) + 1));
+  }
+  leases_each_locked(add_lease, &sl);
+  state_unlock();
+  json_object_foreach(sl.by_name, key, v) json_array_append(out, v);
+  json_decref(sl.by_name);
+  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:o}", "sessions", out));
+}
+
+/* ---- GET /api/v1/sessions/{name} ---- */
+
+static enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name) {
+  (void)rq;
+  struct reader *rd;
+  json_t *o;
+
+  if (!validate_name(name))
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "name", "\"%.64s\" is not a session name",
+                             name);
+  rd = api_reader_get();
+  o = db_session_json(rd->db, name);
+  api_reader_put(rd);
+  if (!o)
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "name",
+                             "there is no session %s (a session exists once it has launched)",
+                             name);
+  state_lock();
+  json_object_set_new(o, "lease", lease_json_locked(name));
+  state_unlock();
+  return api_respond_json(c, MHD_HTTP_OK, o);
+}
+
+/* The routes of this file (api_routes.c lists the table). */
+const struct api_route api_sessions_routes[] = {
+    {"GET", "/api/v1/sessions", AUTH_CLIENT, api_sessions},
+    {"GET", "/api/v1/sessions/{name}", AUTH_CLIENT, api_session},
+    {"PUT", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_put},
+    {"DELETE", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_delete},
+    {NULL, NULL, AUTH_NONE, NULL},
+};

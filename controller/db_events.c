@@ -1,0 +1,74 @@
+/* db_events.c: reading the events table (the event stream's records, the
+ * last seq). Events are written with each transition (db_workers.c). See
+ * db.h. */
+#include "db_internal.h"
+
+#include "muster_errors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
+                    int64_t *last) {
+  sqlite3_stmt *s = db_stmt(db, ST_EVENTS_SINCE);
+  char *buf = NULL;
+  size_t len = 0;
+  int n = 0, rc;
+
+  *out = NULL;
+  *outlen = 0;
+  sqlite3_bind_int64(s, 1, since);
+  sqlite3_bind_int(s, 2, limit);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    json_t *e = json_object();
+    char *data, *grown;
+    int64_t seq = sqlite3_column_int64(s, 0);
+    size_t need;
+
+    json_object_set_new(e, "seq", json_integer(seq));
+    json_object_set_new(e, "worker_id", db_col_text(s, 1));
+    json_object_set_new(e, "from", db_col_text(s, 2));
+    json_object_set_new(e, "to", db_col_text(s, 3));
+    json_object_set_new(e, "at", db_col_text(s, 4));
+    json_object_set_new(e, "detail", db_col_text(s, 5));
+    data = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    if (!data)
+      goto nomem;
+    need = strlen(data) + 48;
+    grown = realloc(buf, len + need);
+    if (!grown) {
+      free(data);
+      goto nomem;
+    }
+    buf = grown;
+    len += (size_t)snprintf(buf + len, need, "id: %lld\ndata: %s\n\n", (long long)seq, data);
+    free(data);
+    *last = seq;
+    n++;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(buf);
+    return MUSTER_E_DB;
+  }
+  *out = buf;
+  *outlen = len;
+  return n;
+
+nomem:
+  sqlite3_reset(s);
+  free(buf);
+  return MUSTER_E_NOMEM;
+}
+
+int64_t db_last_event_seq(struct db *db) {
+  sqlite3_stmt *s = db_stmt(db, ST_LAST_SEQ);
+  int64_t v = 0;
+
+  if (sqlite3_step(s) == SQLITE_ROW)
+    v = sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  return v;
+}

@@ -2,7 +2,8 @@
 # Checks the C sources against the style guide's rules that a machine can
 # check: clang-format (.clang-format) without drift; none of the banned
 # functions (strcpy, strcat, sprintf, vsprintf, strtok, atoi, gets); no
-# strtol/strtoul/strtoll/strtoull/strtod/strtof without an end pointer.
+# strtol/strtoul/strtoll/strtoull/strtod/strtof without an end pointer; no C or
+# CUDA source over 800 lines (one job per file: split it by responsibility).
 #
 # usage: scripts/check-style.sh [FILE...]   (default: every tracked .c, .h, .cu)
 # Exits 1 naming each file and line that breaks a rule, 0 when all is well.
@@ -46,6 +47,16 @@ if [ -n "$hits" ]; then
   echo "$hits" | sed 's/$/   <- no end pointer: check where the number ended/'
   bad=1
 fi
+
+# One job per file: a source past 800 lines does more than one.
+for f in "${files[@]}"; do
+  case $f in *.c | *.cu) ;; *) continue ;; esac
+  n=$(wc -l < "$f")
+  if [ "$n" -gt 800 ]; then
+    echo "$f: $n lines, over 800: split it by responsibility (docs/internals/ maps each file's one job)"
+    bad=1
+  fi
+done
 
 if [ $bad -eq 0 ]; then
   echo "check-style: ${#files[@]} files follow the style rules"

@@ -1,0 +1,35 @@
+/*
+ * await_progress.h: muster await's live progress line (await_progress.c),
+ * drawn on stderr while cmd_await waits.
+ */
+#ifndef MUSTER_CLI_AWAIT_PROGRESS_H
+#define MUSTER_CLI_AWAIT_PROGRESS_H
+
+#include "muster.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Live progress of an await, on a terminal: a thread follows the event
+ * stream and redraws one line, e.g. "3/4 running, 1 failed". */
+struct progress {
+  muster_client *c;
+  const char *const *ids;
+  size_t n;
+  muster_status *st;
+  int wfc;
+  int64_t since;
+  pthread_t thread;
+};
+
+/* Starts the progress line for the n workers ids (borrowed until
+ * progress_stop()) on a client of its own to the default controller; wfc:
+ * counting those that succeeded (else those running). Best effort: returns
+ * 0, or -1 with nothing started (progress_stop() is then a no-op). */
+int progress_start(struct progress *p, const char *const *ids, size_t n, int wfc);
+
+/* Stops the thread, clears the line and frees what progress_start() took. */
+void progress_stop(struct progress *p);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * cli.h: what the muster CLI's files share (sdk/cli/, the `muster`
+ * binary): its exit codes, the controller named by the global options, the
+ * helpers of cli_util.c (usage and failure messages, argument parsing, the
+ * worker output more than one command prints), and the commands that
+ * muster.c's table dispatches to. The CLI uses only libmuster's public API
+ * (muster.h), as curl's tool uses only libcurl's.
+ *
+ * Layers, each calling only those below it: muster.c (main, the command
+ * table) -> cmd_*.c (one file per command group) -> launch_lease.c,
+ * await_progress.c, mpi_agent.c -> cli_util.c -> libmuster.
+ */
+#ifndef MUSTER_CLI_H
+#define MUSTER_CLI_H
+
+#include "muster.h"
+#include "util.h"
+
+#include <stddef.h>
+
+/* Exit codes. */
+enum { EXIT_OK = 0, EXIT_WORKERS = 1, EXIT_USAGE = 2, EXIT_CONTROLLER = 3 };
+
+/* --url and --token, or NULL: set by main before any command runs, read by
+ * connect_client() (and by muster await, which draws its progress line
+ * only for the default controller). */
+extern const char *opt_url, *opt_token;
+
+/* ---- messages and the controller ---- */
+
+/* Prints "muster: " and the message, then usage, to stderr. Returns
+ * EXIT_USAGE. */
+int usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reports a failed call and returns the exit code for it. */
+int call_failed(muster_client *c, int rc);
+
+/* What a command says and exits with when memory runs out. */
+int out_of_memory(void);
+
+/* Connects *c to the controller of --url/--token, MUSTER_URL/MUSTER_TOKEN
+ * or the local state directory; the caller frees *c with
+ * muster_client_free(). Returns 0, or the exit code after saying why. */
+int connect_client(muster_client **c);
+
+/* $MUSTER_SESSION when set and not empty (borrowed), else NULL. */
+const char *session_default(void);
+
+/* ---- output ---- */
+
+/* The worker object exactly as the controller sent it. */
+void print_worker_json(const muster_worker *w);
+
+/* The workers as a JSON array, and a newline. */
+void print_list_json(const muster_worker_list *l);
+
+/* What muster launch prints: the ids, one per line, or the workers as JSON. */
+void print_launched(const muster_worker_list *l, int as_json);
+
+/* Seconds since an ISO time of the controller, or -1. */
+double age_of(const char *iso);
+
+/* An age in seconds as the tables print it ("45s", "3m", "2h", "5d"; "-"
+ * when negative), into buf. */
+void fmt_age(double s, char *buf, size_t size);
+
+/* ---- arguments ---- */
+
+/* A number >= min into *out. Returns 0, or -1 when s is not one. */
+MUST_CHECK int parse_double(const char *s, double min, double *out);
+
+/* A whole number from min to max into *out. Returns 0, or -1. */
+MUST_CHECK int parse_int(const char *s, long min, long max, long *out);
+
+/* A growing array of borrowed strings; the caller frees v. */
+struct strv {
+  const char **v;
+  size_t n, cap;
+};
+
+/* Appends x (borrowed). Returns 0, or -1 when memory runs out. */
+MUST_CHECK int strv_push(struct strv *s, const char *x);
+
+/* Reads whitespace-separated ids from stdin into ids (the strings are
+ * kept in *store, freed by the caller). Returns 0, or -1 when memory runs
+ * out or the input is too long. */
+MUST_CHECK int read_ids_stdin(struct strv *ids, char **store);
+
+/* ---- the commands (muster.c's table) ----
+ * Each takes its own argv (argv[0] is the command's name) and returns the
+ * process exit code. */
+
+/* cmd_workers.c */
+int cmd_launch(int argc, char **argv);
+int cmd_await(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+/* cmd_view.c */
+int cmd_ps(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
+/* cmd_exec.c */
+int cmd_exec(int argc, char **argv);
+int cmd_rsh(int argc, char **argv);
+int cmd_rank(int argc, char **argv);
+/* cmd_run.c */
+int cmd_run(int argc, char **argv);
+int cmd_runs(int argc, char **argv);
+
+#endif

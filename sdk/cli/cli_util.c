@@ -1,0 +1,214 @@
+/* cli_util.c: what every muster command shares: the controller named by
+ * the global options and the client connected to it, usage and failure
+ * messages with their exit codes, number and id parsing, and the worker
+ * output more than one command prints. It calls only libmuster. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_IDS 65536
+
+const char *opt_url, *opt_token;
+
+int usage_error(const char *usage, const char *fmt, ...) {
+  va_list ap;
+
+  fputs("muster: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n\n%s", usage);
+  return EXIT_USAGE;
+}
+
+/* Reports a failed call and returns the exit code for it. */
+int call_failed(muster_client *c, int rc) {
+  const char *msg = muster_client_errmsg(c);
+  const char *field = muster_client_errfield(c);
+
+  fprintf(stderr, "muster: %s: %s", muster_error_name(rc), msg && *msg ? msg : muster_strerror(rc));
+  if (field)
+    fprintf(stderr, " (field: %s)", field);
+  fputc('\n', stderr);
+  return EXIT_CONTROLLER;
+}
+
+int connect_client(muster_client **c) {
+  int rc;
+
+  if (opt_url || opt_token) {
+    const char *url = opt_url ? opt_url : getenv("MUSTER_URL");
+    const char *token = opt_token ? opt_token : getenv("MUSTER_TOKEN");
+    if (!url || !token) {
+      fprintf(stderr, "muster: --url and --token go together (or set MUSTER_URL and "
+                      "MUSTER_TOKEN)\n");
+      return EXIT_USAGE;
+    }
+    rc = muster_client_new(url, token, c);
+  } else {
+    rc = muster_client_new_default(c);
+  }
+  if (rc == MUSTER_E_UNREACHABLE) {
+    fprintf(stderr, "muster: no controller found: set MUSTER_URL and MUSTER_TOKEN, pass --url "
+                    "and --token, or start one (bash scripts/run.sh starts a local one)\n");
+    return EXIT_CONTROLLER;
+  }
+  if (rc == MUSTER_E_UNAUTHORIZED) {
+    fprintf(stderr, "muster: no API token: set MUSTER_TOKEN or pass --token (the local "
+                    "controller keeps it in its state directory's token file)\n");
+    return EXIT_CONTROLLER;
+  }
+  if (rc) {
+    fprintf(stderr, "muster: bad --url or --token: %s\n", muster_strerror(rc));
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+const char *session_default(void) {
+  const char *s = getenv("MUSTER_SESSION");
+  return s && *s ? s : NULL;
+}
+
+/* ---- output ---- */
+
+/* The worker object exactly as the controller sent it. */
+void print_worker_json(const muster_worker *w) {
+  fputs(w->json ? w->json : "null", stdout);
+}
+
+/* What muster launch prints: the ids, one per line, or the workers as JSON. */
+void print_launched(const muster_worker_list *l, int as_json) {
+  if (as_json)
+    print_list_json(l);
+  else
+    for (size_t i = 0; i < l->count; i++)
+      printf("%s\n", l->items[i].id);
+}
+
+void print_list_json(const muster_worker_list *l) {
+  printf("[");
+  for (size_t i = 0; i < l->count; i++) {
+    printf(i ? ",\n " : "");
+    print_worker_json(&l->items[i]);
+  }
+  printf("]\n");
+}
+
+/* Seconds since an ISO time of the controller, or -1. */
+double age_of(const char *iso) {
+  struct tm tm;
+  char *end;
+  time_t t;
+
+  if (!iso)
+    return -1;
+  memset(&tm, 0, sizeof(tm));
+  end = strptime(iso, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end)
+    return -1;
+  t = timegm(&tm);
+  return difftime(time(NULL), t);
+}
+
+void fmt_age(double s, char *buf, size_t size) {
+  if (s < 0)
+    snprintf(buf, size, "-");
+  else if (s < 120)
+    snprintf(buf, size, "%.0fs", s);
+  else if (s < 7200)
+    snprintf(buf, size, "%.0fm", s / 60);
+  else if (s < 172800)
+    snprintf(buf, size, "%.0fh", s / 3600);
+  else
+    snprintf(buf, size, "%.0fd", s / 86400);
+}
+
+/* ---- argument helpers ---- */
+
+MUST_CHECK int parse_double(const char *s, double min, double *out) {
+  char *end;
+  double v;
+
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < min)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < min || v > max)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* What a command says and exits with when memory runs out. */
+int out_of_memory(void) {
+  fprintf(stderr, "muster: out of memory\n");
+  return EXIT_CONTROLLER;
+}
+
+MUST_CHECK int strv_push(struct strv *s, const char *x) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 16;
+    const char **v = realloc(s->v, cap * sizeof(*v));
+    if (!v)
+      return -1;
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = x;
+  return 0;
+}
+
+/* Reads whitespace-separated ids from stdin into ids (the strings are
+ * kept in *store, freed by the caller). */
+MUST_CHECK int read_ids_stdin(struct strv *ids, char **store) {
+  size_t cap = 0, len = 0;
+  char *buf = NULL;
+  int ch;
+
+  while ((ch = getchar()) != EOF) {
+    if (len + 2 > cap) {
+      char *grown;
+      cap = cap ? cap * 2 : 4096;
+      if (cap > (size_t)MAX_IDS * 16)
+        return -1;
+      grown = realloc(buf, cap);
+      if (!grown)
+        return -1;
+      buf = grown;
+    }
+    buf[len++] = (char)ch;
+  }
+  if (!buf)
+    return 0;
+  buf[len] = '\0';
+  *store = buf;
+  /* Whitespace-separated words, cut in place. */
+  for (char *p = buf; *p;) {
+    p += strspn(p, " \t\r\n");
+    if (!*p)
+      break;
+    if (strv_push(ids, p) != 0)
+      return -1;
+    p += strcspn(p, " \t\r\n");
+    if (*p)
+      *p++ = '\0';
+  }
+  return 0;
+}

@@ -1,0 +1,277 @@
+/* cmd_run.c: the commands for training runs: muster run (a cluster
+ * launched, trained across and stopped, by libmuster's
+ * muster_run_cluster()) and muster runs (the recorded runs). */
+#include "cli.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage_run[] =
+    "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
+    "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
+    "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
+    "                  [--no-lease] [--run-dir DIR] -- COMMAND [ARGS...]\n"
+    "\n"
+    "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
+    "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
+    "  allreduce  as mpirun -np N COMMAND here, one rank inside each worker: Open\n"
+    "             MPI's daemons and ranks start through the exec channels (one\n"
+    "             daemon per host, so ranks on one host share memory), with RANK,\n"
+    "             LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set\n"
+    "  exec       on every worker, with MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
+    "             LOCAL_RANK (torchrun's) and TF_CONFIG\n"
+    "Output comes prefixed with role and index. When any worker fails the rest are\n"
+    "stopped and the failure is reported; every worker is stopped at the end.\n"
+    "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
+    "the wait for the workers to start.\n"
+    "\n"
+    "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
+    "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
+    "session's workers stop within the ttl (--no-lease: they stay until stopped).\n"
+    "Without --session the run has a session of its own; with MUSTER_SESSION set it\n"
+    "runs in that session and leaves its lease to its holder (unless --lease-ttl).\n"
+    "A worker stopped from outside (muster stop) ends the run: no restart.\n"
+    "--max-restarts K: when a worker or rank fails, every worker is stopped, new\n"
+    "ones start and the command runs again, up to K times; muster-train resumes\n"
+    "from its last checkpoint (--checkpoint, by default in the run's directory:\n"
+    "--run-dir, $MUSTER_RUN_DIR or ~/.muster/runs, which the workers must reach),\n"
+    "other commands start again with MUSTER_RESTART_COUNT set.\n";
+
+static const char usage_runs[] =
+    "usage: muster runs [--session S] [--status S] [-n N] [--json]\n"
+    "\n"
+    "Lists runs, newest first (at most N, default 50; --status running, succeeded,\n"
+    "failed or stopped).\n";
+
+static void run_output(void *arg, const char *role, int index, muster_stream stream,
+                       const char *line, size_t len) {
+  FILE *f = stream == MUSTER_STDERR ? stderr : stdout;
+
+  (void)arg;
+  if (strcmp(role, "mpirun") == 0) {
+    /* mpirun --tag-output: "[1,R]<stdout>:text" is rank R's line. */
+    int rank, used = 0;
+    const char *tag = memchr(line, '>', len);
+    if (sscanf(line, "[1,%d]<%*[a-z]>:%n", &rank, &used) == 1 && used > 0 && tag)
+      fprintf(f, "[rank-%d] %.*s\n", rank, (int)(len - (size_t)used), line + used);
+    else
+      fprintf(f, "%.*s\n", (int)len, line);
+  } else
+    fprintf(f, "[%s-%d] %.*s\n", role, index, (int)len, line);
+  fflush(f);
+}
+
+static void run_restart(void *arg, int attempt, const char *cause) {
+  const muster_run_opts *o = arg;
+  (void)o;
+  fprintf(stderr, "muster run: restart %d: %s\n", attempt, cause);
+  fflush(stderr);
+}
+
+int cmd_run(int argc, char **argv) {
+  muster_run_opts o;
+  muster_run_result r;
+  muster_client *c = NULL;
+  char self[PATH_MAX];
+  int code = EXIT_OK, rc, i;
+  long l;
+  double d;
+  ssize_t n;
+
+  int session_given = 0, ttl_given = 0;
+
+  muster_run_opts_init(&o);
+  o.session = session_default();
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_run, stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    } else if (strcmp(a, "--no-lease") == 0) {
+      o.lease_ttl = -1;
+    } else if (!v) {
+      return usage_error(usage_run, "%s needs a value", a);
+    } else if (strcmp(a, "--mode") == 0) {
+      i++;
+      if (strcmp(v, "ps") == 0)
+        o.mode = MUSTER_RUN_PS;
+      else if (strcmp(v, "allreduce") == 0)
+        o.mode = MUSTER_RUN_ALLREDUCE;
+      else if (strcmp(v, "exec") == 0)
+        o.mode = MUSTER_RUN_EXEC;
+      else
+        return usage_error(usage_run, "--mode must be ps, allreduce or exec, not \"%s\"", v);
+    } else if (strcmp(a, "--workers") == 0 || strcmp(a, "--ps") == 0 || strcmp(a, "--gpu") == 0 ||
+               strcmp(a, "--port") == 0) {
+      i++;
+      if (parse_int(v, strcmp(a, "--workers") == 0 ? 1 : 0, strcmp(a, "--port") == 0 ? 65535 : 1024,
+                    &l) != 0)
+        return usage_error(usage_run, "%s must be a whole number, not \"%s\"", a, v);
+      if (a[2] == 'w')
+        o.n_workers = (int)l;
+      else if (a[3] == 's')
+        o.n_ps = (int)l;
+      else if (a[2] == 'g')
+        o.nvidia_gpu = (int)l;
+      else
+        o.port = (int)l;
+    } else if (strcmp(a, "--cpu") == 0 || strcmp(a, "--memory") == 0 ||
+               strcmp(a, "--timeout") == 0 || strcmp(a, "--ps-cpu") == 0 ||
+               strcmp(a, "--ps-memory") == 0) {
+      i++;
+      if (parse_double(v, 0, &d) != 0)
+        return usage_error(usage_run, "%s must be a number >= 0, not \"%s\"", a, v);
+      if (strcmp(a, "--ps-cpu") == 0)
+        o.ps_cpu = d;
+      else if (strcmp(a, "--ps-memory") == 0)
+        o.ps_memory = d;
+      else if (a[2] == 'c')
+        o.cpu = d;
+      else if (a[2] == 'm')
+        o.memory = d;
+      else
+        o.timeout_seconds = d;
+    } else if (strcmp(a, "--session") == 0) {
+      i++;
+      o.session = v;
+      session_given = 1;
+    } else if (strcmp(a, "--max-restarts") == 0) {
+      i++;
+      if (parse_int(v, 0, 1000, &l) != 0)
+        return usage_error(usage_run,
+                           "--max-restarts must be a whole number from 0 to 1000, not "
+                           "\"%s\"",
+                           v);
+      o.max_restarts = (int)l;
+    } else if (strcmp(a, "--lease-ttl") == 0) {
+      i++;
+      if (parse_double(v, 3, &d) != 0 || d > 86400)
+        return usage_error(usage_run, "--lease-ttl must be 3 to 86400 seconds, not \"%s\"", v);
+      o.lease_ttl = d;
+      ttl_given = 1;
+    } else if (strcmp(a, "--no-lease") == 0) {
+      o.lease_ttl = -1;
+    } else if (strcmp(a, "--run-dir") == 0) {
+      i++;
+      o.run_dir = v;
+    } else {
+      return usage_error(usage_run, "unknown option %s", a);
+    }
+  }
+  if (i >= argc)
+    return usage_error(usage_run, "give the command after --");
+  if (o.mode == MUSTER_RUN_PS && o.n_ps < 1)
+    return usage_error(usage_run, "--mode ps needs --ps K (one or more parameter servers)");
+  if (o.mode != MUSTER_RUN_PS && o.n_ps)
+    return usage_error(usage_run, "--ps goes with --mode ps only");
+  /* A session from MUSTER_SESSION is someone else's (a notebook's, or the
+   * worker's this runs in): its holder keeps its lease, not this run. */
+  if (o.session && !session_given && !ttl_given)
+    o.lease_ttl = -1;
+  o.argv = (const char *const *)&argv[i];
+  o.argc = (size_t)(argc - i);
+  o.on_output = run_output;
+  o.on_restart = run_restart;
+  /* The rsh agent and the rank launcher are this very program. */
+  n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    o.muster_program = self;
+  }
+  if ((code = connect_client(&c)))
+    return code;
+  rc = muster_run_cluster(c, &o, &r);
+  if (rc) {
+    code = call_failed(c, rc);
+    muster_client_free(c);
+    return code;
+  }
+  if (r.exit_code == 0) {
+    fprintf(stderr,
+            "muster run: succeeded (%d workers%s; %.2f s to start, %.2f s to run; %d restart%s)\n",
+            o.n_workers, o.mode == MUSTER_RUN_PS ? " and parameter servers" : "", r.start_s,
+            r.run_s, r.restarts, r.restarts == 1 ? "" : "s");
+  } else {
+    fprintf(stderr, "muster run: FAILED: %s\n", r.failure[0] ? r.failure : "unknown reason");
+    code = EXIT_WORKERS;
+  }
+  if (r.lease_error[0])
+    fprintf(stderr, "muster run: %s\n", r.lease_error);
+  fprintf(stderr, "muster run: the workers were stopped; the run is %s; the web UI is at %s/\n",
+          r.run_id[0] ? r.run_id : "not recorded", muster_client_url(c));
+  muster_run_result_free(&r);
+  muster_client_free(c);
+  return code;
+}
+
+int cmd_runs(int argc, char **argv) {
+  const char *session = NULL, *status = NULL;
+  int as_json = 0, rc, code = EXIT_OK;
+  long limit = 50, got = 0;
+  char next[32] = "";
+  muster_client *c = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_runs, stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--session") == 0 && v) {
+      session = argv[++i];
+    } else if (strcmp(a, "--status") == 0 && v) {
+      status = argv[++i];
+      if (strcmp(status, "running") != 0 && strcmp(status, "succeeded") != 0 &&
+          strcmp(status, "failed") != 0 && strcmp(status, "stopped") != 0)
+        return usage_error(usage_runs,
+                           "--status must be running, succeeded, failed or stopped, not \"%s\"",
+                           status);
+    } else if (strcmp(a, "-n") == 0 && v) {
+      if (parse_int(argv[++i], 1, 1000000, &limit) != 0)
+        return usage_error(usage_runs, "-n must be a whole number >= 1, not \"%s\"", v);
+    } else {
+      return usage_error(usage_runs, "unknown option or missing value: %s", a);
+    }
+  }
+  if ((code = connect_client(&c)))
+    return code;
+  if (as_json)
+    fputs("[", stdout);
+  else
+    printf("%-13s %-9s %-9s %-8s %-7s %-12s %-8s %s\n", "RUN", "MODE", "STATUS", "RESTARTS",
+           "WORKERS", "SESSION", "AGE", "FAILURE");
+  /* Page after page, as the controller hands them out, until -n are shown. */
+  do {
+    muster_run_info_list l;
+    long want = limit - got > 5000 ? 5000 : limit - got;
+    rc = muster_runs(c, session, status, (int)want, next[0] ? next : NULL, &l, next);
+    if (rc) {
+      code = call_failed(c, rc);
+      break;
+    }
+    for (size_t k = 0; k < l.count; k++, got++) {
+      const muster_run_info *r = &l.items[k];
+      char age[32], restarts[24];
+      if (as_json) {
+        printf("%s%s", got ? "," : "", r->json ? r->json : "null");
+        continue;
+      }
+      fmt_age(age_of(r->created_at), age, sizeof(age));
+      snprintf(restarts, sizeof(restarts), "%d/%d", r->restarts, r->max_restarts);
+      printf("%-13s %-9s %-9s %-8s %-7zu %-12.12s %-8s %s\n", r->id, r->mode ? r->mode : "-",
+             r->status ? r->status : "-", restarts, r->nworkers, r->session ? r->session : "-", age,
+             r->failure ? r->failure : "");
+    }
+    muster_run_info_list_free(&l);
+  } while (next[0] && got < limit);
+  if (as_json)
+    puts("]");
+  muster_client_free(c);
+  return code;
+}

@@ -1,0 +1,346 @@
+/* cmd_workers.c: the commands that start, wait for and stop workers:
+ * muster launch, await and stop. */
+#include "await_progress.h"
+#include "cli.h"
+#include "launch_lease.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage_launch[] =
+    "usage: muster launch [options] [-- COMMAND [ARGS...]]\n"
+    "\n"
+    "Starts workers and prints their ids, one per line.\n"
+    "\n"
+    "  -n N              how many workers (default 1)\n"
+    "  --cpu C           cores each (fractional; default 1)\n"
+    "  --memory G        GiB each (default 1)\n"
+    "  --gpu K           GPUs each (default 0)\n"
+    "  --script FILE     run FILE with the kernel\n"
+    "  --code STR        run inline code with the kernel ('!cmd' runs a shell command)\n"
+    "  --kernel K        interpreter for --script/--code (default python3)\n"
+    "  -- CMD ARGS       run a command directly\n"
+    "  --arg A           an argument for the script (repeatable)\n"
+    "  --env K=V         environment variable (repeatable)\n"
+    "  --secret-env K=V  environment variable never shown back (repeatable)\n"
+    "  --role R          role name (default worker)\n"
+    "  --name N          a name for the workers\n"
+    "  --session S       session (default $MUSTER_SESSION or default)\n"
+    "  --json            print the workers as JSON\n"
+    "  --lease           hold the session's lease and stay until the workers end:\n"
+    "                    if this command dies, they stop within the lease's ttl;\n"
+    "                    Ctrl-C (or SIGTERM) stops them at once (without --session,\n"
+    "                    a session of its own, launch-XXXXXXXX, named on stderr)\n"
+    "  --lease-ttl S     the lease's ttl in seconds (default 30)\n"
+    "\n"
+    "Without --script, --code or a command, the workers are idle until stopped.\n";
+
+static const char usage_await[] =
+    "usage: muster await [--running | --completion] [--timeout S] [--json] ID... | -\n"
+    "\n"
+    "Waits until every worker runs (--running) or has ended (--completion, the\n"
+    "default), or the timeout passes (default 60 s; 0: none). '-' reads the ids\n"
+    "from standard input (muster launch -n 4 | muster await --running -).\n"
+    "Exits 0 if every worker got there, 1 if any failed, stopped or timed out.\n";
+
+static const char usage_stop[] =
+    "usage: muster stop ID... | --all [--session S]\n"
+    "\n"
+    "Stops workers: the ones named, or with --all every live worker of the\n"
+    "session (default $MUSTER_SESSION or default).\n";
+
+int cmd_launch(int argc, char **argv) {
+  muster_launch_opts o;
+  struct strv env = {0}, secret = {0}, args = {0};
+  int as_json = 0, rc, code = EXIT_OK, leased = 0, session_given = 0;
+  double lease_ttl = 30;
+  muster_client *c = NULL;
+  muster_worker_list ws = {0};
+  char script_abs[PATH_MAX], own_session[40];
+  long l;
+  double d;
+
+  muster_launch_opts_init(&o);
+  o.session = session_default();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VALUE()                                                                                    \
+  do {                                                                                             \
+    if (!v) {                                                                                      \
+      code = usage_error(usage_launch, "%s needs a value", a);                                     \
+      goto out;                                                                                    \
+    }                                                                                              \
+    i++;                                                                                           \
+  } while (0)
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_launch, stdout);
+      goto out;
+    } else if (strcmp(a, "-n") == 0) {
+      VALUE();
+      if (parse_int(v, 1, 1024, &l) != 0) {
+        code = usage_error(usage_launch, "-n must be a whole number from 1 to 1024, not \"%s\"", v);
+        goto out;
+      }
+      o.n = (int)l;
+    } else if (strcmp(a, "--cpu") == 0 || strcmp(a, "--memory") == 0) {
+      VALUE();
+      if (parse_double(v, 0, &d) != 0) {
+        code = usage_error(usage_launch, "%s must be a number >= 0, not \"%s\"", a, v);
+        goto out;
+      }
+      if (a[2] == 'c')
+        o.cpu = d;
+      else
+        o.memory = d;
+    } else if (strcmp(a, "--gpu") == 0) {
+      VALUE();
+      if (parse_int(v, 0, 64, &l) != 0) {
+        code =
+            usage_error(usage_launch, "--gpu must be a whole number from 0 to 64, not \"%s\"", v);
+        goto out;
+      }
+      o.nvidia_gpu = (int)l;
+    } else if (strcmp(a, "--script") == 0) {
+      VALUE();
+      /* The controller runs scripts in its own directory: a script given
+       * relative to here is passed as an absolute path. */
+      o.script = realpath(v, script_abs) ? script_abs : v;
+    } else if (strcmp(a, "--code") == 0) {
+      VALUE();
+      o.code = v;
+    } else if (strcmp(a, "--kernel") == 0) {
+      VALUE();
+      o.kernel = v;
+    } else if (strcmp(a, "--arg") == 0) {
+      VALUE();
+      if (strv_push(&args, v) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
+    } else if (strcmp(a, "--env") == 0 || strcmp(a, "--secret-env") == 0) {
+      VALUE();
+      if (!strchr(v, '=') || v[0] == '=') {
+        code = usage_error(usage_launch, "%s takes NAME=value, not \"%s\"", a, v);
+        goto out;
+      }
+      if (strv_push(a[2] == 'e' ? &env : &secret, v) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
+    } else if (strcmp(a, "--role") == 0) {
+      VALUE();
+      o.role = v;
+    } else if (strcmp(a, "--name") == 0) {
+      VALUE();
+      o.name = v;
+    } else if (strcmp(a, "--session") == 0) {
+      VALUE();
+      o.session = v;
+      session_given = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--lease") == 0) {
+      leased = 1;
+    } else if (strcmp(a, "--lease-ttl") == 0) {
+      VALUE();
+      if (parse_double(v, 3, &lease_ttl) != 0 || lease_ttl > 86400) {
+        code = usage_error(usage_launch, "--lease-ttl must be 3 to 86400 seconds, not \"%s\"", v);
+        goto out;
+      }
+      leased = 1;
+    } else if (strcmp(a, "--") == 0) {
+      if (i + 1 >= argc) {
+        code = usage_error(usage_launch, "-- must be followed by a command");
+        goto out;
+      }
+      o.command = (const char *const *)&argv[i + 1];
+      o.ncommand = (size_t)(argc - i - 1);
+      break;
+    } else {
+      code = usage_error(usage_launch, "unknown option %s", a);
+      goto out;
+    }
+#undef VALUE
+  }
+  if (!!o.script + !!o.code + !!o.ncommand > 1) {
+    code = usage_error(usage_launch, "give at most one of --script, --code and -- COMMAND");
+    goto out;
+  }
+  o.env = env.v;
+  o.nenv = env.n;
+  o.secret_env = secret.v;
+  o.nsecret_env = secret.n;
+  o.args = args.v;
+  o.nargs = args.n;
+  if ((code = connect_client(&c)))
+    goto out;
+  if (leased && !session_given) {
+    /* A session of its own (not even MUSTER_SESSION's, which may be a
+     * notebook's or a worker's): the lease covers these workers only. */
+    unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
+    snprintf(own_session, sizeof(own_session), "launch-%08lx", x & 0xffffffffUL);
+    o.session = own_session;
+    fprintf(stderr, "muster launch: session %s\n", own_session);
+  }
+  if (leased) {
+    code = launch_leased(c, &o, lease_ttl, as_json);
+    goto out;
+  }
+  rc = muster_launch(c, &o, &ws);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  print_launched(&ws, as_json);
+out:
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  free(env.v);
+  free(secret.v);
+  free(args.v);
+  return code;
+}
+
+int cmd_await(int argc, char **argv) {
+  struct strv ids = {0};
+  muster_await_result r = {0};
+  muster_client *c = NULL;
+  struct progress prog = {0};
+  double timeout = 60;
+  int wfc = 1, as_json = 0, from_stdin = 0, rc, code = EXIT_OK, show_progress;
+  char *store = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_await, stdout);
+      goto out;
+    } else if (strcmp(a, "--running") == 0) {
+      wfc = 0;
+    } else if (strcmp(a, "--completion") == 0) {
+      wfc = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--timeout") == 0) {
+      if (i + 1 >= argc || parse_double(argv[i + 1], 0, &timeout) != 0) {
+        code = usage_error(usage_await, "--timeout needs a number of seconds >= 0");
+        goto out;
+      }
+      i++;
+    } else if (strcmp(a, "-") == 0) {
+      from_stdin = 1;
+    } else if (a[0] == '-') {
+      code = usage_error(usage_await, "unknown option %s", a);
+      goto out;
+    } else {
+      if (strv_push(&ids, a) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
+    }
+  }
+  if (from_stdin && read_ids_stdin(&ids, &store) != 0) {
+    code = usage_error(usage_await, "could not read ids from standard input");
+    goto out;
+  }
+  if (ids.n == 0) {
+    code = usage_error(usage_await, "name the workers to await (or '-' to read their ids)");
+    goto out;
+  }
+  if ((code = connect_client(&c)))
+    goto out;
+  show_progress = isatty(2) && !opt_url && !opt_token;
+  if (show_progress)
+    (void)progress_start(&prog, ids.v, ids.n, wfc); /* best effort */
+  rc = muster_await(c, ids.v, ids.n, wfc, timeout, &r);
+  if (show_progress)
+    progress_stop(&prog);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  if (as_json) {
+    printf("{\"workers\": ");
+    print_list_json(&r.workers);
+    printf(", \"failures\": ");
+    print_list_json(&r.failures);
+    printf(", \"timed_out\": %s}\n", r.timed_out ? "true" : "false");
+  } else {
+    for (size_t i = 0; i < r.workers.count; i++)
+      printf("%s  %s  %s\n", r.workers.items[i].id, muster_status_name(r.workers.items[i].status),
+             r.workers.items[i].ip_address ? r.workers.items[i].ip_address : "-");
+    for (size_t i = 0; i < r.failures.count; i++) {
+      const muster_worker *w = &r.failures.items[i];
+      printf("%s  %s  %s%s%s\n", w->id, muster_status_name(w->status),
+             w->ip_address ? w->ip_address : "-", w->failure ? "  " : "",
+             w->failure ? w->failure : "");
+    }
+  }
+  if (r.timed_out)
+    fprintf(stderr, "muster: timed out after %g s waiting for %zu of %zu workers to %s\n", timeout,
+            r.failures.count, ids.n, wfc ? "end" : "run");
+  else if (r.failures.count)
+    fprintf(stderr, "muster: %zu of %zu workers did not %s\n", r.failures.count, ids.n,
+            wfc ? "succeed" : "reach running");
+  code = r.failures.count || r.timed_out ? EXIT_WORKERS : EXIT_OK;
+out:
+  muster_await_result_free(&r);
+  muster_client_free(c);
+  free(ids.v);
+  free(store);
+  return code;
+}
+
+int cmd_stop(int argc, char **argv) {
+  struct strv ids = {0};
+  const char *session = session_default();
+  int all = 0, rc, code = EXIT_OK;
+  muster_client *c = NULL;
+  muster_worker_list ws = {0};
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_stop, stdout);
+      goto out;
+    } else if (strcmp(a, "--all") == 0) {
+      all = 1;
+    } else if (strcmp(a, "--session") == 0 && i + 1 < argc) {
+      session = argv[++i];
+    } else if (a[0] == '-') {
+      code = usage_error(usage_stop, "unknown option or missing value: %s", a);
+      goto out;
+    } else {
+      if (strv_push(&ids, a) != 0) {
+        code = out_of_memory();
+        goto out;
+      }
+    }
+  }
+  if (!all && ids.n == 0) {
+    code = usage_error(usage_stop, "name the workers to stop, or give --all");
+    goto out;
+  }
+  if (all && ids.n) {
+    code = usage_error(usage_stop, "give either ids or --all, not both");
+    goto out;
+  }
+  if ((code = connect_client(&c)))
+    goto out;
+  rc = muster_stop(c, ids.v, ids.n, session, &ws);
+  if (rc) {
+    code = call_failed(c, rc);
+    goto out;
+  }
+  for (size_t i = 0; i < ws.count; i++)
+    printf("%s  %s\n", ws.items[i].id, muster_status_name(ws.items[i].status));
+out:
+  muster_worker_list_free(&ws);
+  muster_client_free(c);
+  free(ids.v);
+  return code;
+}

@@ -186,11 +186,11 @@ MUST_CHECK int read_ids_stdin(struct strv *ids, char **store) {
     if (len + 2 > cap) {
       char *grown;
       cap = cap ? cap * 2 : 4096;
-      if (cap > (size_t)MAX_IDS * 16)
+      grown = cap > (size_t)MAX_IDS * 16 ? NULL : realloc(buf, cap);
+      if (!grown) {
+        free(buf);
         return -1;
-      grown = realloc(buf, cap);
-      if (!grown)
-        return -1;
+      }
       buf = grown;
     }
     buf[len++] = (char)ch;

@@ -154,8 +154,6 @@ int cmd_run(int argc, char **argv) {
         return usage_error(usage_run, "--lease-ttl must be 3 to 86400 seconds, not \"%s\"", v);
       o.lease_ttl = d;
       ttl_given = 1;
-    } else if (strcmp(a, "--no-lease") == 0) {
-      o.lease_ttl = -1;
     } else if (strcmp(a, "--run-dir") == 0) {
       i++;
       o.run_dir = v;

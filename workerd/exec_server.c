@@ -23,17 +23,19 @@
  * the X on its way) -> freed. A client gone before the X turns the connection
  * into EX_ORPHAN: its command's process group gets SIGTERM, SIGKILL 2 s
  * later, and the record lives until the command is reaped.
+ *
+ * This file accepts connections and moves each through its states; the
+ * hello is checked in exec_hello.c, frames are encoded and decoded in
+ * exec_frame.c, and the command and its pipes are exec_relay.c's
+ * (exec_internal.h).
  */
-#include "workerd.h"
+#include "exec_internal.h"
 
-#include "exec_wire.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -48,64 +50,6 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-/* Limits and timings; EX_CONN_MAX, EX_SPARE and EX_POLL_MAX are in workerd.h. */
-#define EX_HELLO_MS 10000         /* from accept to a complete hello */
-#define EX_OUT_HIGH (1u << 20)    /* stop reading the command's output here */
-#define EX_READ_CHUNK (64u << 10) /* one read from a pipe: one O/E frame */
-#define EX_KILL_GRACE_MS 2000     /* SIGTERM to SIGKILL for exec commands */
-#define EX_DRAIN_MS 2000          /* reading output pipes after the exit */
-#define EX_LINGER_MS 2000         /* waiting for the client to close after X */
-#define EX_STALL_MS 60000         /* a client that reads nothing of its X */
-#define EX_STOP_MS 5000           /* workerd's stop: longest wait for exec */
-#define EX_READS_PER_WAKE 16      /* reads per descriptor per poll round */
-#define EX_NAME_MAX 200           /* bytes of argv[0] in logs and errors */
-/* The hard bound of an output buffer: EX_OUT_HIGH plus what one round of
- * reads may add past it. */
-#define EX_OUT_CAP (EX_OUT_HIGH + 4 * EX_READ_CHUNK)
-
-enum ex_state {
-  EX_HELLO,   /* waiting for the hello */
-  EX_RUNNING, /* the command was started: relaying */
-  EX_CLOSING, /* X queued: flushing, then waiting for the client to close */
-  EX_ORPHAN   /* the client is gone: killing and reaping the command */
-};
-
-/* One exec connection and its command. */
-struct ex_conn {
-  enum ex_state state;
-  int sock; /* -1 once released */
-  char peer[INET6_ADDRSTRLEN + 8];
-  char name[EX_NAME_MAX + 1]; /* argv[0], cut at a character, for the logs */
-  int64_t deadline_ms;        /* HELLO: the hello is due; CLOSING: give up */
-
-  /* The frame being read: its header, then its payload (in_len + 1 bytes,
-   * so that a hello can be NUL-terminated). */
-  unsigned char hdr[EXEC_WIRE_HDR_LEN];
-  size_t hdr_got;
-  unsigned char *in;
-  size_t in_len, in_got;
-
-  /* Frames to send, back to back, from out[out_start] on. */
-  unsigned char *out;
-  size_t out_start, out_len, out_cap;
-  bool shut;     /* CLOSING: everything was sent and our side shut down */
-  bool peer_eof; /* CLOSING: the client closed its side */
-
-  /* The command; pid is also its process group. */
-  pid_t pid;              /* 0 before it started */
-  bool exited;            /* reaped; wait_status is valid */
-  int wait_status;        /* -1 if it was lost */
-  int64_t drain_until_ms; /* valid once exited */
-  int64_t kill_at_ms;     /* SIGKILL to the group; INT64_MAX if none due */
-  const char *stop_error; /* the X's error if workerd's stop killed it */
-  int stdin_fd, out_fd, err_fd;
-  unsigned char *pend; /* an I payload not yet all in the stdin pipe */
-  size_t pend_len, pend_off;
-
-  /* Where this round's pollfds are; -1 where none. */
-  int at_sock, at_in, at_out, at_err;
-};
 
 static struct {
   struct ex_conn *conns[EX_CONN_MAX + EX_SPARE];
@@ -168,100 +112,6 @@ out:
 /* ------------------------------------------------------------------------ */
 /* Connections                                                              */
 
-/* Length of the longest prefix of s, at most max bytes, that does not cut a
- * UTF-8 sequence (the hello's strings are valid UTF-8, checked by Jansson). */
-static size_t utf8_prefix(const char *s, size_t max) {
-  size_t n = strlen(s);
-
-  if (n <= max)
-    return n;
-  n = max;
-  while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-    n--;
-  return n;
-}
-
-/* Makes room for need more bytes at the end of c's output buffer, growing it
- * (up to EX_OUT_CAP) or moving its contents to the front. Returns where they
- * go, or NULL if out of memory or past the cap (which flow control makes
- * impossible: see EX_OUT_HIGH). */
-static unsigned char *ex_out_room(struct ex_conn *c, size_t need) {
-  size_t cap;
-  unsigned char *p;
-
-  if (c->out_len + need > EX_OUT_CAP)
-    return NULL;
-  if (c->out_start + c->out_len + need <= c->out_cap)
-    return c->out + c->out_start + c->out_len;
-  if (c->out_len + need <= c->out_cap && c->out_start > 0) {
-    memmove(c->out, c->out + c->out_start, c->out_len);
-    c->out_start = 0;
-    return c->out + c->out_len;
-  }
-  if (c->out_start > 0) {
-    memmove(c->out, c->out + c->out_start, c->out_len);
-    c->out_start = 0;
-  }
-  cap = c->out_cap ? c->out_cap : 4096;
-  while (cap < c->out_len + need)
-    cap *= 2;
-  if (cap > EX_OUT_CAP)
-    cap = EX_OUT_CAP;
-  p = realloc(c->out, cap);
-  if (!p)
-    return NULL;
-  c->out = p;
-  c->out_cap = cap;
-  return c->out + c->out_len;
-}
-
-/* Queues one frame (len <= EXEC_WIRE_FRAME_MAX) on c. Returns 0 or MUSTER_E_NOMEM. */
-MUST_CHECK static int ex_queue(struct ex_conn *c, char type, const void *data, size_t len) {
-  unsigned char *w = ex_out_room(c, EXEC_WIRE_HDR_LEN + len);
-
-  if (!w)
-    return MUSTER_E_NOMEM;
-  exec_wire_put_hdr(w, type, len);
-  if (len)
-    memcpy(w + EXEC_WIRE_HDR_LEN, data, len);
-  c->out_len += EXEC_WIRE_HDR_LEN + len;
-  return 0;
-}
-
-/* Builds the payload of an X frame: code and signo are -1 for null, error is
- * NULL for null. Returns a new string (free()), or NULL if out of memory. */
-static char *ex_exit_json(int code, int signo, const char *error) {
-  json_t *o =
-      json_pack("{s:o, s:o, s:o}", "exit_code", code >= 0 ? json_integer(code) : json_null(),
-                "signal", signo >= 0 ? json_integer(signo) : json_null(), "error",
-                error ? json_string(error) : json_null());
-  char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-  json_decref(o);
-  return s;
-}
-
-/* Closes the command's pipes and drops unwritten stdin. */
-static void ex_pipes_close(struct ex_conn *c) {
-  fd_close(&c->stdin_fd);
-  fd_close(&c->out_fd);
-  fd_close(&c->err_fd);
-  free(c->pend);
-  c->pend = NULL;
-  c->pend_len = c->pend_off = 0;
-}
-
-/* Closes c's socket and frees its buffers; the record itself stays while its
- * command needs reaping. */
-static void ex_sock_release(struct ex_conn *c) {
-  fd_close(&c->sock);
-  free(c->in);
-  free(c->out);
-  c->in = c->out = NULL;
-  c->in_len = c->in_got = c->hdr_got = 0;
-  c->out_start = c->out_len = c->out_cap = 0;
-}
-
 /* Ends c's exchange with X: queues it, closes the pipes and moves to
  * EX_CLOSING. code and signo are -1 for null; error (NULL for null) is a
  * sentence for the client. If even the X cannot be queued, the socket is
@@ -288,35 +138,6 @@ static void ex_refuse(struct ex_conn *c, int code, const char *error, int64_t no
   ex_finish(c, code, -1, error, now);
 }
 
-/* Sends c's queued frames until the socket is full. Returns 0, or
- * MUSTER_E_IO when the client is gone (connection reset or closed). */
-MUST_CHECK static int ex_flush(struct ex_conn *c, int64_t now) {
-  while (c->out_len > 0) {
-    ssize_t n = send(c->sock, c->out + c->out_start, c->out_len, MSG_NOSIGNAL);
-
-    if (n > 0) {
-      c->out_start += (size_t)n;
-      c->out_len -= (size_t)n;
-      if (c->state == EX_CLOSING)
-        c->deadline_ms = now + EX_STALL_MS;
-      continue;
-    }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    return MUSTER_E_IO;
-  }
-  c->out_start = 0;
-  return 0;
-}
-
-/* Sends sig to c's command's process group if the command is still there. */
-static void ex_signal(struct ex_conn *c, int sig) {
-  if (c->pid > 0 && !c->exited)
-    kill(-c->pid, sig);
-}
-
 /* The client is gone (or broke the protocol) before its X: the command's
  * group gets SIGTERM now and SIGKILL 2 s later, and the record stays as an
  * orphan until the command is reaped. why is for the log. */
@@ -339,227 +160,19 @@ static void ex_disconnect(struct ex_conn *c, const char *why, int64_t now) {
   c->state = EX_ORPHAN;
 }
 
-/* Builds the command's environment: the worker's script environment with
- * env (a JSON object of strings, borrowed; may be NULL) on top. Returns a new
- * NULL-terminated array (strv_free()), or NULL if out of memory. */
-static char **ex_envp_build(json_t *env) {
-  size_t own = 0, i = 0;
-  const char *key;
-  json_t *val;
-  char **v;
-
-  for (char **e = wd.envp; e && *e; e++)
-    own++;
-  v = calloc(own + json_object_size(env) + 1, sizeof(char *));
-  if (!v)
-    return NULL;
-  for (char **e = wd.envp; e && *e; e++) {
-    size_t kl = strcspn(*e, "=");
-
-    if (env && json_object_getn(env, *e, kl))
-      continue; /* the hello's value wins */
-    if (!(v[i++] = strdup(*e)))
-      goto fail;
-  }
-  json_object_foreach(env, key, val) {
-    size_t kl = strlen(key), vl = json_string_length(val);
-
-    if (!(v[i] = malloc(kl + vl + 2)))
-      goto fail;
-    memcpy(v[i], key, kl);
-    v[i][kl] = '=';
-    memcpy(v[i] + kl + 1, json_string_value(val), vl + 1);
-    i++;
-  }
-  return v;
-fail:
-  strv_free(v);
-  return NULL;
-}
-
-/* True if j is a JSON string without NUL bytes (which C strings cannot
- * carry); non-empty too if nonempty. */
-static bool ex_is_cstring(json_t *j, bool nonempty) {
-  return json_is_string(j) && strlen(json_string_value(j)) == json_string_length(j) &&
-         (!nonempty || json_string_length(j) > 0);
-}
-
 /* Checks the hello (text, len bytes) and starts its command, moving c to
  * EX_RUNNING; or refuses it with an X. */
 static void ex_start(struct ex_conn *c, const char *text, size_t len, int64_t now) {
-  int inp[2] = {-1, -1}, outp[2] = {-1, -1}, errp[2] = {-1, -1}, statp[2] = {-1, -1};
-  json_t *hello = json_loadb(text, len, 0, NULL);
-  json_t *token = json_object_get(hello, "token");
-  json_t *jargv = json_object_get(hello, "argv");
-  json_t *env = json_object_get(hello, "env");
-  json_t *jcwd = json_object_get(hello, "cwd");
-  char **argv = NULL, **envp = NULL;
-  const char *cwd = wd.cwd;
-  char err[EX_NAME_MAX + 256];
-  struct exec_status st;
-  json_t *val;
-  const char *key;
-  size_t i;
-  pid_t pid;
+  struct ex_cmd cmd = {0};
+  char err[EX_ERR_MAX];
+  int code = 126;
 
-  if (!json_is_object(hello)) {
-    ex_refuse(c, 126, "the hello is not a JSON object", now);
-    goto out;
-  }
-  /* The token first: a client without it learns nothing more. */
-  if (!wd.exec_token) {
-    ex_refuse(c, 126, EXEC_WIRE_ERR_NO_TOKEN, now);
-    goto out;
-  }
-  if (!ex_is_cstring(token, false) || !util_secret_equal(json_string_value(token), wd.exec_token)) {
-    ex_refuse(c, 126, EXEC_WIRE_ERR_TOKEN, now);
-    goto out;
-  }
-  if (!json_is_array(jargv) || json_array_size(jargv) == 0 ||
-      json_array_size(jargv) > WD_ARGV_MAX) {
-    ex_refuse(c, 126, "argv is not a non-empty array of at most 4096 strings", now);
-    goto out;
-  }
-  json_array_foreach(jargv, i, val) {
-    if (!ex_is_cstring(val, i == 0)) {
-      snprintf(err, sizeof(err), "argv[%zu] is not a %sstring", i, i == 0 ? "non-empty " : "");
-      ex_refuse(c, 126, err, now);
-      goto out;
-    }
-  }
-  if (json_is_null(env))
-    env = NULL;
-  if (env && (!json_is_object(env) || json_object_size(env) > WD_ENV_MAX)) {
-    ex_refuse(c, 126, "env is not an object of at most 4096 strings", now);
-    goto out;
-  }
-  json_object_foreach(env, key, val) {
-    /* Values are never logged or echoed: they may be secrets. */
-    if (key[0] == '\0' || strchr(key, '=') || !ex_is_cstring(val, false)) {
-      snprintf(err, sizeof(err), "env entry \"%.*s\" is not NAME: string",
-               (int)utf8_prefix(key, 64), key);
-      ex_refuse(c, 126, err, now);
-      goto out;
-    }
-  }
-  if (jcwd && !json_is_null(jcwd)) {
-    if (!ex_is_cstring(jcwd, true)) {
-      ex_refuse(c, 126, "cwd is not a non-empty string or null", now);
-      goto out;
-    }
-    cwd = json_string_value(jcwd);
-  }
-
-  snprintf(c->name, sizeof(c->name), "%.*s",
-           (int)utf8_prefix(json_string_value(json_array_get(jargv, 0)), EX_NAME_MAX),
-           json_string_value(json_array_get(jargv, 0)));
-  LOG(LOG_INFO, "exec from %s: %s (%zu args)", c->peer, c->name, json_array_size(jargv) - 1);
-
-  argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
-  if (!argv)
-    goto nomem;
-  json_array_foreach(jargv, i, val) {
-    if (!(argv[i] = strdup(json_string_value(val))))
-      goto nomem;
-  }
-  if (!(envp = ex_envp_build(env)))
-    goto nomem;
-
-  if (pipe2(inp, O_CLOEXEC) != 0 || pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
-      pipe2(statp, O_CLOEXEC) != 0 || fcntl(inp[1], F_SETFL, O_NONBLOCK) != 0 ||
-      fcntl(outp[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(errp[0], F_SETFL, O_NONBLOCK) != 0) {
-    snprintf(err, sizeof(err), "cannot start \"%s\": %s", c->name, strerror(errno));
-    ex_refuse(c, 126, err, now);
-    goto out;
-  }
-
-  {
-    struct child_spec cs = {.in_fd = inp[0],
-                            .out_fd = outp[1],
-                            .err_fd = errp[1],
-                            .status_fd = statp[1],
-                            .argv = argv,
-                            .envp = envp,
-                            .cwd = cwd,
-                            .own_group = true,
-                            .parent = getpid()};
-
-    pid = child_spawn(&cs);
-  }
-  if (pid > 0)
-    wd.exec_started = true;
-  if (pid < 0) {
-    snprintf(err, sizeof(err), "cannot start \"%s\": %s", c->name, strerror(errno));
-    ex_refuse(c, 126, err, now);
-    goto out;
-  }
-  /* The child does the same; whichever runs first makes the group, so it
-   * exists before we could signal it. (EACCES once it has exec'd: fine.) */
-  setpgid(pid, pid);
-  fd_close(&statp[1]);
-  if (child_exec_failed(statp[0], &st)) {
-    int code = st.stage == STAGE_EXEC && st.err == ENOENT ? 127 : 126;
-
-    /* It has written its status and is exiting: reap it here, so that it
-     * is never mistaken for a running command. */
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-      ;
-    if (st.stage == STAGE_CHDIR)
-      snprintf(err, sizeof(err), "cannot change to directory \"%.*s\": %s",
-               (int)utf8_prefix(cwd, EX_NAME_MAX), cwd, strerror(st.err));
-    else if (st.stage == STAGE_EXEC)
-      snprintf(err, sizeof(err), "cannot run \"%s\": %s", c->name, strerror(st.err));
-    else
-      snprintf(err, sizeof(err), "cannot set up \"%s\": %s", c->name, strerror(st.err));
+  if (ex_hello_parse(c, text, len, &cmd, err, sizeof(err)) != 0 ||
+      ex_spawn(c, &cmd, &code, err, sizeof(err)) != 0)
     ex_refuse(c, code, err, now);
-    goto out;
-  }
-  c->pid = pid;
-  c->stdin_fd = inp[1];
-  c->out_fd = outp[0];
-  c->err_fd = errp[0];
-  inp[1] = outp[0] = errp[0] = -1;
-  c->state = EX_RUNNING;
-  goto out;
-
-nomem:
-  ex_refuse(c, 126, "muster-workerd is out of memory", now);
-out:
-  fd_close_pair(inp);
-  fd_close_pair(outp);
-  fd_close_pair(errp);
-  fd_close_pair(statp);
-  strv_free(argv);
-  strv_free(envp);
-  json_decref(hello);
-}
-
-/* Writes pending stdin into the command's stdin pipe. A command that closed
- * its stdin (EPIPE) loses the rest, as it would from a terminal. */
-static void ex_stdin_write(struct ex_conn *c) {
-  while (c->pend && c->stdin_fd >= 0) {
-    ssize_t n = write(c->stdin_fd, c->pend + c->pend_off, c->pend_len - c->pend_off);
-
-    if (n > 0) {
-      c->pend_off += (size_t)n;
-      if (c->pend_off == c->pend_len) {
-        free(c->pend);
-        c->pend = NULL;
-        c->pend_len = c->pend_off = 0;
-      }
-      continue;
-    }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
-    fd_close(&c->stdin_fd);
-  }
-  if (c->stdin_fd < 0 && c->pend) {
-    free(c->pend);
-    c->pend = NULL;
-    c->pend_len = c->pend_off = 0;
-  }
+  else
+    c->state = EX_RUNNING;
+  ex_cmd_cleanup(&cmd);
 }
 
 /* Acts on one complete frame from the client; the payload (c->in, c->in_len
@@ -618,120 +231,49 @@ static void ex_dispatch(struct ex_conn *c, char type, int64_t now) {
  * everything is read and dropped, until the client closes. */
 static void ex_sock_read(struct ex_conn *c, int64_t now) {
   for (int i = 0; i < EX_READS_PER_WAKE && c->sock >= 0; i++) {
-    unsigned char drop[4096];
-    unsigned char *where;
-    size_t want;
-    ssize_t n;
+    enum ex_rx rx;
 
     if (c->state == EX_ORPHAN || (c->state == EX_RUNNING && c->pend))
       return;
-    if (c->state == EX_CLOSING) {
-      where = drop;
-      want = sizeof(drop);
-    } else if (c->hdr_got < EXEC_WIRE_HDR_LEN) {
-      where = c->hdr + c->hdr_got;
-      want = EXEC_WIRE_HDR_LEN - c->hdr_got;
-    } else {
-      where = c->in + c->in_got;
-      want = c->in_len - c->in_got;
-    }
-    n = recv(c->sock, where, want, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    rx = ex_frame_recv(c, c->state == EX_CLOSING);
+    switch (rx) {
+    case EX_RX_AGAIN:
       return;
-    if (n <= 0) {
+    case EX_RX_MORE:
+      break;
+    case EX_RX_CLOSED:
+    case EX_RX_BROKEN:
       if (c->state == EX_CLOSING) {
         c->peer_eof = true;
         return;
       }
-      ex_disconnect(c, n == 0 ? "the client closed the connection" : "the connection broke", now);
+      ex_disconnect(
+          c, rx == EX_RX_CLOSED ? "the client closed the connection" : "the connection broke", now);
       return;
-    }
-    if (c->state == EX_CLOSING)
-      continue;
-    if (c->hdr_got < EXEC_WIRE_HDR_LEN) {
-      struct exec_wire_hdr h;
-      enum exec_wire_rc hr;
-
-      c->hdr_got += (size_t)n;
-      if (c->hdr_got < EXEC_WIRE_HDR_LEN)
-        continue;
-      /* A type this protocol does not define is read like any other, and
-       * ex_dispatch() ignores it. */
-      hr = exec_wire_parse_hdr(c->hdr, c->hdr_got, &h);
-      c->in_len = h.len;
-      c->in_got = 0;
-      if (hr == EXEC_WIRE_TOO_LARGE) {
-        if (c->state == EX_HELLO)
-          ex_refuse(c, 126, "a frame is larger than 1 MiB", now);
-        else
-          ex_disconnect(c, "the client sent a frame larger than 1 MiB", now);
-        return;
-      }
-      if (!(c->in = malloc(c->in_len + 1))) {
-        if (c->state == EX_HELLO)
-          ex_refuse(c, 126, "muster-workerd is out of memory", now);
-        else
-          ex_disconnect(c, "out of memory for a frame", now);
-        return;
-      }
-      c->in[c->in_len] = '\0';
-    } else {
-      c->in_got += (size_t)n;
-    }
-    if (c->in_got == c->in_len)
+    case EX_RX_TOO_LARGE:
+      if (c->state == EX_HELLO)
+        ex_refuse(c, 126, "a frame is larger than 1 MiB", now);
+      else
+        ex_disconnect(c, "the client sent a frame larger than 1 MiB", now);
+      return;
+    case EX_RX_NOMEM:
+      if (c->state == EX_HELLO)
+        ex_refuse(c, 126, "muster-workerd is out of memory", now);
+      else
+        ex_disconnect(c, "out of memory for a frame", now);
+      return;
+    case EX_RX_FRAME:
       ex_dispatch(c, (char)c->hdr[0], now);
-  }
-}
-
-/* Reads the command's output pipe *fd into type frames while c's buffer is
- * under EX_OUT_HIGH; closes *fd at end of file. */
-static void ex_pipe_read(struct ex_conn *c, int *fd, char type) {
-  for (int i = 0; i < EX_READS_PER_WAKE && *fd >= 0 && c->out_len < EX_OUT_HIGH; i++) {
-    unsigned char *w = ex_out_room(c, EXEC_WIRE_HDR_LEN + EX_READ_CHUNK);
-    ssize_t n;
-
-    if (!w)
-      return; /* out of memory: the pipe stays full until it passes */
-    n = read(*fd, w + EXEC_WIRE_HDR_LEN, EX_READ_CHUNK);
-    if (n > 0) {
-      exec_wire_put_hdr(w, type, (size_t)n);
-      c->out_len += EXEC_WIRE_HDR_LEN + (size_t)n;
-      continue;
+      break;
     }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
-    fd_close(fd);
   }
 }
 
 /* Collects the exit of every exec command that has exited. Each is waited
  * for by its own pid, so the script's child is left to child_reap(). */
 void ex_reap(int64_t now) {
-  for (size_t i = 0; i < ex.n; i++) {
-    struct ex_conn *c = ex.conns[i];
-    pid_t r;
-    int st;
-
-    if (c->pid <= 0 || c->exited)
-      continue;
-    do
-      r = waitpid(c->pid, &st, WNOHANG);
-    while (r < 0 && errno == EINTR);
-    if (r == 0)
-      continue;
-    c->exited = true;
-    c->wait_status = r < 0 ? -1 : st;
-    c->drain_until_ms = now + EX_DRAIN_MS;
-    if (c->state == EX_ORPHAN) {
-      /* What the command left in its group goes with it. */
-      kill(-c->pid, SIGKILL);
-      c->kill_at_ms = INT64_MAX;
-    }
-  }
+  for (size_t i = 0; i < ex.n; i++)
+    ex_child_reap(ex.conns[i], now);
 }
 
 /* Moves c on by the clock and by what it has seen: SIGKILL when due, the
@@ -815,31 +357,6 @@ static void ex_conn_free(struct ex_conn *c) {
   free(c);
 }
 
-/* Refuses a connection that gets no record (even the spare ones are taken,
- * or out of memory), best effort and without blocking: X, our FIN, and what
- * the client sent is read, so that the close is less likely to turn into a
- * reset. */
-static void ex_refuse_now(int fd, const char *error) {
-  char *x = ex_exit_json(126, -1, error);
-  unsigned char buf[4096];
-
-  if (x) {
-    size_t len = strlen(x);
-    unsigned char frame[EXEC_WIRE_HDR_LEN + 256];
-
-    if (len <= sizeof(frame) - EXEC_WIRE_HDR_LEN) {
-      exec_wire_put_hdr(frame, EXEC_FRAME_EXIT, len);
-      memcpy(frame + EXEC_WIRE_HDR_LEN, x, len);
-      (void)!send(fd, frame, EXEC_WIRE_HDR_LEN + len, MSG_NOSIGNAL);
-    }
-    free(x);
-  }
-  shutdown(fd, SHUT_WR);
-  while (recv(fd, buf, sizeof(buf), 0) > 0)
-    ;
-  close(fd);
-}
-
 /* Accepts the connections waiting on the exec socket. */
 static void ex_accept(int64_t now) {
   for (int i = 0; i < EX_READS_PER_WAKE; i++) {
@@ -906,6 +423,9 @@ static void ex_accept(int64_t now) {
     }
   }
 }
+
+/* ------------------------------------------------------------------------ */
+/* The main loop's hooks                                                    */
 
 /* workerd is ending: every exec command's group gets SIGTERM (SIGKILL 2 s
  * later), its client gets the X with error sentence, waiting hellos are
@@ -1050,11 +570,7 @@ void ex_cleanup(void) {
   for (size_t i = 0; i < ex.n; i++) {
     struct ex_conn *c = ex.conns[i];
 
-    if (c->pid > 0 && !c->exited) {
-      kill(-c->pid, SIGKILL);
-      while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    }
+    ex_child_kill(c);
     ex_conn_free(c);
   }
   ex.n = 0;

@@ -25,9 +25,12 @@
  * (a secret: never logged), MUSTER_BIND_IP (optional), MUSTER_LOG_LEVEL
  * (optional: error, warn, info or debug). stderr is the daemon's log file.
  *
- * The other modules (workerd.h lists them): client.c talks to the
- * controller, logship.c ships the command's output, child.c starts children,
- * exec_server.c serves the exec channel, zygote.c is the fork server.
+ * The other modules (workerd.h lists them): config.c reads the
+ * configuration, signals.c turns signals into self-pipe bytes, client.c
+ * talks to the controller, logship.c ships the command's output, child.c
+ * starts children, exec_server.c serves the exec channel, zygote.c is the
+ * fork server. This file drives them; none of them calls back into it (the
+ * fork server gets worker_main() as a function pointer).
  */
 #include "workerd.h"
 
@@ -53,13 +56,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The daemon's one state (workerd.h). */
-struct wd_state wd;
-
-/* The write end of the self-pipe, read by the signal handler. It is set once
- * before any handler is installed and never changes afterwards. */
-static int sig_write_fd = -1;
-
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                 */
 
@@ -74,186 +70,6 @@ static void std_fds_ensure(void) {
     int n = open("/dev/null", O_RDWR);
     if (n > fd)
       close(n);
-  }
-}
-
-/* Sets the log level from MUSTER_LOG_LEVEL, if it is set to a known name. */
-static void log_level_from_env(void) {
-  static const char *const names[] = {"error", "warn", "info", "debug"};
-  const char *v = getenv("MUSTER_LOG_LEVEL");
-
-  if (!v)
-    return;
-  for (int i = 0; i < 4; i++)
-    if (strcmp(v, names[i]) == 0)
-      log_verbosity = i;
-}
-
-/* Copies the environment variable name into out (size bytes) after checking
- * that it is set, non-empty and short enough. Returns 0 or MUSTER_E_INVALID
- * (logged, naming the variable but never its value). */
-MUST_CHECK static int env_copy(const char *name, char *out, size_t size) {
-  const char *v = getenv(name);
-  size_t n;
-
-  if (!v || !*v) {
-    LOG(LOG_ERROR, "%s is not set", name);
-    return MUSTER_E_INVALID;
-  }
-  n = strlen(v);
-  if (n >= size) {
-    LOG(LOG_ERROR, "%s is longer than %zu characters", name, size - 1);
-    return MUSTER_E_INVALID;
-  }
-  memcpy(out, v, n + 1);
-  return 0;
-}
-
-/* Reads and checks the configuration from the environment into wd.
- * Returns 0 or MUSTER_E_INVALID (logged). */
-MUST_CHECK static int config_load(void) {
-  const char *bind_ip = getenv("MUSTER_BIND_IP");
-  size_t n;
-  int rc;
-
-  rc = env_copy("MUSTER_CONTROLLER_URL", wd.url, sizeof(wd.url));
-  if (rc)
-    goto out;
-  rc = env_copy("MUSTER_WORKER_ID", wd.id, sizeof(wd.id));
-  if (rc)
-    goto out;
-  rc = env_copy("MUSTER_WORKER_TOKEN", wd.token, sizeof(wd.token));
-  if (rc)
-    goto out;
-
-  rc = MUSTER_E_INVALID;
-  if (strncmp(wd.url, "http://", 7) != 0 && strncmp(wd.url, "https://", 8) != 0) {
-    LOG(LOG_ERROR, "MUSTER_CONTROLLER_URL must start with http:// or https://");
-    goto out;
-  }
-  /* The contract says no trailing slash; tolerate one rather than build
-   * "//api/v1" paths. */
-  n = strlen(wd.url);
-  while (n > 8 && wd.url[n - 1] == '/')
-    wd.url[--n] = '\0';
-  /* The id goes into URL paths, so it must need no escaping. */
-  for (const char *p = wd.id; *p; p++) {
-    if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') && !(*p >= '0' && *p <= '9') &&
-        *p != '-' && *p != '_') {
-      LOG(LOG_ERROR, "MUSTER_WORKER_ID may hold only letters, digits, '-' and '_'");
-      goto out;
-    }
-  }
-  /* The token goes into a header line: a control character or a space in it
-   * would let it forge other headers. */
-  for (const char *p = wd.token; *p; p++) {
-    if (*p <= ' ' || *p == 0x7f) {
-      LOG(LOG_ERROR, "MUSTER_WORKER_TOKEN holds a space or a control character");
-      goto out;
-    }
-  }
-  /* A worker whose controller never comes back must not live forever:
-   * after MUSTER_ORPHAN_TIMEOUT seconds (default 600) without any answer it
-   * ends itself, as a container would be reaped with its cluster. */
-  wd.orphan_ms = 600 * 1000;
-  if (getenv("MUSTER_ORPHAN_TIMEOUT")) {
-    long secs;
-    if (util_parse_long(getenv("MUSTER_ORPHAN_TIMEOUT"), 1, 7 * 86400, &secs) != 0) {
-      LOG(LOG_ERROR, "MUSTER_ORPHAN_TIMEOUT must be a number of seconds (1 to 604800)");
-      goto out;
-    }
-    wd.orphan_ms = secs * 1000;
-  }
-  /* The controller accepts the registration of one start attempt only: a
-   * workerd of an earlier one (started before a controller crash) is refused
-   * and ends without running anything. */
-  if (getenv("MUSTER_WORKER_ATTEMPT") &&
-      util_parse_long(getenv("MUSTER_WORKER_ATTEMPT"), 1, 1L << 30, &wd.attempt) != 0) {
-    LOG(LOG_ERROR, "MUSTER_WORKER_ATTEMPT must be a start attempt number (1 or more)");
-    goto out;
-  }
-  /* The local backend's isolation: the command gets namespaces of its own
-   * and does not see this directory (the controller's state). */
-  if (getenv("MUSTER_CONFINE") && *getenv("MUSTER_CONFINE")) {
-    if (strlen(getenv("MUSTER_CONFINE")) >= sizeof(wd.confine) ||
-        getenv("MUSTER_CONFINE")[0] != '/') {
-      LOG(LOG_ERROR, "MUSTER_CONFINE must be an absolute directory path");
-      goto out;
-    }
-    snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
-  }
-  unsetenv("MUSTER_CONFINE");
-  unsetenv("MUSTER_WORKER_TOKEN"); /* kept in wd.token; no copy left in environ */
-  wd.last_contact_ms = util_mono_ms();
-  if (bind_ip && *bind_ip) {
-    n = strlen(bind_ip);
-    if (n >= sizeof(wd.ip)) {
-      LOG(LOG_ERROR, "MUSTER_BIND_IP is too long");
-      goto out;
-    }
-    memcpy(wd.ip, bind_ip, n + 1);
-  }
-  rc = 0;
-out:
-  return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Signals                                                                  */
-
-/* Turns a signal into one byte on the self-pipe; the main loop does the work.
- * A full pipe loses the byte, which is harmless: one pending byte per kind
- * of signal is all the loop needs. */
-static void on_signal(int signo) {
-  int saved = errno;
-  unsigned char b = (unsigned char)signo;
-  ssize_t n = write(sig_write_fd, &b, 1);
-
-  (void)n;
-  errno = saved;
-}
-
-/* Creates the self-pipe and installs the handlers for SIGCHLD, SIGTERM and
- * SIGINT; ignores SIGPIPE, which the child gets back at its default.
- * Returns 0 or MUSTER_E_IO (logged). */
-MUST_CHECK static int signals_install(void) {
-  struct sigaction sa;
-  int p[2];
-
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-    LOG(LOG_ERROR, "cannot create the signal pipe: %s", strerror(errno));
-    return MUSTER_E_IO;
-  }
-  wd.sig_read_fd = p[0];
-  sig_write_fd = p[1];
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  /* Only an exit of the child matters, not its being stopped or continued. */
-  sa.sa_flags = SA_NOCLDSTOP;
-  if (sigaction(SIGCHLD, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
-      sigaction(SIGINT, &sa, NULL) != 0)
-    return MUSTER_E_IO;
-  sa.sa_handler = SIG_IGN;
-  sa.sa_flags = 0;
-  if (sigaction(SIGPIPE, &sa, NULL) != 0)
-    return MUSTER_E_IO;
-  return 0;
-}
-
-/* Empties the self-pipe. Sets *child if SIGCHLD arrived and *term to SIGTERM
- * or SIGINT if one of them did (left alone otherwise). */
-void signals_take(bool *child, int *term) {
-  unsigned char buf[64];
-  ssize_t n;
-
-  while ((n = read(wd.sig_read_fd, buf, sizeof(buf))) > 0) {
-    for (ssize_t i = 0; i < n; i++) {
-      if (buf[i] == SIGCHLD)
-        *child = true;
-      else if (buf[i] == SIGTERM || buf[i] == SIGINT)
-        *term = buf[i];
-    }
   }
 }
 
@@ -612,7 +428,7 @@ static int cgroup_join(void) {
 /* Runs one worker: reads its configuration from the environment, registers,
  * runs its command and reports how it ended. curl_global_init() must have
  * been called. Returns the process's exit code. */
-int worker_main(void) {
+static int worker_main(void) {
   int code = 1;
   int rc;
 
@@ -707,7 +523,7 @@ int main(int argc, char **argv) {
     LOG(LOG_ERROR, "cannot initialise libcurl");
     return 1;
   }
-  code = argc == 2 ? zygote_main() : worker_main();
+  code = argc == 2 ? zygote_main(worker_main) : worker_main();
   curl_global_cleanup();
   return code;
 }

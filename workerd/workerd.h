@@ -3,16 +3,21 @@
  * than one module uses, the daemon's one state (wd), and what each module
  * offers the others. main.c has the overall description; the modules:
  *
- *   main.c         main(), configuration, signals, the main loop, heartbeats,
- *                  the exit report, cleanup
+ *   main.c         main(), the main loop, heartbeats, the exit report,
+ *                  cleanup: the one module that drives the others
+ *   wd_state.c     the daemon's one state, wd
+ *   config.c       the configuration, from the environment
+ *   signals.c      signals, turned into bytes on a self-pipe
  *   client.c       the controller client: HTTP, backoff, registration
  *   logship.c      the command's output: ring buffers, shipped as logs
  *   child.c        starting children (the worker's command and exec commands)
- *   exec_server.c  the exec channel's server (docs/exec-protocol.md)
+ *   exec_server.c  the exec channel's server (docs/exec-protocol.md); its
+ *                  parts are in exec_internal.h
  *   zygote.c       the fork server (--zygote) of the controller's local backend
  *
  * What a module keeps to itself stays static there; only what crosses
- * modules is declared here.
+ * modules is declared here. Calls between modules go one way: main.c calls
+ * the others and none calls main.c; wd_state.c calls nothing.
  */
 #ifndef MUSTER_WORKERD_H
 #define MUSTER_WORKERD_H
@@ -119,7 +124,7 @@ struct backoff {
 };
 
 /* ------------------------------------------------------------------------ */
-/* The daemon's one state (defined in main.c)                               */
+/* The daemon's one state (defined in wd_state.c)                           */
 
 /* In the manner of Redis's `server`. The exec server's own state (its
  * connections) is exec_server.c's. */
@@ -186,11 +191,20 @@ struct wd_state {
 extern struct wd_state wd;
 
 /* ------------------------------------------------------------------------ */
-/* main.c                                                                   */
+/* config.c: the configuration                                              */
 
-/* Runs one worker from the environment; returns the process's exit code
- * (the fork server's workers run it too). */
-int worker_main(void);
+/* Sets the log level from MUSTER_LOG_LEVEL, if it is set to a known name. */
+void log_level_from_env(void);
+/* Reads and checks the configuration from the environment into wd.
+ * Returns 0 or MUSTER_E_INVALID (logged). */
+MUST_CHECK int config_load(void);
+
+/* ------------------------------------------------------------------------ */
+/* signals.c: the self-pipe                                                 */
+
+/* Creates the self-pipe (wd.sig_read_fd) and installs the handlers.
+ * Returns 0 or MUSTER_E_IO (logged). */
+MUST_CHECK int signals_install(void);
 /* Empties the self-pipe: *child if SIGCHLD arrived, *term SIGTERM or SIGINT
  * if one of them did. */
 void signals_take(bool *child, int *term);
@@ -243,6 +257,8 @@ void ex_cleanup(void);
 /* ------------------------------------------------------------------------ */
 /* zygote.c: the fork server                                                */
 
-int zygote_main(void);
+/* Serves the fork server on ZYGOTE_FD; each worker it forks returns
+ * run_worker() as its exit code (main.c passes the worker's main). */
+int zygote_main(int (*run_worker)(void));
 
 #endif

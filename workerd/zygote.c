@@ -6,8 +6,8 @@
  * CPU per exec; forked from this warm process, a worker starts in a fraction
  * of that. Each worker is forked twice so that it is not the fork server's
  * child: the controller, a child subreaper, adopts and reaps it as if it had
- * started it itself, and it runs worker_main() as a directly started one
- * would.
+ * started it itself, and it runs worker_main() (passed in by main.c as
+ * run_worker) as a directly started one would.
  */
 #include "workerd.h"
 
@@ -27,8 +27,9 @@
  * settings, and ZYGOTE_LOG_FILE, where its output goes. The worker is
  * forked twice so that it is not our child: its parent exits at once and
  * the controller, a child subreaper, adopts it and reaps it, exactly as if
- * it had started it itself. Returns the worker's pid or -errno. */
-static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n) {
+ * it had started it itself. The worker runs run_worker() and exits with
+ * what it returns. Returns the worker's pid or -errno. */
+static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_worker)(void)) {
   int pfd[2];
   pid_t mid, pid = -EAGAIN;
   ssize_t got;
@@ -89,7 +90,7 @@ static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n) {
         if (fd > 2)
           close(fd);
       }
-      _exit(worker_main());
+      _exit(run_worker());
     }
     if (w < 0)
       w = -errno;
@@ -109,9 +110,9 @@ static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n) {
 
 /* muster-workerd --zygote: serves the controller's local backend. Requests
  * come as datagrams on fd ZYGOTE_FD (a SOCK_SEQPACKET socket); each gets the
- * pid (or -errno) back. It ends when the controller closes the socket; the
- * workers it started live on. */
-int zygote_main(void) {
+ * pid (or -errno) back; each worker runs run_worker(). It ends when the
+ * controller closes the socket; the workers it started live on. */
+int zygote_main(int (*run_worker)(void)) {
   char req[ZYGOTE_REQ_MAX + 1];
   int sock = ZYGOTE_FD;
 
@@ -135,7 +136,7 @@ int zygote_main(void) {
       return errno == ECONNRESET ? 0 : 1;
     }
     req[n] = '\0';
-    pid = zygote_fork(sock, req, (size_t)n);
+    pid = zygote_fork(sock, req, (size_t)n, run_worker);
     if (send(sock, &pid, sizeof(pid), MSG_NOSIGNAL) < 0)
       return 0;
   }

@@ -1,0 +1,137 @@
+/*
+ * config.c: muster-workerd's configuration, read once from the environment
+ * into wd (MUSTER_CONTROLLER_URL, MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN,
+ * MUSTER_WORKER_ATTEMPT, MUSTER_BIND_IP, MUSTER_ORPHAN_TIMEOUT,
+ * MUSTER_CONFINE) and the log level (MUSTER_LOG_LEVEL). A bad variable is
+ * named in the log, never its value. It calls no other module of workerd.
+ */
+#include "workerd.h"
+
+#include "log.h"
+#include "muster_errors.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Sets the log level from MUSTER_LOG_LEVEL, if it is set to a known name. */
+void log_level_from_env(void) {
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  const char *v = getenv("MUSTER_LOG_LEVEL");
+
+  if (!v)
+    return;
+  for (int i = 0; i < 4; i++)
+    if (strcmp(v, names[i]) == 0)
+      log_verbosity = i;
+}
+
+/* Copies the environment variable name into out (size bytes) after checking
+ * that it is set, non-empty and short enough. Returns 0 or MUSTER_E_INVALID
+ * (logged, naming the variable but never its value). */
+MUST_CHECK static int env_copy(const char *name, char *out, size_t size) {
+  const char *v = getenv(name);
+  size_t n;
+
+  if (!v || !*v) {
+    LOG(LOG_ERROR, "%s is not set", name);
+    return MUSTER_E_INVALID;
+  }
+  n = strlen(v);
+  if (n >= size) {
+    LOG(LOG_ERROR, "%s is longer than %zu characters", name, size - 1);
+    return MUSTER_E_INVALID;
+  }
+  memcpy(out, v, n + 1);
+  return 0;
+}
+
+/* Reads and checks the configuration from the environment into wd.
+ * Returns 0 or MUSTER_E_INVALID (logged). */
+MUST_CHECK int config_load(void) {
+  const char *bind_ip = getenv("MUSTER_BIND_IP");
+  size_t n;
+  int rc;
+
+  rc = env_copy("MUSTER_CONTROLLER_URL", wd.url, sizeof(wd.url));
+  if (rc)
+    goto out;
+  rc = env_copy("MUSTER_WORKER_ID", wd.id, sizeof(wd.id));
+  if (rc)
+    goto out;
+  rc = env_copy("MUSTER_WORKER_TOKEN", wd.token, sizeof(wd.token));
+  if (rc)
+    goto out;
+
+  rc = MUSTER_E_INVALID;
+  if (strncmp(wd.url, "http://", 7) != 0 && strncmp(wd.url, "https://", 8) != 0) {
+    LOG(LOG_ERROR, "MUSTER_CONTROLLER_URL must start with http:// or https://");
+    goto out;
+  }
+  /* The contract says no trailing slash; tolerate one rather than build
+   * "//api/v1" paths. */
+  n = strlen(wd.url);
+  while (n > 8 && wd.url[n - 1] == '/')
+    wd.url[--n] = '\0';
+  /* The id goes into URL paths, so it must need no escaping. */
+  for (const char *p = wd.id; *p; p++) {
+    if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') && !(*p >= '0' && *p <= '9') &&
+        *p != '-' && *p != '_') {
+      LOG(LOG_ERROR, "MUSTER_WORKER_ID may hold only letters, digits, '-' and '_'");
+      goto out;
+    }
+  }
+  /* The token goes into a header line: a control character or a space in it
+   * would let it forge other headers. */
+  for (const char *p = wd.token; *p; p++) {
+    if (*p <= ' ' || *p == 0x7f) {
+      LOG(LOG_ERROR, "MUSTER_WORKER_TOKEN holds a space or a control character");
+      goto out;
+    }
+  }
+  /* A worker whose controller never comes back must not live forever:
+   * after MUSTER_ORPHAN_TIMEOUT seconds (default 600) without any answer it
+   * ends itself, as a container would be reaped with its cluster. */
+  wd.orphan_ms = 600 * 1000;
+  if (getenv("MUSTER_ORPHAN_TIMEOUT")) {
+    long secs;
+    if (util_parse_long(getenv("MUSTER_ORPHAN_TIMEOUT"), 1, 7 * 86400, &secs) != 0) {
+      LOG(LOG_ERROR, "MUSTER_ORPHAN_TIMEOUT must be a number of seconds (1 to 604800)");
+      goto out;
+    }
+    wd.orphan_ms = secs * 1000;
+  }
+  /* The controller accepts the registration of one start attempt only: a
+   * workerd of an earlier one (started before a controller crash) is refused
+   * and ends without running anything. */
+  if (getenv("MUSTER_WORKER_ATTEMPT") &&
+      util_parse_long(getenv("MUSTER_WORKER_ATTEMPT"), 1, 1L << 30, &wd.attempt) != 0) {
+    LOG(LOG_ERROR, "MUSTER_WORKER_ATTEMPT must be a start attempt number (1 or more)");
+    goto out;
+  }
+  /* The local backend's isolation: the command gets namespaces of its own
+   * and does not see this directory (the controller's state). */
+  if (getenv("MUSTER_CONFINE") && *getenv("MUSTER_CONFINE")) {
+    if (strlen(getenv("MUSTER_CONFINE")) >= sizeof(wd.confine) ||
+        getenv("MUSTER_CONFINE")[0] != '/') {
+      LOG(LOG_ERROR, "MUSTER_CONFINE must be an absolute directory path");
+      goto out;
+    }
+    snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
+  }
+  unsetenv("MUSTER_CONFINE");
+  unsetenv("MUSTER_WORKER_TOKEN"); /* kept in wd.token; no copy left in environ */
+  wd.last_contact_ms = util_mono_ms();
+  if (bind_ip && *bind_ip) {
+    n = strlen(bind_ip);
+    if (n >= sizeof(wd.ip)) {
+      LOG(LOG_ERROR, "MUSTER_BIND_IP is too long");
+      goto out;
+    }
+    memcpy(wd.ip, bind_ip, n + 1);
+  }
+  rc = 0;
+out:
+  return rc;
+}

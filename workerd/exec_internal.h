@@ -1,0 +1,142 @@
+/*
+ * exec_internal.h: the exec server's parts, shared by its files and no
+ * others (the rest of workerd sees the exec server through workerd.h):
+ *
+ *   exec_server.c  the listening socket, accepting, each connection's state
+ *                  machine, and the main loop's hooks (ex_poll_add() ...)
+ *   exec_hello.c   the hello: checked, and the command it asks for built
+ *   exec_frame.c   the framing: frames queued and sent, frames received
+ *   exec_relay.c   the command: started on pipes, its stdin written, its
+ *                  output read into frames, signalled, reaped
+ *
+ * Calls go one way: exec_server.c calls the three others; exec_relay.c calls
+ * exec_frame.c (output frames) and ex_utf8_prefix(); none calls
+ * exec_server.c, which alone moves a connection from one state to another.
+ */
+#ifndef MUSTER_WORKERD_EXEC_INTERNAL_H
+#define MUSTER_WORKERD_EXEC_INTERNAL_H
+
+#include "exec_wire.h"
+#include "workerd.h"
+
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Limits and timings; EX_CONN_MAX, EX_SPARE and EX_POLL_MAX are in workerd.h. */
+#define EX_HELLO_MS 10000         /* from accept to a complete hello */
+#define EX_OUT_HIGH (1u << 20)    /* stop reading the command's output here */
+#define EX_READ_CHUNK (64u << 10) /* one read from a pipe: one O/E frame */
+#define EX_KILL_GRACE_MS 2000     /* SIGTERM to SIGKILL for exec commands */
+#define EX_DRAIN_MS 2000          /* reading output pipes after the exit */
+#define EX_LINGER_MS 2000         /* waiting for the client to close after X */
+#define EX_STALL_MS 60000         /* a client that reads nothing of its X */
+#define EX_STOP_MS 5000           /* workerd's stop: longest wait for exec */
+#define EX_READS_PER_WAKE 16      /* reads per descriptor per poll round */
+#define EX_NAME_MAX 200           /* bytes of argv[0] in logs and errors */
+/* The hard bound of an output buffer: EX_OUT_HIGH plus what one round of
+ * reads may add past it. */
+#define EX_OUT_CAP (EX_OUT_HIGH + 4 * EX_READ_CHUNK)
+
+enum ex_state {
+  EX_HELLO,   /* waiting for the hello */
+  EX_RUNNING, /* the command was started: relaying */
+  EX_CLOSING, /* X queued: flushing, then waiting for the client to close */
+  EX_ORPHAN   /* the client is gone: killing and reaping the command */
+};
+
+/* One exec connection and its command. */
+struct ex_conn {
+  enum ex_state state;
+  int sock; /* -1 once released */
+  char peer[INET6_ADDRSTRLEN + 8];
+  char name[EX_NAME_MAX + 1]; /* argv[0], cut at a character, for the logs */
+  int64_t deadline_ms;        /* HELLO: the hello is due; CLOSING: give up */
+
+  /* The frame being read: its header, then its payload (in_len + 1 bytes,
+   * so that a hello can be NUL-terminated). */
+  unsigned char hdr[EXEC_WIRE_HDR_LEN];
+  size_t hdr_got;
+  unsigned char *in;
+  size_t in_len, in_got;
+
+  /* Frames to send, back to back, from out[out_start] on. */
+  unsigned char *out;
+  size_t out_start, out_len, out_cap;
+  bool shut;     /* CLOSING: everything was sent and our side shut down */
+  bool peer_eof; /* CLOSING: the client closed its side */
+
+  /* The command; pid is also its process group. */
+  pid_t pid;              /* 0 before it started */
+  bool exited;            /* reaped; wait_status is valid */
+  int wait_status;        /* -1 if it was lost */
+  int64_t drain_until_ms; /* valid once exited */
+  int64_t kill_at_ms;     /* SIGKILL to the group; INT64_MAX if none due */
+  const char *stop_error; /* the X's error if workerd's stop killed it */
+  int stdin_fd, out_fd, err_fd;
+  unsigned char *pend; /* an I payload not yet all in the stdin pipe */
+  size_t pend_len, pend_off;
+
+  /* Where this round's pollfds are; -1 where none. */
+  int at_sock, at_in, at_out, at_err;
+};
+
+/* Room for a refusal's sentence: argv[0] or cwd (cut to EX_NAME_MAX) and
+ * some words. */
+#define EX_ERR_MAX (EX_NAME_MAX + 256)
+
+/* ------------------------------------------------------------------------ */
+/* exec_frame.c: the framing                                                */
+
+/* What one ex_frame_recv() found. */
+enum ex_rx {
+  EX_RX_AGAIN,     /* nothing more to read now */
+  EX_RX_MORE,      /* bytes read (or dropped), or interrupted: read again */
+  EX_RX_FRAME,     /* a whole frame: type c->hdr[0], payload c->in (c->in_len) */
+  EX_RX_CLOSED,    /* the client closed its side */
+  EX_RX_BROKEN,    /* the connection broke */
+  EX_RX_TOO_LARGE, /* the header announced a frame over 1 MiB */
+  EX_RX_NOMEM      /* no memory for the frame's payload */
+};
+
+unsigned char *ex_out_room(struct ex_conn *c, size_t need);
+MUST_CHECK int ex_queue(struct ex_conn *c, char type, const void *data, size_t len);
+char *ex_exit_json(int code, int signo, const char *error);
+void ex_sock_release(struct ex_conn *c);
+MUST_CHECK int ex_flush(struct ex_conn *c, int64_t now);
+enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop);
+void ex_refuse_now(int fd, const char *error);
+
+/* ------------------------------------------------------------------------ */
+/* exec_hello.c: the hello                                                  */
+
+/* The command a hello asks for. argv and envp are NULL-terminated and owned
+ * here; cwd is borrowed from hello or from wd. ex_cmd_cleanup() frees it. */
+struct ex_cmd {
+  json_t *hello; /* the parsed hello (new reference), or NULL */
+  char **argv;
+  char **envp;
+  const char *cwd; /* the hello's, else the script's (wd.cwd); NULL: neither */
+};
+
+size_t ex_utf8_prefix(const char *s, size_t max);
+MUST_CHECK int ex_hello_parse(struct ex_conn *c, const char *text, size_t len, struct ex_cmd *cmd,
+                              char *err, size_t size);
+void ex_cmd_cleanup(struct ex_cmd *cmd);
+
+/* ------------------------------------------------------------------------ */
+/* exec_relay.c: the command                                                */
+
+void ex_pipes_close(struct ex_conn *c);
+void ex_signal(struct ex_conn *c, int sig);
+MUST_CHECK int ex_spawn(struct ex_conn *c, const struct ex_cmd *cmd, int *code, char *err,
+                        size_t size);
+void ex_stdin_write(struct ex_conn *c);
+void ex_pipe_read(struct ex_conn *c, int *fd, char type);
+void ex_child_reap(struct ex_conn *c, int64_t now);
+void ex_child_kill(struct ex_conn *c);
+
+#endif

@@ -1,7 +1,7 @@
 /*
  * exec_wire.h: the exec channel's framing (docs/exec-protocol.md), in one
  * place for both of its ends: the server in muster-workerd
- * (workerd/exec_server.c) and the client in libmuster (sdk/lib/exec.c).
+ * (workerd/exec_frame.c) and the client in libmuster (sdk/lib/exec.c).
  *
  * Both directions carry frames: a type byte, the payload's length in 4 bytes
  * big-endian (at most EXEC_WIRE_FRAME_MAX), then the payload. What the

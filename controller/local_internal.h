@@ -21,11 +21,11 @@
  *   local_adopt.c    what an earlier controller left: reconcile, probing
  *                    adopted workers, sweeping cgroups no worker owns
  *
- * Calls point down this list's dependency order only: backend_local.c
+ * Calls point one way (no file calls one that calls it): backend_local.c
  * calls every part; local_adopt.c calls local_reap.c; local_reap.c calls
  * local_sample.c, local_zygote.c and local_signal.c; local_spawn.c calls
- * local_zygote.c and local_signal.c; every part reads local_table.c. No
- * part calls back into backend_local.c.
+ * local_zygote.c and local_signal.c; every part but local_signal.c reads
+ * local_table.c, which calls none. No part calls back into backend_local.c.
  *
  * Locking: lb.mu is a leaf lock (nothing else is taken while it is held,
  * and backend_report() is never called under it). Functions marked "(lb.mu

@@ -1,0 +1,267 @@
+/*
+ * local_table.c: the local backend's state (lb) and its table of worker
+ * records: lookup by id, and the room each record holds (cores and memory
+ * for admission, GPUs, a loopback address), with the operations that
+ * reserve and give back room (place, release) or report it
+ * (could_ever_fit, usage). See local_internal.h for the other parts.
+ */
+#include "local_internal.h"
+
+#include "muster_errors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct local_backend lb = {.mu = PTHREAD_MUTEX_INITIALIZER, .zygote_fd = -1};
+
+/* ---- the table (lb.mu held) ---- */
+
+static unsigned lp_hash(const char *id) {
+  unsigned h = 2166136261u;
+
+  for (; *id; id++)
+    h = (h ^ (unsigned char)*id) * 16777619u;
+  return h % LP_HASH;
+}
+
+struct lproc *lp_find(const char *id) {
+  for (struct lproc *p = lb.hash[lp_hash(id)]; p; p = p->hnext)
+    if (strcmp(p->id, id) == 0)
+      return p;
+  return NULL;
+}
+
+struct lproc *lp_new(const char *id) {
+  struct lproc *p = calloc(1, sizeof(*p));
+  unsigned h;
+
+  if (!p)
+    return NULL;
+  snprintf(p->id, sizeof(p->id), "%s", id);
+  p->ip_slot = -1;
+  h = lp_hash(id);
+  p->hnext = lb.hash[h];
+  lb.hash[h] = p;
+  p->next = lb.head;
+  if (lb.head)
+    lb.head->prev = p;
+  lb.head = p;
+  return p;
+}
+
+/* Drops a record and gives back the address and GPUs it held. */
+void lp_free(struct lproc *p) {
+  struct lproc **pp = &lb.hash[lp_hash(p->id)];
+
+  if (p->gpu_mask)
+    lb.room_freed = 1; /* a waiting worker may fit now */
+  lb.gpu_used &= ~p->gpu_mask;
+  if (p->ip_slot >= 0)
+    lb.ip_used[p->ip_slot] = 0;
+  while (*pp && *pp != p)
+    pp = &(*pp)->hnext;
+  if (*pp)
+    *pp = p->hnext;
+  if (p->prev)
+    p->prev->next = p->next;
+  else
+    lb.head = p->next;
+  if (p->next)
+    p->next->prev = p->prev;
+  free(p);
+}
+
+/* A record is dropped once it is released, nothing is due for it, and its
+ * process is gone (reaped), never existed, or (adopted, so not ours to
+ * reap) was cancelled or seen gone. Until then it keeps its address and its
+ * GPUs: a worker in its stop grace period still uses them. */
+void lp_maybe_free(struct lproc *p) {
+  if (!p->live && !p->kill_at_ms && (p->pid == 0 || p->exited || (p->adopted && p->reported)))
+    lp_free(p);
+}
+
+/* A worker attempt's cgroup: "ID.ATTEMPT". */
+void local_cg_name(const char *id, int attempt, char *buf, size_t size) {
+  snprintf(buf, size, "%s.%d", id, attempt);
+}
+
+static void slot_to_ip(int slot, char *buf, size_t size) {
+  snprintf(buf, size, "127.0.%d.%d", 1 + slot / 254, 1 + slot % 254);
+}
+
+MUST_CHECK int local_ip_to_slot(const char *ip) {
+  unsigned a, b;
+  char tail;
+
+  if (sscanf(ip, "127.0.%u.%u%c", &a, &b, &tail) != 2 || a < 1 || a > 254 || b < 1 || b > 254)
+    return -1;
+  return (int)((a - 1) * 254 + (b - 1));
+}
+
+static MUST_CHECK int ip_alloc(void) {
+  for (int k = 0; k < IP_SLOTS; k++) {
+    int slot = (lb.ip_next + k) % IP_SLOTS;
+    if (!lb.ip_used[slot]) {
+      lb.ip_used[slot] = 1;
+      lb.ip_next = (slot + 1) % IP_SLOTS;
+      return slot;
+    }
+  }
+  return -1;
+}
+
+static void gpus_format(uint64_t mask, char *buf, size_t size) {
+  size_t len = 0;
+
+  buf[0] = '\0';
+  for (int i = 0; i < 64 && len + 4 < size; i++)
+    if (mask & (1ULL << i))
+      len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? "," : "", i);
+}
+
+uint64_t local_gpus_parse(const char *s) {
+  uint64_t mask = 0;
+  char *end;
+
+  while (s && *s) {
+    long i = strtol(s, &end, 10);
+    if (end == s)
+      break;
+    if (i >= 0 && i < 64)
+      mask |= 1ULL << i;
+    s = *end == ',' ? end + 1 : end;
+  }
+  return mask;
+}
+
+static int free_gpus(void) {
+  int n = 0;
+
+  for (int i = 0; i < lb.cfg.gpus; i++)
+    if (!(lb.gpu_used & (1ULL << i)))
+      n++;
+  return n;
+}
+
+void local_reserve(struct lproc *p) {
+  p->live = 1;
+  lb.cpu_used += p->req.cpu;
+  lb.memory_used += p->req.memory;
+  lb.gpu_used |= p->gpu_mask;
+}
+
+/* Gives back a released worker's cores and memory (what admission counts);
+ * its address and GPUs go with its record (lp_maybe_free). */
+static void unreserve(struct lproc *p) {
+  if (!p->live)
+    return;
+  p->live = 0;
+  lb.cpu_used -= p->req.cpu;
+  lb.memory_used -= p->req.memory;
+  if (lb.cpu_used < 1e-9)
+    lb.cpu_used = 0;
+  if (lb.memory_used < 1e-9)
+    lb.memory_used = 0;
+}
+
+/* ---- the operations on room (they take lb.mu) ---- */
+
+int local_could_ever_fit(const struct backend_req *r, const char **field, char *msg,
+                         size_t msglen) {
+  if (r->cpu > lb.cfg.cpus + 1e-9)
+    *field = "cpu";
+  else if (r->memory > lb.cfg.memory + 1e-9)
+    *field = "memory";
+  else if (r->ngpu > lb.cfg.gpus)
+    *field = "nvidia_gpu";
+  else
+    return 0;
+  snprintf(msg, msglen,
+           "%s: the request can never fit the local backend (it has %g cores, %g GiB of "
+           "memory and %d GPUs in all)",
+           *field, lb.cfg.cpus, lb.cfg.memory, lb.cfg.gpus);
+  return MUSTER_E_CAPACITY;
+}
+
+int local_place(const char *id, const struct backend_req *r, struct backend_placement *where,
+                char *why, size_t whylen) {
+  struct lproc *p;
+  uint64_t mask = 0;
+  int slot, taken = 0, ok = 0;
+
+  pthread_mutex_lock(&lb.mu);
+  /* A little slack absorbs float rounding of fractional cores. */
+  if (lb.cpu_used + r->cpu > lb.cfg.cpus + 1e-9) {
+    snprintf(why, whylen, "%g cores (%g free of %g)", r->cpu,
+             lb.cfg.cpus - lb.cpu_used < 0 ? 0 : lb.cfg.cpus - lb.cpu_used, lb.cfg.cpus);
+    goto out;
+  }
+  if (lb.memory_used + r->memory > lb.cfg.memory + 1e-9) {
+    snprintf(why, whylen, "%g GiB of memory (%g free of %g)", r->memory,
+             lb.cfg.memory - lb.memory_used < 0 ? 0 : lb.cfg.memory - lb.memory_used,
+             lb.cfg.memory);
+    goto out;
+  }
+  if (r->ngpu > free_gpus()) {
+    snprintf(why, whylen, "%d GPUs (%d free of %d on this host)", r->ngpu, free_gpus(),
+             lb.cfg.gpus);
+    goto out;
+  }
+  p = lp_find(id);
+  if (p) {
+    lp_maybe_free(p);
+    p = lp_find(id);
+  }
+  if (p) {
+    snprintf(why, whylen, "its earlier attempt to end");
+    goto out;
+  }
+  slot = ip_alloc();
+  if (slot < 0) {
+    snprintf(why, whylen, "a free loopback address");
+    goto out;
+  }
+  p = lp_new(id);
+  if (!p) {
+    lb.ip_used[slot] = 0;
+    snprintf(why, whylen, "memory in the controller");
+    goto out;
+  }
+  for (int i = 0; i < lb.cfg.gpus && taken < r->ngpu; i++)
+    if (!((lb.gpu_used | mask) & (1ULL << i))) {
+      mask |= 1ULL << i;
+      taken++;
+    }
+  p->req = *r;
+  p->ip_slot = slot;
+  p->gpu_mask = mask;
+  local_reserve(p);
+  slot_to_ip(slot, where->bind_ip, sizeof(where->bind_ip));
+  gpus_format(mask, where->gpu_indices, sizeof(where->gpu_indices));
+  ok = 1;
+out:
+  pthread_mutex_unlock(&lb.mu);
+  return ok;
+}
+
+void local_release(const char *id) {
+  struct lproc *p;
+
+  pthread_mutex_lock(&lb.mu);
+  p = lp_find(id);
+  if (p) {
+    unreserve(p);
+    lp_maybe_free(p);
+  }
+  pthread_mutex_unlock(&lb.mu);
+}
+
+void local_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {
+  pthread_mutex_lock(&lb.mu);
+  *cpu_used = lb.cpu_used;
+  *cpu_total = lb.cfg.cpus;
+  *mem_used = lb.memory_used;
+  *mem_total = lb.cfg.memory;
+  pthread_mutex_unlock(&lb.mu);
+}

@@ -1,6 +1,6 @@
 /*
  * zygote_proto.h: the protocol between the controller's local backend
- * (controller/backend_local.c, zygote_start() and zygote_send()) and
+ * (controller/local_zygote.c, local_zygote_start() and local_zygote_send()) and
  * workerd's fork server (workerd/zygote.c, `muster-workerd --zygote`), in
  * one place so that the two ends cannot drift.
  *

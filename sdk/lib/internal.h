@@ -6,6 +6,11 @@
 
 #include <jansson.h>
 
+/* On the functions the library's files share with each other (and not
+ * with its users): they stay out of libmuster.so's exported symbols, as
+ * they were when each was static in one file. */
+#define MUSTER_INTERNAL __attribute__((visibility("hidden")))
+
 /* The API token of c (borrowed), so run.c can open a second client. */
 const char *muster_client_token_(const muster_client *c);
 

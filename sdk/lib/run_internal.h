@@ -1,0 +1,127 @@
+/* run_internal.h: what the files of muster_run_cluster() share: one
+ * attempt's state (struct run), its processes (struct proc), and the calls
+ * between its layers: run.c (the attempts, restarts) calls run_attempt.c
+ * (launch, await, stop), which calls run_allreduce.c and run_exec.c (the
+ * command) and run_monitor.c (the event stream); those report through
+ * run_output.c (output lines) and run_failure.c (the first failure), which
+ * call none of them. Not part of libmuster's API. */
+#ifndef MUSTER_SDK_RUN_INTERNAL_H
+#define MUSTER_SDK_RUN_INTERNAL_H
+
+#include "internal.h"
+#include "muster.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define LINE_MAX_BYTES (64 * 1024)
+
+/* One process of the run: a PS or worker (through exec) or mpirun. */
+struct proc {
+  struct run *run;
+  const char *role;
+  int index;
+  muster_exec_target target;
+  char *env[10];
+  size_t nenv;
+  char line[2][LINE_MAX_BYTES];
+  size_t linelen[2];
+  int exit_code;
+  int rc;
+  char err[512];
+  pthread_t thread;
+  int started;
+};
+
+struct run {
+  const muster_run_opts *o;
+  muster_run_result *r;
+  pthread_mutex_t lock;
+  pthread_cond_t failed; /* signalled when the first failure is recorded */
+  volatile int cancel;
+  pid_t mpirun;
+  char *last_line; /* of worker 0 / rank 0 */
+  muster_worker_list ps, workers;
+  char exec_token[128];
+  /* This attempt's command (the options' own, or with the trainer's
+   * checkpoint flags), and its number (0: the first; MUSTER_RESTART_COUNT). */
+  const char *const *argv;
+  size_t argc;
+  int attempt;
+  const char *run_id; /* the run's record, which its workers join ("": none) */
+  /* The attempt must not be restarted: 1, a worker was stopped from
+   * outside (by the user, or its session's lease ran out); 2, its workers
+   * could not be stopped. */
+  int final;
+};
+
+/* Follows the event stream and fails the run when one of its workers fails
+ * or is stopped by someone else. */
+struct monitor {
+  struct run *run;
+  muster_client *c;
+  int64_t since;
+};
+
+/* A new string made as printf would (free() it), or NULL when out of
+ * memory. */
+static inline char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline char *xasprintf(const char *fmt, ...) {
+  va_list ap;
+  char *s = NULL;
+
+  va_start(ap, fmt);
+  if (vasprintf(&s, fmt, ap) < 0)
+    s = NULL;
+  va_end(ap);
+  return s;
+}
+
+/* ---- run_failure.c ---- */
+
+/* Records the first failure only (of worker, NULL for none in particular),
+ * and cancels the attempt: its processes end, mpirun gets SIGTERM. */
+MUSTER_INTERNAL void muster_run_fail_(struct run *run, const char *worker, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Waits up to seconds for a failure to be recorded (by the monitor). */
+MUSTER_INTERNAL void muster_run_await_worker_failure_(struct run *run, int seconds);
+
+/* ---- run_output.c ---- */
+
+/* Hands len bytes of p's stdout (is_err 0) or stderr out as lines. */
+MUSTER_INTERNAL void muster_run_emit_(struct proc *p, int is_err, const char *data, size_t len);
+/* Hands out p's unfinished last lines. */
+MUSTER_INTERNAL void muster_run_flush_lines_(struct proc *p);
+
+/* ---- run_monitor.c ---- */
+
+/* The monitor's thread (arg: a struct monitor): follows the event stream
+ * until m->c is cancelled, failing the run when one of its workers fails
+ * or is stopped. */
+MUSTER_INTERNAL void *muster_run_monitor_main_(void *arg);
+
+/* ---- run_allreduce.c, run_exec.c: the command ---- */
+
+/* Runs the command under mpirun (mode allreduce); a failure is recorded in
+ * run. */
+MUSTER_INTERNAL void muster_run_allreduce_(struct run *run, const char *master);
+/* Runs the command in every PS and worker (modes ps, exec); cluster is the
+ * TF_CONFIG cluster (borrowed reference). A failure is recorded in run. */
+MUSTER_INTERNAL void muster_run_exec_all_(struct run *run, const char *master, json_t *cluster);
+
+/* ---- run_attempt.c ---- */
+
+/* One attempt of the run: launches, awaits, runs the command, stops every
+ * worker. Returns 0 when it got as far as running (r->failure says whether
+ * the command failed), or the controller's error; *final says whether the
+ * attempt may be followed by another (0) or not (see struct run). */
+MUSTER_INTERNAL int muster_run_attempt_(muster_client *c, const muster_run_opts *o,
+                                        muster_run_result *r, const char *session,
+                                        const char *const *argv, size_t argc, int attempt,
+                                        int *final);
+
+#endif

@@ -7,6 +7,12 @@
  * memory; SQLite keeps only which sessions hold one, and their ttl, so a
  * renewal writes nothing and a restarted controller gives every lease one
  * full ttl from its start. Every function here needs the state lock.
+ *
+ * Calls go one way: the monitor thread (monitor.c) runs
+ * leases_expire_locked(), lifecycle.c restores and frees the leases, the API
+ * takes and gives them back; this file acts on workers only through the
+ * state machine's public functions (sm_stop_many_with_locked()), and
+ * state.c never calls back here.
  */
 #ifndef MUSTER_LEASE_H
 #define MUSTER_LEASE_H

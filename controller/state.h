@@ -9,7 +9,8 @@
  * may be taken under it (MHD_resume_connection), never the other way round:
  * nothing may destroy a response or stop the daemon while holding it, since
  * a content reader runs under libmicrohttpd's response lock and takes it.
- * docs/internals/controller.md tells the whole story.
+ * docs/internals/controller.md tells the whole story; state_internal.h
+ * says which file does what.
  *
  * Every status change goes through sm_transition() between sm_begin() and
  * sm_commit(): the row update and its events row are one SQLite

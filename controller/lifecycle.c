@@ -1,0 +1,90 @@
+/* lifecycle.c: the state's start and end: state_init() (the state
+ * directory, the database, the backend, the restart's restore),
+ * state_begin_shutdown() and state_cleanup(). See state.h. */
+#include "state_internal.h"
+
+#include "backend.h"
+#include "lease.h"
+#include "muster_errors.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
+  char path[600];
+  const char *host;
+  int rc;
+
+  g.cfg = *cfg;
+  g.backend = backend_find(cfg->backend);
+  if (!g.backend) {
+    snprintf(err, errlen, "there is no backend \"%s\" (this controller has: %s)", cfg->backend,
+             backend_names());
+    return MUSTER_E_INVALID;
+  }
+  util_cond_init_monotonic(&g.kick);
+
+  rc = statedir_prepare(err, errlen);
+  if (rc)
+    return rc;
+  snprintf(path, sizeof(path), "%s/muster.db", g.cfg.state_dir);
+  rc = db_open(path, &g.db, err, errlen);
+  if (rc)
+    return rc;
+  /* SQLite created the database and its WAL with the umask's mode. */
+  rc = secure_state_dir(err, errlen);
+  if (rc)
+    return rc;
+  host = g.cfg.listen_host;
+  if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0')
+    host = "127.0.0.1";
+  if (g.cfg.advertise_url[0])
+    snprintf(g.controller_url, sizeof(g.controller_url), "%s", g.cfg.advertise_url);
+  else
+    snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
+
+  rc = g.backend->init(&g.cfg, err, errlen);
+  if (rc)
+    return rc;
+  g.backend_started = 1;
+  state_lock();
+  restore_live_locked();
+  leases_restore_locked();
+  g.schedule_needed = 1;
+  state_unlock();
+  return 0;
+}
+
+void state_begin_shutdown(void) {
+  state_lock();
+  g.shutting_down = 1;
+  for (struct waiter *wt = g.waiters; wt; wt = wt->next)
+    waiter_wake_locked(wt);
+  streams_wake_locked(STREAM_EVENTS, NULL);
+  streams_wake_locked(STREAM_LOG, NULL);
+  state_unlock();
+}
+
+void state_cleanup(void) {
+  struct lw *w = g.head, *next;
+
+  /* Live workers keep running: a restarted controller re-attaches them. */
+  if (g.backend && g.backend_started)
+    g.backend->shutdown();
+  g.backend_started = 0;
+  for (; w; w = next) {
+    next = w->next;
+    free(w->outside_why);
+    free(w);
+  }
+  g.head = g.tail = NULL;
+  memset(g.hash, 0, sizeof(g.hash));
+  free(g.pending);
+  g.pending = NULL;
+  leases_free_locked();
+  db_close(g.db);
+  g.db = NULL;
+}

@@ -1,0 +1,82 @@
+/* live.c: the live-worker table: every worker that is not yet terminal, in
+ * creation order and hashed by id (g.head, g.hash). See state.h and
+ * state_internal.h. */
+#include "state_internal.h"
+
+#include "muster_errors.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned hash_id(const char *id) {
+  unsigned h = 2166136261u;
+
+  for (; *id; id++)
+    h = (h ^ (unsigned char)*id) * 16777619u;
+  return h % (sizeof(g.hash) / sizeof(g.hash[0]));
+}
+
+struct lw *lw_find_locked(const char *id) {
+  ASSERT_LOCKED();
+  for (struct lw *w = g.hash[hash_id(id)]; w; w = w->hnext)
+    if (strcmp(w->id, id) == 0)
+      return w;
+  return NULL;
+}
+
+struct lw *lw_new_locked(const char *id, const char *token, const char *session, const char *launch,
+                         const struct backend_req *req) {
+  struct lw *w = calloc(1, sizeof(*w));
+  unsigned h;
+
+  if (!w)
+    return NULL;
+  snprintf(w->id, sizeof(w->id), "%s", id);
+  snprintf(w->token, sizeof(w->token), "%s", token);
+  snprintf(w->session, sizeof(w->session), "%s", session);
+  snprintf(w->launch, sizeof(w->launch), "%s", launch ? launch : "");
+  w->req = *req;
+  w->status = WS_SCHEDULING;
+  w->since_ms = util_mono_ms();
+  w->last_hb_ms = w->since_ms;
+  h = hash_id(id);
+  w->hnext = g.hash[h];
+  g.hash[h] = w;
+  w->prev = g.tail;
+  if (g.tail)
+    g.tail->next = w;
+  else
+    g.head = w;
+  g.tail = w;
+  g.live_count++;
+  return w;
+}
+
+int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
+                  const struct backend_req *req) {
+  ASSERT_LOCKED();
+  return lw_new_locked(id, token, session, launch, req) ? 0 : MUSTER_E_NOMEM;
+}
+
+void lw_remove_locked(struct lw *w) {
+  struct lw **pp = &g.hash[hash_id(w->id)];
+
+  while (*pp && *pp != w)
+    pp = &(*pp)->hnext;
+  if (*pp)
+    *pp = w->hnext;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    g.head = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    g.tail = w->prev;
+  g.live_count--;
+  memset(w->token, 0, sizeof(w->token));
+  free(w->outside_why);
+  free(w);
+}

@@ -1,0 +1,109 @@
+/* restore.c: a restarted controller's live table: the workers an earlier
+ * controller left live are re-created from SQLite and reconciled with what
+ * the backend still runs, before anything is started or served. See
+ * docs/internals/controller.md, "Exactly once". */
+#include "state_internal.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct restore {
+  struct backend_live *live;
+  int n, cap;
+};
+
+/* Re-creates the live table from the rows an earlier controller left, and
+ * lists the ones the backend may still run. */
+static void restore_one(void *arg, const struct db_worker_info *info) {
+  struct restore *r = arg;
+  struct backend_req req = {info->cpu, info->memory, info->nvidia_gpu};
+  struct backend_live *l;
+  struct lw *w;
+  enum wstatus st;
+
+  if (ws_parse(info->status, &st) != 0)
+    return;
+  w = lw_new_locked(info->id, info->token, info->session, info->launch_id, &req);
+  if (!w)
+    return;
+  w->status = st;
+  w->attempt = info->attempt;
+  w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
+  if (st == WS_SCHEDULING && !lw_submitted(w))
+    return;
+  if (r->n == r->cap) {
+    int cap = r->cap ? 2 * r->cap : 64;
+    struct backend_live *grown = realloc(r->live, (size_t)cap * sizeof(*grown));
+    if (!grown) {
+      /* No memory to reconcile it: it stays live, and its heartbeats (or
+       * their absence) or the start timeout decide. */
+      LOG(LOG_ERROR, "out of memory reconciling %s", w->id);
+      return;
+    }
+    r->live = grown;
+    r->cap = cap;
+  }
+  l = &r->live[r->n++];
+  memset(l, 0, sizeof(*l));
+  l->id = w->id;
+  l->attempt = info->attempt;
+  l->registered = st == WS_RUNNING;
+  l->ref = info->backend_ref ? strdup(info->backend_ref) : NULL;
+  l->req = req;
+  snprintf(l->where.bind_ip, sizeof(l->where.bind_ip), "%s", info->bind_ip);
+  snprintf(l->where.gpu_indices, sizeof(l->where.gpu_indices), "%s", info->gpu_indices);
+}
+
+/* Reconciles what the backend runs with what the database says, before
+ * anything is started or served: the recorded attempts that still run are
+ * adopted; a starting worker whose attempt does not run gets a new attempt
+ * (no workerd of it registered, so its script never ran; the old one, should
+ * it appear, is refused); a running one whose workerd is gone failed. */
+void restore_live_locked(void) {
+  struct restore r = {NULL, 0, 0};
+  int adopted = 0, lost = 0, restarted = 0, waiting = 0;
+
+  if (db_live_workers(g.db, restore_one, &r) != 0)
+    LOG(LOG_ERROR, "could not read live workers: %s", db_errmsg(g.db));
+  g.backend->reconcile(r.live, r.n);
+  for (int i = 0; i < r.n; i++) {
+    struct lw *w = lw_find_locked(r.live[i].id);
+
+    if (!w)
+      continue;
+    w->last_hb_ms = util_mono_ms();
+    if (r.live[i].adopted) {
+      w->ref_known = 1;
+      adopted++;
+    } else if (r.live[i].why[0]) {
+      if (sm_fail_locked(w, r.live[i].why) != 0)
+        LOG(LOG_ERROR, "could not mark %s failed: %s", w->id, db_errmsg(g.db));
+      lost++;
+    } else if (w->status == WS_STARTING || w->status == WS_SCHEDULING) {
+      w->restart = 1;
+      restarted++;
+    } else {
+      char why[200];
+      snprintf(why, sizeof(why),
+               "lost: its muster-workerd (%s) was gone when the controller restarted",
+               r.live[i].ref ? r.live[i].ref : "never seen running");
+      if (sm_fail_locked(w, why) != 0)
+        LOG(LOG_ERROR, "could not mark a lost worker failed: %s", db_errmsg(g.db));
+      lost++;
+    }
+  }
+  for (struct lw *w = g.head; w; w = w->next)
+    waiting += w->status == WS_SCHEDULING;
+  for (int i = 0; i < r.n; i++)
+    free((char *)r.live[i].ref);
+  free(r.live);
+  if (adopted || lost || waiting || restarted)
+    LOG(LOG_INFO,
+        "restart: %d live workers re-attached, %d lost, %d to start again (their start "
+        "was not running), %d waiting to be scheduled",
+        adopted, lost, restarted, waiting);
+}

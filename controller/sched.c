@@ -1,0 +1,156 @@
+/* sched.c: admission: the workers that wait for a start are placed by the
+ * backend, their new attempts committed, and only then submitted. See
+ * docs/internals/controller.md, "Exactly once". */
+#include "state_internal.h"
+
+#include "fault.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether schedule_locked() has something to do for w. */
+static int wants_start(const struct lw *w) {
+  if (w->status == WS_STARTING)
+    return w->restart;
+  if (w->status != WS_SCHEDULING)
+    return 0;
+  return !lw_submitted(w) || w->restart;
+}
+
+/* Hands the backend every worker that waits for a start, oldest first,
+ * while it has room: the backend reserves room (place), the new attempts
+ * are committed with the `starting` state, and only then is the backend
+ * asked to act (submit). A worker that does not fit now does not hold back
+ * smaller ones behind it; why it waits is recorded.
+ *
+ * A queueing backend (Slurm) gets whole launches, however large, and its
+ * workers stay `scheduling` with their new attempt committed: they leave
+ * the queue when the backend reports them started. */
+void schedule_locked(void) {
+  const int queues = g.backend->queues;
+  /* Batches of 64 on the stack; a queueing backend's whole launches may be
+   * larger: room for every live worker then. */
+  struct backend_placement where_s[64];
+  struct backend_start starts_s[64];
+  struct lw *batch_s[64];
+  struct backend_placement *where = where_s;
+  struct backend_start *starts = starts_s;
+  struct lw **batch = batch_s;
+  struct lw *w = g.head;
+  int cap = 64;
+
+  g.schedule_needed = 0;
+  if (queues) {
+    cap = 1;
+    for (struct lw *x = g.head; x; x = x->next)
+      cap++;
+    where = calloc((size_t)cap, sizeof(*where));
+    starts = calloc((size_t)cap, sizeof(*starts));
+    batch = calloc((size_t)cap, sizeof(*batch));
+  }
+  if (!where || !starts || !batch) {
+    LOG(LOG_ERROR, "out of memory scheduling workers");
+    g.schedule_needed = 1;
+    goto out;
+  }
+  while (w) {
+    const char *launch = NULL;
+    int n = 0, rc;
+
+    rc = sm_begin();
+    if (rc) {
+      LOG(LOG_ERROR, "could not begin a transaction: %s", db_errmsg(g.db));
+      goto out;
+    }
+    for (; w && n < cap; w = w->next) {
+      struct db_fields f = DB_FIELDS_INIT;
+      char why[160], detail[256];
+      int next_attempt = w->attempt + 1;
+      enum wstatus to = WS_STARTING;
+
+      if (!wants_start(w))
+        continue;
+      /* One launch per submit for a queueing backend: the next launch
+       * starts the next batch. */
+      if (queues && launch && strcmp(launch, w->launch) != 0)
+        break;
+      memset(&where[n], 0, sizeof(where[n]));
+      if (!g.backend->place(w->id, &w->req, &where[n], why, sizeof(why))) {
+        if (w->status == WS_SCHEDULING && strcmp(why, w->waiting_for) != 0) {
+          snprintf(w->waiting_for, sizeof(w->waiting_for), "%s", why);
+          if (db_worker_set_waiting(g.db, w->id, why) != 0)
+            LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
+        }
+        continue;
+      }
+      launch = w->launch;
+      if (queues && w->status == WS_SCHEDULING)
+        to = WS_SCHEDULING;
+      f.attempt = next_attempt;
+      f.bind_ip = where[n].bind_ip[0] ? where[n].bind_ip : NULL;
+      f.gpu_indices = where[n].gpu_indices[0] ? where[n].gpu_indices : NULL;
+      if (w->restart)
+        snprintf(detail, sizeof(detail),
+                 "attempt %d on the %s backend: attempt %d was not running when the "
+                 "controller restarted",
+                 next_attempt, g.backend->name, w->attempt);
+      else if (to == WS_SCHEDULING) {
+        char shape[160] = "";
+        if (g.backend->describe)
+          g.backend->describe(&w->req, shape, sizeof(shape));
+        snprintf(detail, sizeof(detail), "attempt %d submitted to the %s backend's queue%s%s",
+                 next_attempt, g.backend->name, shape[0] ? ": " : "", shape);
+      } else
+        snprintf(detail, sizeof(detail), "attempt %d on the %s backend%s%s", next_attempt,
+                 g.backend->name, where[n].bind_ip[0] ? ", address " : "", where[n].bind_ip);
+      if (sm_transition(w, to, &f, detail) != 0) {
+        /* The row may be half written: the whole batch goes back, and
+         * tries again on the next pass. */
+        LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
+        g.backend->release(w->id);
+        sm_rollback();
+        for (int i = 0; i < n; i++)
+          g.backend->release(batch[i]->id);
+        g.schedule_needed = 1;
+        goto out;
+      }
+      if (to == WS_SCHEDULING) {
+        snprintf(w->waiting_for, sizeof(w->waiting_for), "submitted to the %s backend",
+                 g.backend->name);
+        if (db_worker_set_waiting(g.db, w->id, w->waiting_for) != 0)
+          LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
+      } else {
+        w->waiting_for[0] = '\0';
+      }
+      batch[n++] = w;
+    }
+    FAULT_POINT("schedule_before_commit");
+    if (sm_commit() != 0) {
+      for (int i = 0; i < n; i++)
+        g.backend->release(batch[i]->id);
+      g.schedule_needed = 1; /* the next pass tries again */
+      goto out;
+    }
+    /* Committed: whatever crashes from here on, a workerd of another
+     * attempt can never register. */
+    for (int i = 0; i < n; i++) {
+      starts[i].id = batch[i]->id;
+      starts[i].launch = batch[i]->launch;
+      starts[i].controller_url = g.controller_url;
+      starts[i].token = batch[i]->token;
+      starts[i].attempt = batch[i]->attempt;
+      starts[i].req = &batch[i]->req;
+      starts[i].where = &where[i];
+    }
+    if (n)
+      g.backend->submit(starts, n);
+  }
+out:
+  if (queues) {
+    free(where);
+    free(starts);
+    free(batch);
+  }
+}

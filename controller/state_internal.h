@@ -1,0 +1,92 @@
+/*
+ * state_internal.h: what the files of the controller's state share; the rest
+ * of the controller uses state.h only. From the bottom up (a file calls only
+ * the files above it in this list, never one below):
+ *
+ *   ctl.c            the one global state (g), the state lock, the URL
+ *   status.c         the worker statuses: names, terminal ones, legal moves
+ *   live.c           the live-worker table (g.head, g.hash)
+ *   waiters.c        suspended awaits and streams: listing, waking, reaping
+ *   state.c          the state machine: sm_begin/sm_transition/sm_commit
+ *   backend_report.c the backends' reports, turned into transitions
+ *   heartbeat.c      heartbeats in memory, their flush, timeouts
+ *   sched.c          admission: place, commit the attempt, submit
+ *   retention.c      --retain: pruning old terminal workers
+ *   statedir.c       the state directory: modes, lock, API token
+ *   restore.c        a restarted controller's live table, reconciled
+ *   monitor.c        the monitor thread, which runs the periodic work
+ *   lifecycle.c      state_init(), state_begin_shutdown(), state_cleanup()
+ *
+ * lease.c (lease.h) sits between state.c and monitor.c: the monitor and
+ * lifecycle.c call it, and it stops a session's workers through the state
+ * machine's public functions.
+ *
+ * Every function here needs the state lock unless it says otherwise.
+ */
+#ifndef MUSTER_STATE_INTERNAL_H
+#define MUSTER_STATE_INTERNAL_H
+
+#include "state.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* live.c */
+
+/* Adds a new scheduling worker to the live table. Returns it (the table
+ * owns it: lw_remove_locked() frees it), or NULL when out of memory. */
+struct lw *lw_new_locked(const char *id, const char *token, const char *session, const char *launch,
+                         const struct backend_req *req);
+/* Takes w out of the live table and frees it. */
+void lw_remove_locked(struct lw *w);
+
+/* waiters.c */
+
+/* Resumes a suspended await (once; it is marked ready). */
+void waiter_wake_locked(struct waiter *wt);
+/* Counts worker id's move to status to in every waiting await, and wakes
+ * the ones that are complete. */
+void waiters_notify_locked(const char *id, enum wstatus to);
+/* Wakes the streams of kind (of worker id, or all when id is NULL). */
+void streams_wake_locked(enum stream_kind kind, const char *id);
+/* Resumes the awaits whose deadline passed by now. */
+void expire_waiters_locked(int64_t now);
+/* Resumes the awaits and streams whose client hung up (once a second). */
+void reap_gone_clients_locked(int64_t now);
+
+/* heartbeat.c */
+
+/* Writes the heartbeats and usage samples not yet written, in one
+ * transaction, at most once a second. */
+void flush_heartbeats_locked(int64_t now);
+/* Fails workers that never registered or that stopped heartbeating. */
+void check_timeouts_locked(int64_t now);
+
+/* sched.c */
+
+/* Starts every waiting worker the backend has room for. */
+void schedule_locked(void);
+
+/* retention.c */
+
+/* Prunes the terminal workers past --retain, when due. It releases the state
+ * lock while it removes their files, and takes it again before it returns. */
+void prune_locked(int64_t now);
+
+/* statedir.c: these run before the monitor or the API, without the lock. */
+
+/* Creates the state directory and its folders, makes them private, locks the
+ * directory for this process, and reads or creates the API token
+ * (g.api_token). Returns 0 or an error with a sentence in err. */
+MUST_CHECK int statedir_prepare(char *err, size_t errlen);
+/* Makes the state directory 0700 and its secret files 0600. Returns 0 or
+ * MUSTER_E_IO with a sentence in err. */
+int secure_state_dir(char *err, size_t errlen);
+
+/* restore.c */
+
+/* Re-creates the live table from SQLite and reconciles it with what the
+ * backend still runs. */
+void restore_live_locked(void);
+
+#endif

@@ -12,16 +12,18 @@
 #define MUSTER_INTERNAL __attribute__((visibility("hidden")))
 
 /* The API token of c (borrowed), so run.c can open a second client. */
-const char *muster_client_token_(const muster_client *c);
+MUSTER_INTERNAL const char *muster_client_token_(const muster_client *c);
 
 /* A JSON call of c (req: a reference it takes, or NULL), with c's timeout;
  * *answer (if answer is not NULL) gets the answer's JSON (caller frees).
  * Returns 0 or an error, recorded in c. */
-int muster_json_call_(muster_client *c, const char *method, const char *path, json_t *req,
-                      json_t **answer) __attribute__((warn_unused_result));
+MUSTER_INTERNAL int muster_json_call_(muster_client *c, const char *method, const char *path,
+                                      json_t *req, json_t **answer)
+    __attribute__((warn_unused_result));
 /* The HTTP status of c's last answer (0: none came). */
-long muster_last_status_(const muster_client *c);
+MUSTER_INTERNAL long muster_last_status_(const muster_client *c);
 /* Records an error in c and returns err. */
-int muster_set_error_(muster_client *c, int err, const char *field, const char *msg);
+MUSTER_INTERNAL int muster_set_error_(muster_client *c, int err, const char *field,
+                                      const char *msg);
 
 #endif

@@ -77,6 +77,12 @@ LIBDIR=$(dirname "$(find "$P" -name libmuster.a -print -quit 2>/dev/null)" 2>/de
 LOG="$(find "$P" -name 'libmuster*' 2>&1)"
 check "installed libmuster.a and libmuster.so in the same lib dir" \
   eval '[ -f "$LIBDIR/libmuster.a" ] && [ -e "$LIBDIR/libmuster.so" ] && [ -e "$LIBDIR/libmuster.so.1" ]'
+# The shared library exports its API and nothing else: every function it
+# defines for its users is declared in the installed headers.
+LOG=$(nm -D --defined-only "$LIBDIR/libmuster.so" 2>&1 | awk '$2 == "T" {print $3}' |
+  while read -r sym; do cat "$P/include/muster.h" "$P/include/muster_errors.h" | grep -qw "$sym" || echo "$sym"; done)
+check "libmuster.so exports only what muster.h and muster_errors.h declare (not: ${LOG:-none})" \
+  eval '[ -z "$LOG" ] && [ -n "$(nm -D --defined-only "$LIBDIR/libmuster.so" 2>/dev/null)" ]'
 [ -n "$LIBDIR" ] || LIBDIR=$P/lib
 PC=$LIBDIR/pkgconfig
 LOG="$(find "$P" -name '*.pc' -o -name 'musterConfig*.cmake' 2>&1)"

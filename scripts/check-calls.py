@@ -5,7 +5,7 @@ usage: scripts/check-calls.py BUILD_DIR
 
 For each program and library the build links (every CMakeFiles/*.dir/link.txt
 at the top of BUILD_DIR), it reads the symbols each object file defines and
-the ones it uses (nm), draws an arrow from a source file to each file of the
+the ones it uses (nm, run once over all of them), draws an arrow from a source file to each file of the
 same link whose functions or data it uses, and reports every group of files
 that reach each other through those arrows (a strongly connected component
 of more than one file), with the symbols that close the loop. A file's own
@@ -44,16 +44,24 @@ def source_of(obj):
     return m.group(1) if m else obj
 
 
-def symbols(obj):
-    out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
-    defined, used = set(), set()
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "U":
-            used.add(parts[1])
-        elif len(parts) == 3 and parts[1] in "TDBRVWG":
-            defined.add(parts[2])
-    return defined, used
+def symbols(objs):
+    """{object: (defined, used)} for every object, from one nm run per 200
+    objects (nm -A names the object on each line)."""
+    table = {o: (set(), set()) for o in objs}
+    objs = sorted(objs)
+    for i in range(0, len(objs), 200):
+        out = subprocess.run(["nm", "-A"] + objs[i:i + 200], capture_output=True, text=True,
+                             check=True).stdout
+        for line in out.splitlines():
+            cut = line.find(".o:")  # "OBJECT.o:VALUE TYPE NAME"
+            if cut < 0 or line[:cut + 2] not in table:
+                continue
+            name, parts = line[:cut + 2], line[cut + 3:].split()
+            if len(parts) == 2 and parts[0] == "U":
+                table[name][1].add(parts[1])
+            elif len(parts) == 3 and parts[1] in "TDBRVWG":
+                table[name][0].add(parts[2])
+    return table
 
 
 def loops(graph):
@@ -101,16 +109,17 @@ def main():
         print(f"check-calls: no linked target under {cm} (build first)", file=sys.stderr)
         return 2
     bad = 0
+    arrows = 0
     seen = set()
+    linked = {u: [o for o in objects_of(build, os.path.join(cm, u)) if os.path.exists(o)]
+              for u in units}
+    try:
+        table = symbols({o for objs in linked.values() for o in objs})
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"check-calls: cannot read the objects with nm: {e}", file=sys.stderr)
+        return 2
     for unit in units:
-        objs = [o for o in objects_of(build, os.path.join(cm, unit)) if os.path.exists(o)]
-        syms = {}
-        for o in objs:
-            try:
-                syms[source_of(o)] = symbols(o)
-            except (OSError, subprocess.CalledProcessError) as e:
-                print(f"check-calls: cannot read {o}: {e}", file=sys.stderr)
-                return 2
+        syms = {source_of(o): table[o] for o in linked[unit]}
         owner = {}
         for src, (defined, _) in syms.items():
             for s in defined:
@@ -121,6 +130,7 @@ def main():
             for s in used:
                 dst = owner.get(s)
                 if dst and dst != src:
+                    arrows += dst not in graph[src]
                     graph[src].add(dst)
                     why.setdefault((src, dst), []).append(s)
         for comp in loops(graph):
@@ -137,7 +147,8 @@ def main():
                         more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
                         print(f"  {a} -> {b}: {', '.join(names[:3])}{more}")
     if not bad:
-        print(f"check-calls: no loop between files in {len(units)} linked targets")
+        print(f"check-calls: no loop in {arrows} calls from one file to another, "
+              f"in {len(units)} linked targets")
     return bad
 
 

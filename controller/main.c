@@ -225,6 +225,16 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     }
 #undef NEED_VALUE
   }
+  /* A worker heartbeats every interval and is lost after the timeout
+   * without one: a timeout no longer than the interval loses them all. */
+  if (cfg->heartbeat_interval_s >= cfg->heartbeat_timeout_s) {
+    fprintf(stderr,
+            "muster-controller: --heartbeat-interval (%g s) must be shorter than "
+            "--heartbeat-timeout (%g s), or every worker is failed as lost between two "
+            "heartbeats\n",
+            cfg->heartbeat_interval_s, cfg->heartbeat_timeout_s);
+    return MUSTER_E_INVALID;
+  }
   if (access(cfg->workerd_path, X_OK) != 0) {
     fprintf(stderr, "muster-controller: cannot run the worker daemon %s: %s (see --workerd)\n",
             cfg->workerd_path, strerror(errno));

@@ -315,6 +315,8 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   db_exec(&ctl, sql);
   ctl.extra[0] = "--heartbeat-timeout";
   ctl.extra[1] = "1";
+  ctl.extra[2] = "--heartbeat-interval";
+  ctl.extra[3] = "0.3";
   h_restart(&ctl);
   w = h_wait_status(&ctl, id, "failed", 10);
   ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "lost"));
@@ -360,6 +362,8 @@ START_TEST(a_hung_adopted_worker_is_killed_when_it_fails) {
   h_kill9(&ctl);
   ctl.extra[0] = "--heartbeat-timeout";
   ctl.extra[1] = "1";
+  ctl.extra[2] = "--heartbeat-interval";
+  ctl.extra[3] = "0.3";
   h_restart(&ctl);
   ck_assert_int_eq(kill(wd, SIGSTOP), 0);
   w = h_wait_status(&ctl, id, "failed", 10);

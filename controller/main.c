@@ -288,9 +288,13 @@ int main(int argc, char **argv) {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-  /* The backend and its reconciliation first: nothing is served before the
-   * controller knows what runs. */
-  rc = state_init(&cfg, err, sizeof(err));
+  /* The socket first: its port makes the controller's one URL (or
+   * --advertise-url does), which state_init() fixes before any backend
+   * starts; nothing is served until the backend and its reconciliation
+   * are done. */
+  rc = api_bind(&cfg, err, sizeof(err));
+  if (!rc)
+    rc = state_init(&cfg, err, sizeof(err));
   if (!rc)
     rc = api_start(err, sizeof(err));
   if (rc) {

@@ -25,6 +25,9 @@ struct ctl_proc {
  * most). Fails the test on error. */
 void h_start(struct ctl_proc *c);
 
+/* A loopback port free now (for a test that must name it before a start). */
+int h_free_port(void);
+
 /* Restarts a controller on the same port and state directory. */
 void h_restart(struct ctl_proc *c);
 

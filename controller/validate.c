@@ -406,13 +406,15 @@ int validate_exit(json_t *body, struct exit_req *out, const char **field, char *
       (sig && !json_is_null(sig) && !json_is_integer(sig)))
     return fail(MUSTER_E_INVALID, field, "exit_code", msg, msglen,
                 "exit_code and signal must be integers or null");
-  /* An exit status is 0..255; anything else is reported as it came, cut
-   * to an int's range. */
+  /* An exit status is 0..255: anything else is no status a process can
+   * have (a -1 was once recorded as a success without a code). */
+  if (json_is_integer(code) && (json_integer_value(code) < 0 || json_integer_value(code) > 255))
+    return fail(MUSTER_E_INVALID, field, "exit_code", msg, msglen,
+                "exit_code must be an exit status, 0 to 255, or null, not %" JSON_INTEGER_FORMAT,
+                json_integer_value(code));
   out->has_exit_code = json_is_integer(code);
   if (json_is_integer(code))
-    out->exit_code = (int)(json_integer_value(code) > INT_MAX   ? INT_MAX
-                           : json_integer_value(code) < INT_MIN ? INT_MIN
-                                                                : json_integer_value(code));
+    out->exit_code = (int)json_integer_value(code);
   out->signal = (int)int_in(body, "signal", 1, 127);
   if (out->signal)
     snprintf(out->failure, sizeof(out->failure), "the script was killed by signal %d (%s)",

@@ -131,29 +131,36 @@ START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
 }
 END_TEST
 
-/* 1b. A registration that names another attempt is refused with 409. */
-START_TEST(a_registration_from_another_attempt_is_refused) {
-  json_t *workers, *ans, *out = NULL;
-  char path[160], db[160], auth[200];
-  const char *id;
+/* The worker's own token, as its workerd holds it (read from the
+ * controller's database). */
+static void worker_token(const char *id, char *auth, size_t len) {
+  char db[160];
   sqlite3 *h;
   sqlite3_stmt *st;
 
-  fresh();
-  h_start(&ctl);
-  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
-  ans = h_await(&ctl, workers, 0, 20);
-  id = h_str(json_array_get(workers, 0), "id");
-  /* The worker's own token, as its workerd holds it. */
   snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
   ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
   ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
                    SQLITE_OK);
   sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
   ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
-  snprintf(auth, sizeof(auth), "%s", (const char *)sqlite3_column_text(st, 0));
+  snprintf(auth, len, "%s", (const char *)sqlite3_column_text(st, 0));
   sqlite3_finalize(st);
   sqlite3_close(h);
+}
+
+/* 1b. A registration that names another attempt is refused with 409. */
+START_TEST(a_registration_from_another_attempt_is_refused) {
+  json_t *workers, *ans, *out = NULL;
+  char path[160], auth[200];
+  const char *id;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  worker_token(id, auth, sizeof(auth));
   snprintf(path, sizeof(path), "/api/v1/workers/%s/register", id);
   ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"ip_address\": \"127.0.0.1\", \"attempt\": 7}",
                           auth, &out, NULL),
@@ -162,6 +169,34 @@ START_TEST(a_registration_from_another_attempt_is_refused) {
   ck_assert_ptr_nonnull(strstr(h_str(json_object_get(out, "error"), "message"), "attempt 1"));
   json_decref(out);
   /* Nothing changed for the worker itself. */
+  out = h_worker(&ctl, id);
+  ck_assert_str_eq(h_str(out, "status"), "running");
+  json_decref(out);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 1c. An exit report with a code no process can have (-1, 256) is refused,
+ * naming exit_code; the worker is not recorded as a success. */
+START_TEST(an_exit_code_that_is_no_exit_status_is_refused) {
+  json_t *workers, *ans, *out = NULL;
+  char path[160], auth[200];
+  const char *id;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  worker_token(id, auth, sizeof(auth));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/exit", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": -1}", auth, &out, NULL), 422);
+  ck_assert_str_eq(h_str(json_object_get(out, "error"), "field"), "exit_code");
+  ck_assert_ptr_nonnull(strstr(h_str(json_object_get(out, "error"), "message"), "0 to 255"));
+  json_decref(out);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": 256}", auth, NULL, NULL), 422);
   out = h_worker(&ctl, id);
   ck_assert_str_eq(h_str(out, "status"), "running");
   json_decref(out);
@@ -556,6 +591,7 @@ int main(void) {
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_crash_right_after_a_spawn_runs_each_script_once);
   tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
+  tcase_add_test(tc, an_exit_code_that_is_no_exit_status_is_refused);
   tcase_add_test(tc, appends_racing_a_followed_log_neither_hang_nor_get_lost);
   tcase_add_test(tc, a_recycled_pid_is_never_signalled);
   tcase_add_test(tc, a_hung_adopted_worker_is_killed_when_it_fails);

@@ -8,13 +8,18 @@
 
 #include "../check_run.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -172,6 +177,74 @@ START_TEST(a_registration_from_another_attempt_is_refused) {
   out = h_worker(&ctl, id);
   ck_assert_str_eq(h_str(out, "status"), "running");
   json_decref(out);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A stand-in for a proxy whose controller is gone: on port, every request
+ * gets 502. Returns its pid (a child, killed by the caller). */
+static pid_t bad_gateway(int port) {
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                          .sin_port = htons((uint16_t)port)};
+  int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+  pid_t pid;
+
+  ck_assert_int_ge(fd, 0);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 64) == 0,
+                "cannot listen on port %d: %s", port, strerror(errno));
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    static const char answer[] =
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    char buf[4096];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) {
+      int c = accept(fd, NULL, NULL);
+      if (c < 0)
+        continue;
+      if (read(c, buf, sizeof(buf)) > 0 && write(c, answer, sizeof(answer) - 1) < 0)
+        _exit(1);
+      close(c);
+    }
+  }
+  close(fd);
+  return pid;
+}
+
+/* 1d. A worker whose controller is gone behind a proxy (502 to every call)
+ * ends at MUSTER_ORPHAN_TIMEOUT, as when nothing answers at all: a 5xx is
+ * not the controller's answer. */
+START_TEST(a_proxy_answering_502_does_not_keep_an_orphan_alive) {
+  json_t *workers, *ans;
+  pid_t wd, proxy;
+  const char *id;
+
+  fresh();
+  ctl.orphan_timeout = "3";
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = "0.3";
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"code\": \"!sleep 300\"}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  wd = (pid_t)h_workerd_pid(&ctl, id);
+  h_kill9(&ctl);
+  proxy = bad_gateway(ctl.port);
+  /* 3 s without the controller's answer, then its stop (within its grace
+   * period); half a minute is more than that on a loaded machine, and far
+   * less than for ever. */
+  ck_assert_msg(h_gone(wd, 30),
+                "workerd %d still runs 30 s after its controller was replaced by "
+                "a proxy answering 502 (orphan timeout 3 s)",
+                (int)wd);
+  kill(proxy, SIGKILL);
+  waitpid(proxy, NULL, 0);
+  h_restart(&ctl);
   json_decref(ans);
   json_decref(workers);
   h_finish(&ctl);
@@ -592,6 +665,7 @@ int main(void) {
   tcase_add_test(tc, a_crash_right_after_a_spawn_runs_each_script_once);
   tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
   tcase_add_test(tc, an_exit_code_that_is_no_exit_status_is_refused);
+  tcase_add_test(tc, a_proxy_answering_502_does_not_keep_an_orphan_alive);
   tcase_add_test(tc, appends_racing_a_followed_log_neither_hang_nor_get_lost);
   tcase_add_test(tc, a_recycled_pid_is_never_signalled);
   tcase_add_test(tc, a_hung_adopted_worker_is_killed_when_it_fails);

@@ -307,7 +307,7 @@ static void spawn(struct ctl_proc *c) {
     /* Check's own files and pipes are not the controller's business. */
     for (int k = 3; k < 1024; k++)
       close(k);
-    setenv("MUSTER_ORPHAN_TIMEOUT", "60", 1);
+    setenv("MUSTER_ORPHAN_TIMEOUT", c->orphan_timeout ? c->orphan_timeout : "60", 1);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }

@@ -17,7 +17,8 @@ struct ctl_proc {
   char url[64];
   char token[96];
   char log[160];
-  const char *extra[16]; /* extra controller arguments, NULL-terminated */
+  const char *extra[16];      /* extra controller arguments, NULL-terminated */
+  const char *orphan_timeout; /* its workerds' MUSTER_ORPHAN_TIMEOUT (NULL: 60) */
 };
 
 /* Starts a controller with a fresh state directory (or c->dir if set) on

@@ -6,8 +6,15 @@
 
 #include <stddef.h>
 
-/* Starts the HTTP daemon on g.cfg's address. A port of 0 picks a free one;
- * either way g.cfg.port and g.controller_url hold the real ones after.
+struct ctl_config;
+
+/* Binds and listens on cfg's address, before anything else starts, so that
+ * the controller's URL is known once and for all: a port of 0 picks a free
+ * one, and cfg->port holds the real one after. Nothing is served yet.
+ * Returns 0 or an error with a sentence in err. */
+int api_bind(struct ctl_config *cfg, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* Serves the API on the socket api_bind() made (after state_init()).
  * Returns 0 or an error with a sentence in err. */
 int api_start(char *err, size_t errlen) __attribute__((warn_unused_result));
 

@@ -13,6 +13,7 @@
 #include "wcache.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -20,10 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define MAX_BODY (1024 * 1024)
 
 static struct MHD_Daemon *daemon_handle;
+static int listen_fd = -1; /* bound by api_bind(), served by api_start() */
 
 /* ---- authentication ---- */
 
@@ -230,48 +233,70 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   LOG(LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
-int api_start(char *err, size_t errlen) {
+int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
   struct sockaddr_in addr;
-  const union MHD_DaemonInfo *info;
-  const char *host = g.cfg.listen_host;
-  int rc = api_readers_open(err, errlen);
+  socklen_t len = sizeof(addr);
+  const char *host = cfg->listen_host;
+  int one = 1, fd;
 
-  if (rc)
-    return rc;
   memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
-  addr.sin_port = htons((uint16_t)g.cfg.port);
+  addr.sin_port = htons((uint16_t)cfg->port);
   if (strcmp(host, "*") == 0 || host[0] == '\0')
     host = "0.0.0.0";
   if (strcmp(host, "localhost") == 0)
     host = "127.0.0.1";
   if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
-    snprintf(err, errlen, "--listen: \"%s\" is not an IPv4 address", g.cfg.listen_host);
+    snprintf(err, errlen, "--listen: \"%s\" is not an IPv4 address", cfg->listen_host);
     return MUSTER_E_INVALID;
   }
-  daemon_handle = MHD_start_daemon(
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-      handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
-      (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-      (unsigned)1, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
-  if (!daemon_handle) {
-    snprintf(err, errlen, "could not listen on %s:%d (is the port in use?)", host, g.cfg.port);
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "could not make a socket: %s", strerror(errno));
     return MUSTER_E_IO;
   }
-  info = MHD_get_daemon_info(daemon_handle, MHD_DAEMON_INFO_BIND_PORT);
-  if (info && info->port)
-    g.cfg.port = info->port;
-  if (strcmp(host, "0.0.0.0") == 0)
-    host = "127.0.0.1";
-  snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 4096) != 0 ||
+      getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
+    snprintf(err, errlen, "could not listen on %s:%d: %s%s", host, cfg->port, strerror(errno),
+             errno == EADDRINUSE ? " (is the port in use?)" : "");
+    close(fd);
+    return MUSTER_E_IO;
+  }
+  cfg->port = ntohs(addr.sin_port);
+  listen_fd = fd;
+  return 0;
+}
+
+int api_start(char *err, size_t errlen) {
+  int rc;
+
+  if (listen_fd < 0) {
+    snprintf(err, errlen, "internal error: the API's socket is not bound (api_bind)");
+    return MUSTER_E_INTERNAL;
+  }
+  rc = api_readers_open(err, errlen);
+  if (rc)
+    return rc;
+  daemon_handle = MHD_start_daemon(
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+      handle, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
+      (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+  if (!daemon_handle) {
+    snprintf(err, errlen, "could not serve on %s:%d", g.cfg.listen_host, g.cfg.port);
+    return MUSTER_E_IO;
+  }
   return 0;
 }
 
 void api_stop(void) {
   if (daemon_handle)
-    MHD_stop_daemon(daemon_handle);
+    MHD_stop_daemon(daemon_handle); /* closes listen_fd */
+  else if (listen_fd >= 0)
+    close(listen_fd);
   daemon_handle = NULL;
+  listen_fd = -1;
   api_readers_close();
 }

@@ -2,6 +2,7 @@
 #include "cgroup.h"
 
 #include "log.h"
+#include "resources.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -485,12 +486,12 @@ static int dir_with(unsigned bit, const char *name, char *dir, size_t len) {
 }
 
 static int set_limits(const struct hier *h, const char *dir, const struct cg_limits *l) {
-  long long bytes = (long long)(l->memory * 1024.0 * 1024.0 * 1024.0);
-  long long quota = (long long)(l->cpu * CG_PERIOD_US);
+  /* 0: no limit (the launch ranges keep a worker's above 0); the
+   * conversions saturate, and the quota is at least the kernel's 1 ms. */
+  long long bytes = l->memory > 0 ? res_memory_bytes(l->memory) : 0;
+  long long quota = l->cpu > 0 ? res_cpu_quota_us(l->cpu, CG_PERIOD_US) : 0;
   int e;
 
-  if (quota > 0 && quota < 1000)
-    quota = 1000; /* the kernel's smallest */
   if (cg.version == 2) {
     if (bytes > 0 && (e = put(dir, "memory.max", "%lld", bytes)) != 0)
       return e;

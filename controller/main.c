@@ -225,6 +225,16 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     }
 #undef NEED_VALUE
   }
+  /* A worker heartbeats every interval and is lost after the timeout
+   * without one: a timeout no longer than the interval loses them all. */
+  if (cfg->heartbeat_interval_s >= cfg->heartbeat_timeout_s) {
+    fprintf(stderr,
+            "muster-controller: --heartbeat-interval (%g s) must be shorter than "
+            "--heartbeat-timeout (%g s), or every worker is failed as lost between two "
+            "heartbeats\n",
+            cfg->heartbeat_interval_s, cfg->heartbeat_timeout_s);
+    return MUSTER_E_INVALID;
+  }
   if (access(cfg->workerd_path, X_OK) != 0) {
     fprintf(stderr, "muster-controller: cannot run the worker daemon %s: %s (see --workerd)\n",
             cfg->workerd_path, strerror(errno));
@@ -278,9 +288,13 @@ int main(int argc, char **argv) {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-  /* The backend and its reconciliation first: nothing is served before the
-   * controller knows what runs. */
-  rc = state_init(&cfg, err, sizeof(err));
+  /* The socket first: its port makes the controller's one URL (or
+   * --advertise-url does), which state_init() fixes before any backend
+   * starts; nothing is served until the backend and its reconciliation
+   * are done. */
+  rc = api_bind(&cfg, err, sizeof(err));
+  if (!rc)
+    rc = state_init(&cfg, err, sizeof(err));
   if (!rc)
     rc = api_start(err, sizeof(err));
   if (rc) {

@@ -4,6 +4,7 @@
  * the job's batch script, one srun step per worker. No I/O; reads only the
  * configuration (sb.cfg; slurm_internal.h).
  */
+#include "resources.h"
 #include "slurm_internal.h"
 
 #include <math.h>
@@ -13,15 +14,14 @@
 
 /* Slurm allocates whole cores: a fractional request rounds up. */
 static int task_cpus(const struct backend_req *r) {
-  int c = (int)ceil(r->cpu - 1e-9);
-  return c < 1 ? 1 : c;
+  return res_cpu_count(r->cpu);
 }
 
 /* Memory per allocated core in MiB (rounded up), 0 when none was asked. */
 static long task_mem_per_cpu(const struct backend_req *r) {
   if (r->memory <= 0)
     return 0;
-  return (long)ceil(r->memory * 1024.0 / task_cpus(r));
+  return (long)res_ceil_sat(r->memory * 1024.0 / task_cpus(r), 1, 1LL << 40);
 }
 
 void slurm_describe(const struct backend_req *r, char *buf, size_t len) {

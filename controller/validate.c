@@ -2,6 +2,7 @@
 #include "validate.h"
 
 #include "muster_errors.h"
+#include "resources.h"
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -164,8 +165,11 @@ static int opt_string(json_t *body, const char *name, size_t max, const char **o
   return 0;
 }
 
-static int opt_number(json_t *body, const char *name, double *out, const char **field, char *msg,
-                      size_t msglen) {
+/* A resource number in [lo, hi] (unit: its word for the message). A 0 or a
+ * tiny value would be a container without a limit that admission counts as
+ * free; a huge one overflows what a backend writes. */
+static int opt_number(json_t *body, const char *name, double lo, double hi, const char *unit,
+                      double *out, const char **field, char *msg, size_t msglen) {
   json_t *v = json_object_get(body, name);
   double d;
 
@@ -174,9 +178,9 @@ static int opt_number(json_t *body, const char *name, double *out, const char **
   if (!json_is_number(v))
     return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be a number", name);
   d = json_number_value(v);
-  if (!isfinite(d) || d < 0)
-    return fail(MUSTER_E_INVALID, field, name, msg, msglen, "%s must be a number >= 0 (got %g)",
-                name, d);
+  if (!isfinite(d) || d < lo || d > hi)
+    return fail(MUSTER_E_INVALID, field, name, msg, msglen,
+                "%s must be between %g and %g %s (got %g)", name, lo, hi, unit, d);
   *out = d;
   return 0;
 }
@@ -232,8 +236,10 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
                 LAUNCH_MAX_N, (long long)json_integer_value(v));
   out->n = (long)json_integer_value(v);
 
-  if ((rc = opt_number(body, "cpu", &out->cpu, field, msg, msglen)) ||
-      (rc = opt_number(body, "memory", &out->memory, field, msg, msglen)))
+  if ((rc = opt_number(body, "cpu", RES_CPU_MIN, RES_CPU_MAX, "cores", &out->cpu, field, msg,
+                       msglen)) ||
+      (rc = opt_number(body, "memory", RES_MEMORY_MIN_GIB, RES_MEMORY_MAX_GIB, "GiB", &out->memory,
+                       field, msg, msglen)))
     return rc;
   v = json_object_get(body, "nvidia_gpu");
   if (v && !json_is_null(v)) {
@@ -406,13 +412,15 @@ int validate_exit(json_t *body, struct exit_req *out, const char **field, char *
       (sig && !json_is_null(sig) && !json_is_integer(sig)))
     return fail(MUSTER_E_INVALID, field, "exit_code", msg, msglen,
                 "exit_code and signal must be integers or null");
-  /* An exit status is 0..255; anything else is reported as it came, cut
-   * to an int's range. */
+  /* An exit status is 0..255: anything else is no status a process can
+   * have (a -1 was once recorded as a success without a code). */
+  if (json_is_integer(code) && (json_integer_value(code) < 0 || json_integer_value(code) > 255))
+    return fail(MUSTER_E_INVALID, field, "exit_code", msg, msglen,
+                "exit_code must be an exit status, 0 to 255, or null, not %" JSON_INTEGER_FORMAT,
+                json_integer_value(code));
   out->has_exit_code = json_is_integer(code);
   if (json_is_integer(code))
-    out->exit_code = (int)(json_integer_value(code) > INT_MAX   ? INT_MAX
-                           : json_integer_value(code) < INT_MIN ? INT_MIN
-                                                                : json_integer_value(code));
+    out->exit_code = (int)json_integer_value(code);
   out->signal = (int)int_in(body, "signal", 1, 127);
   if (out->signal)
     snprintf(out->failure, sizeof(out->failure), "the script was killed by signal %d (%s)",

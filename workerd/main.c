@@ -109,9 +109,9 @@ static void heartbeat(void) {
 
   if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
     int64_t now = util_mono_ms();
-    if (rc == MUSTER_E_UNREACHABLE && now - wd.last_contact_ms > wd.orphan_ms) {
+    if (now - wd.last_contact_ms > wd.orphan_ms) {
       LOG(LOG_ERROR,
-          "no answer from the controller for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
+          "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
           "ending this worker",
           (now - wd.last_contact_ms) / 1000);
       stop_begin(FINISH_SILENT, 0, now);

@@ -149,7 +149,7 @@ struct wd_state {
   size_t answer_len;
   bool answer_too_big;
   bool controller_up;
-  int64_t last_contact_ms; /* when the controller last answered anything */
+  int64_t last_contact_ms; /* when the controller last answered (not a 5xx) */
   int64_t orphan_ms;       /* give up after this long without an answer */
 
   /* What register assigned. argv and envp are NULL-terminated, owned here. */

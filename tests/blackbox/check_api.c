@@ -74,6 +74,43 @@ START_TEST(script_exit_3_is_a_failure_with_its_code) {
 }
 END_TEST
 
+/* --advertise-url is the one URL of the controller: what the url file says
+ * to clients on this host and what every worker's script gets, and where
+ * its workerd registers (it is reachable: the worker succeeds). */
+START_TEST(the_advertised_url_is_what_clients_and_workers_get) {
+  json_t *workers, *ans;
+  char adv[64], path[160], *out = NULL;
+  FILE *f;
+
+  fresh();
+  ctl.port = h_free_port();
+  snprintf(adv, sizeof(adv), "http://localhost:%d", ctl.port);
+  ctl.extra[0] = "--advertise-url";
+  ctl.extra[1] = adv;
+  h_start(&ctl);
+  snprintf(path, sizeof(path), "%s/url", ctl.dir);
+  f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(fgets(path, sizeof(path), f));
+  fclose(f);
+  path[strcspn(path, "\n")] = '\0';
+  ck_assert_msg(strcmp(path, adv) == 0, "the url file says %s, not %s", path, adv);
+  workers =
+      h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"code\": \"!echo url=$MUSTER_CONTROLLER_URL\"}");
+  ans = h_await(&ctl, workers, 1, 30);
+  ck_assert_msg(json_array_size(json_object_get(ans, "workers")) == 1,
+                "the worker did not succeed through %s", adv);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", h_str(json_array_get(workers, 0), "id"));
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
+  snprintf(path, sizeof(path), "url=%s\n", adv);
+  ck_assert_msg(out && strstr(out, path), "the script saw %s, not %s", out, path);
+  free(out);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 START_TEST(script_output_and_environment_reach_the_logs) {
   json_t *workers, *ans, *w;
   char path[128], *out = NULL, *err = NULL;
@@ -704,6 +741,7 @@ int main(void) {
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, eight_idle_workers_get_eight_distinct_ips);
   tcase_add_test(tc, script_exit_3_is_a_failure_with_its_code);
+  tcase_add_test(tc, the_advertised_url_is_what_clients_and_workers_get);
   tcase_add_test(tc, script_output_and_environment_reach_the_logs);
   tcase_add_test(tc, followed_log_streams_until_the_worker_ends);
   tcase_add_test(tc, a_worker_that_never_registers_fails_with_the_start_timeout);

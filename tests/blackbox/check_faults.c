@@ -8,13 +8,18 @@
 
 #include "../check_run.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,29 +136,36 @@ START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
 }
 END_TEST
 
-/* 1b. A registration that names another attempt is refused with 409. */
-START_TEST(a_registration_from_another_attempt_is_refused) {
-  json_t *workers, *ans, *out = NULL;
-  char path[160], db[160], auth[200];
-  const char *id;
+/* The worker's own token, as its workerd holds it (read from the
+ * controller's database). */
+static void worker_token(const char *id, char *auth, size_t len) {
+  char db[160];
   sqlite3 *h;
   sqlite3_stmt *st;
 
-  fresh();
-  h_start(&ctl);
-  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
-  ans = h_await(&ctl, workers, 0, 20);
-  id = h_str(json_array_get(workers, 0), "id");
-  /* The worker's own token, as its workerd holds it. */
   snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
   ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
   ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
                    SQLITE_OK);
   sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
   ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
-  snprintf(auth, sizeof(auth), "%s", (const char *)sqlite3_column_text(st, 0));
+  snprintf(auth, len, "%s", (const char *)sqlite3_column_text(st, 0));
   sqlite3_finalize(st);
   sqlite3_close(h);
+}
+
+/* 1b. A registration that names another attempt is refused with 409. */
+START_TEST(a_registration_from_another_attempt_is_refused) {
+  json_t *workers, *ans, *out = NULL;
+  char path[160], auth[200];
+  const char *id;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  worker_token(id, auth, sizeof(auth));
   snprintf(path, sizeof(path), "/api/v1/workers/%s/register", id);
   ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"ip_address\": \"127.0.0.1\", \"attempt\": 7}",
                           auth, &out, NULL),
@@ -162,6 +174,102 @@ START_TEST(a_registration_from_another_attempt_is_refused) {
   ck_assert_ptr_nonnull(strstr(h_str(json_object_get(out, "error"), "message"), "attempt 1"));
   json_decref(out);
   /* Nothing changed for the worker itself. */
+  out = h_worker(&ctl, id);
+  ck_assert_str_eq(h_str(out, "status"), "running");
+  json_decref(out);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A stand-in for a proxy whose controller is gone: on port, every request
+ * gets 502. Returns its pid (a child, killed by the caller). */
+static pid_t bad_gateway(int port) {
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                          .sin_port = htons((uint16_t)port)};
+  int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+  pid_t pid;
+
+  ck_assert_int_ge(fd, 0);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 64) == 0,
+                "cannot listen on port %d: %s", port, strerror(errno));
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    static const char answer[] =
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    char buf[4096];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) {
+      int c = accept(fd, NULL, NULL);
+      if (c < 0)
+        continue;
+      if (read(c, buf, sizeof(buf)) > 0 && write(c, answer, sizeof(answer) - 1) < 0)
+        _exit(1);
+      close(c);
+    }
+  }
+  close(fd);
+  return pid;
+}
+
+/* 1d. A worker whose controller is gone behind a proxy (502 to every call)
+ * ends at MUSTER_ORPHAN_TIMEOUT, as when nothing answers at all: a 5xx is
+ * not the controller's answer. */
+START_TEST(a_proxy_answering_502_does_not_keep_an_orphan_alive) {
+  json_t *workers, *ans;
+  pid_t wd, proxy;
+  const char *id;
+
+  fresh();
+  ctl.orphan_timeout = "3";
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = "0.3";
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"code\": \"!sleep 300\"}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  wd = (pid_t)h_workerd_pid(&ctl, id);
+  h_kill9(&ctl);
+  proxy = bad_gateway(ctl.port);
+  /* 3 s without the controller's answer, then its stop (within its grace
+   * period); half a minute is more than that on a loaded machine, and far
+   * less than for ever. */
+  ck_assert_msg(h_gone(wd, 30),
+                "workerd %d still runs 30 s after its controller was replaced by "
+                "a proxy answering 502 (orphan timeout 3 s)",
+                (int)wd);
+  kill(proxy, SIGKILL);
+  waitpid(proxy, NULL, 0);
+  h_restart(&ctl);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* 1c. An exit report with a code no process can have (-1, 256) is refused,
+ * naming exit_code; the worker is not recorded as a success. */
+START_TEST(an_exit_code_that_is_no_exit_status_is_refused) {
+  json_t *workers, *ans, *out = NULL;
+  char path[160], auth[200];
+  const char *id;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  ans = h_await(&ctl, workers, 0, 20);
+  id = h_str(json_array_get(workers, 0), "id");
+  worker_token(id, auth, sizeof(auth));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/exit", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": -1}", auth, &out, NULL), 422);
+  ck_assert_str_eq(h_str(json_object_get(out, "error"), "field"), "exit_code");
+  ck_assert_ptr_nonnull(strstr(h_str(json_object_get(out, "error"), "message"), "0 to 255"));
+  json_decref(out);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": 256}", auth, NULL, NULL), 422);
   out = h_worker(&ctl, id);
   ck_assert_str_eq(h_str(out, "status"), "running");
   json_decref(out);
@@ -315,6 +423,8 @@ START_TEST(a_recycled_pid_is_never_signalled) {
   db_exec(&ctl, sql);
   ctl.extra[0] = "--heartbeat-timeout";
   ctl.extra[1] = "1";
+  ctl.extra[2] = "--heartbeat-interval";
+  ctl.extra[3] = "0.3";
   h_restart(&ctl);
   w = h_wait_status(&ctl, id, "failed", 10);
   ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "lost"));
@@ -360,6 +470,8 @@ START_TEST(a_hung_adopted_worker_is_killed_when_it_fails) {
   h_kill9(&ctl);
   ctl.extra[0] = "--heartbeat-timeout";
   ctl.extra[1] = "1";
+  ctl.extra[2] = "--heartbeat-interval";
+  ctl.extra[3] = "0.3";
   h_restart(&ctl);
   ck_assert_int_eq(kill(wd, SIGSTOP), 0);
   w = h_wait_status(&ctl, id, "failed", 10);
@@ -552,6 +664,8 @@ int main(void) {
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_crash_right_after_a_spawn_runs_each_script_once);
   tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
+  tcase_add_test(tc, an_exit_code_that_is_no_exit_status_is_refused);
+  tcase_add_test(tc, a_proxy_answering_502_does_not_keep_an_orphan_alive);
   tcase_add_test(tc, appends_racing_a_followed_log_neither_hang_nor_get_lost);
   tcase_add_test(tc, a_recycled_pid_is_never_signalled);
   tcase_add_test(tc, a_hung_adopted_worker_is_killed_when_it_fails);

@@ -84,7 +84,7 @@ const char *h_str(json_t *obj, const char *key) {
   return json_string_value(json_object_get(obj, key));
 }
 
-static int free_port(void) {
+int h_free_port(void) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof(a);
   int fd = socket(AF_INET, SOCK_STREAM, 0), port;
@@ -307,7 +307,7 @@ static void spawn(struct ctl_proc *c) {
     /* Check's own files and pipes are not the controller's business. */
     for (int k = 3; k < 1024; k++)
       close(k);
-    setenv("MUSTER_ORPHAN_TIMEOUT", "60", 1);
+    setenv("MUSTER_ORPHAN_TIMEOUT", c->orphan_timeout ? c->orphan_timeout : "60", 1);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -372,7 +372,7 @@ void h_start(struct ctl_proc *c) {
     ck_assert_ptr_nonnull(mkdtemp(c->dir));
   }
   if (!c->port)
-    c->port = free_port();
+    c->port = h_free_port();
   snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
   snprintf(c->log, sizeof(c->log), "%s.controller.log", c->dir);
   for (int i = 0; i < MAX_CTLS; i++)

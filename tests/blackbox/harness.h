@@ -17,13 +17,17 @@ struct ctl_proc {
   char url[64];
   char token[96];
   char log[160];
-  const char *extra[16]; /* extra controller arguments, NULL-terminated */
+  const char *extra[16];      /* extra controller arguments, NULL-terminated */
+  const char *orphan_timeout; /* its workerds' MUSTER_ORPHAN_TIMEOUT (NULL: 60) */
 };
 
 /* Starts a controller with a fresh state directory (or c->dir if set) on
  * c->port (a free one if 0) and waits until /api/v1/health answers (10 s at
  * most). Fails the test on error. */
 void h_start(struct ctl_proc *c);
+
+/* A loopback port free now (for a test that must name it before a start). */
+int h_free_port(void);
 
 /* Restarts a controller on the same port and state directory. */
 void h_restart(struct ctl_proc *c);

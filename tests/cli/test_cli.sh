@@ -177,6 +177,17 @@ m launch --help
 check "launch --help lists its options" \
   eval 'has "$OUT" "--cpu" && has "$OUT" "--secret-env" && has "$OUT" "--script"'
 
+# The controller refuses a heartbeat interval that its timeout cannot wait
+# out (every worker would be failed as lost), before it touches anything.
+run 10 "$CONTROLLER" --listen 127.0.0.1:0 --state-dir "$TMP/hb-state" --workerd "$WORKERD" \
+  --heartbeat-interval 20 --heartbeat-timeout 15
+check "muster-controller --heartbeat-interval 20 --heartbeat-timeout 15 exits 2 naming both" \
+  eval '[ $RC = 2 ] && has "$ERR" "heartbeat-interval (20 s) must be shorter than --heartbeat-timeout (15 s)" && [ ! -e "$TMP/hb-state" ]'
+run 10 "$CONTROLLER" --listen 127.0.0.1:0 --state-dir "$TMP/hb-state" --workerd "$WORKERD" \
+  --heartbeat-interval 15
+check "  ... and an interval equal to the timeout (15 s, the default timeout)" \
+  eval '[ $RC = 2 ] && has "$ERR" "must be shorter than --heartbeat-timeout (15 s)"'
+
 m frobnicate
 check "unknown command exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "frobnicate" && [ -z "$OUT" ]'
 m

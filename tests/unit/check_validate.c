@@ -1,10 +1,12 @@
 /* check_validate.c: launch and await bodies are checked field by field. */
 #include "muster_errors.h"
+#include "resources.h"
 #include "validate.h"
 
 #include "../check_run.h"
 
 #include <check.h>
+#include <math.h>
 #include <string.h>
 
 static int launch(const char *text, const char **field, char *msg, size_t msglen) {
@@ -54,6 +56,14 @@ START_TEST(bad_fields_are_named) {
   EXPECT_FIELD("{\"n\": 1, \"cpu\": -0.5}", MUSTER_E_INVALID, "cpu");
   EXPECT_FIELD("{\"n\": 1, \"cpu\": \"1\"}", MUSTER_E_INVALID, "cpu");
   EXPECT_FIELD("{\"n\": 1, \"memory\": -1}", MUSTER_E_INVALID, "memory");
+  /* A 0 or a tiny number was an unlimited container that admission counted
+   * as free; a huge one overflowed what Slurm was asked for. */
+  EXPECT_FIELD("{\"n\": 1, \"cpu\": 0}", MUSTER_E_INVALID, "cpu");
+  EXPECT_FIELD("{\"n\": 1, \"cpu\": 0.001}", MUSTER_E_INVALID, "cpu");
+  EXPECT_FIELD("{\"n\": 1, \"cpu\": 3e9}", MUSTER_E_INVALID, "cpu");
+  EXPECT_FIELD("{\"n\": 1, \"memory\": 0}", MUSTER_E_INVALID, "memory");
+  EXPECT_FIELD("{\"n\": 1, \"memory\": 0.001}", MUSTER_E_INVALID, "memory");
+  EXPECT_FIELD("{\"n\": 1, \"memory\": 1e17}", MUSTER_E_INVALID, "memory");
   EXPECT_FIELD("{\"n\": 1, \"nvidia_gpu\": -1}", MUSTER_E_INVALID, "nvidia_gpu");
   EXPECT_FIELD("{\"n\": 1, \"script\": 5}", MUSTER_E_INVALID, "script");
   EXPECT_FIELD("{\"n\": 1, \"args\": [1]}", MUSTER_E_INVALID, "args");
@@ -67,6 +77,29 @@ START_TEST(bad_fields_are_named) {
   EXPECT_FIELD("{\"n\": 1, \"code\": \"x\", \"kernel\": \"java\"}", MUSTER_E_INVALID, "kernel");
   EXPECT_FIELD("{\"n\": 1, \"script\": \"a.py\", \"command\": [\"x\"]}", MUSTER_E_INVALID,
                "command");
+}
+END_TEST
+
+/* The ends of the ranges are accepted; the conversions every backend uses
+ * saturate instead of wrapping. */
+START_TEST(resource_ranges_and_their_conversions) {
+  static const char *const ok[] = {"{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}",
+                                   "{\"n\": 1, \"cpu\": 4096, \"memory\": 65536}"};
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    const char *field = NULL;
+    char msg[512];
+    ck_assert_msg(launch(ok[i], &field, msg, sizeof(msg)) == 0, "%s: %s", ok[i], msg);
+  }
+  ck_assert_int_eq(res_cpu_count(0.5), 1);
+  ck_assert_int_eq(res_cpu_count(2), 2);
+  ck_assert_int_eq(res_cpu_count(2.5), 3);
+  ck_assert_int_eq(res_cpu_count(3e9), 4096);
+  ck_assert_int_eq(res_cpu_quota_us(0.5, 100000), 50000);
+  ck_assert_int_eq(res_cpu_quota_us(0.001, 100000), 1000);
+  ck_assert(res_memory_bytes(1) == 1LL << 30);
+  ck_assert(res_memory_bytes(1e17) == 1LL << 60);
+  ck_assert(res_memory_mib(0.5) == 512);
+  ck_assert(res_memory_mib(NAN) == 1);
 }
 END_TEST
 
@@ -147,6 +180,7 @@ int main(void) {
 
   tcase_add_test(tc, defaults_are_those_of_design);
   tcase_add_test(tc, bad_fields_are_named);
+  tcase_add_test(tc, resource_ranges_and_their_conversions);
   tcase_add_test(tc, unknown_fields_are_refused);
   tcase_add_test(tc, cml_empty_strings_mean_absent);
   tcase_add_test(tc, kernels_and_their_code_flags);

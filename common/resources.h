@@ -1,0 +1,49 @@
+/*
+ * resources.h: what a worker may ask for, and the one conversion of those
+ * numbers into the units each backend writes (cgroup bytes and quota,
+ * Slurm's cpus and MiB). Validation refuses anything outside the ranges;
+ * the conversions saturate anyway, so no backend can overflow an integer
+ * into a different shape (a cpu of 3e9 once became one Slurm cpu).
+ */
+#ifndef MUSTER_RESOURCES_H
+#define MUSTER_RESOURCES_H
+
+#include <math.h>
+
+/* The ranges a launch accepts (docs/design.md). A cpu is a core (a share
+ * of one below 1); memory is GiB. */
+#define RES_CPU_MIN 0.01
+#define RES_CPU_MAX 4096.0
+#define RES_MEMORY_MIN_GIB 0.01
+#define RES_MEMORY_MAX_GIB 65536.0
+
+/* v rounded up, held to [lo, hi] (NaN gives lo). */
+static inline long long res_ceil_sat(double v, long long lo, long long hi) {
+  if (!(v > (double)lo))
+    return lo;
+  v = ceil(v);
+  return v >= (double)hi ? hi : (long long)v;
+}
+
+/* GiB as bytes, at least 1 MiB, at most 2^60. */
+static inline long long res_memory_bytes(double gib) {
+  return res_ceil_sat(gib * 1024.0 * 1024.0 * 1024.0, 1LL << 20, 1LL << 60);
+}
+
+/* GiB as MiB (Slurm's unit), at least 1. */
+static inline long long res_memory_mib(double gib) {
+  return res_ceil_sat(gib * 1024.0, 1, 1LL << 40);
+}
+
+/* cpu as a CFS quota in microseconds per period_us, at least the kernel's
+ * 1 ms minimum. */
+static inline long long res_cpu_quota_us(double cpu, long long period_us) {
+  return res_ceil_sat(cpu * (double)period_us, 1000, 1LL << 40);
+}
+
+/* cpu as whole cpus (Slurm's --cpus-per-task): rounded up, at least 1. */
+static inline int res_cpu_count(double cpu) {
+  return (int)res_ceil_sat(cpu - 1e-9, 1, (long long)RES_CPU_MAX);
+}
+
+#endif

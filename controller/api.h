@@ -8,13 +8,15 @@
 
 struct ctl_config;
 
-/* Binds and listens on cfg's address, before anything else starts, so that
- * the controller's URL is known once and for all: a port of 0 picks a free
- * one, and cfg->port holds the real one after. Nothing is served yet.
+/* Binds cfg's address, before anything else starts, so that the
+ * controller's URL is known once and for all: a port of 0 picks a free one,
+ * and cfg->port holds the real one after. It listens only in api_start():
+ * until then, connections are refused.
  * Returns 0 or an error with a sentence in err. */
 int api_bind(struct ctl_config *cfg, char *err, size_t errlen) __attribute__((warn_unused_result));
 
-/* Serves the API on the socket api_bind() made (after state_init()).
+/* Listens on the socket api_bind() made and serves the API (after
+ * state_init()).
  * Returns 0 or an error with a sentence in err. */
 int api_start(char *err, size_t errlen) __attribute__((warn_unused_result));
 

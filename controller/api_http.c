@@ -256,10 +256,12 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
     return MUSTER_E_IO;
   }
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 4096) != 0 ||
+  /* Bound, not listening: until api_start(), a client is refused at once
+   * rather than left waiting in the backlog. */
+  if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
       getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
     snprintf(err, errlen, "could not listen on %s:%d: %s%s", host, cfg->port, strerror(errno),
-             errno == EADDRINUSE ? " (is the port in use?)" : "");
+             errno == EADDRINUSE ? " (another muster-controller, or another program, has it)" : "");
     close(fd);
     return MUSTER_E_IO;
   }
@@ -269,18 +271,26 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
 }
 
 int api_start(char *err, size_t errlen) {
-  int rc;
+  int rc, fd = listen_fd;
 
-  if (listen_fd < 0) {
+  if (fd < 0) {
     snprintf(err, errlen, "internal error: the API's socket is not bound (api_bind)");
     return MUSTER_E_INTERNAL;
   }
   rc = api_readers_open(err, errlen);
   if (rc)
     return rc;
+  if (listen(fd, 4096) != 0) {
+    snprintf(err, errlen, "could not listen on %s:%d: %s", g.cfg.listen_host, g.cfg.port,
+             strerror(errno));
+    return MUSTER_E_IO;
+  }
+  /* The socket is libmicrohttpd's from here (it closes it, even when it
+   * fails to start): never closed twice. */
+  listen_fd = -1;
   daemon_handle = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-      handle, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
+      handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
       (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
@@ -293,7 +303,7 @@ int api_start(char *err, size_t errlen) {
 
 void api_stop(void) {
   if (daemon_handle)
-    MHD_stop_daemon(daemon_handle); /* closes listen_fd */
+    MHD_stop_daemon(daemon_handle); /* closes the socket it was given */
   else if (listen_fd >= 0)
     close(listen_fd);
   daemon_handle = NULL;

@@ -39,8 +39,9 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   if (rc)
     return rc;
   host = g.cfg.listen_host;
-  if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0')
-    host = "127.0.0.1";
+  if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0' ||
+      strcmp(host, "localhost") == 0)
+    host = "127.0.0.1"; /* the IPv4 address bound: "localhost" may resolve to ::1 first */
   if (g.cfg.advertise_url[0])
     snprintf(g.controller_url, sizeof(g.controller_url), "%s", g.cfg.advertise_url);
   else

@@ -248,20 +248,15 @@ MUST_CHECK int http_post(const char *suffix, bool json, const void *body, size_t
     rc = MUSTER_E_UNREACHABLE;
   } else {
     curl_easy_getinfo(wd.curl, CURLINFO_RESPONSE_CODE, status);
-    /* A 5xx is no contact: a proxy answers 502/503/504 for a controller
-     * that is gone, and one that fails every call is no better. Only the
-     * controller's own answers hold off MUSTER_ORPHAN_TIMEOUT. */
-    if (*status >= 500) {
-      if (wd.controller_up)
-        LOG(LOG_WARN, "%s answers HTTP %ld, not as the controller; will keep trying", wd.url,
-            *status);
-      wd.controller_up = false;
-    } else {
+    /* A 5xx does not hold off MUSTER_ORPHAN_TIMEOUT: a proxy answers
+     * 502/503/504 for a controller that is gone, and one that fails every
+     * call for that long is no better. (Each caller says what a 5xx
+     * means for its own call.) */
+    if (*status < 500)
       wd.last_contact_ms = util_mono_ms();
-      if (!wd.controller_up)
-        LOG(LOG_INFO, "the controller answers again");
-      wd.controller_up = true;
-    }
+    if (!wd.controller_up)
+      LOG(LOG_INFO, "the controller answers again");
+    wd.controller_up = true;
   }
   return rc;
 }

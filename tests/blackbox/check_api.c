@@ -372,7 +372,7 @@ START_TEST(bad_requests_name_what_was_wrong) {
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "memory");
   json_decref(ans);
   ck_assert_int_eq(
-      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 100000}", "", &ans, NULL), 422);
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 4096}", "", &ans, NULL), 422);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "cpu");
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "code"), "exceeds_capacity");
   json_decref(ans);

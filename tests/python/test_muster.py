@@ -381,7 +381,7 @@ class Errors(MusterTestCase):
         with self.assertRaises(cdsw.MusterError) as cm:
             self.client("errors").launch_workers(1, -1, 1)
         self.assertEqual(str(cm.exception),
-                         "invalid_value: cpu must be a number >= 0 (got -1) (field: cpu)")
+                         "invalid_value: cpu must be between 0.01 and 4096 cores (got -1) (field: cpu)")
 
     def test_bad_token_is_unauthorized(self):
         with self.assertRaises(muster.MusterError) as cm:

@@ -24,7 +24,10 @@ fi
 out=build-fuzz
 mkdir -p "$out/artifacts"
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -D_GNU_SOURCE
-       -DMUSTER_VERSION='"fuzz"' -Icommon -Icontroller -Itrainer)
+       -DMUSTER_VERSION='"fuzz"' -Icommon -Isdk/include -Icontroller -Itrainer)
+# libmuster's files, for the targets that need the whole library (but the
+# one a target includes itself, to reach its static functions)
+sdk_lib_but() { local f; for f in sdk/lib/*.c; do [ "$f" = "$1" ] || echo "$f"; done; }
 
 build() { # name sources... -- libs...
   local name=$1; shift
@@ -44,13 +47,13 @@ for name in "${names[@]}"; do
               -- $(pkg-config --cflags --libs jansson) ;;
     ps) build ps tests/fuzz/fuzz_ps.c trainer/tr_ps_wire.c common/util.c common/hostport.c \
           common/errors.c -- $(pkg-config --cflags --libs jansson) -lm ;;
-    exec) build exec tests/fuzz/fuzz_exec.c sdk/lib/exec.c sdk/lib/exec_target.c sdk/lib/client.c sdk/lib/run.c sdk/lib/lease.c \
+    exec) build exec tests/fuzz/fuzz_exec.c $(sdk_lib_but none) \
             common/errors.c common/hostport.c -- $(pkg-config --cflags --libs jansson libcurl) \
             -lpthread ;;
     hostport) build hostport tests/fuzz/fuzz_hostport.c common/hostport.c ;;
     idx) build idx tests/fuzz/fuzz_idx.c trainer/tr_data.c common/errors.c -- -lm ;;
-    sse) build sse tests/fuzz/fuzz_sse.c common/errors.c \
-           -- $(pkg-config --cflags --libs jansson libcurl) -lpthread ;;
+    sse) build sse tests/fuzz/fuzz_sse.c $(sdk_lib_but sdk/lib/events.c) common/errors.c \
+           common/hostport.c -- $(pkg-config --cflags --libs jansson libcurl) -lpthread ;;
     *) echo "fuzz: no fuzzer named $name" >&2; exit 2 ;;
   esac
   scratch=$(mktemp -d)

@@ -1,9 +1,9 @@
 /* fuzz_sse.c: libFuzzer target for libmuster's server-sent-event parser
- * (events_write() and sse_record() in sdk/lib/client.c, included here to
+ * (events_write() and sse_record() in sdk/lib/events.c, included here to
  * reach its static functions). The input is fed in chunks of the sizes its
  * first byte picks, as a network would split it; the callback sees every
  * event. Any crash, leak or undefined behaviour is a finding. */
-#include "../../sdk/lib/client.c"
+#include "../../sdk/lib/events.c"
 
 static int seen(void *arg, const muster_event *ev) {
   size_t *n = arg;

@@ -265,7 +265,7 @@ check "wrong token: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "
 run "$MUSTER" --url "$URL" --token wrong-token launch
 check "wrong token on launch: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized"'
 
-m launch --cpu 100000
+m launch --cpu 4096
 check "launch more cores than the backend has: exit 3, the controller's message names cpu" \
   eval '[ $RC = 3 ] && has "$ERR" "cpu" && [ -z "$OUT" ]'
 m await --running --timeout 5 w-zzzzzzzzzz

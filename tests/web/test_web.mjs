@@ -279,6 +279,10 @@ async function main() {
     await step('the stop button stops an idle worker', async () => {
       const idle = await launch({ name: 'idle-stop-me' });
       await rowStatus(page, idle.id, 'running');
+      // The status shows at once; the details (the IP) come with the
+      // worker object fetched after the event.
+      await page.waitForFunction((sel) => (document.querySelector(sel)?.textContent || '').trim() !== '',
+        `${rowSel(idle.id)} .c-ip`, { timeout: T }).catch(() => {});
       const ip = (await page.textContent(`${rowSel(idle.id)} .c-ip`)).trim();
       ok(/^127\.\d+\.\d+\.\d+$/.test(ip), `a running worker shows its IP address (${ip})`);
       // What it uses, beside what it asked for (sampled from its cgroup,

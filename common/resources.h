@@ -30,11 +30,6 @@ static inline long long res_memory_bytes(double gib) {
   return res_ceil_sat(gib * 1024.0 * 1024.0 * 1024.0, 1LL << 20, 1LL << 60);
 }
 
-/* GiB as MiB (Slurm's unit), at least 1. */
-static inline long long res_memory_mib(double gib) {
-  return res_ceil_sat(gib * 1024.0, 1, 1LL << 40);
-}
-
 /* cpu as a CFS quota in microseconds per period_us, at least the kernel's
  * 1 ms minimum. */
 static inline long long res_cpu_quota_us(double cpu, long long period_us) {

@@ -98,8 +98,8 @@ START_TEST(resource_ranges_and_their_conversions) {
   ck_assert_int_eq(res_cpu_quota_us(0.001, 100000), 1000);
   ck_assert(res_memory_bytes(1) == 1LL << 30);
   ck_assert(res_memory_bytes(1e17) == 1LL << 60);
-  ck_assert(res_memory_mib(0.5) == 512);
-  ck_assert(res_memory_mib(NAN) == 1);
+  ck_assert(res_ceil_sat(NAN, 1, 10) == 1);
+  ck_assert(res_ceil_sat(2.5, 1, 10) == 3);
 }
 END_TEST
 

@@ -41,6 +41,7 @@ static void api_waiter_free(struct waiter *wt) {
     return;
   free(wt->ids);
   free(wt->done);
+  free(wt->slots);
   free(wt);
 }
 
@@ -110,8 +111,9 @@ static enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const
   if (wt) {
     wt->ids = calloc((size_t)n + 1, sizeof(*wt->ids));
     wt->done = calloc((size_t)n + 1, 1);
+    wt->slots = calloc((size_t)n + 1, sizeof(*wt->slots));
   }
-  if (!wt || !wt->ids || !wt->done) {
+  if (!wt || !wt->ids || !wt->done || !wt->slots) {
     api_waiter_free(wt);
     json_decref(ar.ids);
     return api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
@@ -160,10 +162,15 @@ static enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const
    * is held, and sm_commit() (or the monitor, at the deadline) resumes it. */
   if (ar.timeout_seconds > 0)
     wt->deadline_ms = util_mono_ms() + (int64_t)(ar.timeout_seconds * 1000);
+  if (waiter_add_locked(wt) != 0) {
+    state_unlock();
+    api_waiter_free(wt);
+    json_decref(ar.ids);
+    return api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
+  }
   rq->waiter = wt;
   rq->resume = api_await_finish;
   rq->release = await_release;
-  waiter_add_locked(wt);
   MHD_suspend_connection(c);
   if (wt->deadline_ms)
     pthread_cond_signal(&g.kick); /* the monitor must learn the new deadline */

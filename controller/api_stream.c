@@ -128,6 +128,7 @@ static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, cons
   struct MHD_Response *r;
   enum MHD_Result ret;
   long v = 0;
+  int rc;
 
   /* A browser's EventSource reconnects with Last-Event-ID; it wins. */
   if (last && *last)
@@ -149,8 +150,12 @@ static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, cons
     return MHD_NO;
   }
   state_lock();
-  stream_add_locked(&e->s);
+  rc = stream_add_locked(&e->s);
   state_unlock();
+  if (rc) {
+    MHD_destroy_response(r); /* events_free frees e */
+    return api_respond_error(c, rc, NULL, NULL);
+  }
   MHD_add_response_header(r, "Content-Type", "text/event-stream");
   MHD_add_response_header(r, "Cache-Control", "no-store");
   ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -269,9 +274,14 @@ static enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const 
   } else {
     r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, log_reader, l, log_free);
     if (r) {
+      int rc;
       state_lock();
-      stream_add_locked(&l->s);
+      rc = stream_add_locked(&l->s);
       state_unlock();
+      if (rc) {
+        MHD_destroy_response(r); /* log_free frees l */
+        return api_respond_error(c, rc, NULL, NULL);
+      }
     } else {
       if (l->fd >= 0)
         close(l->fd);

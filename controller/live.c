@@ -11,11 +11,7 @@
 #include <string.h>
 
 static unsigned hash_id(const char *id) {
-  unsigned h = 2166136261u;
-
-  for (; *id; id++)
-    h = (h ^ (unsigned char)*id) * 16777619u;
-  return h % (sizeof(g.hash) / sizeof(g.hash[0]));
+  return state_hash_id(id) % (sizeof(g.hash) / sizeof(g.hash[0]));
 }
 
 struct lw *lw_find_locked(const char *id) {

@@ -115,7 +115,20 @@ struct lw {
   struct lw *hnext;       /* hash chain */
 };
 
-/* A suspended POST /workers/await (see api.c). */
+struct watch;
+
+/* One id of a suspended await. While the id is pending and the await is not
+ * ready, the slot is listed under that id in the watch index (waiters.c), so
+ * that a change of that worker reaches only the awaits that name it. */
+struct waiter_slot {
+  struct waiter *wt;
+  int i;                           /* its index in wt->ids */
+  struct watch *key;               /* the index entry it is listed in; NULL: none */
+  struct waiter_slot *next, *prev; /* in key->slots */
+};
+
+/* A suspended POST /workers/await (see api_await.c, which allocates and
+ * frees it). */
 struct waiter {
   struct MHD_Connection *conn;
   int wait_for_completion;
@@ -123,11 +136,12 @@ struct waiter {
   int n;
   char (*ids)[16];
   unsigned char *done;
+  struct waiter_slot *slots; /* n of them, one per id */
   int pending;
   int ready; /* the answer can be built; the connection was resumed */
   int timed_out;
-  int client_gone; /* the client hung up while it waited */
-  struct waiter *next, *prev;
+  int client_gone;            /* the client hung up while it waited */
+  struct waiter *next, *prev; /* in g.waiters */
 };
 
 /* A suspended streaming answer (events or a followed log). */
@@ -140,9 +154,23 @@ struct stream {
   int suspended; /* waiting for a wake */
   int pending;   /* woken while it was not suspended: look again */
   int keepalive_due;
-  int client_gone; /* the client hung up: end the answer */
-  int too_slow;    /* the client fell too far behind: end it with a retry hint */
-  struct stream *next, *prev;
+  int client_gone;            /* the client hung up: end the answer */
+  int too_slow;               /* the client fell too far behind: end it with a retry hint */
+  struct stream *next, *prev; /* in g.streams (all of them) */
+  /* An event stream is also in g.event_streams; a log stream is in its
+   * worker's watch index entry (key->logs). */
+  struct watch *key;
+  struct stream *inext, *iprev;
+};
+
+/* The watch index (waiters.c): for one worker id, the pending await slots
+ * and the log streams that name it. An entry exists while either list is
+ * not empty. */
+struct watch {
+  char id[16];
+  struct waiter_slot *slots;
+  struct stream *logs;
+  struct watch *hnext; /* hash chain of g.watch */
 };
 
 struct ctl {
@@ -163,6 +191,8 @@ struct ctl {
   uint64_t launches; /* launches since start, for launch ids */
   struct waiter *waiters;
   struct stream *streams;
+  struct stream *event_streams;
+  struct watch *watch[4096]; /* by worker id: who waits on that worker */
   int schedule_needed;
   int shutting_down;
   int stopping_monitor;
@@ -254,12 +284,19 @@ static inline int lw_submitted(const struct lw *w) {
  * transaction of its own. */
 MUST_CHECK int sm_start_submitted_locked(struct lw *w, const char *detail);
 
-void waiter_add_locked(struct waiter *wt);
+/* Lists a suspended await (its slots allocated, its done and pending set):
+ * in g.waiters, and each pending id in the watch index. Returns 0, or
+ * MUSTER_E_NOMEM with nothing listed. */
+MUST_CHECK int waiter_add_locked(struct waiter *wt);
+/* Takes an await out of g.waiters and the watch index (a no-op for one not
+ * listed); the caller frees it after. */
 void waiter_remove_locked(struct waiter *wt);
 /* A streaming answer is listed from its start (stream_add_locked) to its
  * end (stream_remove_locked, from its free callback), so that wakes reach it
- * whether or not it is suspended at that moment. */
-void stream_add_locked(struct stream *s);
+ * whether or not it is suspended at that moment. stream_add_locked returns
+ * 0, or MUSTER_E_NOMEM with nothing listed (the free callback may still call
+ * stream_remove_locked: a no-op then). */
+MUST_CHECK int stream_add_locked(struct stream *s);
 void stream_remove_locked(struct stream *s);
 /* Called by a stream's reader that found nothing new (after reading without
  * the lock): returns 0 if a wake came meanwhile (read again), or 1 after

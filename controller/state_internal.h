@@ -31,6 +31,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The hash of a worker id (FNV-1a), for g.hash and g.watch. Needs no lock. */
+static inline unsigned state_hash_id(const char *id) {
+  unsigned h = 2166136261u;
+
+  for (; *id; id++)
+    h = (h ^ (unsigned char)*id) * 16777619u;
+  return h;
+}
+
 /* live.c */
 
 /* Adds a new scheduling worker to the live table. Returns it (the table
@@ -42,12 +51,16 @@ void lw_remove_locked(struct lw *w);
 
 /* waiters.c */
 
-/* Resumes a suspended await (once; it is marked ready). */
+/* Resumes a suspended await (once; it is marked ready and leaves the watch
+ * index, since no change can matter to it any more). */
 void waiter_wake_locked(struct waiter *wt);
-/* Counts worker id's move to status to in every waiting await, and wakes
- * the ones that are complete. */
+/* Counts worker id's move to status to in the awaits that wait on id (found
+ * through the watch index: the cost is theirs alone, not that of every
+ * await), and wakes the ones that are complete. */
 void waiters_notify_locked(const char *id, enum wstatus to);
-/* Wakes the streams of kind (of worker id, or all when id is NULL). */
+/* Wakes the streams of kind: the event streams (id is ignored), or the log
+ * streams of worker id (through the watch index), or every log stream when
+ * id is NULL. */
 void streams_wake_locked(enum stream_kind kind, const char *id);
 /* Resumes the awaits whose deadline passed by now. */
 void expire_waiters_locked(int64_t now);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -260,11 +261,52 @@ int api_log_path(const char *id, const char *stream, char *buf, size_t size) {
   return 0;
 }
 
+/* Writes all n bytes of data to fd. Returns 0, or -1 with errno set. */
+static int write_all(int fd, const char *data, size_t n) {
+  while (n > 0) {
+    ssize_t k = write(fd, data, n);
+
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k == 0)
+      errno = EIO;
+    if (k <= 0)
+      return -1;
+    data += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Appends the n bytes of data to the log open as fd, up to the cap of
+ * MAX_LOG_FILE bytes. The chunk that crosses the cap is cut there and
+ * followed by one note saying that the rest is dropped; past it, nothing
+ * more is written. The file alone says where it stands (a size beyond the
+ * cap is the cap plus that note), so the note is written once per stream
+ * whatever comes later, a controller restart included. The caller holds an
+ * exclusive lock on fd, so that concurrent appends see each other's size.
+ * Returns 0, or -1 with errno set. */
+static int log_append_capped(int fd, const char *data, size_t n) {
+  static const char note[] = "\n[muster: log truncated at 64 MiB]\n";
+  struct stat st;
+  size_t room;
+
+  if (fstat(fd, &st) != 0)
+    return -1;
+  if (st.st_size > MAX_LOG_FILE || n == 0)
+    return 0; /* the note is there: the rest is dropped */
+  room = (size_t)(MAX_LOG_FILE - st.st_size);
+  if (n <= room)
+    return write_all(fd, data, n);
+  if (write_all(fd, data, room) != 0)
+    return -1;
+  return write_all(fd, note, sizeof(note) - 1);
+}
+
 static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id) {
   const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
   char path[700], status[16];
   struct lw *w;
-  struct stat stt;
   int rc, fd;
 
   if (api_log_path(id, stream, path, sizeof(path)) != 0)
@@ -277,16 +319,12 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
   fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0)
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not open the log: %s", strerror(errno));
-  if (fstat(fd, &stt) == 0 && stt.st_size + (off_t)rq->len > MAX_LOG_FILE) {
-    /* A runaway worker must not fill the disk: past the cap, output is
-     * dropped, and the log says so once. */
-    static const char note[] = "\n[muster: log truncated at 64 MiB]\n";
-    if (stt.st_size < MAX_LOG_FILE && write(fd, note, sizeof(note) - 1) < 0)
-      LOG(LOG_WARN, "could not write to %s", path);
-  } else if (rq->len && write(fd, rq->body, rq->len) != (ssize_t)rq->len) {
+  /* A runaway worker must not fill the disk: the log stops at the cap. */
+  if (flock(fd, LOCK_EX) != 0 || log_append_capped(fd, rq->body, rq->len) != 0) {
+    int err = errno;
     close(fd);
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not append to the log: %s",
-                             strerror(errno));
+                             strerror(err));
   }
   close(fd);
   state_lock();

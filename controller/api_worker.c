@@ -198,6 +198,29 @@ static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, c
   return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
 }
 
+void api_log_end_path(const char *id, char *buf, size_t size) {
+  snprintf(buf, size, "%s/logs/%s.end", g.cfg.state_dir, id);
+}
+
+/* Records that worker id's workerd has shipped all its output, and wakes
+ * its followed logs: one that waits after the worker's end for its last
+ * output ends once that output is read. Called unlocked (the file is made
+ * without the state lock). */
+static void log_mark_complete(const char *id) {
+  char path[700];
+  int fd;
+
+  api_log_end_path(id, path, sizeof(path));
+  fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    LOG(LOG_WARN, "could not create %s: %s", path, strerror(errno));
+  else
+    close(fd);
+  state_lock();
+  streams_wake_logs_locked(id);
+  state_unlock();
+}
+
 static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_fields f = DB_FIELDS_INIT;
   struct exit_req ex;
@@ -207,7 +230,7 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
   enum MHD_Result ret = MHD_NO;
   enum wstatus to;
   struct lw *w;
-  int rc;
+  int rc, authed;
 
   body = api_parse_body(c, rq, &ret);
   if (!body)
@@ -225,6 +248,11 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  /* workerd reports its end only after shipping its last output, which
+   * may come after the end was recorded here (a stopped command's last
+   * words): the report, whatever it changes, says that the log is whole
+   * (log_mark_complete(), once unlocked). */
+  authed = rc == 0;
   /* Stopped from outside muster: a queueing backend (Slurm) is about to
    * say why in its own words (a cancel, a time limit), which tells the
    * user more than the workerd's SIGTERM. Its report is awaited for a few
@@ -237,6 +265,7 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
     if (w->outside_why) {
       state_unlock();
       json_decref(body);
+      log_mark_complete(id);
       return api_respond_json(c, MHD_HTTP_OK, json_object());
     }
   }
@@ -245,6 +274,8 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
                           BACKEND_KILL_LATER);
   state_unlock();
   json_decref(body);
+  if (authed)
+    log_mark_complete(id);
   if (rc)
     return api_respond_error(c, rc, NULL, "could not record the end of %s", id);
   /* An end reported after the worker already ended (stopped, or failed)

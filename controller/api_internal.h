@@ -164,4 +164,8 @@ MUST_CHECK int api_page_params(struct MHD_Connection *c, int *limit, int64_t *be
 int api_log_path(const char *id, const char *stream, char *buf, size_t size)
     __attribute__((warn_unused_result));
 
+/* The file whose presence says that worker id's workerd has shipped all its
+ * output (it reported its exit, which it does only after its last flush). */
+void api_log_end_path(const char *id, char *buf, size_t size);
+
 #endif

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- streaming answers: GET /api/v1/events and logs with follow=1 ---- */
@@ -168,7 +169,73 @@ struct log_ctx {
   char path[700];
   int fd;
   off_t offset;
+  /* After the worker's end: until when (util_mono_ms()) its last output
+   * may still come; 0 not looked up yet, -1 none to wait for. */
+  int64_t final_by_ms;
 };
+
+/* How long after a worker's end its workerd may still ship output: the
+ * stop grace (then the backend kills what is left) and a margin for the
+ * last flush. */
+static int64_t final_output_wait_ms(void) {
+  return (int64_t)(g.cfg.stop_grace_s * 1000) + 5000;
+}
+
+/* The API time iso ("2026-11-21T14:00:00.123Z") in ms since the epoch.
+ * Returns 0, or -1 if it is not one. */
+static int iso_ms(const char *iso, int64_t *ms) {
+  struct tm tm;
+  int frac = 0, n = 0;
+  time_t t;
+
+  memset(&tm, 0, sizeof(tm));
+  if (!iso ||
+      sscanf(iso, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+             &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &frac, &n) != 7 ||
+      iso[n] != '\0')
+    return -1;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  t = timegm(&tm);
+  if (t == (time_t)-1)
+    return -1;
+  *ms = (int64_t)t * 1000 + frac;
+  return 0;
+}
+
+/* Until when (util_mono_ms()) the last output of ended worker id may still
+ * come: the end plus final_output_wait_ms(); -1 if that has passed, or if
+ * it never ran a workerd (it never registered), so that nothing can come. */
+static int64_t final_output_by(const char *id) {
+  json_t *w = api_worker_read(id);
+  int64_t end, left;
+  struct timespec now;
+
+  if (!w || json_is_null(json_object_get(w, "running_at")) ||
+      iso_ms(json_string_value(json_object_get(w, "finished_at")), &end) != 0) {
+    json_decref(w);
+    return -1;
+  }
+  json_decref(w);
+  clock_gettime(CLOCK_REALTIME, &now);
+  left = end + final_output_wait_ms() - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+  return left > 0 ? util_mono_ms() + left : -1;
+}
+
+/* Whether the log of an ended worker may still grow: its workerd ships the
+ * last output after the end was recorded (a stopped command's last words)
+ * and says when it is done (api_log_end_path()); the wait is bounded by
+ * final_output_by(), for a workerd that died. */
+static int log_more_to_come(struct log_ctx *l) {
+  char path[700];
+
+  if (l->final_by_ms == 0)
+    l->final_by_ms = final_output_by(l->s.worker_id);
+  if (l->final_by_ms < 0 || util_mono_ms() >= l->final_by_ms)
+    return 0;
+  api_log_end_path(l->s.worker_id, path, sizeof(path));
+  return access(path, F_OK) != 0;
+}
 
 /* Reads the next bytes of the log file (opened once it exists). */
 static ssize_t log_read(struct log_ctx *l, char *out, size_t max) {
@@ -183,14 +250,15 @@ static ssize_t log_read(struct log_ctx *l, char *out, size_t max) {
 }
 
 /* Next bytes of a followed log; suspends at its end while the worker is
- * live, ends the answer once the worker has ended and all is sent. The
- * file is read without the state lock; an append that lands between the
- * read and the wait marks the stream pending, so it reads again instead of
- * waiting (stream_wait_locked). */
+ * live, and after its end until its workerd said that its last output is
+ * in (log_more_to_come(), bounded); then ends the answer once all is sent.
+ * The file is read without the state lock; an append (or the mark that the
+ * log is whole) that lands between the read and the wait marks the stream
+ * pending, so it reads again instead of waiting (stream_wait_locked). */
 static ssize_t log_reader(void *cls, uint64_t pos, char *out, size_t max) {
   struct log_ctx *l = cls;
   ssize_t n;
-  int live, waiting;
+  int live, waiting, down;
 
   (void)pos;
   for (;;) {
@@ -203,13 +271,23 @@ static ssize_t log_reader(void *cls, uint64_t pos, char *out, size_t max) {
       return MHD_CONTENT_READER_END_WITH_ERROR;
     FAULT_POINT("log_follow_at_end");
     state_lock();
-    live = !g.shutting_down && lw_find_locked(l->s.worker_id) != NULL;
+    down = g.shutting_down;
+    live = !down && lw_find_locked(l->s.worker_id) != NULL;
     waiting = live ? stream_wait_locked(&l->s) : 0;
     state_unlock();
     if (waiting)
       return 0;
+    if (!live && !down && log_more_to_come(l)) {
+      state_lock();
+      l->s.wake_at_ms = l->final_by_ms;
+      waiting = !g.shutting_down && stream_wait_locked(&l->s);
+      state_unlock();
+      if (waiting)
+        return 0;
+      continue;
+    }
     if (!live) {
-      /* Ended: what it wrote before its end is all there is. */
+      /* Ended, and its last output is in: that is all there is. */
       n = log_read(l, out, max);
       return n > 0   ? n
              : n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -197,6 +198,29 @@ static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, c
   return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
 }
 
+void api_log_end_path(const char *id, char *buf, size_t size) {
+  snprintf(buf, size, "%s/logs/%s.end", g.cfg.state_dir, id);
+}
+
+/* Records that worker id's workerd has shipped all its output, and wakes
+ * its followed logs: one that waits after the worker's end for its last
+ * output ends once that output is read. Called unlocked (the file is made
+ * without the state lock). */
+static void log_mark_complete(const char *id) {
+  char path[700];
+  int fd;
+
+  api_log_end_path(id, path, sizeof(path));
+  fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    LOG(LOG_WARN, "could not create %s: %s", path, strerror(errno));
+  else
+    close(fd);
+  state_lock();
+  streams_wake_logs_locked(id);
+  state_unlock();
+}
+
 static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_fields f = DB_FIELDS_INIT;
   struct exit_req ex;
@@ -206,7 +230,7 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
   enum MHD_Result ret = MHD_NO;
   enum wstatus to;
   struct lw *w;
-  int rc;
+  int rc, authed;
 
   body = api_parse_body(c, rq, &ret);
   if (!body)
@@ -224,6 +248,11 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  /* workerd reports its end only after shipping its last output, which
+   * may come after the end was recorded here (a stopped command's last
+   * words): the report, whatever it changes, says that the log is whole
+   * (log_mark_complete(), once unlocked). */
+  authed = rc == 0;
   /* Stopped from outside muster: a queueing backend (Slurm) is about to
    * say why in its own words (a cancel, a time limit), which tells the
    * user more than the workerd's SIGTERM. Its report is awaited for a few
@@ -236,6 +265,7 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
     if (w->outside_why) {
       state_unlock();
       json_decref(body);
+      log_mark_complete(id);
       return api_respond_json(c, MHD_HTTP_OK, json_object());
     }
   }
@@ -244,6 +274,8 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
                           BACKEND_KILL_LATER);
   state_unlock();
   json_decref(body);
+  if (authed)
+    log_mark_complete(id);
   if (rc)
     return api_respond_error(c, rc, NULL, "could not record the end of %s", id);
   /* An end reported after the worker already ended (stopped, or failed)
@@ -260,11 +292,52 @@ int api_log_path(const char *id, const char *stream, char *buf, size_t size) {
   return 0;
 }
 
+/* Writes all n bytes of data to fd. Returns 0, or -1 with errno set. */
+static int write_all(int fd, const char *data, size_t n) {
+  while (n > 0) {
+    ssize_t k = write(fd, data, n);
+
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k == 0)
+      errno = EIO;
+    if (k <= 0)
+      return -1;
+    data += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Appends the n bytes of data to the log open as fd, up to the cap of
+ * MAX_LOG_FILE bytes. The chunk that crosses the cap is cut there and
+ * followed by one note saying that the rest is dropped; past it, nothing
+ * more is written. The file alone says where it stands (a size beyond the
+ * cap is the cap plus that note), so the note is written once per stream
+ * whatever comes later, a controller restart included. The caller holds an
+ * exclusive lock on fd, so that concurrent appends see each other's size.
+ * Returns 0, or -1 with errno set. */
+static int log_append_capped(int fd, const char *data, size_t n) {
+  static const char note[] = "\n[muster: log truncated at 64 MiB]\n";
+  struct stat st;
+  size_t room;
+
+  if (fstat(fd, &st) != 0)
+    return -1;
+  if (st.st_size > MAX_LOG_FILE || n == 0)
+    return 0; /* the note is there: the rest is dropped */
+  room = (size_t)(MAX_LOG_FILE - st.st_size);
+  if (n <= room)
+    return write_all(fd, data, n);
+  if (write_all(fd, data, room) != 0)
+    return -1;
+  return write_all(fd, note, sizeof(note) - 1);
+}
+
 static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id) {
   const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
   char path[700], status[16];
   struct lw *w;
-  struct stat stt;
   int rc, fd;
 
   if (api_log_path(id, stream, path, sizeof(path)) != 0)
@@ -277,16 +350,12 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
   fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0)
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not open the log: %s", strerror(errno));
-  if (fstat(fd, &stt) == 0 && stt.st_size + (off_t)rq->len > MAX_LOG_FILE) {
-    /* A runaway worker must not fill the disk: past the cap, output is
-     * dropped, and the log says so once. */
-    static const char note[] = "\n[muster: log truncated at 64 MiB]\n";
-    if (stt.st_size < MAX_LOG_FILE && write(fd, note, sizeof(note) - 1) < 0)
-      LOG(LOG_WARN, "could not write to %s", path);
-  } else if (rq->len && write(fd, rq->body, rq->len) != (ssize_t)rq->len) {
+  /* A runaway worker must not fill the disk: the log stops at the cap. */
+  if (flock(fd, LOCK_EX) != 0 || log_append_capped(fd, rq->body, rq->len) != 0) {
+    int err = errno;
     close(fd);
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not append to the log: %s",
-                             strerror(errno));
+                             strerror(err));
   }
   close(fd);
   state_lock();

@@ -1,7 +1,8 @@
 /* monitor.c: the monitor thread, which drives time: it runs the periodic
  * work of the other files (timeouts, leases, scheduling, awaits' deadlines,
- * heartbeat flushes, clients that hung up, keep-alives, retention) under the
- * state lock, and sleeps until kicked or due. */
+ * streams' wake times, heartbeat flushes, clients that hung up,
+ * keep-alives, retention) under the state lock, and sleeps until kicked or
+ * due. */
 #include "state_internal.h"
 
 #include "lease.h"
@@ -40,6 +41,7 @@ static void *monitor_main(void *arg) {
     if (g.schedule_needed && !g.shutting_down)
       schedule_locked();
     expire_waiters_locked(now);
+    streams_wake_due_locked(now);
     flush_heartbeats_locked(now);
     reap_gone_clients_locked(now);
     if (now - g.last_keepalive_ms >= 15000) {

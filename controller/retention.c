@@ -42,7 +42,8 @@ void prune_locked(int64_t now) {
   /* The files go without the lock: nobody looks for a pruned worker's. */
   state_unlock();
   for (int i = 0; i < n; i++) {
-    static const char *const kinds[] = {"logs/%s.stdout", "logs/%s.stderr", "workers/%s.log"};
+    static const char *const kinds[] = {"logs/%s.stdout", "logs/%s.stderr", "logs/%s.end",
+                                        "workers/%s.log"};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
       char rel[64], path[700];
 #pragma GCC diagnostic push

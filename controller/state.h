@@ -156,6 +156,7 @@ struct stream {
   int keepalive_due;
   int client_gone;            /* the client hung up: end the answer */
   int too_slow;               /* the client fell too far behind: end it with a retry hint */
+  int64_t wake_at_ms;         /* util_mono_ms() time the monitor wakes it (0: none) */
   struct stream *next, *prev; /* in g.streams (all of them) */
   /* An event stream is also in g.event_streams; a log stream is in its
    * worker's watch index entry (key->logs). */
@@ -300,7 +301,8 @@ MUST_CHECK int stream_add_locked(struct stream *s);
 void stream_remove_locked(struct stream *s);
 /* Called by a stream's reader that found nothing new (after reading without
  * the lock): returns 0 if a wake came meanwhile (read again), or 1 after
- * suspending the connection (the reader returns 0; a wake resumes it). */
+ * suspending the connection (the reader returns 0; a wake resumes it, or
+ * the monitor once s->wake_at_ms, if set, has come). */
 int stream_wait_locked(struct stream *s) __attribute__((warn_unused_result));
 /* Resumes every suspended log stream of worker id. */
 void streams_wake_logs_locked(const char *id);

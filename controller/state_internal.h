@@ -64,6 +64,8 @@ void waiters_notify_locked(const char *id, enum wstatus to);
 void streams_wake_locked(enum stream_kind kind, const char *id);
 /* Resumes the awaits whose deadline passed by now. */
 void expire_waiters_locked(int64_t now);
+/* Wakes the streams whose wake_at_ms passed by now (and clears it). */
+void streams_wake_due_locked(int64_t now);
 /* Resumes the awaits and streams whose client hung up (once a second). */
 void reap_gone_clients_locked(int64_t now);
 

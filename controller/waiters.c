@@ -266,6 +266,17 @@ void streams_wake_locked(enum stream_kind kind, const char *id) {
   }
 }
 
+void streams_wake_due_locked(int64_t now) {
+  for (struct stream *s = g.streams; s; s = s->next)
+    if (s->wake_at_ms && s->wake_at_ms <= now) {
+      s->wake_at_ms = 0;
+      if (s->suspended)
+        stream_resume_locked(s);
+      else
+        s->pending = 1;
+    }
+}
+
 void streams_wake_logs_locked(const char *id) {
   streams_wake_locked(STREAM_LOG, id);
 }

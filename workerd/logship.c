@@ -10,6 +10,7 @@
  */
 #include "workerd.h"
 
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
@@ -130,6 +131,10 @@ MUST_CHECK static int stream_flush(struct stream *s) {
   while (s->len > 0) {
     size_t n = s->len;
 
+    /* Tests: what a stopping worker ships (its last words) reaches the
+     * controller well after the stop was recorded there. */
+    if (wd.stopping)
+      FAULT_POINT("workerd_ship_after_stop");
     if (s->dropped) {
       int k = snprintf(notice, sizeof(notice),
                        "[muster-workerd: %" PRIu64

@@ -296,7 +296,9 @@ out:
 /* Ends the worker as wd.mode says. For FINISH_REPORT it ships the remaining
  * logs and then reports the exit, retrying both with backoff for 10 minutes
  * (a 4xx to the report means the controller already considers the worker
- * finished). Returns 0, MUSTER_E_TIMEOUT (logged) or MUSTER_E_NOMEM. */
+ * finished); for FINISH_QUIET, one try at each. The report always comes
+ * after the last output: it tells a followed log that it is whole.
+ * Returns 0, MUSTER_E_TIMEOUT (logged) or MUSTER_E_NOMEM. */
 MUST_CHECK static int finish(void) {
   struct backoff b;
   char *body = NULL;
@@ -305,15 +307,18 @@ MUST_CHECK static int finish(void) {
 
   if (wd.mode == FINISH_SILENT)
     goto out;
-  if (wd.mode == FINISH_QUIET) {
-    /* One try: the controller stopped this worker and may refuse logs now. */
-    if (streams_flush_all() != 0)
-      LOG(LOG_INFO, "the last output of the command could not be shipped");
-    goto out;
-  }
   body = exit_body();
   if (!body) {
     rc = MUSTER_E_NOMEM;
+    goto out;
+  }
+  if (wd.mode == FINISH_QUIET) {
+    /* One try: the controller stopped this worker and may refuse logs now.
+     * The report changes nothing there but says that the output is all in. */
+    if (streams_flush_all() != 0)
+      LOG(LOG_INFO, "the last output of the command could not be shipped");
+    else if (http_post("exit", true, body, strlen(body), &status) != 0)
+      LOG(LOG_INFO, "could not say that the last output was shipped");
     goto out;
   }
   backoff_init(&b);

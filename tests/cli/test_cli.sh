@@ -518,6 +518,28 @@ run env MUSTER_STATE_DIR="$ST2" "$MUSTER" stop "$BIG1"
 run env MUSTER_STATE_DIR="$ST2" "$MUSTER" await --running --timeout 15 "$BIG2"
 check "  ... and it runs once the first one is stopped" eval '[ $RC = 0 ] && hasE "$OUT" "^$BIG2 +running"'
 
+# ======================= logs -f of a worker stopped while it prints =======================
+# What the command prints on its way out reaches the controller after the
+# stop was recorded (a third controller whose workerds hold back what they
+# ship once stopping, 1.5 s: the fault point workerd_ship_after_stop).
+export MUSTER_FAULT=workerd_ship_after_stop:delay=1500
+start_controller lastwords --cpus 1 --memory 64 || notok "start a third controller (with a fault point)"
+unset MUSTER_FAULT
+ST3=$TMP/lastwords/state
+run env MUSTER_STATE_DIR="$ST3" "$MUSTER" launch --cpu 0.1 --kernel bash \
+  --code "trap 'echo last words; exit 0' TERM; echo first words; while :; do sleep 0.05; done"
+LW=$OUT
+timeout -k 2 30 env MUSTER_STATE_DIR="$ST3" "$MUSTER" logs -f "$LW" >"$TMP/lw.out" 2>"$TMP/lw.err" &
+FPID=$!
+wait_for 15 "logs -f to print the first line" grep -qx "first words" "$TMP/lw.out"
+run env MUSTER_STATE_DIR="$ST3" "$MUSTER" stop "$LW"
+wait "$FPID"
+RC=$?
+OUT=$(cat "$TMP/lw.out")
+ERR=$(cat "$TMP/lw.err")
+check "logs -f on a worker stopped while it runs shows its last output and returns by itself" \
+  eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "first words\nlast words")" ]'
+
 # ======================= the end =======================
 m stop --all
 check "stop --all stops the default session's remaining workers" \

@@ -1,0 +1,268 @@
+/* check_logs.c: a worker's logs as a user reads them, at their edges: the
+ * 64 MiB cap of a stream (what is kept, and the one note that says the rest
+ * was dropped, across a controller restart too), and a followed log that
+ * must show a stopped worker's last output, which its workerd ships after
+ * the stop was recorded, and still end by itself when a workerd dies
+ * before it can say that its output is all in. Real controller, real
+ * workerd processes; the ordering is made certain with the fault points of
+ * test builds. */
+#include "harness.h"
+
+#include "../check_run.h"
+
+#include <check.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The controller's cap on one stream of one worker (controller/api_worker.c). */
+#define LOG_CAP (64L * 1024 * 1024)
+#define NOTE "\n[muster: log truncated at 64 MiB]\n"
+
+static struct ctl_proc ctl;
+
+static void fresh(void) {
+  memset(&ctl, 0, sizeof(ctl));
+}
+
+/* The worker's own token, as its workerd holds it (read from the
+ * controller's database). */
+static void worker_token(const char *id, char *auth, size_t len) {
+  char db[160];
+  sqlite3 *h;
+  sqlite3_stmt *st;
+
+  snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
+  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  snprintf(auth, len, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+}
+
+/* Ships n bytes of c (then NUL-free text) to worker id's stdout as its
+ * workerd would, and asserts that the controller took them (204). */
+static void ship(const char *id, const char *auth, char c, size_t n, const char *text) {
+  char path[160];
+  size_t tl = text ? strlen(text) : 0;
+  char *body = malloc(n + tl + 1);
+
+  ck_assert_ptr_nonnull(body);
+  memset(body, c, n);
+  memcpy(body + n, text ? text : "", tl);
+  body[n + tl] = '\0';
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, body, auth, NULL, NULL), 204);
+  free(body);
+}
+
+/* What GET .../logs answers from offset on. */
+static char *log_from(const char *id, long offset) {
+  char path[160], *out = NULL;
+
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?offset=%ld", id, offset);
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
+  return out ? out : strdup("");
+}
+
+/* A stream that reaches the cap keeps its output up to the cap exactly (the
+ * chunk that crosses it is cut there, not dropped), then says once that the
+ * rest was dropped: later chunks, small or large, and a controller restart
+ * add neither output nor a second note. */
+START_TEST(a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once) {
+  json_t *workers, *ans;
+  char auth[200], id[16], *tail;
+  const size_t mib = 1024 * 1024;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": \"true\"}");
+  ans = h_await(&ctl, workers, 1, 30);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
+  worker_token(id, auth, sizeof(auth));
+  /* Up to 1000 bytes short of the cap, in POSTs of 1 MiB (the most one
+   * request may carry). */
+  for (long i = 0; i < LOG_CAP / (long)mib - 1; i++)
+    ship(id, auth, 'a', mib, NULL);
+  ship(id, auth, 'b', mib - 1000, NULL);
+  /* This one crosses the cap: its first 1000 bytes fit. */
+  ship(id, auth, 'c', 990, "0123456789past-the-cap\n");
+  /* Small enough to fit where the note ends, and large: both dropped. */
+  ship(id, auth, 'd', 0, "late line\n");
+  ship(id, auth, 'e', 5000, NULL);
+  h_kill9(&ctl);
+  h_restart(&ctl);
+  ship(id, auth, 'f', 0, "after the restart\n");
+  ship(id, auth, 'g', 5000, NULL);
+
+  tail = log_from(id, LOG_CAP - 20);
+  ck_assert_msg(strcmp(tail, "cccccccccc0123456789" NOTE) == 0,
+                "the log's last bytes from 20 before the cap are \"%.200s\"", tail);
+  free(tail);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* Starts a shell command (from fmt) in the background: a client of the
+ * controller under test. Returns its pid, to wait for or kill. */
+static pid_t sh_bg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static pid_t sh_bg(const char *fmt, ...) {
+  char cmd[1400];
+  va_list ap;
+  pid_t p;
+
+  va_start(ap, fmt);
+  ck_assert_int_lt(vsnprintf(cmd, sizeof(cmd), fmt, ap), (int)sizeof(cmd));
+  va_end(ap);
+  p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  return p;
+}
+
+/* The whole of a file (malloc'ed; "" if it is missing). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *s = calloc(1, 65536);
+  size_t n = 0;
+
+  ck_assert_ptr_nonnull(s);
+  if (f) {
+    n = fread(s, 1, 65535, f);
+    fclose(f);
+  }
+  s[n] = '\0';
+  return s;
+}
+
+/* A worker whose script answers the stop with a last line: its workerd
+ * ships that line only after the controller recorded the stop (made certain
+ * by a fault point that holds back whatever workerd ships once it is
+ * stopping). A client following the log still gets it, and the follow ends
+ * by itself as soon as the worker's last output is in. */
+START_TEST(a_stopped_workers_last_output_reaches_logs_follow) {
+  json_t *workers;
+  char out[200], body[100], *text = NULL;
+  const char *id;
+  pid_t follower;
+  int status;
+  double t0;
+
+  fresh();
+  setenv("MUSTER_FAULT", "workerd_ship_after_stop:delay=1500", 1);
+  ctl.extra[0] = "--stop-grace";
+  ctl.extra[1] = "30";
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"bash\", \"code\": "
+                           "\"trap 'echo last words; exit 0' TERM; echo first words; "
+                           "while :; do sleep 0.05; done\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  snprintf(out, sizeof(out), "%s.follow", ctl.dir);
+  follower = sh_bg("exec curl -sN -m 60 -H 'Authorization: Bearer %s' "
+                   "'%s/api/v1/workers/%s/logs?follow=1' > %s",
+                   ctl.token, ctl.url, id, out);
+  for (double until = h_now() + 30; !strstr(text = slurp(out), "first words\n"); usleep(50000)) {
+    ck_assert_msg(h_now() < until, "the followed log did not show the first line in 30 s: \"%s\"",
+                  text);
+    free(text);
+  }
+  free(text);
+  snprintf(body, sizeof(body), "{\"ids\": [\"%s\"]}", id);
+  t0 = h_now();
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", body, "", NULL, NULL), 200);
+  ck_assert_int_eq(waitpid(follower, &status, 0), follower);
+  text = slurp(out);
+  ck_assert_msg(strcmp(text, "first words\nlast words\n") == 0,
+                "logs -f showed \"%s\", without the worker's last line", text);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the follow did not end by itself (curl exit status %d)",
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  /* It ended when the last output came, not at the bound of the wait for
+   * it (the stop grace of 30 s, and more). */
+  ck_assert_msg(h_now() - t0 < 20, "the follow took %.1f s to end after the stop", h_now() - t0);
+  free(text);
+  unlink(out);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A worker whose workerd dies (kill -9) never says that its output is all
+ * in: a followed log still ends by itself, soon after the worker's end (the
+ * stop grace, 0 here, and 5 s), with what was shipped. */
+START_TEST(a_followed_log_of_a_worker_whose_workerd_died_still_ends) {
+  json_t *workers, *w;
+  char out[200], *text = NULL;
+  const char *id;
+  pid_t follower;
+  int status;
+  long wd;
+  double t0;
+
+  fresh();
+  ctl.extra[0] = "--stop-grace";
+  ctl.extra[1] = "0";
+  ctl.extra[2] = "--heartbeat-interval";
+  ctl.extra[3] = "0.3";
+  ctl.extra[4] = "--heartbeat-timeout";
+  ctl.extra[5] = "2";
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": "
+                           "\"echo only words; exec sleep 600\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  snprintf(out, sizeof(out), "%s.follow", ctl.dir);
+  follower = sh_bg("exec curl -sN -m 60 -H 'Authorization: Bearer %s' "
+                   "'%s/api/v1/workers/%s/logs?follow=1' > %s",
+                   ctl.token, ctl.url, id, out);
+  for (double until = h_now() + 30; !strstr(text = slurp(out), "only words\n"); usleep(50000)) {
+    ck_assert_msg(h_now() < until, "the followed log did not show the first line in 30 s: \"%s\"",
+                  text);
+    free(text);
+  }
+  free(text);
+  wd = h_workerd_pid(&ctl, id);
+  t0 = h_now();
+  ck_assert_int_eq(kill(-(pid_t)wd, SIGKILL), 0);
+  w = h_wait_status(&ctl, id, "failed", 20);
+  json_decref(w);
+  ck_assert_int_eq(waitpid(follower, &status, 0), follower);
+  text = slurp(out);
+  ck_assert_msg(strcmp(text, "only words\n") == 0, "logs -f showed \"%s\"", text);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the follow did not end by itself (curl exit status %d)",
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  ck_assert_msg(h_now() - t0 < 30, "the follow took %.1f s to end after the kill", h_now() - t0);
+  free(text);
+  unlink(out);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("logs");
+  TCase *tc = tcase_create("logs");
+
+  tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once);
+  tcase_add_test(tc, a_stopped_workers_last_output_reaches_logs_follow);
+  tcase_add_test(tc, a_followed_log_of_a_worker_whose_workerd_died_still_ends);
+  suite_add_tcase(s, tc);
+  return check_run(s);
+}

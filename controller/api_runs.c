@@ -1,6 +1,7 @@
 /* api_runs.c: runs: their creation, list, reads, restarts and end (see
  * api_internal.h and docs/design.md). */
 #include "api_internal.h"
+#include "lease.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -35,9 +36,10 @@ static json_t *run_change_body(struct MHD_Connection *c, struct req *rq, const c
 
 static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)arg;
-  static const char *const known[] = {"mode", "command", "session", "workers", "max_restarts"};
+  static const char *const known[] = {"mode",    "command",      "session",
+                                      "workers", "max_restarts", "holder"};
   json_t *body, *v, *workers, *item, *run = NULL;
-  const char *mode, *session = "default";
+  const char *mode, *session = "default", *holder;
   char id[16], *command = NULL;
   struct reader *rd;
   enum MHD_Result ret = MHD_NO;
@@ -47,7 +49,8 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
   body = api_parse_body(c, rq, &ret);
   if (!body)
     return ret;
-  if (!api_known_fields(c, body, known, 5, "mode, command, session, workers, max_restarts", &ret))
+  if (!api_known_fields(c, body, known, 6, "mode, command, session, workers, max_restarts, holder",
+                        &ret))
     goto out;
   mode = json_string_value(json_object_get(body, "mode"));
   if (!validate_name(mode)) {
@@ -74,6 +77,16 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
                               "session must be 1 to 64 letters, digits, '_', '.' or '-'");
       goto out;
     }
+  }
+  /* The run ends when its holder's part of the session's lease does: a
+   * client that dies never leaves it running. */
+  holder = json_string_value(json_object_get(body, "holder"));
+  if (!validate_name(holder)) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "holder",
+                            "holder is required: the id (1 to 64 letters, digits, '_', '.' or "
+                            "'-') under which the client holds a part of the session's lease; "
+                            "the run ends when that part does");
+    goto out;
   }
   v = json_object_get(body, "max_restarts");
   if (v && !json_is_null(v)) {
@@ -128,11 +141,19 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
   }
 
   state_lock();
+  if (!lease_held_locked(session, holder)) {
+    state_unlock();
+    ret = api_respond_error(c, MUSTER_E_CONFLICT, "holder",
+                            "holder %s holds no part of session %s's lease: take one first (PUT "
+                            "/api/v1/sessions/%s/lease with this holder)",
+                            holder, session, session);
+    goto out;
+  }
   rc = db_begin(g.db);
   if (!rc)
     rc = db_session_touch(g.db, session, NULL);
   if (!rc) {
-    struct db_run_new r = {id, session, mode, command, max_restarts};
+    struct db_run_new r = {id, session, mode, command, holder, max_restarts};
     rc = db_run_insert(g.db, &r);
   }
   json_array_foreach(workers, i, item) if (!rc) rc =

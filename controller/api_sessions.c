@@ -20,13 +20,21 @@ static MUST_CHECK enum MHD_Result bad_session_name(struct MHD_Connection *c, con
 
 /* ---- PUT / DELETE /api/v1/sessions/{name}/lease ---- */
 
+static MUST_CHECK enum MHD_Result bad_holder(struct MHD_Connection *c, const char *holder) {
+  return api_respond_error(c, MUSTER_E_INVALID, "holder",
+                           "\"%.64s\" is not a holder id (1 to 64 letters, digits, '_', '.' or "
+                           "'-', naming the client that holds the lease)",
+                           holder);
+}
+
 static enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, const char *name) {
-  static const char *const known[] = {"ttl_seconds"};
+  static const char *const known[] = {"ttl_seconds", "holder", "stop_workers"};
   json_t *body = NULL, *v, *lease;
   enum MHD_Result ret = MHD_NO;
+  const char *holder = LEASE_HOLDER_DEFAULT;
   double ttl = 30;
-  int64_t expires;
-  int rc, created = 0;
+  struct lease_put put;
+  int rc, stop_workers = 1;
 
   /* PUT makes the session if it is new: a bad name is a bad value. */
   if (!validate_name(name))
@@ -38,7 +46,7 @@ static enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, c
     body = api_parse_body(c, rq, &ret);
     if (!body)
       return ret;
-    if (!api_known_fields(c, body, known, 1, "ttl_seconds", &ret))
+    if (!api_known_fields(c, body, known, 3, "ttl_seconds, holder, stop_workers", &ret))
       goto out;
   }
   v = json_object_get(body, "ttl_seconds");
@@ -52,25 +60,51 @@ static enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, c
     }
     ttl = json_number_value(v);
   }
+  v = json_object_get(body, "holder");
+  if (v && !json_is_null(v)) {
+    holder = json_string_value(v);
+    if (!validate_name(holder)) {
+      ret = bad_holder(c, holder ? holder : "(not a string)");
+      goto out;
+    }
+  }
+  v = json_object_get(body, "stop_workers");
+  if (v && !json_is_null(v)) {
+    if (!json_is_boolean(v)) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "stop_workers",
+                              "stop_workers must be true (the part keeps the session's workers) "
+                              "or false (it binds only its holder's runs)");
+      goto out;
+    }
+    stop_workers = json_is_true(v);
+  }
   state_lock();
   if (g.shutting_down) {
     state_unlock();
     ret = api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
     goto out;
   }
-  rc = lease_put_locked(name, ttl, &expires, &created);
+  rc = lease_put_locked(name, holder, ttl, stop_workers, &put);
   lease = rc ? NULL : lease_json_locked(name);
   state_unlock();
   if (rc == MUSTER_E_CONFLICT)
-    ret = api_respond_error(c, rc, NULL, "%d sessions hold a lease already; give one back first",
-                            LEASE_MAX);
+    ret = api_respond_error(c, rc, NULL,
+                            "%d sessions hold a lease already, or %d holders hold session %s's; "
+                            "give one back first",
+                            LEASE_MAX, LEASE_HOLDERS_MAX, name);
   else if (rc)
     ret = api_respond_error(c, rc, NULL, "could not store the lease of session %s", name);
   else {
-    /* 201: the session held no lease (a first PUT, or a renewal that came
-     * after the lease had expired and its workers were stopped). */
+    /* 201: this holder held no part (a first PUT, or a renewal that came
+     * after its part had run out: "previous" says which, and whether the
+     * session's workers were stopped then). */
     json_object_set_new(lease, "session", json_string(name));
-    ret = api_respond_json(c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, lease);
+    json_object_set_new(lease, "holder", json_string(holder));
+    if (put.created) {
+      json_object_set_new(lease, "previous", json_string(put.expired ? "expired" : "none"));
+      json_object_set_new(lease, "workers_stopped", json_boolean(put.workers_stopped));
+    }
+    ret = api_respond_json(c, put.created ? MHD_HTTP_CREATED : MHD_HTTP_OK, lease);
   }
 out:
   json_decref(body);
@@ -80,18 +114,35 @@ out:
 static enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq,
                                         const char *name) {
   (void)rq;
-  int rc;
+  const char *holder = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "holder");
+  const char *stop = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stop_workers");
+  json_t *lease;
+  int rc, stopped;
 
   if (!validate_name(name))
     return bad_session_name(c, name);
+  if (!holder)
+    holder = LEASE_HOLDER_DEFAULT;
+  if (!validate_name(holder))
+    return bad_holder(c, holder);
+  if (stop && strcmp(stop, "0") != 0 && strcmp(stop, "1") != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "stop_workers",
+                             "stop_workers must be 1 (stop the session's workers unless another "
+                             "holder keeps them) or 0");
   state_lock();
-  rc = lease_drop_locked(name);
+  rc = lease_drop_locked(name, holder, stop && strcmp(stop, "1") == 0, &stopped);
+  lease = rc ? NULL : lease_json_locked(name);
   state_unlock();
   if (rc == MUSTER_E_NOT_FOUND)
-    return api_respond_error(c, rc, "name", "session %s holds no lease", name);
+    return api_respond_error(c, rc, "holder", "holder %s holds no part of session %s's lease",
+                             holder, name);
   if (rc)
     return api_respond_error(c, rc, NULL, "could not give back the lease of session %s", name);
-  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:s, s:n}", "session", name, "lease"));
+  /* lease: what the other holders still hold (null: nobody). */
+  return api_respond_json(c, MHD_HTTP_OK,
+                          json_pack("{s:s, s:s, s:o, s:o}", "session", name, "holder", holder,
+                                    "lease", lease, "workers_stopped",
+                                    stopped >= 0 ? json_integer(stopped) : json_null()));
 }
 
 /* ---- GET /api/v1/sessions ---- */

@@ -79,19 +79,32 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_PRUNE_EVENTS] = "DELETE FROM events WHERE worker_id = ?1",
     [ST_PRUNE_WORKER] = "DELETE FROM workers WHERE id = ?1",
     [ST_PRUNE_SESSIONS] = "DELETE FROM sessions WHERE created_at < ?1 "
-                          "AND lease_ttl_seconds IS NULL AND NOT EXISTS "
+                          "AND NOT EXISTS (SELECT 1 FROM lease_holders WHERE "
+                          "lease_holders.session = sessions.name AND expired_at IS NULL) "
+                          "AND NOT EXISTS "
                           "(SELECT 1 FROM workers WHERE workers.session = sessions.name) "
                           "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.session = sessions.name)",
     [ST_PRUNE_RUNS] = "DELETE FROM runs WHERE status <> 'running' AND finished_at < ?1 "
                       "AND NOT EXISTS (SELECT 1 FROM workers WHERE workers.run = runs.id)",
     [ST_SET_RUN] = "UPDATE workers SET run = ?2 WHERE id = ?1 AND run IS NULL",
-    [ST_LEASE_SET] = "UPDATE sessions SET lease_ttl_seconds = ?2 WHERE name = ?1",
-    [ST_LEASES] = "SELECT name, lease_ttl_seconds FROM sessions "
-                  "WHERE lease_ttl_seconds IS NOT NULL ORDER BY name",
+    [ST_PRUNE_HOLDERS] = "DELETE FROM lease_holders WHERE expired_at < ?1",
+    [ST_HOLDER_SET] = "INSERT INTO lease_holders(session, holder, ttl_seconds, stop_workers) "
+                      "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(session, holder) DO UPDATE SET "
+                      "ttl_seconds = ?3, stop_workers = ?4, expired_at = NULL, "
+                      "workers_stopped = 0",
+    [ST_HOLDER_DROP] = "DELETE FROM lease_holders WHERE session = ?1 AND holder = ?2",
+    [ST_HOLDER_EXPIRE] = "UPDATE lease_holders SET expired_at = ?3, workers_stopped = ?4 "
+                         "WHERE session = ?1 AND holder = ?2",
+    [ST_HOLDERS_STOPPED] = "UPDATE lease_holders SET workers_stopped = 1 WHERE session = ?1 "
+                           "AND expired_at IS NOT NULL",
+    [ST_HOLDER_PAST] = "SELECT workers_stopped FROM lease_holders WHERE session = ?1 "
+                       "AND holder = ?2 AND expired_at IS NOT NULL",
+    [ST_HOLDERS] = "SELECT session, holder, ttl_seconds, stop_workers FROM lease_holders "
+                   "WHERE expired_at IS NULL ORDER BY session, holder",
     [ST_RUN_INSERT] = "INSERT INTO runs(id, session, mode, command, status, max_restarts, "
-                      "created_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+                      "created_at, holder) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
     [ST_RUN_GET] = "SELECT id, session, mode, command, status, max_restarts, restarts, "
-                   "created_at, finished_at, summary, failure FROM runs WHERE id = ?1",
+                   "created_at, finished_at, summary, failure, holder FROM runs WHERE id = ?1",
     [ST_RUN_WORKERS] = "SELECT id FROM workers WHERE run = ?1 ORDER BY rowid",
     [ST_RUN_LIST] = "SELECT id, rowid FROM runs WHERE (?1 IS NULL OR session = ?1) "
                     "AND (?2 IS NULL OR status = ?2) AND rowid < ?3 ORDER BY rowid DESC LIMIT ?4",
@@ -102,6 +115,8 @@ static const char *const statement_sql[ST_COUNT_] = {
                    "WHERE id = ?1 AND status = 'running'",
     [ST_RUNS_FAIL_SESSION] = "UPDATE runs SET status = 'failed', failure = ?2, finished_at = ?3 "
                              "WHERE session = ?1 AND status = 'running'",
+    [ST_RUNS_FAIL_HOLDER] = "UPDATE runs SET status = 'failed', failure = ?3, finished_at = ?4 "
+                            "WHERE session = ?1 AND holder = ?2 AND status = 'running'",
     [ST_GATE_OPEN] = "INSERT INTO prune_gate(open) VALUES (1)",
     [ST_GATE_CLOSE] = "DELETE FROM prune_gate",
 };

@@ -181,16 +181,32 @@ int db_worker_set_run(struct db *db, const char *id, const char *run)
 
 /* ---- sessions' leases and runs ---- */
 
-/* Records the lease of session name (ttl in seconds; ttl <= 0: no lease).
- * The session row is made if it is new. */
-MUST_CHECK int db_lease_set(struct db *db, const char *name, double ttl);
-/* Calls fn for every session that holds a lease, with its ttl. */
-MUST_CHECK int db_leases(struct db *db, void (*fn)(void *arg, const char *session, double ttl),
-                         void *arg);
+/* Records holder's part of session's lease (ttl in seconds; stop_workers:
+ * whether the part keeps the session's workers), live again if it had
+ * expired. The session row is made if it is new. */
+MUST_CHECK int db_holder_set(struct db *db, const char *session, const char *holder, double ttl,
+                             int stop_workers);
+/* Forgets holder's part (given back). */
+MUST_CHECK int db_holder_drop(struct db *db, const char *session, const char *holder);
+/* Marks holder's part expired now; workers_stopped: whether the session's
+ * workers were stopped with it. */
+MUST_CHECK int db_holder_expire(struct db *db, const char *session, const char *holder,
+                                int workers_stopped);
+/* Notes on every expired part of session's lease that the session's
+ * workers have been stopped since (their holders are told so). */
+MUST_CHECK int db_holders_stopped(struct db *db, const char *session);
+/* Whether holder's part of session's lease expired (1, *workers_stopped
+ * set) or not (0: live, given back or never taken); < 0: a database error. */
+int db_holder_past(struct db *db, const char *session, const char *holder, int *workers_stopped);
+/* Calls fn for every live part of every session's lease. */
+MUST_CHECK int db_holders(struct db *db,
+                          void (*fn)(void *arg, const char *session, const char *holder, double ttl,
+                                     int stop_workers),
+                          void *arg);
 
 /* A new run in status running. command_json: a JSON array. */
 struct db_run_new {
-  const char *id, *session, *mode, *command_json;
+  const char *id, *session, *mode, *command_json, *holder;
   int max_restarts;
 };
 MUST_CHECK int db_run_insert(struct db *db, const struct db_run_new *r);
@@ -214,6 +230,9 @@ MUST_CHECK int db_run_end(struct db *db, const char *id, const char *status,
 /* Fails every running run of session with failure; *n gets their number. */
 MUST_CHECK int db_runs_fail_session(struct db *db, const char *session, const char *failure,
                                     int *n);
+/* Fails every running run of session bound to holder; *n: their number. */
+MUST_CHECK int db_runs_fail_holder(struct db *db, const char *session, const char *holder,
+                                   const char *failure, int *n);
 
 /* The last SQLite error message, for logs. */
 const char *db_errmsg(struct db *db);

@@ -5,11 +5,16 @@
 #include "muster_errors.h"
 
 /* Ended runs go with their last worker; sessions after their workers and
- * runs, unless they hold a lease. */
+ * runs, unless they hold a lease; expired parts of leases once as old. */
 static int prune_runs_sessions(struct db *db, const char *cutoff) {
   sqlite3_stmt *s = db_stmt(db, ST_PRUNE_RUNS);
   int rc;
 
+  db_bind_text_or_null(s, 1, cutoff);
+  rc = db_exec_stmt(s);
+  if (rc)
+    return rc;
+  s = db_stmt(db, ST_PRUNE_HOLDERS);
   db_bind_text_or_null(s, 1, cutoff);
   rc = db_exec_stmt(s);
   if (rc)

@@ -17,6 +17,7 @@ int db_run_insert(struct db *db, const struct db_run_new *r) {
   db_bind_text_or_null(s, 4, r->command_json);
   sqlite3_bind_int(s, 5, r->max_restarts);
   db_bind_text_or_null(s, 6, now);
+  db_bind_text_or_null(s, 7, r->holder);
   return db_exec_stmt(s);
 }
 
@@ -45,6 +46,7 @@ json_t *db_run_json(struct db *db, const char *id) {
   json_object_set_new(o, "finished_at", db_col_text(s, 8));
   json_object_set_new(o, "summary", summary ? summary : json_null());
   json_object_set_new(o, "failure", db_col_text(s, 10));
+  json_object_set_new(o, "holder", db_col_text(s, 11));
   sqlite3_reset(s);
 
   /* Its workers, replacements included, in launch order. */
@@ -131,6 +133,22 @@ int db_runs_fail_session(struct db *db, const char *session, const char *failure
   db_bind_text_or_null(s, 1, session);
   db_bind_text_or_null(s, 2, failure);
   db_bind_text_or_null(s, 3, now);
+  rc = db_exec_stmt(s);
+  *n = rc ? 0 : sqlite3_changes(db->conn);
+  return rc;
+}
+
+int db_runs_fail_holder(struct db *db, const char *session, const char *holder, const char *failure,
+                        int *n) {
+  sqlite3_stmt *s = db_stmt(db, ST_RUNS_FAIL_HOLDER);
+  char now[32];
+  int rc;
+
+  util_now_iso(now, sizeof(now));
+  db_bind_text_or_null(s, 1, session);
+  db_bind_text_or_null(s, 2, holder);
+  db_bind_text_or_null(s, 3, failure);
+  db_bind_text_or_null(s, 4, now);
   rc = db_exec_stmt(s);
   *n = rc ? 0 : sqlite3_changes(db->conn);
   return rc;

@@ -273,10 +273,12 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
 /* ---- sessions' leases ----
  *
  * As in CML, workers can end with the client that launched them: a client
- * holds its session's lease and renews it every ttl/3; when it stops
- * renewing (the process died, the laptop went away), the controller stops
- * every live worker of the session within ttl, each with "stopped: the
- * session's lease expired". */
+ * holds a part of its session's lease, under a holder id of its own, and
+ * renews it every ttl/3. A session's lease is the union of its holders'
+ * parts: when the last of them stops renewing (the process died, the
+ * laptop went away), the controller stops every live worker of the session
+ * within that holder's ttl, each with "stopped: the session's lease
+ * expired". One holder's part running out ends only the runs it recorded. */
 
 typedef struct muster_lease muster_lease;
 
@@ -288,10 +290,10 @@ int muster_lease_start(muster_client *c, const char *session, double ttl_seconds
 
 /* How muster_lease_end() leaves the session. */
 typedef enum muster_lease_end_how {
-  MUSTER_LEASE_STOP_WORKERS, /* stop the session's live workers, give the lease back (a clean close)
-                              */
-  MUSTER_LEASE_RELEASE,      /* give the lease back; the workers stay, unleased */
-  MUSTER_LEASE_ABANDON       /* stop renewing only: the lease runs out as if the process died */
+  MUSTER_LEASE_STOP_WORKERS, /* give this holder's part back and stop the session's live workers,
+                                unless another holder's part keeps them (a clean close) */
+  MUSTER_LEASE_RELEASE,      /* give this holder's part back; the workers stay */
+  MUSTER_LEASE_ABANDON       /* stop renewing only: the part runs out as if the process died */
 } muster_lease_end_how;
 
 /* Stops renewing and leaves the session as how says; frees l (NULL: no-op).
@@ -299,18 +301,23 @@ typedef enum muster_lease_end_how {
  * itself). */
 int muster_lease_end(muster_lease *l, muster_lease_end_how how);
 
-/* Copies into buf (size bytes) why the last renewal failed, or that the
- * lease had expired before it (the session's workers were then stopped);
- * "" while all is well. Returns buf. A renewal that fails is tried again
- * every second. */
+/* Copies into buf (size bytes) why the last renewal failed, or that this
+ * holder's part had expired before it (saying whether the session's
+ * workers were stopped then, or other holders kept them); "" while all is
+ * well. Returns buf. A renewal that fails is tried again every second. */
 const char *muster_lease_error(muster_lease *l, char *buf, size_t size);
+
+/* The holder id l holds its part under (owned by l). */
+const char *muster_lease_holder(const muster_lease *l);
 
 /* ---- runs ---- */
 
 /* Records a run (mode, the command) in session with up to max_restarts
- * restarts; its id (like "r-3kf9x2m1qa") into id (16 bytes). */
-int muster_run_record_new(muster_client *c, const char *session, const char *mode,
-                          const char *const *argv, size_t argc, int max_restarts,
+ * restarts; its id (like "r-3kf9x2m1qa") into id (16 bytes). The run is
+ * bound to holder (muster_lease_holder() of a lease on session): it fails
+ * when that holder's part of the lease ends before the run does. */
+int muster_run_record_new(muster_client *c, const char *session, const char *holder,
+                          const char *mode, const char *const *argv, size_t argc, int max_restarts,
                           char id[16]) MUSTER_WARN_UNUSED;
 /* Records a restart of run id and its cause. */
 int muster_run_record_restart(muster_client *c, const char *id,

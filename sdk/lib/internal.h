@@ -22,6 +22,11 @@ MUSTER_INTERNAL int muster_json_call_(muster_client *c, const char *method, cons
     __attribute__((warn_unused_result));
 /* The HTTP status of c's last answer (0: none came). */
 MUSTER_INTERNAL long muster_last_status_(const muster_client *c);
+/* muster_lease_start(), with stop_workers 0 for a part that keeps no
+ * workers and only binds its holder's runs (a run without a lease). */
+MUSTER_INTERNAL int muster_lease_start_(muster_client *c, const char *session, double ttl,
+                                        int stop_workers, muster_lease **out)
+    __attribute__((warn_unused_result));
 /* Records an error in c and returns err. */
 MUSTER_INTERNAL int muster_set_error_(muster_client *c, int err, const char *field,
                                       const char *msg);

@@ -4,10 +4,12 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- leases ---- */
 
@@ -15,13 +17,15 @@ struct muster_lease {
   muster_client *c; /* its own: the renewals never share a handle */
   char *url, *token;
   char session[72];
+  char holder[72]; /* this client's id: its part of the session's lease */
   double ttl;
+  int stop_workers; /* the part keeps the session's workers */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
-  int shared;  /* the session held a lease already: another holder's too */
-  int expired; /* a renewal found the lease gone */
+  int expired;         /* a renewal found this holder's part had run out */
+  int workers_stopped; /* ...and the session's workers were stopped with it */
   char err[512];
 };
 
@@ -31,11 +35,33 @@ static double mono_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int lease_put(muster_client *c, const char *session, double ttl) {
-  char path[128];
+static void lease_path(const muster_lease *l, char *path, size_t size) {
+  snprintf(path, size, "/api/v1/sessions/%s/lease", l->session);
+}
 
-  snprintf(path, sizeof(path), "/api/v1/sessions/%s/lease", session);
-  return muster_json_call_(c, "PUT", path, json_pack("{s:f}", "ttl_seconds", ttl), NULL);
+/* Takes or renews l's part. *created: 1 if the holder held none (201),
+ * then *expired and *stopped say whether an earlier part had run out, and
+ * whether the session's workers were stopped with it. */
+static int lease_put(muster_client *c, const muster_lease *l, int *created, int *expired,
+                     int *stopped) {
+  json_t *ans = NULL;
+  char path[128];
+  int rc;
+
+  lease_path(l, path, sizeof(path));
+  rc = muster_json_call_(c, "PUT", path,
+                         json_pack("{s:f, s:s, s:b}", "ttl_seconds", l->ttl, "holder", l->holder,
+                                   "stop_workers", l->stop_workers),
+                         &ans);
+  *created = *expired = *stopped = 0;
+  if (!rc && muster_last_status_(c) == 201) {
+    const char *previous = json_string_value(json_object_get(ans, "previous"));
+    *created = 1;
+    *expired = previous && strcmp(previous, "expired") == 0;
+    *stopped = json_is_true(json_object_get(ans, "workers_stopped"));
+  }
+  json_decref(ans);
+  return rc;
 }
 
 static int session_ok(muster_client *c, const char *session) {
@@ -53,6 +79,33 @@ static int session_ok(muster_client *c, const char *session) {
   return 0;
 }
 
+/* A holder id of this process: its host (letters, digits, '-' only; at
+ * most 32), its pid and 8 random hex digits. */
+static void make_holder(char *out, size_t size) {
+  char host[64] = "host", clean[33];
+  size_t k = 0;
+  unsigned r;
+  FILE *f;
+
+  (void)gethostname(host, sizeof(host) - 1);
+  host[sizeof(host) - 1] = '\0';
+  for (size_t i = 0; host[i] && k < sizeof(clean) - 1; i++) {
+    char ch = host[i];
+    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+        ch == '-')
+      clean[k++] = ch;
+  }
+  clean[k] = '\0';
+  r = (unsigned)time(NULL) ^ ((unsigned)getpid() << 12) ^ (unsigned)(uintptr_t)out;
+  f = fopen("/dev/urandom", "rb");
+  if (f) {
+    if (fread(&r, sizeof(r), 1, f) != 1)
+      r ^= (unsigned)clock();
+    fclose(f);
+  }
+  snprintf(out, size, "%s-%d-%08x", k ? clean : "host", (int)getpid(), r);
+}
+
 /* Renews every ttl/3; after a failure, every second. */
 static void *renew_main(void *arg) {
   muster_lease *l = arg;
@@ -61,6 +114,7 @@ static void *renew_main(void *arg) {
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     double now = mono_s();
+    int created, expired, stopped;
     if (now < next) {
       struct timespec ts;
       double at = next;
@@ -70,14 +124,16 @@ static void *renew_main(void *arg) {
       continue;
     }
     pthread_mutex_unlock(&l->mu);
-    int rc = lease_put(l->c, l->session, l->ttl);
+    int rc = lease_put(l->c, l, &created, &expired, &stopped);
     pthread_mutex_lock(&l->mu);
     if (rc == 0) {
-      /* 201: the session held no lease. It had run out (this process
-       * stalled, or the controller was unreachable too long) and the
-       * controller stopped the session's workers; said from now on. */
-      if (muster_last_status_(l->c) == 201)
-        l->expired = 1, l->shared = 0; /* held by this one alone now */
+      /* 201: this holder's part had run out (this process stalled, or the
+       * controller was unreachable too long); it is held again. Said from
+       * now on, with whether the session's workers were stopped then. */
+      if (created) {
+        l->expired = 1;
+        l->workers_stopped |= stopped;
+      }
       l->err[0] = '\0';
       next = mono_s() + l->ttl / 3;
     } else {
@@ -100,10 +156,11 @@ static void lease_free(muster_lease *l) {
   free(l);
 }
 
-int muster_lease_start(muster_client *c, const char *session, double ttl, muster_lease **out) {
+int muster_lease_start_(muster_client *c, const char *session, double ttl, int stop_workers,
+                        muster_lease **out) {
   muster_lease *l;
   pthread_condattr_t ca;
-  int rc;
+  int rc, created, expired, stopped;
 
   *out = NULL;
   if ((rc = session_ok(c, session)))
@@ -113,15 +170,18 @@ int muster_lease_start(muster_client *c, const char *session, double ttl, muster
   if (ttl < 3 || ttl > 86400)
     return muster_set_error_(c, MUSTER_E_INVALID, "ttl_seconds",
                              "a lease's ttl is 3 to 86400 seconds");
-  rc = lease_put(c, session, ttl);
-  if (rc)
-    return rc;
   l = calloc(1, sizeof(*l));
   if (!l)
     return muster_set_error_(c, MUSTER_E_NOMEM, NULL, "out of memory");
-  l->shared = muster_last_status_(c) == 200;
   snprintf(l->session, sizeof(l->session), "%s", session);
+  make_holder(l->holder, sizeof(l->holder));
   l->ttl = ttl;
+  l->stop_workers = stop_workers;
+  rc = lease_put(c, l, &created, &expired, &stopped);
+  if (rc) {
+    free(l);
+    return rc;
+  }
   l->url = strdup(muster_client_url(c));
   l->token = strdup(muster_client_token_(c));
   if (!l->url || !l->token || muster_client_new(l->url, l->token, &l->c) != 0) {
@@ -145,6 +205,14 @@ int muster_lease_start(muster_client *c, const char *session, double ttl, muster
   return 0;
 }
 
+int muster_lease_start(muster_client *c, const char *session, double ttl, muster_lease **out) {
+  return muster_lease_start_(c, session, ttl, 1, out);
+}
+
+const char *muster_lease_holder(const muster_lease *l) {
+  return l ? l->holder : NULL;
+}
+
 const char *muster_lease_error(muster_lease *l, char *buf, size_t size) {
   if (!l || size == 0) {
     if (size)
@@ -152,10 +220,15 @@ const char *muster_lease_error(muster_lease *l, char *buf, size_t size) {
     return buf;
   }
   pthread_mutex_lock(&l->mu);
-  if (l->expired)
+  if (l->expired && l->workers_stopped)
     snprintf(buf, size,
              "the lease of session %s had expired before a renewal: the controller stopped the "
              "session's workers%s%s",
+             l->session, l->err[0] ? "; " : "", l->err);
+  else if (l->expired)
+    snprintf(buf, size,
+             "this client's part of session %s's lease had expired before a renewal (its runs "
+             "ended; other holders kept the workers)%s%s",
              l->session, l->err[0] ? "; " : "", l->err);
   else
     snprintf(buf, size, "%s", l->err);
@@ -165,7 +238,7 @@ const char *muster_lease_error(muster_lease *l, char *buf, size_t size) {
 
 int muster_lease_end(muster_lease *l, muster_lease_end_how how) {
   muster_client *c = NULL;
-  char path[128];
+  char path[256];
   int rc = 0;
 
   if (!l)
@@ -176,21 +249,17 @@ int muster_lease_end(muster_lease *l, muster_lease_end_how how) {
   pthread_mutex_unlock(&l->mu);
   /* A renewal in flight is waited for (it is bounded by its timeout): one
    * abandoned on the wire could reach the controller after the DELETE
-   * below and take the lease again. */
+   * below and take the part again. */
   pthread_join(l->thread, NULL);
   if (how != MUSTER_LEASE_ABANDON && muster_client_new(l->url, l->token, &c) == 0) {
     muster_client_set_timeout(c, 10);
-    if (how == MUSTER_LEASE_STOP_WORKERS) {
-      muster_worker_list stopped;
-      rc = muster_stop(c, NULL, 0, l->session, &stopped);
-      if (!rc)
-        muster_worker_list_free(&stopped);
-    }
-    snprintf(path, sizeof(path), "/api/v1/sessions/%s/lease", l->session);
-    /* A lease another holder took first stays theirs: this one just stops
-     * renewing it (a DELETE would end it for them too). */
-    if (!rc && !l->shared)
-      rc = muster_json_call_(c, "DELETE", path, NULL, NULL);
+    /* Only this holder's part ends; with STOP_WORKERS the controller stops
+     * the session's workers too unless another holder's part keeps them,
+     * in the same step. */
+    lease_path(l, path, sizeof(path) - 100);
+    snprintf(path + strlen(path), sizeof(path) - strlen(path), "?holder=%s%s", l->holder,
+             how == MUSTER_LEASE_STOP_WORKERS ? "&stop_workers=1" : "");
+    rc = muster_json_call_(c, "DELETE", path, NULL, NULL);
     /* Gone already (it ran out): nothing to give back. */
     if (rc == MUSTER_E_NOT_FOUND)
       rc = 0;
@@ -211,8 +280,9 @@ static int run_id_ok(muster_client *c, const char *id) {
   return 0;
 }
 
-int muster_run_record_new(muster_client *c, const char *session, const char *mode,
-                          const char *const *argv, size_t argc, int max_restarts, char id[16]) {
+int muster_run_record_new(muster_client *c, const char *session, const char *holder,
+                          const char *mode, const char *const *argv, size_t argc, int max_restarts,
+                          char id[16]) {
   json_t *cmd = json_array(), *ans = NULL, *req;
   const char *got;
   int rc;
@@ -220,7 +290,8 @@ int muster_run_record_new(muster_client *c, const char *session, const char *mod
   id[0] = '\0';
   for (size_t i = 0; i < argc; i++)
     json_array_append_new(cmd, json_string(argv[i]));
-  req = json_pack("{s:s, s:o, s:i}", "mode", mode, "command", cmd, "max_restarts", max_restarts);
+  req = json_pack("{s:s, s:o, s:i, s:s?}", "mode", mode, "command", cmd, "max_restarts",
+                  max_restarts, "holder", holder);
   if (req && session)
     json_object_set_new(req, "session", json_string(session));
   if (!req)

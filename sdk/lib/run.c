@@ -131,14 +131,15 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
     snprintf(session, sizeof(session), "run-%08lx", x & 0xffffffffUL);
   }
-  /* The lease first: from here on, this process dying stops the workers. */
-  if (o->lease_ttl >= 0) {
-    rc = muster_lease_start(c, session, o->lease_ttl, &lease);
-    if (rc)
-      return rc;
-  }
-  rc = muster_run_record_new(c, session, mode_name(o->mode), o->argv, o->argc, o->max_restarts,
-                             r->run_id);
+  /* The lease first: from here on, this process dying stops the workers.
+   * Without one (lease_ttl < 0) a part that keeps no workers is held all
+   * the same: the run is bound to it, and ends when this process dies. */
+  rc = muster_lease_start_(c, session, o->lease_ttl >= 0 ? o->lease_ttl : 30, o->lease_ttl >= 0,
+                           &lease);
+  if (rc)
+    return rc;
+  rc = muster_run_record_new(c, session, muster_lease_holder(lease), mode_name(o->mode), o->argv,
+                             o->argc, o->max_restarts, r->run_id);
   if (rc)
     goto out;
   /* muster-train checkpoints into the run's directory, unless told where;

@@ -239,7 +239,7 @@ class Client:
         self._lease_thread = None
         self._lease_stop = None
         self._lease_pid = None
-        self._lease_shared = False
+        self._lease_holder = None
         self.lease_expired = False
         self._lease_lock = threading.Lock()
         self._launched = []  # ids this client launched in its session, for close()
@@ -267,19 +267,22 @@ class Client:
     def _lease_path(self):
         return "/api/v1/sessions/%s/lease" % urllib.parse.quote(self.session, safe="")
 
+    def _lease_body(self):
+        return {"ttl_seconds": self.lease_ttl, "holder": self._lease_holder}
+
     def _hold_lease(self):
-        """Takes the session's lease (once) and starts renewing it."""
+        """Takes this client's part of the session's lease (once) and starts
+        renewing it. The session's lease is the union of its holders'
+        parts: other clients of the same session hold parts of their own."""
         if not self.lease:
             return
         with self._lease_lock:
             if self._lease_thread is not None:
                 return
-            status = []
-            self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl},
-                          status_out=status)
-            # 200: another holder took this session's lease first; it stays
-            # theirs at close (no DELETE, which would end it for them too).
-            self._lease_shared = status == [200]
+            # A holder id of this process's own (a forked child that takes
+            # a lease gets another).
+            self._lease_holder = _own_session()
+            self._request("PUT", self._lease_path(), self._lease_body())
             # Each renewal thread has its own stop: a close racing a new
             # launch never leaves an old thread running.
             stop = threading.Event()
@@ -301,14 +304,19 @@ class Client:
         while not stop.wait(wait):
             try:
                 status = []
-                self._request("PUT", self._lease_path(), {"ttl_seconds": self.lease_ttl},
-                              timeout=min(10.0, self.lease_ttl / 3), status_out=status)
+                ans = self._request("PUT", self._lease_path(), self._lease_body(),
+                                    timeout=min(10.0, self.lease_ttl / 3), status_out=status)
+                error = None
                 if status == [201] and self._lease_thread is not None:
-                    # The session held no lease: it had run out (this process
-                    # stalled, or the controller was unreachable too long),
-                    # and the controller stopped the session's workers.
-                    self.lease_expired, self._lease_shared = True, False
-                self.lease_error, wait = None, self.lease_ttl / 3
+                    # This holder's part had run out (this process stalled,
+                    # or the controller was unreachable too long); it is
+                    # held again. Said from now on.
+                    if isinstance(ans, dict) and ans.get("workers_stopped"):
+                        self.lease_expired = True  # the session's workers were stopped
+                    else:
+                        error = ("this client's part of session %s's lease had expired; other "
+                                 "holders kept the workers" % self.session)
+                self.lease_error, wait = error, self.lease_ttl / 3
             except MusterError as e:
                 # Tried again every second: a controller that restarts
                 # gives the lease a full ttl of grace.
@@ -338,10 +346,10 @@ class Client:
                     if w["id"] in mine]
             if live:
                 self._request("POST", "/api/v1/workers/stop", {"ids": live})
-        if self._lease_shared:
-            return
+        # Only this client's part ends: other holders of the session keep
+        # theirs.
         try:
-            self._request("DELETE", self._lease_path())
+            self._request("DELETE", self._lease_path(), query={"holder": self._lease_holder})
         except MusterError as e:
             if e.code != "not_found":  # it ran out already
                 raise

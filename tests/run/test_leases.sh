@@ -124,13 +124,15 @@ expect() {  # WHAT STATUS FIELD-OR-TEXT METHOD PATH [BODY]
 expect "a lease with ttl 0" 422 '"field":"ttl_seconds"' PUT /api/v1/sessions/s1/lease '{"ttl_seconds": 0}'
 expect "a lease with an unknown field" 422 'unknown field \"ttl\"' PUT /api/v1/sessions/s1/lease '{"ttl": 5}'
 expect "a lease of a bad session name" 422 '"field":"name"' PUT '/api/v1/sessions/bad%21name/lease' '{}'
-expect "giving back a lease never taken" 404 'holds no lease' DELETE /api/v1/sessions/s1/lease
+expect "giving back a lease never taken" 404 'holder default holds no part of session s1' DELETE /api/v1/sessions/s1/lease
 expect "a run without a mode" 422 '"field":"mode"' POST /api/v1/runs '{"command": ["x"]}'
 expect "a run whose command is not an array" 422 '"field":"command"' POST /api/v1/runs '{"mode": "exec", "command": "x"}'
-expect "a run naming a worker that is not there" 422 'is no worker' POST /api/v1/runs '{"mode": "exec", "command": ["x"], "workers": ["w-0000000000"]}'
+expect "a run naming a worker that is not there" 422 'is no worker' POST /api/v1/runs '{"mode": "exec", "command": ["x"], "holder": "h1", "workers": ["w-0000000000"]}'
 expect "an unknown run" 404 'there is no run r-0000000000' GET /api/v1/runs/r-0000000000
 expect "a launch into an unknown run" 422 '"field":"run"' POST /api/v1/workers '{"n": 1, "run": "r-0000000000"}'
-rid=$(call POST /api/v1/runs '{"mode": "exec", "command": ["x"], "session": "s1", "max_restarts": 1}' | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().split(" ", 1)[1])["id"])')
+expect "a run without its holder" 422 '"field":"holder"' POST /api/v1/runs '{"mode": "exec", "command": ["x"], "session": "s1"}'
+call PUT /api/v1/sessions/s1/lease '{"ttl_seconds": 60, "holder": "h1"}' > /dev/null
+rid=$(call POST /api/v1/runs '{"mode": "exec", "command": ["x"], "session": "s1", "holder": "h1", "max_restarts": 1}' | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().split(" ", 1)[1])["id"])')
 expect "a launch into a run of another session" 422 'belongs to session s1' POST /api/v1/workers "{\"n\": 1, \"run\": \"$rid\", \"session\": \"s2\"}"
 expect "a first restart" 200 '"restarts":1' POST "/api/v1/runs/$rid/restarts" '{"cause": "first"}'
 expect "a restart past max_restarts" 409 'used all of its restarts' POST "/api/v1/runs/$rid/restarts" '{"cause": "second"}'
@@ -142,29 +144,29 @@ check "...and none of those launches stored a worker" \
 check "an ended run cannot change, even by SQL" \
   bash -c "! sqlite3 '$tmp/state/muster.db' \"UPDATE runs SET status = 'running' WHERE id = '$rid'\" 2>/dev/null"
 
-# --- two holders of one session's lease: the longer ttl wins; a renewal
-# that comes after the lease ran out says so (201, not 200)
-expect "a first lease" 201 '"ttl_seconds":30' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30}'
-expect "a renewal" 200 '"session":"two"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30}'
+# --- two holders of one session's lease: each renews its own part with its
+# own ttl; a renewal that comes after the holder's part ran out says so
+# (201, not 200), and whether the session's workers were stopped then
+expect "a first holder's part" 201 '"previous":"none"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30, "holder": "long"}'
+expect "a renewal" 200 '"holder":"long"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30, "holder": "long"}'
 two=$(call POST /api/v1/workers '{"n": 1, "cpu": 0.1, "session": "two"}' | grep -o 'w-[a-z0-9]\{10\}' | head -1)
-expect "a second holder's shorter ttl" 200 '"ttl_seconds":30' PUT /api/v1/sessions/two/lease "{\"ttl_seconds\": $TTL}"
+expect "a second holder's shorter part" 201 '"holder":"short"' PUT /api/v1/sessions/two/lease "{\"ttl_seconds\": $TTL, \"holder\": \"short\"}"
 expect "a lease bound to expire" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
-# short's lease runs out: the controller went past the ttl that two's
-# shorter holder asked for before it (had that ttl cut two's lease short,
-# the same pass would have ended it).
 wait_for $((TTL + 10)) "the lease of session short to run out" no_lease short
-check "the shorter holder's silence does not end the longer lease ($(statuses two))" test "$(statuses two)" = running
-expect "a renewal after the lease ran out is a new lease" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
-expect "giving back a lease" 200 '"lease":null' DELETE /api/v1/sessions/two/lease
-expect "...and the other" 200 '"lease":null' DELETE /api/v1/sessions/short/lease
-expect "a run naming one worker twice" 422 'names '"$two"' again' POST /api/v1/runs "{\"mode\": \"exec\", \"command\": [\"x\"], \"session\": \"two\", \"workers\": [\"$two\", \"$two\"]}"
+check "the shorter holder's silence does not end the longer holder's part ($(statuses two))" test "$(statuses two)" = running
+expect "the shorter holder's renewal after its part ran out" 201 '"previous":"expired","workers_stopped":false' PUT /api/v1/sessions/two/lease "{\"ttl_seconds\": $TTL, \"holder\": \"short\"}"
+expect "a renewal after the lease ran out is a new lease" 201 '"previous":"expired","workers_stopped":true' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
+expect "giving back a part" 200 '"holder":"short"' DELETE '/api/v1/sessions/two/lease?holder=short'
+expect "...and the last one" 200 '"lease":null' DELETE '/api/v1/sessions/two/lease?holder=long'
+expect "...and the other session's" 200 '"lease":null' DELETE /api/v1/sessions/short/lease
+expect "a run naming one worker twice" 422 'names '"$two"' again' POST /api/v1/runs "{\"mode\": \"exec\", \"command\": [\"x\"], \"session\": \"two\", \"holder\": \"long\", \"workers\": [\"$two\", \"$two\"]}"
 call POST /api/v1/workers/stop "{\"ids\": [\"$two\"]}" > /dev/null
-# A client that joins a lease another holder took leaves it to them at its end.
-expect "a notebook's lease" 201 '"session":"shared"' PUT /api/v1/sessions/shared/lease '{"ttl_seconds": 60}'
+# A client that joins a session another holder holds ends only its own part.
+expect "a notebook's lease" 201 '"session":"shared"' PUT /api/v1/sessions/shared/lease '{"ttl_seconds": 60, "holder": "notebook"}'
 timeout 60 "$muster" launch --lease --session shared -n 1 --cpu 0.1 -- true > /dev/null 2> "$tmp/shared.err"; rc=$?
-expect "after muster launch --lease --session shared ended (exit $rc), the notebook's lease is still there" \
-  200 '"ttl_seconds":60' GET /api/v1/sessions/shared
-call DELETE /api/v1/sessions/shared/lease > /dev/null
+expect "after muster launch --lease --session shared ended (exit $rc), the notebook's part is still there" \
+  200 '"holders":[{"holder":"notebook","ttl_seconds":60' GET /api/v1/sessions/shared
+call DELETE '/api/v1/sessions/shared/lease?holder=notebook' > /dev/null
 
 # --- kill -9 of muster run mid-training: its workers stop within ttl + 2 s
 "$muster" run --mode allreduce --workers 2 --cpu 1 --session lk --lease-ttl $TTL -- \

@@ -58,6 +58,7 @@ static void job_cancel(const struct job *j, struct sigjob *out) {
   if (p && p->pid > 0) {
     out->pid = p->pid;
     out->start = p->start;
+    out->whose = lp_whose(p);
     switch (j->how) {
     case BACKEND_KILL_NOW:
       p->kill_at_ms = 0;
@@ -123,7 +124,7 @@ static void run_jobs(struct job *jobs) {
           sigs = grown;
           cap = c2;
         } else {
-          local_signal_worker(sj.pid, sj.start, sj.sig); /* no room to batch it */
+          local_signal_worker(sj.pid, sj.start, sj.whose, sj.sig); /* no room to batch it */
           sj.pid = 0;
         }
       }

@@ -62,6 +62,7 @@ void local_kills_due(int64_t now, int all) {
     jobs[n].pid = p->pid;
     jobs[n].start = p->start;
     jobs[n].sig = SIGKILL;
+    jobs[n].whose = lp_whose(p);
     snprintf(names[n].id, sizeof(names[n].id), "%s", p->id);
     names[n].attempt = p->attempt;
     n++;

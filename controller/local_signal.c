@@ -64,7 +64,7 @@ struct hit {
 void local_signal_workers(struct sigjob *jobs, int n) {
   struct hit *hits = NULL;
   struct dirent *e;
-  int k = 0, nh = 0, cap = 0;
+  int k = 0, nh = 0, cap = 0, partial = 0;
   DIR *d;
 
   for (int i = 0; i < n; i++) {
@@ -130,8 +130,10 @@ void local_signal_workers(struct sigjob *jobs, int n) {
     if (nh == cap) {
       int c2 = cap ? 2 * cap : 64;
       struct hit *grown = realloc(hits, (size_t)c2 * sizeof(*grown));
-      if (!grown)
-        break; /* out of memory: those found so far */
+      if (!grown) {
+        partial = 1; /* out of memory: those found so far */
+        break;
+      }
       hits = grown;
       cap = c2;
     }
@@ -139,8 +141,10 @@ void local_signal_workers(struct sigjob *jobs, int n) {
     hits[nh++].job = (int)(hit - jobs);
   }
   closedir(d);
+  /* (after a pass cut short, a gone leader's pid may be held by a process
+   * not seen: its session is left alone) */
   for (int i = 0; i < nh; i++)
-    if (jobs[hits[i].job].leader_gone != 2)
+    if (jobs[hits[i].job].leader_gone != 2 && !(partial && jobs[hits[i].job].leader_gone))
       kill(hits[i].pid, jobs[hits[i].job].sig);
   free(hits);
 }

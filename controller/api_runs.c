@@ -34,6 +34,48 @@ static json_t *run_change_body(struct MHD_Connection *c, struct req *rq, const c
 
 /* ---- POST /api/v1/runs ---- */
 
+struct named {
+  const char *id;
+  size_t at;
+};
+
+static int named_cmp(const void *a, const void *b) {
+  const struct named *x = a, *y = b;
+  int c = strcmp(x->id, y->id);
+
+  return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* Whether array workers names a worker twice: 1 with *at the first index
+ * that repeats an earlier one, 0 if none does, -1 when out of memory. A
+ * sorted copy makes it n log n (4,096 ids: no 8 million comparisons under
+ * a request); items that are no strings are left to the check of each id. */
+static int first_repeat(json_t *workers, size_t *at) {
+  size_t n = 0, i;
+  struct named *v = calloc(json_array_size(workers) + 1, sizeof(*v));
+  json_t *item;
+  int found = 0;
+
+  if (!v)
+    return -1;
+  json_array_foreach(workers, i, item) if (json_is_string(item)) {
+    v[n].id = json_string_value(item);
+    v[n++].at = i;
+  }
+  qsort(v, n, sizeof(*v), named_cmp);
+  /* Equal ids sit together, in array order: each run's second is its
+   * first repeat, and the earliest of those is the one to name. */
+  for (i = 1; i < n; i++)
+    if (strcmp(v[i - 1].id, v[i].id) == 0 && (!found || v[i].at < *at)) {
+      *at = v[i].at;
+      found = 1;
+      while (i + 1 < n && strcmp(v[i].id, v[i + 1].id) == 0)
+        i++;
+    }
+  free(v);
+  return found;
+}
+
 static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)arg;
   static const char *const known[] = {"mode",    "command",      "session",
@@ -106,13 +148,15 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
     goto out;
   }
   /* Each named worker must exist, be of the session, and be in no run. */
-  json_array_foreach(workers, i, item) {
-    for (size_t k = 0; k < i; k++)
-      if (json_equal(json_array_get(workers, k), item)) {
-        ret = api_respond_error(c, MUSTER_E_INVALID, "workers", "workers[%zu] names %.40s again", i,
-                                json_string_value(item) ? json_string_value(item) : "a worker");
-        goto out;
-      }
+  rc = first_repeat(workers, &i);
+  if (rc < 0) {
+    ret = api_respond_error(c, MUSTER_E_NOMEM, "workers", "out of memory checking the workers");
+    goto out;
+  }
+  if (rc) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "workers", "workers[%zu] names %.40s again", i,
+                            json_string_value(json_array_get(workers, i)));
+    goto out;
   }
   rd = api_reader_get();
   json_array_foreach(workers, i, item) {

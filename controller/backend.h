@@ -94,13 +94,17 @@ struct backend_ops {
   /* 0 if a worker of this size could fit the backend when empty; otherwise
    * MUSTER_E_CAPACITY with *field naming the field and a sentence in msg. */
   int (*could_ever_fit)(const struct backend_req *r, const char **field, char *msg, size_t msglen);
-  /* Reserves room for a worker now. Returns 1 with *where filled, or 0 with
-   * a sentence in why ("2 cores (1.5 free of 2)") when it must wait. */
+  /* Reserves room for a worker now. Returns 1 with *where filled, 0 with
+   * a sentence in why ("2 cores (1.5 free of 2)") when it must wait, or -1
+   * with a sentence in why when it cannot place it at all (out of memory):
+   * the worker then fails, since nothing would try it again. */
   int (*place)(const char *id, const struct backend_req *r, struct backend_placement *where,
                char *why, size_t whylen);
   /* Starts the workers of one launch (their attempts are committed). What
-   * happens is reported later: started, or refused. */
-  void (*submit)(const struct backend_start *ws, int n);
+   * happens is reported later: started, or refused. Returns 0, or -1 with a
+   * sentence in why when it took none of them (out of memory): they then
+   * fail at once, since nothing would report them. */
+  int (*submit)(const struct backend_start *ws, int n, char *why, size_t whylen);
   /* Ends worker id's processes (if it has any) as how says. */
   void (*cancel)(const char *id, enum backend_cancel how);
   /* Gives back what id held (it became terminal). */

@@ -44,9 +44,12 @@ static int ext_place(const char *id, const struct backend_req *r, struct backend
   return 1;
 }
 
-static void ext_submit(const struct backend_start *ws, int n) {
+static int ext_submit(const struct backend_start *ws, int n, char *why, size_t whylen) {
   (void)ws;
   (void)n;
+  (void)why;
+  (void)whylen;
+  return 0;
 }
 
 static void ext_cancel(const char *id, enum backend_cancel how) {

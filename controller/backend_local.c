@@ -28,6 +28,7 @@
 #include "envlists.h"
 #include "local_internal.h"
 
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
@@ -58,6 +59,7 @@ static void job_cancel(const struct job *j, struct sigjob *out) {
   if (p && p->pid > 0) {
     out->pid = p->pid;
     out->start = p->start;
+    out->whose = lp_whose(p);
     switch (j->how) {
     case BACKEND_KILL_NOW:
       p->kill_at_ms = 0;
@@ -123,7 +125,7 @@ static void run_jobs(struct job *jobs) {
           sigs = grown;
           cap = c2;
         } else {
-          local_signal_worker(sj.pid, sj.start, sj.sig); /* no room to batch it */
+          local_signal_worker(sj.pid, sj.start, sj.whose, sj.sig); /* no room to batch it */
           sj.pid = 0;
         }
       }
@@ -259,16 +261,33 @@ static void job_push(struct job *j) {
   lb.jobs_tail = j;
 }
 
-static void local_submit(const struct backend_start *ws, int n) {
+static int local_submit(const struct backend_start *ws, int n, char *why, size_t whylen) {
+  struct job **jobs = calloc((size_t)n, sizeof(*jobs));
+  int ok = jobs != NULL;
+
+  /* All or none: the jobs are made first, so that a failure leaves nothing
+   * queued and the caller fails the whole batch with why. */
+  for (int i = 0; ok && i < n; i++) {
+    /* (tests: an allocation that fails) */
+    jobs[i] = FAULT_FAILS("local_submit_nomem") ? NULL : calloc(1, sizeof(*jobs[i]));
+    ok = jobs[i] != NULL;
+  }
+  if (!ok) {
+    for (int i = 0; jobs && i < n; i++)
+      free(jobs[i]);
+    free(jobs);
+    LOG(LOG_ERROR, "out of memory queueing the start of %d workers", n);
+    snprintf(why, whylen, "out of memory in the controller queueing its start");
+    return -1;
+  }
   pthread_mutex_lock(&lb.mu);
   for (int i = 0; i < n; i++) {
     struct lproc *p = lp_find(ws[i].id);
-    struct job *j = calloc(1, sizeof(*j));
+    struct job *j = jobs[i];
 
-    if (!j || !p) {
+    if (!p) { /* placed a moment ago, under the same state lock: never */
       free(j);
-      LOG(LOG_ERROR, "could not queue the start of %s", ws[i].id);
-      continue; /* it fails at its start timeout */
+      continue;
     }
     p->attempt = ws[i].attempt;
     j->kind = JOB_START;
@@ -281,6 +300,8 @@ static void local_submit(const struct backend_start *ws, int n) {
   }
   pthread_cond_signal(&lb.cv);
   pthread_mutex_unlock(&lb.mu);
+  free(jobs);
+  return 0;
 }
 
 static void local_cancel(const char *id, enum backend_cancel how) {

@@ -354,17 +354,19 @@ static int slurm_place(const char *id, const struct backend_req *r, struct backe
   return 1;
 }
 
-static void slurm_submit(const struct backend_start *ws, int n) {
-  struct sb_job *j = calloc(1, sizeof(*j));
+static int slurm_submit(const struct backend_start *ws, int n, char *why, size_t whylen) {
+  /* (tests: an allocation that fails) */
+  struct sb_job *j = FAULT_FAILS("slurm_submit_nomem") ? NULL : calloc(1, sizeof(*j));
 
   if (j)
     j->w = calloc((size_t)n, sizeof(*j->w));
   if (!j || !j->w) {
-    /* Nothing can be reported from here (the state lock is held); the
-     * workers stay queued with "submitted to the slurm backend". */
+    /* Nothing can be reported from here (the state lock is held): the
+     * caller fails the workers with why. */
     free(j);
     LOG(LOG_ERROR, "out of memory submitting %d workers to Slurm", n);
-    return;
+    snprintf(why, whylen, "out of memory in the controller preparing the Slurm job");
+    return -1;
   }
   snprintf(j->launch, sizeof(j->launch), "%s", ws[0].launch ? ws[0].launch : "l-unknown");
   j->n = n;
@@ -389,6 +391,7 @@ static void slurm_submit(const struct backend_start *ws, int n) {
   sb_job_append_locked(j);
   pthread_cond_signal(&sb.cv);
   pthread_mutex_unlock(&sb.mu);
+  return 0;
 }
 
 static void slurm_cancel(const char *id, enum backend_cancel how) {

@@ -111,7 +111,18 @@ struct sigjob {
   pid_t pid;                /* its workerd, the leader of its session */
   unsigned long long start; /* that workerd's start time */
   int sig;
+  enum sig_whose {
+    SIG_CHILD,   /* our child, not reaped yet: the pid is ours whatever /proc says */
+    SIG_REAPED,  /* our child, reaped: the pid may be anyone's now, never signalled */
+    SIG_ADOPTED, /* not our child: signalled only while /proc shows its start time */
+  } whose;
+  int leader_gone; /* local_signal_workers()'s own: only the session's leftovers */
 };
+
+/* Whose pid p's is (lb.mu held), for a sigjob. */
+static inline enum sig_whose lp_whose(const struct lproc *p) {
+  return p->adopted ? SIG_ADOPTED : p->exited ? SIG_REAPED : SIG_CHILD;
+}
 
 /* The settings one workerd is started with. */
 #define WVARS 8
@@ -167,7 +178,7 @@ int local_proc_same(pid_t pid, unsigned long long start);
  * session; see the definition. Takes no lock. */
 void local_signal_workers(struct sigjob *jobs, int n);
 /* The same for one worker. */
-void local_signal_worker(pid_t pid, unsigned long long start, int sig);
+void local_signal_worker(pid_t pid, unsigned long long start, enum sig_whose whose, int sig);
 
 /* ---- local_zygote.c (the backend's thread) ---- */
 

@@ -7,6 +7,7 @@
 #include "local_internal.h"
 
 #include "cgroup.h"
+#include "fault.h"
 #include "log.h"
 
 #include <signal.h>
@@ -62,6 +63,7 @@ void local_kills_due(int64_t now, int all) {
     jobs[n].pid = p->pid;
     jobs[n].start = p->start;
     jobs[n].sig = SIGKILL;
+    jobs[n].whose = lp_whose(p);
     snprintf(names[n].id, sizeof(names[n].id), "%s", p->id);
     names[n].attempt = p->attempt;
     n++;
@@ -135,6 +137,9 @@ void local_reap(void) {
     pthread_mutex_unlock(&lb.mu);
     if (!name[0])
       continue;
+    /* Reaped: its pid is free for anyone from here on (tests hand it to
+     * another process before the KILL due for its leftovers). */
+    FAULT_POINT("local_reaped");
     if (!id[0]) {
       /* its end was reported (or it was stopped): what is left of it goes */
       local_cg_finish(cid, catt);

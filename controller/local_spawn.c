@@ -61,7 +61,7 @@ static void start_done(const struct job *j, pid_t pid) {
   wanted = p && p->live && p->attempt == j->attempt;
   pthread_mutex_unlock(&lb.mu);
   if (!wanted) {
-    local_signal_worker(pid, start, SIGKILL);
+    local_signal_worker(pid, start, SIG_CHILD, SIGKILL); /* not reaped: only this thread reaps */
     return;
   }
   snprintf(ref, sizeof(ref), "%d:%llu", (int)pid, start);

@@ -7,6 +7,7 @@
  */
 #include "local_internal.h"
 
+#include "fault.h"
 #include "muster_errors.h"
 
 #include <stdio.h>
@@ -222,10 +223,12 @@ int local_place(const char *id, const struct backend_req *r, struct backend_plac
     snprintf(why, whylen, "a free loopback address");
     goto out;
   }
-  p = lp_new(id);
+  /* (tests: an allocation that fails) */
+  p = FAULT_FAILS("local_place_nomem") ? NULL : lp_new(id);
   if (!p) {
     lb.ip_used[slot] = 0;
-    snprintf(why, whylen, "memory in the controller");
+    snprintf(why, whylen, "out of memory in the controller recording its room");
+    ok = -1;
     goto out;
   }
   for (int i = 0; i < lb.cfg.gpus && taken < r->ngpu; i++)

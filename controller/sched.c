@@ -19,6 +19,31 @@ static int wants_start(const struct lw *w) {
   return !lw_submitted(w) || w->restart;
 }
 
+/* Fails w, whose backend could not act on it (what: "could not be
+ * placed", "could not be started"; why: the backend's words). Returns 0, or
+ * an error (logged; the next pass tries again). */
+static int fail_one(struct lw *w, const char *what, const char *why) {
+  char failure[600];
+  char id[16];
+  int rc;
+
+  snprintf(id, sizeof(id), "%s", w->id);
+  snprintf(failure, sizeof(failure), "%s by the %s backend: %s", what, g.backend->name, why);
+  rc = sm_fail_locked(w, failure);
+  if (rc) {
+    LOG(LOG_ERROR, "could not fail %s (%s): %s", id, failure, db_errmsg(g.db));
+    g.schedule_needed = 1;
+  }
+  return rc;
+}
+
+/* Fails the n workers of batch, whose attempts are committed but which the
+ * backend could not take (why). */
+static void fail_batch(struct lw **batch, int n, const char *why) {
+  for (int i = 0; i < n; i++)
+    (void)fail_one(batch[i], "could not be started", why);
+}
+
 /* Hands the backend every worker that waits for a start, oldest first,
  * while it has room: the backend reserves room (place), the new attempts
  * are committed with the `starting` state, and only then is the backend
@@ -57,6 +82,9 @@ void schedule_locked(void) {
   }
   while (w) {
     const char *launch = NULL;
+    char refused[300] = "";
+    struct lw *broken = NULL; /* the backend could not place it, ever: it fails */
+    char broken_why[160] = "";
     int n = 0, rc;
 
     rc = sm_begin();
@@ -77,7 +105,16 @@ void schedule_locked(void) {
       if (queues && launch && strcmp(launch, w->launch) != 0)
         break;
       memset(&where[n], 0, sizeof(where[n]));
-      if (!g.backend->place(w->id, &w->req, &where[n], why, sizeof(why))) {
+      rc = g.backend->place(w->id, &w->req, &where[n], why, sizeof(why));
+      if (rc < 0) {
+        /* Failed after its launch was answered: it fails, saying why, once
+         * this batch is committed (nothing would ever place it again). */
+        broken = w;
+        snprintf(broken_why, sizeof(broken_why), "%s", why);
+        w = w->next;
+        break;
+      }
+      if (rc == 0) {
         if (w->status == WS_SCHEDULING && strcmp(why, w->waiting_for) != 0) {
           snprintf(w->waiting_for, sizeof(w->waiting_for), "%s", why);
           if (db_worker_set_waiting(g.db, w->id, why) != 0)
@@ -144,8 +181,12 @@ void schedule_locked(void) {
       starts[i].req = &batch[i]->req;
       starts[i].where = &where[i];
     }
-    if (n)
-      g.backend->submit(starts, n);
+    /* A backend that could not take the batch (out of memory) says so at
+     * once: its workers fail, saying why, rather than wait for ever. */
+    if (n && g.backend->submit(starts, n, refused, sizeof(refused)) != 0)
+      fail_batch(batch, n, refused);
+    if (broken && fail_one(broken, "could not be placed", broken_why) != 0)
+      goto out;
   }
 out:
   if (queues) {

@@ -395,6 +395,17 @@ START_TEST(bad_requests_name_what_was_wrong) {
                    422);
   ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "status");
   json_decref(ans);
+  /* A run that names a worker twice: the first repeat is named. */
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/runs",
+             "{\"mode\": \"exec\", \"command\": [\"true\"], \"workers\": "
+             "[\"w-aaaaaaaaaa\", \"w-bbbbbbbbbb\", \"w-bbbbbbbbbb\", \"w-aaaaaaaaaa\"]}",
+             "", &ans, NULL),
+      422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "workers");
+  ck_assert_ptr_nonnull(strstr(h_str(json_object_get(ans, "error"), "message"),
+                               "workers[2] names w-bbbbbbbbbb again"));
+  json_decref(ans);
   /* None of that stored anything. */
   ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers", NULL, "", &ans, NULL), 200);
   ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 0);

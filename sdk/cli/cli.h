@@ -69,6 +69,12 @@ void fmt_age(double s, char *buf, size_t size);
 /* A number >= min into *out. Returns 0, or -1 when s is not one. */
 MUST_CHECK int parse_double(const char *s, double min, double *out);
 
+/* The value of --cpu, --memory, --ps-cpu or --ps-memory (flag) into *out:
+ * a number in the controller's range (resources.h). Returns 0, or -1 with
+ * the sentence that says what is wrong in msg. */
+MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char *msg,
+                              size_t msglen);
+
 /* A whole number from min to max into *out. Returns 0, or -1. */
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out);
 

@@ -3,6 +3,7 @@
  * messages with their exit codes, number and id parsing, and the worker
  * output more than one command prints. It calls only libmuster. */
 #include "cli.h"
+#include "resources.h"
 
 #include <errno.h>
 #include <math.h>
@@ -142,6 +143,18 @@ MUST_CHECK int parse_double(const char *s, double min, double *out) {
     return -1;
   *out = v;
   return 0;
+}
+
+MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char *msg,
+                              size_t msglen) {
+  int cpu = strstr(flag, "cpu") != NULL;
+  double lo = cpu ? RES_CPU_MIN : RES_MEMORY_MIN_GIB, hi = cpu ? RES_CPU_MAX : RES_MEMORY_MAX_GIB;
+
+  if (parse_double(s, lo, out) == 0 && *out <= hi)
+    return 0;
+  snprintf(msg, msglen, "%s must be a number from %g to %g (%s), not \"%s\"", flag, lo, hi,
+           cpu ? "cores" : "GiB", s);
+  return -1;
 }
 
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {

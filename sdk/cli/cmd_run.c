@@ -74,7 +74,7 @@ int cmd_run(int argc, char **argv) {
   muster_run_opts o;
   muster_run_result r;
   muster_client *c = NULL;
-  char self[PATH_MAX];
+  char self[PATH_MAX], msg[160];
   int code = EXIT_OK, rc, i;
   long l;
   double d;
@@ -124,8 +124,10 @@ int cmd_run(int argc, char **argv) {
                strcmp(a, "--timeout") == 0 || strcmp(a, "--ps-cpu") == 0 ||
                strcmp(a, "--ps-memory") == 0) {
       i++;
-      if (parse_double(v, 0, &d) != 0)
-        return usage_error(usage_run, "%s must be a number >= 0, not \"%s\"", a, v);
+      if (strcmp(a, "--timeout") == 0 && parse_double(v, 0, &d) != 0)
+        return usage_error(usage_run, "--timeout must be a number of seconds >= 0, not \"%s\"", v);
+      if (strcmp(a, "--timeout") != 0 && parse_resource(a, v, &d, msg, sizeof(msg)) != 0)
+        return usage_error(usage_run, "%s", msg);
       if (strcmp(a, "--ps-cpu") == 0)
         o.ps_cpu = d;
       else if (strcmp(a, "--ps-memory") == 0)

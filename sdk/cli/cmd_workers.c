@@ -60,7 +60,7 @@ int cmd_launch(int argc, char **argv) {
   double lease_ttl = 30;
   muster_client *c = NULL;
   muster_worker_list ws = {0};
-  char script_abs[PATH_MAX], own_session[40];
+  char script_abs[PATH_MAX], own_session[40], msg[160];
   long l;
   double d;
 
@@ -88,8 +88,8 @@ int cmd_launch(int argc, char **argv) {
       o.n = (int)l;
     } else if (strcmp(a, "--cpu") == 0 || strcmp(a, "--memory") == 0) {
       VALUE();
-      if (parse_double(v, 0, &d) != 0) {
-        code = usage_error(usage_launch, "%s must be a number >= 0, not \"%s\"", a, v);
+      if (parse_resource(a, v, &d, msg, sizeof(msg)) != 0) {
+        code = usage_error(usage_launch, "%s", msg);
         goto out;
       }
       if (a[2] == 'c')

@@ -202,6 +202,12 @@ m --bogus-flag ps
 check "unknown global option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
 m launch --bogus-flag
 check "unknown launch option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
+m launch --cpu 0
+check "muster launch --cpu 0 exits 2 naming the range" \
+  eval '[ $RC = 2 ] && has "$ERR" "--cpu must be a number from 0.01 to 4096 (cores), not \"0\""'
+m run --memory 1e9 -- true
+check "muster run --memory 1e9 exits 2 naming the range" \
+  eval '[ $RC = 2 ] && has "$ERR" "--memory must be a number from 0.01 to 65536 (GiB), not \"1e9\""'
 m await --bogus-flag w-aaaaaaaaaa
 check "unknown await option exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "--bogus-flag"'
 m ps --bogus-flag

@@ -174,11 +174,16 @@ struct log_ctx {
   int64_t final_by_ms;
 };
 
-/* How long after a worker's end its workerd may still ship output: the
- * stop grace (then the backend kills what is left) and a margin for the
- * last flush. */
+/* How long after a worker's end its workerd may still ship output. A
+ * backend that cannot signal it (external) leaves it to learn of the stop
+ * at its next heartbeat; then workerd gives the command the longer of the
+ * stop grace and its own 5 s before SIGKILL, drains the pipes (2 s at
+ * most), winds the exec channel down (5 s at most) and flushes; 5 s more of
+ * margin. */
 static int64_t final_output_wait_ms(void) {
-  return (int64_t)(g.cfg.stop_grace_s * 1000) + 5000;
+  double grace = g.cfg.stop_grace_s > 5 ? g.cfg.stop_grace_s : 5;
+
+  return (int64_t)((g.cfg.heartbeat_interval_s + grace + 2 + 5 + 5) * 1000);
 }
 
 /* The API time iso ("2026-11-21T14:00:00.123Z") in ms since the epoch.
@@ -219,6 +224,9 @@ static int64_t final_output_by(const char *id) {
   json_decref(w);
   clock_gettime(CLOCK_REALTIME, &now);
   left = end + final_output_wait_ms() - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+  /* A wall clock stepped back since the end never stretches the wait. */
+  if (left > final_output_wait_ms())
+    left = final_output_wait_ms();
   return left > 0 ? util_mono_ms() + left : -1;
 }
 

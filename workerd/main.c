@@ -307,18 +307,20 @@ MUST_CHECK static int finish(void) {
 
   if (wd.mode == FINISH_SILENT)
     goto out;
-  body = exit_body();
-  if (!body) {
-    rc = MUSTER_E_NOMEM;
-    goto out;
-  }
   if (wd.mode == FINISH_QUIET) {
     /* One try: the controller stopped this worker and may refuse logs now.
      * The report changes nothing there but says that the output is all in. */
     if (streams_flush_all() != 0)
       LOG(LOG_INFO, "the last output of the command could not be shipped");
+    else if (!(body = exit_body()))
+      rc = MUSTER_E_NOMEM;
     else if (http_post("exit", true, body, strlen(body), &status) != 0)
       LOG(LOG_INFO, "could not say that the last output was shipped");
+    goto out;
+  }
+  body = exit_body();
+  if (!body) {
+    rc = MUSTER_E_NOMEM;
     goto out;
   }
   backoff_init(&b);

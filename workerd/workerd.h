@@ -87,7 +87,8 @@ struct stream {
 /* How the worker ends, decided by the first reason to stop. */
 enum finish_mode {
   FINISH_REPORT, /* flush logs and report the exit, retrying for 10 minutes */
-  FINISH_QUIET,  /* the controller asked us to stop: one last flush, no report */
+  FINISH_QUIET,  /* the controller asked us to stop: one last flush and one try at the
+                    report (it says the output is all in) */
   FINISH_SILENT  /* the controller no longer knows us: say nothing more */
 };
 

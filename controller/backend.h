@@ -149,6 +149,9 @@ enum backend_event {
   BACKEND_WAITING, /* queueing backends: still queued, detail says why */
   BACKEND_ENDING,  /* queueing backends: the job is ending (Slurm's COMPLETING);
                     * its account (LOST, with why) follows */
+  BACKEND_RESTART, /* queueing backends: an attempt reconcile() kept while it could
+                    * not tell, found never to have run: a new attempt, as
+                    * reconcile's "" why gives (a running worker fails: detail) */
 };
 
 struct backend_report {

@@ -70,6 +70,17 @@ void backend_report(const struct backend_report *r) {
   }
   case BACKEND_ROOM:
     break;
+  case BACKEND_RESTART:
+    /* As restore_live_locked() does for an attempt reconcile() says does
+     * not run: a scheduling or starting worker gets a new attempt. */
+    if (w->status == WS_SCHEDULING || w->status == WS_STARTING) {
+      w->restart = 1;
+      w->ref_known = 0;
+      state_kick_locked();
+    } else if (sm_fail_locked(w, r->detail) != 0) {
+      LOG(LOG_ERROR, "could not fail %s: %s", r->id, db_errmsg(g.db));
+    }
+    break;
   case BACKEND_EXITED:
   case BACKEND_LOST: {
     int rc = sm_fail_locked(w, r->detail);

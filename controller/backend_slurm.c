@@ -61,9 +61,9 @@ static void poll_jobs(void) {
   long copies[SB_COPIES_MAX], held[SB_COPIES_MAX];
   int ncopies = 0, nheld = 0;
 
+  /* workers a restart could not match: matched now (not under sb.mu: sacct) */
+  sb_resolve(q, nq);
   pthread_mutex_lock(&sb.mu);
-  if (sb.nunresolved)
-    sb_resolve_locked(q, nq, &notes, &nn, &capn);
   /* A second job of a launch: an sbatch that did not answer had queued
    * one after all, after the queue was searched for it. The tracked one
    * runs the workers; the copy, held since muster never released it,
@@ -342,6 +342,11 @@ static void slurm_shutdown(void) {
     sb.jobs = j->next;
     sb_job_free(j);
   }
+  free(sb.unresolved);
+  free(sb.unresolved_ref);
+  sb.unresolved = NULL;
+  sb.unresolved_ref = NULL;
+  sb.nunresolved = 0;
 }
 
 static int slurm_place(const char *id, const struct backend_req *r, struct backend_placement *where,

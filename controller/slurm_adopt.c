@@ -1,11 +1,13 @@
 /*
  * slurm_adopt.c: after a controller restart, the jobs an earlier controller
- * submitted: adopted when queued or running (matched by their comment
- * "muster:ID:ATTEMPT,..."), or the sentence of how they ended, from the
- * queue or from Slurm's accounting (sacct); workers the restart could not
- * match are matched by the first poll that reads the queue. Calls
- * slurm_queue.c, slurm_words.c, slurm_run.c and slurm_jobs.c
- * (slurm_internal.h).
+ * submitted: each recorded worker is matched with its job (by the job's
+ * comment "muster:ID:ATTEMPT,..."), Slurm's accounting (sacct) is asked
+ * about the jobs no longer queued, and slurm_fate.c decides what becomes
+ * of each: adopted (its job tracked again), started again, or lost. When
+ * the restart cannot read the queue, the workers are kept as recorded and
+ * the first poll that reads it does the same (sb_resolve). Calls
+ * slurm_fate.c, slurm_queue.c, slurm_words.c, slurm_run.c and
+ * slurm_jobs.c (slurm_internal.h).
  */
 #include "slurm_internal.h"
 
@@ -16,128 +18,74 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Matches workers an earlier controller left with the jobs in q (their
- * comment "muster:ID:ATTEMPT,..."): a worker of a job that is queued or
- * running is adopted (and its job tracked), one of a job that ended gets
- * the sentence of that end in why. Called with sb.mu held; no I/O. */
-static void adopt_from_queue(const struct sq_job *q, size_t nq, struct backend_live *ws, int n) {
-  /* Jobs not held first: a held job beside another with the same workers
-   * is a copy an unanswered sbatch queued (sb_submit_job), left untracked for
-   * the polls to cancel. */
-  for (size_t kk = 0; kk < 2 * nq; kk++) {
-    size_t k = kk % nq;
-    const char *c = q[k].comment;
-    int matches = 0, held = job_held(&q[k]);
-    struct sb_job *j = NULL;
+/* Tracks again the jobs of the workers whose fate is ADOPT (job[i]: the
+ * index in q of worker i's job). Called with sb.mu held; no I/O. */
+static void adopt_locked(const struct sq_job *q, const long *job, const struct backend_live *ws,
+                         const struct sb_fate *f, int n) {
+  for (int i = 0; i < n; i++) {
+    const struct sq_job *s;
+    struct sb_job *j;
+    int m = 0;
 
-    /* A heterogeneous job is known by its leader (its first component). */
-    if (!c || strncmp(c, "muster:", 7) != 0 || (q[k].het_id && q[k].het_id != q[k].id) ||
-        held != (kk >= nq))
+    if (f[i].kind != SB_FATE_ADOPT)
       continue;
-    for (int pass = 0; pass < 2; pass++) {
-      for (int i = 0; i < n; i++) {
-        char key[40];
-        const char *at;
-        size_t kl = (size_t)snprintf(key, sizeof(key), "%s:%d", ws[i].id, ws[i].attempt);
-
-        at = strstr(c + 7, key);
-        if (ws[i].adopted || !at || (at[kl] != ',' && at[kl] != '\0') ||
-            (at[-1] != ',' && at[-1] != ':'))
-          continue;
-        if (pass == 0) {
-          matches++;
-          continue;
-        }
-        if (state_final(q[k].state)) {
-          sb_end_sentence(q[k].state, q[k].reason, q[k].nodes, ws[i].why, sizeof(ws[i].why));
-          continue;
-        }
-        if (!j)
-          continue; /* out of memory: not adopted; the state machine decides */
-        ws[i].adopted = 1;
-        snprintf(j->w[j->n].id, sizeof(j->w[j->n].id), "%s", ws[i].id);
-        j->w[j->n].attempt = ws[i].attempt;
-        j->w[j->n].req = ws[i].req;
-        /* Only a registration tells that its workerd runs: a worker still
-         * scheduling in a job that runs now gets its STARTED (and its start
-         * timeout) from the next poll. */
-        j->w[j->n].started = ws[i].registered;
-        j->n++;
-      }
-      if (pass == 0) {
-        if (!matches || state_final(q[k].state))
-          continue;
-        j = calloc(1, sizeof(*j));
-        if (j && !(j->w = calloc((size_t)matches, sizeof(*j->w)))) {
-          free(j);
-          j = NULL;
-        }
-        if (j) {
-          j->jobid = q[k].id;
-          j->submitted = 1;
-          j->seen = 1;
-          j->comment = strdup(c); /* NULL: only the check for copies is lost */
-          j->release = held;      /* held by its submission, never released */
-          j->ncomp = 1;
-          j->since_ms = util_mono_ms();
-          snprintf(j->launch, sizeof(j->launch), "adopted");
-        }
-      }
+    /* once per job: at its first worker */
+    int first = 1;
+    for (int k = 0; k < i && first; k++)
+      first = !(f[k].kind == SB_FATE_ADOPT && job[k] == job[i]);
+    if (!first)
+      continue;
+    for (int k = i; k < n; k++)
+      m += f[k].kind == SB_FATE_ADOPT && job[k] == job[i];
+    s = &q[job[i]];
+    j = calloc(1, sizeof(*j));
+    if (j && !(j->w = calloc((size_t)m, sizeof(*j->w)))) {
+      free(j);
+      j = NULL;
     }
-    if (j && j->n) {
-      j->req = j->w[0].req;
-      sb_job_append_locked(j);
-    } else if (j) {
-      sb_job_free(j);
+    if (!j) {
+      LOG(LOG_ERROR, "out of memory adopting Slurm job %ld", s->id);
+      continue; /* its workers stay live; the start timeout or heartbeats decide */
     }
+    j->jobid = s->id;
+    j->submitted = 1;
+    j->seen = 1;
+    j->comment =
+        s->comment ? strdup(s->comment) : NULL; /* NULL: only the check for copies is lost */
+    j->release = job_held(s);                   /* held by its submission, never released */
+    j->ncomp = 1;
+    j->since_ms = util_mono_ms();
+    snprintf(j->launch, sizeof(j->launch), "adopted");
+    for (int k = i; k < n; k++) {
+      if (f[k].kind != SB_FATE_ADOPT || job[k] != job[i])
+        continue;
+      snprintf(j->w[j->n].id, sizeof(j->w[j->n].id), "%s", ws[k].id);
+      j->w[j->n].attempt = ws[k].attempt;
+      j->w[j->n].req = ws[k].req;
+      /* Only a registration tells that its workerd runs: a worker still
+       * scheduling in a job that runs now gets its STARTED (and its start
+       * timeout) from the next poll. */
+      j->w[j->n].started = ws[k].registered;
+      j->n++;
+    }
+    j->req = j->w[0].req;
+    sb_job_append_locked(j);
   }
 }
 
-/* The workers a restart could not match (squeue failed then), matched now:
- * adopted, or lost with the end of their job, or lost for having none.
- * Called with sb.mu held. */
-void sb_resolve_locked(const struct sq_job *q, size_t nq, struct sb_note **notes, size_t *nn,
-                       size_t *capn) {
-  struct backend_live *ws = calloc((size_t)sb.nunresolved, sizeof(*ws));
-
-  if (!ws)
-    return; /* tried again at the next poll */
-  for (int i = 0; i < sb.nunresolved; i++) {
-    ws[i].id = sb.unresolved[i].id;
-    ws[i].attempt = sb.unresolved[i].attempt;
-    ws[i].registered = sb.unresolved[i].started;
-    ws[i].req = sb.unresolved[i].req;
-  }
-  adopt_from_queue(q, nq, ws, sb.nunresolved);
-  for (int i = 0; i < sb.nunresolved; i++) {
-    struct sb_note *nt;
-
-    if (ws[i].adopted || !(nt = sb_note_add(notes, nn, capn)))
-      continue;
-    nt->ev = BACKEND_LOST;
-    nt->w = sb.unresolved[i];
-    snprintf(nt->detail, sizeof(nt->detail), "%s",
-             ws[i].why[0] ? ws[i].why
-                          : "lost: Slurm had no job for it when the controller restarted");
-  }
-  free(ws);
-  free(sb.unresolved);
-  sb.unresolved = NULL;
-  sb.nunresolved = 0;
-}
-
-/* After a restart, for the workers whose job squeue no longer lists (it
- * ended longer ago than MinJobAge): why it ended, from Slurm's accounting
- * (sacct), by the job id recorded as their backend_ref. Without
- * accounting, sacct fails and nothing is filled. Not under sb.mu. */
-static void ended_from_accounting(struct backend_live *ws, int n) {
-  char ids[SB_SACCT_MAX * 21], *argv[16], down[200] = "";
-  long seen[SB_SACCT_MAX], *job = calloc((size_t)n, sizeof(*job));
+/* Slurm's accounting (sacct) of the jobs of the workers squeue no longer
+ * lists (job[i] < 0): by the job id recorded as their backend_ref, into
+ * acct[i] (id 0: nothing said); *o holds the words acct points into (the
+ * caller frees it). Without accounting, sacct fails and nothing is filled.
+ * Not under sb.mu. */
+static void ask_accounting(const struct backend_live *ws, const long *job, int n,
+                           struct sb_acct *acct, struct sb_out *o) {
+  char ids[SB_SACCT_MAX * 21], *argv[16];
+  long seen[SB_SACCT_MAX], *ref = calloc((size_t)n, sizeof(*ref));
   size_t len = 0;
-  struct sb_out o = {0};
-  int a = 0, nseen = 0, skipped = 0, asked_down = 0;
+  int a = 0, nseen = 0, skipped = 0;
 
-  if (!job)
+  if (!ref)
     return;
   /* each worker's job: its recorded backend_ref, when that is a job id */
   for (int i = 0; i < n; i++) {
@@ -145,9 +93,9 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
     long id = ws[i].ref ? strtol(ws[i].ref, &end, 10) : 0;
     int dup = 0;
 
-    if (ws[i].adopted || ws[i].why[0] || id <= 0 || *end)
+    if (job[i] >= 0 || id <= 0 || *end)
       continue;
-    job[i] = id;
+    ref[i] = id;
     for (int k = 0; k < nseen && !dup; k++)
       dup = seen[k] == id; /* once per job: a launch's workers share it */
     if (dup)
@@ -160,7 +108,7 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
     len += (size_t)snprintf(ids + len, sizeof(ids) - len, "%s%ld", len ? "," : "", id);
   }
   if (skipped)
-    LOG(LOG_WARN, "after the restart, sacct is asked about %d jobs; %d more fail as lost", nseen,
+    LOG(LOG_WARN, "after the restart, sacct is asked about %d jobs; %d more are not", nseen,
         skipped);
   if (!len)
     goto out;
@@ -170,19 +118,18 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
   argv[a++] = "--parsable2";
   argv[a++] = "--jobs";
   argv[a++] = ids;
-  /* Not sacct's Reason: that is the last reason the job waited (JobHeldUser,
-   * since muster submits jobs held), not why it ended. */
   argv[a++] = "--format=JobIDRaw,State,NodeList,ExitCode";
   argv[a] = NULL;
-  /* At startup, under the state lock: a shorter timeout than other commands. */
-  if (sb_run(argv, NULL, NULL, SB_TEST_TIMEOUT_MS, &o) != 0 || o.status != 0 || o.timed_out) {
+  /* Before the API serves, or on the backend's thread: a shorter timeout
+   * than other commands. */
+  if (sb_run(argv, NULL, NULL, SB_TEST_TIMEOUT_MS, o) != 0 || o->status != 0 || o->timed_out) {
     char words[400];
-    slurm_words(&o, "sacct", SB_TEST_TIMEOUT_MS, words, sizeof(words));
+    slurm_words(o, "sacct", SB_TEST_TIMEOUT_MS, words, sizeof(words));
     LOG(LOG_INFO, "no Slurm accounting to say how ended jobs ended: %s", words);
     goto out;
   }
   /* JOBID|STATE[ by UID]|NODES|EXITCODE per line */
-  for (char *line = o.out, *next; line && *line; line = next) {
+  for (char *line = o->out, *next; line && *line; line = next) {
     char *f[4] = {line, NULL, NULL, NULL}, *end, *sp;
     long id;
 
@@ -197,37 +144,120 @@ static void ended_from_accounting(struct backend_live *ws, int n) {
       continue;
     if ((sp = strchr(f[1], ' ')))
       *sp = '\0'; /* "CANCELLED by 0" */
-    if (!state_final(f[1]))
-      continue;
-    for (int i = 0; i < n; i++) {
-      char code[40];
-      if (job[i] != id || ws[i].why[0])
-        continue;
-      snprintf(code, sizeof(code), "exit code %.20s", f[3]);
-      if (state_is(f[1], "NODE_FAIL") && !asked_down++)
-        sb_down_nodes(down, sizeof(down));
-      sb_end_sentence(f[1], code, state_is(f[1], "NODE_FAIL") && down[0] ? down : f[2], ws[i].why,
-                      sizeof(ws[i].why));
-      if (state_is(f[1], "COMPLETED") || state_is(f[1], "FAILED"))
-        sb_append_output_error(id, ws[i].why, sizeof(ws[i].why));
-      LOG(LOG_INFO, "%s: its Slurm job %ld ended while the controller was down: %s (sacct)",
-          ws[i].id, id, ws[i].why);
-    }
+    for (int i = 0; i < n; i++)
+      if (ref[i] == id && !acct[i].id)
+        acct[i] = (struct sb_acct){id, f[1], f[3], f[2]};
   }
 out:
+  free(ref);
+}
+
+/* Decides the fate of each of ws's n workers (slurm_fate.c) from the queue
+ * q, and sacct for the jobs q does not list: into f[i], with job[i] the
+ * index in q of worker i's job (or -1). A lost worker's sentence is
+ * complete (the nodes down, the error its job's output shows). Not under
+ * sb.mu: runs sacct, sinfo, and reads job output. */
+static void decide(const struct backend_live *ws, int n, const struct sq_job *q, size_t nq,
+                   long *job, struct sb_fate *f) {
+  struct sb_acct *acct = calloc((size_t)n, sizeof(*acct));
+  struct sb_out o = {0};
+  char down[200] = "";
+  int asked_down = 0;
+
+  for (int i = 0; i < n; i++)
+    job[i] = sb_fate_job_of(q, nq, ws[i].id, ws[i].attempt);
+  if (acct)
+    ask_accounting(ws, job, n, acct, &o);
+  for (int i = 0; i < n; i++) {
+    struct sb_fate_in in = {ws[i].registered, ws[i].ref, job[i] >= 0 ? &q[job[i]] : NULL,
+                            acct && acct[i].id ? &acct[i] : NULL};
+
+    sb_fate_decide(&in, &f[i]);
+    if (f[i].node_fail && !asked_down++)
+      sb_down_nodes(down, sizeof(down));
+    if (f[i].node_fail && down[0])
+      sb_end_sentence("NODE_FAIL", NULL, down, f[i].why, sizeof(f[i].why));
+    if (f[i].output_of)
+      sb_append_output_error(f[i].output_of, f[i].why, sizeof(f[i].why));
+    if (f[i].from_acct)
+      LOG(LOG_INFO, "%s: its Slurm job %s ended while the controller was down: %s (sacct)",
+          ws[i].id, ws[i].ref, f[i].why);
+  }
   sb_out_free(&o);
+  free(acct);
+}
+
+/* The workers a restart could not match (squeue failed then), matched now
+ * as the restart would have: adopted, or started again, or lost (their
+ * job's end, from the queue or sacct). Not under sb.mu; on the backend's
+ * thread, the only one that changes sb.unresolved once reconcile ran. */
+void sb_resolve(const struct sq_job *q, size_t nq) {
+  struct backend_live *ws;
+  struct sb_fate *f;
+  long *job;
+  int n;
+
+  pthread_mutex_lock(&sb.mu);
+  n = sb.nunresolved;
+  if (!n) {
+    pthread_mutex_unlock(&sb.mu);
+    return;
+  }
+  ws = calloc((size_t)n, sizeof(*ws));
+  f = calloc((size_t)n, sizeof(*f));
+  job = calloc((size_t)n, sizeof(*job));
+  /* (pointers into sb.unresolved: it stays until this thread frees it) */
+  for (int i = 0; ws && i < n; i++) {
+    ws[i].id = sb.unresolved[i].id;
+    ws[i].attempt = sb.unresolved[i].attempt;
+    ws[i].registered = sb.unresolved[i].started;
+    ws[i].req = sb.unresolved[i].req;
+    ws[i].ref = sb.unresolved_ref[i][0] ? sb.unresolved_ref[i] : NULL;
+  }
+  pthread_mutex_unlock(&sb.mu);
+  if (!ws || !f || !job)
+    goto out; /* tried again at the next poll */
+  decide(ws, n, q, nq, job, f);
+  pthread_mutex_lock(&sb.mu);
+  adopt_locked(q, job, ws, f, n);
+  pthread_mutex_unlock(&sb.mu);
+  for (int i = 0; i < n; i++) {
+    const struct sb_worker *w = &sb.unresolved[i];
+
+    if (f[i].kind == SB_FATE_LOST) {
+      sb_report(BACKEND_LOST, w, NULL, f[i].why);
+    } else if (f[i].kind == SB_FATE_RESTART) {
+      LOG(LOG_INFO, "%s: Slurm has no job of its attempt %d, which never ran: a new attempt", w->id,
+          w->attempt);
+      sb_report(BACKEND_RESTART, w, NULL,
+                "lost: Slurm had no job for it when the controller restarted");
+    }
+  }
+  pthread_mutex_lock(&sb.mu);
+  free(sb.unresolved);
+  free(sb.unresolved_ref);
+  sb.unresolved = NULL;
+  sb.unresolved_ref = NULL;
+  sb.nunresolved = 0;
+  pthread_mutex_unlock(&sb.mu);
+out:
+  free(ws);
+  free(f);
   free(job);
 }
 
-/* After a restart: finds the jobs an earlier controller submitted, adopts
- * what is queued or running, and says why the others ended. When the queue
- * cannot be read (three tries, 2 s apart), every worker is kept as recorded
- * and matched with its job on the first poll that can read it. */
+/* After a restart: finds the jobs an earlier controller submitted, and
+ * decides each recorded worker's fate (slurm_fate.c): adopted, started
+ * again (ws[i].why "", not adopted), or lost (why). When the queue cannot be
+ * read (three tries, 2 s apart), every worker is kept as recorded and the
+ * first poll that can read it decides the same way (sb_resolve). */
 void slurm_reconcile(struct backend_live *ws, int n) {
   char words[400] = "";
   json_t *root = NULL;
   struct sq_job *q = NULL;
   size_t nq = 0;
+  struct sb_fate *f = NULL;
+  long *job = NULL;
 
   if (n == 0) {
     pthread_mutex_lock(&sb.mu);
@@ -241,30 +271,44 @@ void slurm_reconcile(struct backend_live *ws, int n) {
     if (sb_queue_read(&root, &q, &nq, words, sizeof(words)) == 0)
       break;
   }
+  if (root) {
+    f = calloc((size_t)n, sizeof(*f));
+    job = calloc((size_t)n, sizeof(*job));
+    if (f && job)
+      decide(ws, n, q, nq, job, f);
+  }
   pthread_mutex_lock(&sb.mu);
-  if (!root) {
+  if (!root || !f || !job) {
     LOG(LOG_WARN,
         "restart: cannot read the Slurm queue (%s); the %d recorded workers are kept and "
         "matched with their jobs once it can be read",
-        words, n);
+        root ? "out of memory" : words, n);
     sb.unresolved = calloc((size_t)n, sizeof(*sb.unresolved));
-    for (int i = 0; sb.unresolved && i < n; i++) {
+    sb.unresolved_ref = calloc((size_t)n, sizeof(*sb.unresolved_ref));
+    for (int i = 0; sb.unresolved && sb.unresolved_ref && i < n; i++) {
       struct sb_worker *w = &sb.unresolved[i];
       snprintf(w->id, sizeof(w->id), "%s", ws[i].id);
       w->attempt = ws[i].attempt;
       w->req = ws[i].req;
       w->started = ws[i].registered;
+      snprintf(sb.unresolved_ref[i], sizeof(sb.unresolved_ref[i]), "%s",
+               ws[i].ref ? ws[i].ref : "");
       ws[i].adopted = 1;
     }
-    sb.nunresolved = sb.unresolved ? n : 0;
+    sb.nunresolved = sb.unresolved && sb.unresolved_ref ? n : 0;
   } else {
-    adopt_from_queue(q, nq, ws, n);
+    adopt_locked(q, job, ws, f, n);
+    for (int i = 0; i < n; i++) {
+      ws[i].adopted = f[i].kind == SB_FATE_ADOPT;
+      if (f[i].kind == SB_FATE_LOST)
+        snprintf(ws[i].why, sizeof(ws[i].why), "%s", f[i].why);
+    }
   }
   sb.reconciled = 1;
   pthread_cond_signal(&sb.cv);
   pthread_mutex_unlock(&sb.mu);
-  if (root)
-    ended_from_accounting(ws, n);
+  free(f);
+  free(job);
   free(q);
   json_decref(root);
 }

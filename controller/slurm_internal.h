@@ -5,6 +5,7 @@
  * Calls go one way, down this list, never up:
  *   backend_slurm.c  its thread's loop, one poll of the queue, the operations
  *   slurm_adopt.c    after a restart: the jobs an earlier controller left
+ *   slurm_fate.c     after a restart: what becomes of each worker (no I/O)
  *   slurm_retain.c   retention of ended jobs' output (STATE/slurm/JOBID.out)
  *   slurm_submit.c   sbatch (and --test-only), scontrol release, scancel
  *   slurm_script.c   a job's batch script and its shape options (no I/O)
@@ -45,7 +46,7 @@ struct sb_worker {
   int comp; /* its component of a heterogeneous job (0 in a plain one) */
   struct backend_req req;
   char token[72];
-  int started;      /* BACKEND_STARTED sent */
+  int started;      /* BACKEND_STARTED sent (a restart's unresolved worker: registered) */
   int ended;        /* cancelled by the controller, or reported lost */
   char reason[300]; /* the last BACKEND_WAITING sent */
 };
@@ -86,6 +87,7 @@ struct sb_state {
   /* Workers a restart could not match with a job (squeue failed then):
    * matched by the first poll that reads the queue. */
   struct sb_worker *unresolved;
+  char (*unresolved_ref)[32]; /* their recorded backend_ref ("" when none) */
   int nunresolved;
   int reconciled; /* reconcile has run: every job still queued is tracked */
 };
@@ -222,12 +224,53 @@ void sb_cancel_step(const char *id);
  * under sb.mu). */
 void sb_prune_outputs(void);
 
+/* ---- slurm_fate.c ---- */
+
+/* What sacct says of one ended job (pointers into its output). */
+struct sb_acct {
+  long id;
+  const char *state, *exit_code, *nodes;
+};
+
+/* What is known of one worker an earlier controller left. */
+struct sb_fate_in {
+  int registered;             /* its workerd registered: it was running */
+  const char *ref;            /* its recorded backend_ref (its job id), or NULL */
+  const struct sq_job *job;   /* the queue's job that names it, or NULL */
+  const struct sb_acct *acct; /* sacct's account of its job ref, or NULL */
+};
+
+enum sb_fate_kind {
+  SB_FATE_ADOPT,   /* its job is queued or running: tracked again */
+  SB_FATE_RESTART, /* its attempt never ran: a new attempt */
+  SB_FATE_LOST,    /* it ended: why says how */
+};
+
+/* What becomes of it. */
+struct sb_fate {
+  enum sb_fate_kind kind;
+  char why[256];  /* LOST: the sentence */
+  long output_of; /* LOST: a job whose output may say more (read by the caller) */
+  int node_fail;  /* LOST: NODE_FAIL (the caller names the nodes down) */
+  int from_acct;  /* LOST: said by sacct */
+};
+
+/* The index in q of the job whose comment names worker id's attempt (one
+ * not ended before an ended one; one not held before a held copy), or -1.
+ * Pure. */
+long sb_fate_job_of(const struct sq_job *q, size_t nq, const char *id, int attempt);
+/* Decides the fate of one worker after a restart, into *f: adopted while
+ * its job is queued or running; lost with Slurm's sentence when its job
+ * ended (the queue's state, else sacct's); lost when it was running and
+ * Slurm knows no job of it; else started again. Pure: no I/O, no lock. */
+void sb_fate_decide(const struct sb_fate_in *in, struct sb_fate *f);
+
 /* ---- slurm_adopt.c ---- */
 
-/* Matches the workers a restart could not match, once the queue can be
- * read; called with sb.mu held. */
-void sb_resolve_locked(const struct sq_job *q, size_t nq, struct sb_note **notes, size_t *nn,
-                       size_t *capn);
+/* Matches the workers a restart could not match, once the queue (q) can
+ * be read: adopts them, or reports them started again or lost (sacct asked
+ * as at the restart). Not under sb.mu; the backend's thread only. */
+void sb_resolve(const struct sq_job *q, size_t nq);
 /* backend_ops.reconcile. */
 void slurm_reconcile(struct backend_live *ws, int n);
 

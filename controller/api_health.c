@@ -48,8 +48,12 @@ static void usage_line(void *arg, const char *id, const struct db_usage *u) {
     fprintf(l->peak, "muster_worker_memory_peak_bytes{id=\"%s\"} %lld\n", id, u->memory_peak_bytes);
 }
 
-static void lease_line(void *arg, const char *session, double ttl, double left) {
+static void lease_line(void *arg, const char *session, double ttl, double left, int stops) {
   (void)ttl;
+  /* Only a lease that keeps the session's workers: one whose parts bind
+   * runs only stops nothing when it runs out. */
+  if (!stops)
+    return;
   /* Session names are [A-Za-z0-9_.-]: nothing to escape. */
   fprintf(arg, "muster_session_lease_seconds_left{session=\"%s\"} %.3f\n", session, left);
 }

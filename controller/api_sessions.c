@@ -87,11 +87,14 @@ static enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, c
   rc = lease_put_locked(name, holder, ttl, stop_workers, &put);
   lease = rc ? NULL : lease_json_locked(name);
   state_unlock();
-  if (rc == MUSTER_E_CONFLICT)
-    ret = api_respond_error(c, rc, NULL,
-                            "%d sessions hold a lease already, or %d holders hold session %s's; "
-                            "give one back first",
-                            LEASE_MAX, LEASE_HOLDERS_MAX, name);
+  if (rc == MUSTER_E_CONFLICT && put.session_full)
+    ret = api_respond_error(c, rc, "holder",
+                            "%d holders hold a part of session %s's lease already; one must give "
+                            "its part back first",
+                            LEASE_HOLDERS_MAX, name);
+  else if (rc == MUSTER_E_CONFLICT)
+    ret = api_respond_error(c, rc, NULL, "%d sessions hold a lease already; give one back first",
+                            LEASE_MAX);
   else if (rc)
     ret = api_respond_error(c, rc, NULL, "could not store the lease of session %s", name);
   else {
@@ -138,10 +141,12 @@ static enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq
                              holder, name);
   if (rc)
     return api_respond_error(c, rc, NULL, "could not give back the lease of session %s", name);
-  /* lease: what the other holders still hold (null: nobody). */
+  /* lease: what the other holders still hold (null: nobody); stopped: how
+   * many workers stop_workers stopped (null: others keep them, or not
+   * asked). */
   return api_respond_json(c, MHD_HTTP_OK,
                           json_pack("{s:s, s:s, s:o, s:o}", "session", name, "holder", holder,
-                                    "lease", lease, "workers_stopped",
+                                    "lease", lease, "stopped",
                                     stopped >= 0 ? json_integer(stopped) : json_null()));
 }
 
@@ -161,9 +166,10 @@ static json_t *session_entry(struct session_list *sl, const char *name) {
   return o;
 }
 
-static void add_lease(void *arg, const char *session, double ttl, double left) {
+static void add_lease(void *arg, const char *session, double ttl, double left, int stops) {
   (void)ttl;
   (void)left;
+  (void)stops;
   json_object_set_new(session_entry(arg, session), "lease", lease_json_locked(session));
 }
 

@@ -107,8 +107,10 @@ int lease_put_locked(const char *session, const char *holder, double ttl, int st
   p = find_part(l, holder);
   if (!l && nleases >= LEASE_MAX)
     return MUSTER_E_CONFLICT;
-  if (!p && l && l->n >= LEASE_HOLDERS_MAX)
+  if (!p && l && l->n >= LEASE_HOLDERS_MAX) {
+    out->session_full = 1;
     return MUSTER_E_CONFLICT;
+  }
   if (!p) {
     /* A new part: was there one that ran out? (Its holder is told so.) */
     past = db_holder_past(g.db, session, holder, &stopped);
@@ -202,8 +204,13 @@ int lease_drop_locked(const char *session, const char *holder, int stop_workers,
 
   ASSERT_LOCKED();
   *stopped = -1;
-  if (!p)
+  if (!p) {
+    /* A part that ran out: its holder said goodbye, its row can go. */
+    if (db_holder_drop(g.db, session, holder) != 0)
+      LOG(LOG_WARN, "could not forget holder %s's expired part of %s: %s", holder, session,
+          db_errmsg(g.db));
     return MUSTER_E_NOT_FOUND;
+  }
   /* The workers stop only with the last part that keeps them: the others'
    * holders keep them (and stop them at their own end). */
   if (stop_workers && !others_keep(*slot, p, util_mono_ms())) {
@@ -410,7 +417,8 @@ json_t *lease_json_locked(const char *session) {
   return o;
 }
 
-void leases_each_locked(void (*fn)(void *arg, const char *session, double ttl, double left),
+void leases_each_locked(void (*fn)(void *arg, const char *session, double ttl, double left,
+                                   int stops_workers),
                         void *arg) {
   int64_t now = util_mono_ms();
 
@@ -419,7 +427,7 @@ void leases_each_locked(void (*fn)(void *arg, const char *session, double ttl, d
     for (struct lease *l = buckets[b]; l; l = l->next) {
       const struct part *best = summary_part(l);
       if (best)
-        fn(arg, l->session, best->ttl_s, left_s(best->expires_ms, now));
+        fn(arg, l->session, best->ttl_s, left_s(best->expires_ms, now), best->stop_workers);
     }
 }
 

@@ -30,7 +30,7 @@
 /* At most this many sessions hold a lease at once, with at most
  * LEASE_HOLDERS_MAX holders each. */
 #define LEASE_MAX 10000
-#define LEASE_HOLDERS_MAX 64
+#define LEASE_HOLDERS_MAX 1024
 /* A ttl is 3 s to 1 day (renewed every third: a renewal has 2 s at least
  * to arrive). */
 #define LEASE_TTL_MIN 3.0
@@ -46,6 +46,7 @@ struct lease_put {
   int created;         /* the holder held no part before */
   int expired;         /* ...because its earlier part had run out */
   int workers_stopped; /* ...and the session's workers were stopped then */
+  int session_full;    /* refused: the session has LEASE_HOLDERS_MAX holders */
 };
 
 /* Takes or renews holder's part of session's lease for ttl seconds from
@@ -73,8 +74,10 @@ void leases_restore_locked(void);
  * longest among those that keep the workers, or among all if none does),
  * or json null: a new reference. */
 json_t *lease_json_locked(const char *session);
-/* Calls fn for every session's lease (as lease_json_locked() sums it up). */
-void leases_each_locked(void (*fn)(void *arg, const char *session, double ttl, double left),
+/* Calls fn for every session's lease (as lease_json_locked() sums it up;
+ * stops_workers: whether it keeps the session's workers). */
+void leases_each_locked(void (*fn)(void *arg, const char *session, double ttl, double left,
+                                   int stops_workers),
                         void *arg);
 void leases_free_locked(void);
 

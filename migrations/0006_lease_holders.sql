@@ -25,5 +25,13 @@ INSERT INTO lease_holders(session, holder, ttl_seconds)
 UPDATE sessions SET lease_ttl_seconds = NULL;
 
 -- The holder a run is bound to: the run ends when that holder's part does.
+-- Runs still running are bound to holder 'default': in a session that had
+-- a lease, that is the lease's part; in one without, a part that keeps no
+-- workers is made for it, so that such a run (whose client held no lease)
+-- ends one ttl after the upgrade unless a client renews it, instead of
+-- staying running for ever.
 ALTER TABLE runs ADD COLUMN holder TEXT;
+UPDATE runs SET holder = 'default' WHERE status = 'running';
+INSERT OR IGNORE INTO lease_holders(session, holder, ttl_seconds, stop_workers)
+  SELECT DISTINCT session, 'default', 30, 0 FROM runs WHERE status = 'running';
 CREATE INDEX runs_running ON runs(session, holder) WHERE status = 'running';

@@ -405,7 +405,12 @@ function renderSessions(list) {
     prev = li;
     li.querySelector('.live').textContent = `${s.live_workers} live`;
     const lease = li.querySelector('.lease');
-    if (s.lease) {
+    if (s.lease && s.lease.stops_workers === false) {
+      lease.textContent = 'run clients only';
+      lease.title = 'its holders bind only their runs (muster run --no-lease): the workers stay ' +
+        'when they are gone';
+      li.classList.remove('late');
+    } else if (s.lease) {
       const left = Math.round(s.lease.seconds_left);
       lease.textContent = `lease: ${left} s left of ${fmtNum(s.lease.ttl_seconds)} s`;
       lease.title = `renewed by its client every ${fmtNum(s.lease.ttl_seconds / 3)} s; if it runs out ` +

@@ -156,6 +156,18 @@ static void lease_free(muster_lease *l) {
   free(l);
 }
 
+/* Gives l's part back at once, best effort: a start that failed after its
+ * PUT must not leave a part that could, once alone, stop the session's
+ * workers when it runs out. */
+static void give_back_now(muster_client *c, const muster_lease *l) {
+  char path[256];
+
+  lease_path(l, path, sizeof(path) - 100);
+  snprintf(path + strlen(path), sizeof(path) - strlen(path), "?holder=%s", l->holder);
+  if (muster_json_call_(c, "DELETE", path, NULL, NULL) != 0)
+    return; /* it runs out by itself */
+}
+
 int muster_lease_start_(muster_client *c, const char *session, double ttl, int stop_workers,
                         muster_lease **out) {
   muster_lease *l;
@@ -185,6 +197,7 @@ int muster_lease_start_(muster_client *c, const char *session, double ttl, int s
   l->url = strdup(muster_client_url(c));
   l->token = strdup(muster_client_token_(c));
   if (!l->url || !l->token || muster_client_new(l->url, l->token, &l->c) != 0) {
+    give_back_now(c, l);
     free(l->url);
     free(l->token);
     free(l);
@@ -198,6 +211,7 @@ int muster_lease_start_(muster_client *c, const char *session, double ttl, int s
   pthread_cond_init(&l->cv, &ca);
   pthread_condattr_destroy(&ca);
   if (pthread_create(&l->thread, NULL, renew_main, l) != 0) {
+    give_back_now(c, l);
     lease_free(l);
     return muster_set_error_(c, MUSTER_E_NOMEM, NULL, "could not start the lease's thread");
   }
@@ -228,8 +242,10 @@ const char *muster_lease_error(muster_lease *l, char *buf, size_t size) {
   else if (l->expired)
     snprintf(buf, size,
              "this client's part of session %s's lease had expired before a renewal (its runs "
-             "ended; other holders kept the workers)%s%s",
-             l->session, l->err[0] ? "; " : "", l->err);
+             "ended; %s)%s%s",
+             l->session,
+             l->stop_workers ? "other holders kept the workers" : "the workers were left running",
+             l->err[0] ? "; " : "", l->err);
   else
     snprintf(buf, size, "%s", l->err);
   pthread_mutex_unlock(&l->mu);

@@ -240,6 +240,7 @@ class Client:
         self._lease_stop = None
         self._lease_pid = None
         self._lease_holder = None
+        self._part_expired = None
         self.lease_expired = False
         self._lease_lock = threading.Lock()
         self._launched = []  # ids this client launched in its session, for close()
@@ -306,7 +307,7 @@ class Client:
                 status = []
                 ans = self._request("PUT", self._lease_path(), self._lease_body(),
                                     timeout=min(10.0, self.lease_ttl / 3), status_out=status)
-                error = None
+                error = self._part_expired
                 if status == [201] and self._lease_thread is not None:
                     # This holder's part had run out (this process stalled,
                     # or the controller was unreachable too long); it is
@@ -314,8 +315,10 @@ class Client:
                     if isinstance(ans, dict) and ans.get("workers_stopped"):
                         self.lease_expired = True  # the session's workers were stopped
                     else:
-                        error = ("this client's part of session %s's lease had expired; other "
-                                 "holders kept the workers" % self.session)
+                        # Said from now on, as the C client does.
+                        error = self._part_expired = (
+                            "this client's part of session %s's lease had expired; other "
+                            "holders kept the workers" % self.session)
                 self.lease_error, wait = error, self.lease_ttl / 3
             except MusterError as e:
                 # Tried again every second: a controller that restarts
@@ -333,6 +336,7 @@ class Client:
                 return
             self._lease_stop.set()
             launched, self._launched = self._launched, []
+            holder = self._lease_holder
         atexit.unregister(self._close_at_exit)
         if os.getpid() != self._lease_pid:
             return  # a forked child: the lease and the workers are its parent's
@@ -349,7 +353,7 @@ class Client:
         # Only this client's part ends: other holders of the session keep
         # theirs.
         try:
-            self._request("DELETE", self._lease_path(), query={"holder": self._lease_holder})
+            self._request("DELETE", self._lease_path(), query={"holder": holder})
         except MusterError as e:
             if e.code != "not_found":  # it ran out already
                 raise

@@ -398,7 +398,7 @@ START_TEST(bad_requests_name_what_was_wrong) {
   /* A run that names a worker twice: the first repeat is named. */
   ck_assert_int_eq(
       h_http(&ctl, "POST", "/api/v1/runs",
-             "{\"mode\": \"exec\", \"command\": [\"true\"], \"workers\": "
+             "{\"mode\": \"exec\", \"command\": [\"true\"], \"holder\": \"h\", \"workers\": "
              "[\"w-aaaaaaaaaa\", \"w-bbbbbbbbbb\", \"w-bbbbbbbbbb\", \"w-aaaaaaaaaa\"]}",
              "", &ans, NULL),
       422);

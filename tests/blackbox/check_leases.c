@@ -132,13 +132,13 @@ START_TEST(a_clean_close_leaves_the_workers_another_holder_keeps) {
   ck_assert_int_eq(put("shared", "holder-b", 30, 1, NULL), 201);
   id = running_worker("shared", NULL);
   ck_assert_int_eq(give_back("shared", "holder-a", 1, &ans), 200);
-  ck_assert(json_is_null(json_object_get(ans, "workers_stopped")));
+  ck_assert(json_is_null(json_object_get(ans, "stopped")));
   json_decref(ans);
   w = h_worker(&ctl, id);
   ck_assert_str_eq(h_str(w, "status"), "running");
   json_decref(w);
   ck_assert_int_eq(give_back("shared", "holder-b", 1, &ans), 200);
-  ck_assert_int_eq(json_integer_value(json_object_get(ans, "workers_stopped")), 1);
+  ck_assert_int_eq(json_integer_value(json_object_get(ans, "stopped")), 1);
   ck_assert(json_is_null(json_object_get(ans, "lease")));
   json_decref(ans);
   w = h_wait_status(&ctl, id, "stopped", 30);

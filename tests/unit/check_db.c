@@ -256,6 +256,40 @@ START_TEST(upgrade_from_version_2_gives_live_workers_an_attempt) {
 }
 END_TEST
 
+/* A database as release 5 left it: a session-wide lease becomes holder
+ * 'default''s part, and a running run is bound to a holder whose part ends
+ * it (a part that keeps no workers where its session had no lease). */
+START_TEST(upgrade_from_version_5_binds_leases_and_running_runs_to_holders) {
+  struct db *db;
+  char q[300];
+
+  for (int i = 0; i < 5; i++)
+    ck_assert_int_eq(sql_exec(db_migrations[i].sql), SQLITE_OK);
+  ck_assert_int_eq(
+      sql_exec("PRAGMA user_version = 5; "
+               "INSERT INTO sessions(name, created_at, lease_ttl_seconds) VALUES "
+               "('leased', 't', 45), ('plain', 't', NULL); "
+               "INSERT INTO runs(id, session, mode, command, status, max_restarts, created_at) "
+               "VALUES ('r-aaaaaaaaaa', 'leased', 'exec', '[]', 'running', 0, 't'), "
+               "('r-bbbbbbbbbb', 'plain', 'exec', '[]', 'running', 0, 't'), "
+               "('r-cccccccccc', 'plain', 'exec', '[]', 'failed', 0, 't');"),
+      SQLITE_OK);
+  db = open_ok();
+  ck_assert_int_eq(sql_int("PRAGMA user_version"), db_migration_count);
+  snprintf(q, sizeof(q),
+           "SELECT count(*) FROM lease_holders WHERE session = 'leased' AND holder = 'default' "
+           "AND ttl_seconds = 45 AND stop_workers = 1 AND expired_at IS NULL");
+  ck_assert_int_eq(sql_int(q), 1);
+  snprintf(q, sizeof(q),
+           "SELECT count(*) FROM lease_holders WHERE session = 'plain' AND holder = 'default' "
+           "AND stop_workers = 0");
+  ck_assert_int_eq(sql_int(q), 1);
+  ck_assert_int_eq(sql_int("SELECT count(*) FROM runs WHERE holder = 'default'"), 2);
+  ck_assert_int_eq(sql_int("SELECT count(*) FROM sessions WHERE lease_ttl_seconds IS NOT NULL"), 0);
+  db_close(db);
+}
+END_TEST
+
 START_TEST(pages_follow_the_cursor_newest_first) {
   struct db *db = open_ok();
   char ids[7][16], got[3][16];
@@ -341,6 +375,7 @@ int main(void) {
   tcase_add_test(tc, state_machine_table);
   tcase_add_test(tc, upgrade_from_version_1_keeps_data_and_adds_exec_tokens);
   tcase_add_test(tc, upgrade_from_version_2_gives_live_workers_an_attempt);
+  tcase_add_test(tc, upgrade_from_version_5_binds_leases_and_running_runs_to_holders);
   tcase_add_test(tc, pages_follow_the_cursor_newest_first);
   tcase_add_test(tc, only_the_pruner_deletes_and_only_ended_workers);
   suite_add_tcase(s, tc);

@@ -512,9 +512,7 @@ MUST_CHECK int command_start(void) {
   pid_t pid;
   int rc = MUSTER_E_IO;
 
-  wd.out.ring = malloc(WD_STREAM_CAP);
-  wd.err.ring = malloc(WD_STREAM_CAP);
-  if (!wd.out.ring || !wd.err.ring) {
+  if (stream_open(&wd.out) != 0 || stream_open(&wd.err) != 0) {
     snprintf(wd.reason, sizeof(wd.reason), "cannot start \"%s\": out of memory", wd.argv[0]);
     rc = MUSTER_E_NOMEM;
     goto out;

@@ -7,10 +7,12 @@
  *   exec_hello.c   the hello: checked, and the command it asks for built
  *   exec_frame.c   the framing: frames queued and sent, frames received
  *   exec_relay.c   the command: started on pipes, its stdin written, its
- *                  output read into frames, signalled, reaped
+ *                  output read into frames (and copied into the worker's
+ *                  log), signalled, reaped
  *
  * Calls go one way: exec_server.c calls the three others; exec_relay.c calls
- * exec_frame.c (output frames) and ex_utf8_prefix(); none calls
+ * exec_frame.c (output frames), ex_utf8_prefix() and logship.c (the
+ * worker's log); none calls
  * exec_server.c, which alone moves a connection from one state to another.
  */
 #ifndef MUSTER_WORKERD_EXEC_INTERNAL_H
@@ -37,6 +39,7 @@
 #define EX_STOP_MS 5000           /* workerd's stop: longest wait for exec */
 #define EX_READS_PER_WAKE 16      /* reads per descriptor per poll round */
 #define EX_NAME_MAX 200           /* bytes of argv[0] in logs and errors */
+#define EX_TAIL_MAX EX_READ_CHUNK /* a line held back from the worker's log */
 /* The hard bound of an output buffer: EX_OUT_HIGH plus what one round of
  * reads may add past it. */
 #define EX_OUT_CAP (EX_OUT_HIGH + 4 * EX_READ_CHUNK)
@@ -79,6 +82,14 @@ struct ex_conn {
   int stdin_fd, out_fd, err_fd;
   unsigned char *pend; /* an I payload not yet all in the stdin pipe */
   size_t pend_len, pend_off;
+
+  /* The command's stdout [0] and stderr [1] go to the worker's log too, a
+   * whole line at a time: here is the start of a line not yet ended
+   * (EX_TAIL_MAX bytes, allocated when first needed). */
+  struct {
+    char *buf;
+    size_t len;
+  } tail[2];
 
   /* Where this round's pollfds are; -1 where none. */
   int at_sock, at_in, at_out, at_err;
@@ -135,7 +146,7 @@ void ex_signal(struct ex_conn *c, int sig);
 MUST_CHECK int ex_spawn(struct ex_conn *c, const struct ex_cmd *cmd, int *code, char *err,
                         size_t size);
 void ex_stdin_write(struct ex_conn *c);
-void ex_pipe_read(struct ex_conn *c, int *fd, char type);
+void ex_pipe_read(struct ex_conn *c, int *fd, char type, int64_t now);
 void ex_child_reap(struct ex_conn *c, int64_t now);
 void ex_child_kill(struct ex_conn *c);
 

@@ -4,13 +4,16 @@
  * process group of its own with three pipes: stdin is fed from I frames
  * (ex_stdin_write()), stdout and stderr are read into O and E frames
  * (ex_pipe_read()) while the connection holds less than EX_OUT_HIGH unsent
- * bytes. The command is signalled through its group (ex_signal()) and waited
- * for by its own pid (ex_child_reap()), never by another's. When the
- * connection moves on is exec_server.c's to decide.
+ * bytes, and copied, a whole line at a time, into the worker's own log
+ * (logship.c's streams), so that `muster logs` has them too. The command is
+ * signalled through its group (ex_signal()) and waited for by its own pid
+ * (ex_child_reap()), never by another's. When the connection moves on is
+ * exec_server.c's to decide.
  */
 #include "exec_internal.h"
 
 #include "muster_errors.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -102,7 +105,59 @@ out:
   return rc;
 }
 
-/* Closes the command's pipes and drops unwritten stdin. */
+/* ------------------------------------------------------------------------ */
+/* The worker's log                                                         */
+
+/* Copies n bytes of c's output on stream i (0 stdout, 1 stderr) into the
+ * worker's log of that stream, whole lines at a time, so that the lines of
+ * commands that run side by side, and of the worker's own command, do not
+ * cut into each other. What follows the last newline waits in c's tail for
+ * the rest of its line; a line longer than the tail holds goes in pieces.
+ * Never blocks the relay: the log's ring drops its oldest bytes when full
+ * (stream_append()), and without memory the log misses this output. */
+static void ex_log_tee(struct ex_conn *c, int i, const char *p, size_t n, int64_t now) {
+  struct stream *s = i == 0 ? &wd.out : &wd.err;
+  const char *nl = memrchr(p, '\n', n);
+  size_t head = nl ? (size_t)(nl - p) + 1 : 0;
+
+  if (stream_open(s) != 0)
+    return;
+  if (head == 0 && c->tail[i].len + n > EX_TAIL_MAX)
+    head = n;
+  if (head > 0) {
+    stream_append(s, c->tail[i].buf, c->tail[i].len, now);
+    c->tail[i].len = 0;
+    stream_append(s, p, head, now);
+  }
+  if (head == n)
+    return;
+  if (!c->tail[i].buf && !(c->tail[i].buf = malloc(EX_TAIL_MAX))) {
+    stream_append(s, p + head, n - head, now);
+    return;
+  }
+  memcpy(c->tail[i].buf + c->tail[i].len, p + head, n - head);
+  c->tail[i].len += n - head;
+}
+
+/* Puts the unended last line of c's stream i into the worker's log, ended
+ * with a newline so that the next command's first line starts a line of its
+ * own, and frees the tail. */
+static void ex_log_tail_end(struct ex_conn *c, int i) {
+  struct stream *s = i == 0 ? &wd.out : &wd.err;
+
+  if (c->tail[i].len > 0 && stream_open(s) == 0) {
+    int64_t now = util_mono_ms();
+
+    stream_append(s, c->tail[i].buf, c->tail[i].len, now);
+    stream_append(s, "\n", 1, now);
+  }
+  free(c->tail[i].buf);
+  c->tail[i].buf = NULL;
+  c->tail[i].len = 0;
+}
+
+/* Closes the command's pipes, drops unwritten stdin and puts what is left of
+ * an unended output line into the worker's log. */
 void ex_pipes_close(struct ex_conn *c) {
   fd_close(&c->stdin_fd);
   fd_close(&c->out_fd);
@@ -110,6 +165,8 @@ void ex_pipes_close(struct ex_conn *c) {
   free(c->pend);
   c->pend = NULL;
   c->pend_len = c->pend_off = 0;
+  ex_log_tail_end(c, 0);
+  ex_log_tail_end(c, 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -144,9 +201,12 @@ void ex_stdin_write(struct ex_conn *c) {
 }
 
 /* Reads the command's output pipe *fd into type frames while c's buffer is
- * under EX_OUT_HIGH; closes *fd at end of file. */
-void ex_pipe_read(struct ex_conn *c, int *fd, char type) {
-  for (int i = 0; i < EX_READS_PER_WAKE && *fd >= 0 && c->out_len < EX_OUT_HIGH; i++) {
+ * under EX_OUT_HIGH, copying each read into the worker's log; closes *fd at
+ * end of file. */
+void ex_pipe_read(struct ex_conn *c, int *fd, char type, int64_t now) {
+  int i = type == EXEC_FRAME_STDOUT ? 0 : 1;
+
+  for (int k = 0; k < EX_READS_PER_WAKE && *fd >= 0 && c->out_len < EX_OUT_HIGH; k++) {
     unsigned char *w = ex_out_room(c, EXEC_WIRE_HDR_LEN + EX_READ_CHUNK);
     ssize_t n;
 
@@ -155,6 +215,7 @@ void ex_pipe_read(struct ex_conn *c, int *fd, char type) {
     n = read(*fd, w + EXEC_WIRE_HDR_LEN, EX_READ_CHUNK);
     if (n > 0) {
       exec_wire_put_hdr(w, type, (size_t)n);
+      ex_log_tee(c, i, (const char *)w + EXEC_WIRE_HDR_LEN, (size_t)n, now);
       c->out_len += EXEC_WIRE_HDR_LEN + (size_t)n;
       continue;
     }
@@ -163,6 +224,7 @@ void ex_pipe_read(struct ex_conn *c, int *fd, char type) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return;
     fd_close(fd);
+    ex_log_tail_end(c, i);
   }
 }
 

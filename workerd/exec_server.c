@@ -304,6 +304,11 @@ static void ex_step(struct ex_conn *c, int64_t now) {
         LOG(LOG_INFO, "exec from %s: %s exited with code %d", c->peer, c->name, code);
       else if (sig >= 0)
         LOG(LOG_INFO, "exec from %s: %s was killed by signal %d", c->peer, c->name, sig);
+      /* What the command wrote is in the worker's log before its client
+       * hears that it ended (a stopping worker ships it on its way out). */
+      ex_pipes_close(c);
+      if (!wd.stopping)
+        streams_flush_now(now);
       ex_finish(c, code, sig, error, now);
     }
     break;
@@ -521,9 +526,9 @@ void ex_poll_handle(const struct pollfd *p, int64_t now) {
     /* The command's output before the client's input, so that an X decided
      * below comes after all that was read. */
     if (c->at_out >= 0 && p[c->at_out].revents && c->state == EX_RUNNING)
-      ex_pipe_read(c, &c->out_fd, EXEC_FRAME_STDOUT);
+      ex_pipe_read(c, &c->out_fd, EXEC_FRAME_STDOUT, now);
     if (c->at_err >= 0 && p[c->at_err].revents && c->state == EX_RUNNING)
-      ex_pipe_read(c, &c->err_fd, EXEC_FRAME_STDERR);
+      ex_pipe_read(c, &c->err_fd, EXEC_FRAME_STDERR, now);
     if (c->at_in >= 0 && p[c->at_in].revents && c->state == EX_RUNNING)
       ex_stdin_write(c);
     if (c->at_sock >= 0 && c->sock >= 0) {

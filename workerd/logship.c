@@ -1,12 +1,14 @@
 /*
- * logship.c: shipping the command's stdout and stderr to the controller.
+ * logship.c: shipping the worker's stdout and stderr to the controller.
  *
  * Each stream (struct stream, in wd.out and wd.err) is a ring buffer of up to
  * 8 MiB of bytes the controller has not taken yet. The main loop reads the
- * command's pipes into it (stream_read()) and flushes it once it holds
- * 64 KiB or 200 ms after its oldest byte (streams_flush_due()), in POSTs of
- * at most 512 KiB. While the controller is away the bytes stay; a full ring
- * drops its oldest and says so in the log once it gets through.
+ * command's pipes into it (stream_read()), the exec channel copies its
+ * commands' output into it (stream_append()), and it is flushed once it
+ * holds 64 KiB or 200 ms after its oldest byte (streams_flush_due()), or at
+ * once before an exec command's end is told (streams_flush_now()), in POSTs
+ * of at most 512 KiB. While the controller is away the bytes stay; a full
+ * ring drops its oldest and says so in the log once it gets through.
  */
 #include "workerd.h"
 
@@ -20,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -60,7 +63,18 @@ static void stream_consume(struct stream *s, size_t n) {
     s->start = 0;
 }
 
-/* Appends n bytes of our own (not the command's) to s. */
+/* Gives s its ring (WD_STREAM_CAP bytes, freed by cleanup()) if it has none
+ * yet: the worker's command has one from its start, an idle worker's once an
+ * exec command first writes. Returns 0, or MUSTER_E_NOMEM. */
+MUST_CHECK int stream_open(struct stream *s) {
+  if (!s->ring)
+    s->ring = malloc(WD_STREAM_CAP);
+  return s->ring ? 0 : MUSTER_E_NOMEM;
+}
+
+/* Appends n bytes that did not come through s's pipe (workerd's own words,
+ * an exec command's output) to s, whose ring must be open. Never blocks: a
+ * full ring drops its oldest bytes, as for the pipe's. */
 void stream_append(struct stream *s, const char *data, size_t n, int64_t now) {
   while (n > 0) {
     char *where;
@@ -170,14 +184,16 @@ int64_t stream_deadline(const struct stream *s) {
   return due > wd.logs_retry_at_ms ? due : wd.logs_retry_at_ms;
 }
 
-/* Flushes the streams whose deadline has come. A failure postpones every
- * stream's flush by the next backoff delay, so that a missing controller
- * costs one attempt per delay, not one per loop round. */
-void streams_flush_due(int64_t now) {
+/* Flushes the streams that hold bytes: those whose deadline has come, or
+ * all of them if now_too. Never before the retry time a failure set; a
+ * failure postpones every stream's flush by the next backoff delay, so that a
+ * missing controller costs one attempt per delay, not one per loop round. */
+static void streams_flush(int64_t now, bool now_too) {
   struct stream *all[2] = {&wd.out, &wd.err};
 
   for (int i = 0; i < 2; i++) {
-    if (now < stream_deadline(all[i]))
+    if (all[i]->len == 0 || now < wd.logs_retry_at_ms ||
+        (!now_too && now < stream_deadline(all[i])))
       continue;
     if (stream_flush(all[i]) == 0) {
       wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
@@ -188,6 +204,19 @@ void streams_flush_due(int64_t now) {
         wd.logs_backoff_ms * 2 > WD_RETRY_MAX_MS ? WD_RETRY_MAX_MS : wd.logs_backoff_ms * 2;
     break;
   }
+}
+
+/* Flushes the streams whose deadline has come. */
+void streams_flush_due(int64_t now) {
+  streams_flush(now, false);
+}
+
+/* Flushes every stream that holds bytes now, unless a failed flush's retry
+ * time is still ahead: one try, which blocks the loop as a due flush does.
+ * The exec channel calls it before it tells a client that its command
+ * ended, so that what the command wrote is in the worker's log by then. */
+void streams_flush_now(int64_t now) {
+  streams_flush(now, true);
 }
 
 /* Flushes both streams now. Returns 0 or MUSTER_E_UNREACHABLE. */

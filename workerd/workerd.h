@@ -69,15 +69,16 @@
 /* ------------------------------------------------------------------------ */
 /* Shared types                                                             */
 
-/* One output stream of the command: a ring buffer of the bytes that the
- * controller has not accepted yet. The ring is allocated once, at its full
- * capacity; untouched pages cost no memory, and the read position returns to
- * the start whenever the ring empties, so a worker whose logs flow normally
- * only ever touches its first pages. */
+/* One output stream of the worker (its command's, and the exec channel's
+ * commands'): a ring buffer of the bytes that the controller has not
+ * accepted yet. The ring is allocated once, at its full capacity; untouched
+ * pages cost no memory, and the read position returns to the start whenever
+ * the ring empties, so a worker whose logs flow normally only ever touches
+ * its first pages. */
 struct stream {
   const char *name; /* "stdout" or "stderr", as in the logs URL */
   int fd;           /* read end of the pipe; -1 once at EOF, or never opened */
-  char *ring;       /* WD_STREAM_CAP bytes; NULL for an idle worker */
+  char *ring;       /* WD_STREAM_CAP bytes; NULL until stream_open() */
   size_t start;     /* offset of the oldest byte */
   size_t len;       /* bytes held */
   uint64_t dropped; /* bytes overwritten since the last successful flush */
@@ -222,12 +223,14 @@ MUST_CHECK int backoff_wait(struct backoff *b, bool interruptible);
 MUST_CHECK int register_worker(void);
 
 /* ------------------------------------------------------------------------ */
-/* logship.c: the command's output, shipped as logs                         */
+/* logship.c: the worker's output, shipped as logs                          */
 
+MUST_CHECK int stream_open(struct stream *s);
 void stream_append(struct stream *s, const char *data, size_t n, int64_t now);
 void stream_read(struct stream *s, int64_t now);
 int64_t stream_deadline(const struct stream *s);
 void streams_flush_due(int64_t now);
+void streams_flush_now(int64_t now);
 MUST_CHECK int streams_flush_all(void);
 
 /* ------------------------------------------------------------------------ */

@@ -3,12 +3,14 @@
  * was dropped, across a controller restart too), and a followed log that
  * must show a stopped worker's last output, which its workerd ships after
  * the stop was recorded, and still end by itself when a workerd dies
- * before it can say that its output is all in. Real controller, real
- * workerd processes; the ordering is made certain with the fault points of
- * test builds. */
+ * before it can say that its output is all in; and what a command run
+ * through the exec channel writes, which is in the worker's log too. Real
+ * controller, real workerd processes; the ordering is made certain with the
+ * fault points of test builds. */
 #include "harness.h"
 
 #include "../check_run.h"
+#include "muster.h"
 
 #include <check.h>
 #include <signal.h>
@@ -255,6 +257,64 @@ START_TEST(a_followed_log_of_a_worker_whose_workerd_died_still_ends) {
 }
 END_TEST
 
+/* A command run through the exec channel (as muster exec and every rank of
+ * muster run are) in a worker whose script keeps writing lines: by the time
+ * the exec call returns, the worker's log (GET .../logs, what muster logs
+ * and the web UI show) has the command's stdout and stderr, each line whole
+ * though the command wrote it in two pieces with the script's lines in
+ * between, and its unended last line ended. */
+START_TEST(an_exec_commands_output_is_in_the_workers_log_when_exec_returns) {
+  const char *argv[] = {"sh", "-c",
+                        "printf 'exec-'; sleep 0.3; echo 'line-1'; "
+                        "printf 'err-' >&2; sleep 0.3; echo 'line-2' >&2; printf 'unended'"};
+  json_t *workers, *w;
+  muster_client *cl = NULL;
+  muster_exec_target t;
+  muster_exec_opts o;
+  char err[256], path[160], *text = NULL;
+  const char *id;
+  int code = -1;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"bash\", \"code\": "
+                           "\"while :; do echo script-line; sleep 0.02; done\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  w = h_wait_status(&ctl, id, "running", 30);
+  json_decref(w);
+  ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &cl), 0);
+  ck_assert_int_eq(muster_exec_target_get(cl, id, &t), 0);
+  muster_exec_opts_init(&o);
+  o.argv = argv;
+  o.argc = 3;
+  o.stdout_fd = o.stderr_fd = -1;
+  ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), 0);
+  ck_assert_int_eq(code, 0);
+
+  text = log_from(id, 0);
+  ck_assert_msg(strstr(text, "script-line\n"), "the script's own lines are missing: \"%.300s\"",
+                text);
+  ck_assert_msg(strstr(text, "\nexec-line-1\n"),
+                "muster logs does not show the exec'd command's line \"exec-line-1\" whole: "
+                "\"%.2000s\"",
+                text);
+  ck_assert_msg(strstr(text, "\nunended\n"),
+                "muster logs does not show the exec'd command's unended last line: \"%.2000s\"",
+                text);
+  free(text);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stderr", id);
+  text = NULL;
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &text), 200);
+  ck_assert_msg(text && strcmp(text, "err-line-2\n") == 0,
+                "muster logs --stderr shows \"%s\", not the exec'd command's \"err-line-2\"",
+                text ? text : "");
+  free(text);
+  muster_client_free(cl);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("logs");
   TCase *tc = tcase_create("logs");
@@ -263,6 +323,7 @@ int main(void) {
   tcase_add_test(tc, a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once);
   tcase_add_test(tc, a_stopped_workers_last_output_reaches_logs_follow);
   tcase_add_test(tc, a_followed_log_of_a_worker_whose_workerd_died_still_ends);
+  tcase_add_test(tc, an_exec_commands_output_is_in_the_workers_log_when_exec_returns);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -133,6 +133,50 @@ acc=$( [ -n "$p" ] && json_field "$p" test_accuracy || echo 0)
 check "...and reaches $acc >= 0.97 test accuracy on MNIST" ge "$acc" 0.97
 check "...with output prefixed by role and index" grep -q '^\[worker-0\] ' "$tmp/ps.out"
 
+# --- what every rank wrote is in its own worker's log after the run, not only
+# in muster run's output: muster logs (and the web UI, and Python's
+# worker_logs()) read the same log.
+ids_of() {  # $1: session; the ids of its workers, ended ones too
+  "$muster" ps -a --session "$1" --json | python3 -c 'import json,sys; print(" ".join(w["id"] for w in json.load(sys.stdin)))'
+}
+timeout 120 "$muster" run --mode exec --workers 2 --cpu 0.5 --session xlogs -- \
+  sh -c 'echo "hello-from-$RANK in $MUSTER_WORKER_ID"; printf "err-%s " "$RANK" >&2; echo "in $MUSTER_WORKER_ID" >&2' \
+  > "$tmp/xlogs.out" 2> "$tmp/xlogs.err"; rc=$?
+check "muster run --mode exec --workers 2 still streams each rank's output, prefixed (exit $rc)" \
+  bash -c "[ $rc -eq 0 ] && grep -q '^\[worker-0\] hello-from-0 in w-' '$tmp/xlogs.out' && grep -q '^\[worker-1\] hello-from-1 in w-' '$tmp/xlogs.out'"
+ranks=
+for w in $(ids_of xlogs); do
+  "$muster" logs "$w" > "$tmp/xlogs.$w.out" 2>&1
+  "$muster" logs --stderr "$w" > "$tmp/xlogs.$w.err" 2>&1
+  r=$(sed -n "s/^hello-from-\([01]\) in $w\$/\1/p" "$tmp/xlogs.$w.out")
+  check "muster logs $w shows the line its rank wrote during the run (rank '$r')" \
+    test "$(grep -c . "$tmp/xlogs.$w.out")$(grep -c "^hello-from-[01] in $w\$" "$tmp/xlogs.$w.out")" = 11
+  check "...and muster logs --stderr $w its stderr line, whole though written in two pieces" \
+    grep -qx "err-$r in $w" "$tmp/xlogs.$w.err"
+  ranks="$ranks$r"
+done
+check "...one worker per rank (ranks seen: '$ranks')" bash -c "[ '$ranks' = 01 ] || [ '$ranks' = 10 ]"
+
+# muster-train's per-epoch lines are in rank 0's worker log, in PS and
+# allreduce mode (each rank first says which worker it is in).
+rank0_log_has_epochs() {  # $1: mode, $2: rank 0's prefix in muster run's output, $3...: muster run's options
+  local mode=$1 prefix=$2 w rc
+  shift 2
+  timeout 300 "$muster" run --mode "$mode" "$@" --cpu 0.5 --session "elogs-$mode" -- \
+    sh -c 'echo "rank $RANK is in $MUSTER_WORKER_ID"; exec "$0" "$@"' \
+    "$train" --mode "$mode" --epochs 2 --synthetic 2048 --batch 64 \
+    > "$tmp/elogs-$mode.out" 2> "$tmp/elogs-$mode.err"; rc=$?
+  w=$(sed -n "s/^\[$prefix\] rank 0 is in \(w-[a-z0-9]*\)\$/\1/p" "$tmp/elogs-$mode.out")
+  check "muster run --mode $mode with muster-train succeeds, rank 0 in worker '$w' (exit $rc)" \
+    bash -c "[ $rc -eq 0 ] && [ -n '$w' ] && grep -q '^\[$prefix\] epoch 2/2 ' '$tmp/elogs-$mode.out'"
+  [ -n "$w" ] || return
+  "$muster" logs "$w" > "$tmp/elogs-$mode.log" 2>&1
+  check "...and muster logs of rank 0's worker shows each epoch's line ($mode)" \
+    bash -c "grep -q '^epoch 1/2  loss ' '$tmp/elogs-$mode.log' && grep -q '^epoch 2/2  loss ' '$tmp/elogs-$mode.log'"
+}
+rank0_log_has_epochs ps worker-0 --ps 1 --workers 2
+rank0_log_has_epochs allreduce rank-0 --workers 2
+
 # --- PyTorch DDP (gloo) through --mode exec: world size 2, distinct ranks
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 -- /usr/bin/python3 "$src/tests/run/ddp.py" \

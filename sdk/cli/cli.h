@@ -18,8 +18,22 @@
 
 #include <stddef.h>
 
-/* Exit codes. */
-enum { EXIT_OK = 0, EXIT_WORKERS = 1, EXIT_USAGE = 2, EXIT_CONTROLLER = 3 };
+/* Exit codes, one per kind of outcome, so that a script can tell them
+ * apart (muster --help and the README list them). */
+enum {
+  EXIT_OK = 0,          /* all good */
+  EXIT_WORKERS = 1,     /* a worker or the training failed, or the wait timed out */
+  EXIT_USAGE = 2,       /* the command line is wrong */
+  EXIT_NOT_FOUND = 3,   /* no such worker or run */
+  EXIT_REFUSED = 4,     /* refused: an invalid value, a request that can never fit, the
+                           wrong state, a bad token */
+  EXIT_UNREACHABLE = 5, /* no controller answered (none found, down, timed out) */
+  EXIT_INTERNAL = 6,    /* the controller or muster itself failed (internal error,
+                           out of memory, an unexpected answer) */
+};
+
+/* The exit code for a libmuster error (a negative muster_error). */
+int exit_code_for(int rc);
 
 /* --url and --token, or NULL: set by main before any command runs, read by
  * connect_client() (and by muster await, which draws its progress line

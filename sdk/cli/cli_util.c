@@ -37,7 +37,40 @@ int call_failed(muster_client *c, int rc) {
   if (field)
     fprintf(stderr, " (field: %s)", field);
   fputc('\n', stderr);
-  return EXIT_CONTROLLER;
+  return exit_code_for(rc);
+}
+
+int exit_code_for(int rc) {
+  /* No default: -Wall names a new row of the error table left out here. */
+  switch ((muster_error)rc) {
+  case MUSTER_OK:
+    return EXIT_OK;
+  case MUSTER_E_NOT_FOUND:
+    return EXIT_NOT_FOUND;
+  case MUSTER_E_MALFORMED:
+  case MUSTER_E_UNAUTHORIZED:
+  case MUSTER_E_FORBIDDEN:
+  case MUSTER_E_CONFLICT:
+  case MUSTER_E_TOO_LARGE:
+  case MUSTER_E_INVALID:
+  case MUSTER_E_METHOD:
+  case MUSTER_E_CAPACITY:
+    return EXIT_REFUSED;
+  case MUSTER_E_SHUTTING_DOWN:
+  case MUSTER_E_UNREACHABLE:
+  case MUSTER_E_TIMEOUT:
+  case MUSTER_E_BACKEND_DOWN:
+    return EXIT_UNREACHABLE;
+  case MUSTER_E_NOMEM:
+  case MUSTER_E_INTERNAL:
+  case MUSTER_E_DB:
+  case MUSTER_E_SCHEMA_TOO_NEW:
+  case MUSTER_E_IO:
+  case MUSTER_E_PROTOCOL:
+  case MUSTER_E_BACKEND:
+    return EXIT_INTERNAL;
+  }
+  return EXIT_INTERNAL;
 }
 
 int connect_client(muster_client **c) {
@@ -58,12 +91,12 @@ int connect_client(muster_client **c) {
   if (rc == MUSTER_E_UNREACHABLE) {
     fprintf(stderr, "muster: no controller found: set MUSTER_URL and MUSTER_TOKEN, pass --url "
                     "and --token, or start one (bash scripts/run.sh starts a local one)\n");
-    return EXIT_CONTROLLER;
+    return EXIT_UNREACHABLE;
   }
   if (rc == MUSTER_E_UNAUTHORIZED) {
     fprintf(stderr, "muster: no API token: set MUSTER_TOKEN or pass --token (the local "
                     "controller keeps it in its state directory's token file)\n");
-    return EXIT_CONTROLLER;
+    return EXIT_REFUSED;
   }
   if (rc) {
     fprintf(stderr, "muster: bad --url or --token: %s\n", muster_strerror(rc));
@@ -172,7 +205,7 @@ MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {
 /* What a command says and exits with when memory runs out. */
 int out_of_memory(void) {
   fprintf(stderr, "muster: out of memory\n");
-  return EXIT_CONTROLLER;
+  return EXIT_INTERNAL;
 }
 
 MUST_CHECK int strv_push(struct strv *s, const char *x) {

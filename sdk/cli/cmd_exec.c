@@ -76,7 +76,7 @@ int cmd_exec(int argc, char **argv) {
   rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
   if (rc) {
     fprintf(stderr, "muster: %s\n", err);
-    code = rc == MUSTER_E_NOT_FOUND ? 127 : EXIT_CONTROLLER;
+    code = rc == MUSTER_E_NOT_FOUND ? 127 : exit_code_for(rc);
     goto out;
   }
   if (err[0])
@@ -106,7 +106,7 @@ static MUST_CHECK int rsh_target(const char *host, muster_exec_target *t) {
     rc = call_failed(c, rc);
     goto out;
   }
-  rc = EXIT_CONTROLLER;
+  rc = EXIT_NOT_FOUND;
   for (size_t i = 0; i < ws.count; i++)
     if (ws.items[i].ip_address && strcmp(ws.items[i].ip_address, host) == 0) {
       rc = muster_exec_target_get(c, ws.items[i].id, t);

@@ -30,8 +30,16 @@ static const char usage_main[] =
     "state directory of the local controller ($MUSTER_STATE_DIR, default ~/.muster).\n"
     "Run 'muster COMMAND --help' for a command's options.\n"
     "\n"
-    "exit codes: 0 all good, 1 some workers failed or timed out, 2 usage error,\n"
-    "            3 controller unreachable or refused the request\n";
+    "exit codes:\n"
+    "  0  all good\n"
+    "  1  a worker or the training failed, or the wait timed out\n"
+    "  2  usage error (the command line is wrong)\n"
+    "  3  not found: no such worker or run\n"
+    "  4  refused: an invalid value, a request that can never fit, the wrong\n"
+    "     state for it, or a bad token\n"
+    "  5  unreachable: no controller found, or it is down or timed out\n"
+    "  6  internal: the controller or muster failed inside\n"
+    "(muster exec exits with its command's code.)\n";
 
 static const struct {
   const char *name;

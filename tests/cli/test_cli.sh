@@ -230,19 +230,22 @@ m await --timeout
 check "await --timeout with no value exits 2" eval '[ $RC = 2 ] && has "$ERR" "--timeout"'
 m stop
 check "stop with neither ids nor --all exits 2" eval '[ $RC = 2 ]'
+m --help
+check "muster --help lists every exit code" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^  3 +not found" && hasE "$OUT" "^  4 +refused" && hasE "$OUT" "^  5 +unreachable" && hasE "$OUT" "^  6 +internal"'
 m ps --status nonsense
 check "ps --status nonsense exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "nonsense"'
 
 # No controller listening.
 run env -u MUSTER_STATE_DIR MUSTER_URL=http://127.0.0.1:1 MUSTER_TOKEN=x "$MUSTER" ps
-check "no controller at MUSTER_URL: exit 3, says it could not reach it" \
-  eval '[ $RC = 3 ] && hasE "$ERR" "could not reach|unreachable" && has "$ERR" "127.0.0.1:1"'
+check "no controller at MUSTER_URL: exit 5 (unreachable), says it could not reach it" \
+  eval '[ $RC = 5 ] && hasE "$ERR" "could not reach|unreachable" && has "$ERR" "127.0.0.1:1"'
 run "$MUSTER" --url http://127.0.0.1:1 --token x launch
-check "no controller at --url: launch exits 3" eval '[ $RC = 3 ] && hasE "$ERR" "could not reach|unreachable"'
+check "no controller at --url: launch exits 5 (unreachable)" eval '[ $RC = 5 ] && hasE "$ERR" "could not reach|unreachable"'
 mkdir -p "$TMP/empty-state"
 run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$TMP/empty-state" "$MUSTER" ps
-check "empty state dir and no MUSTER_URL: exit 3, says how to find or start a controller" \
-  eval '[ $RC = 3 ] && has "$ERR" "MUSTER_URL" && has "$ERR" "start" && [ -z "$OUT" ]'
+check "empty state dir and no MUSTER_URL: exit 5 (unreachable), says how to find or start a controller" \
+  eval '[ $RC = 5 ] && has "$ERR" "MUSTER_URL" && has "$ERR" "start" && [ -z "$OUT" ]'
 
 # ======================= main controller =======================
 
@@ -267,16 +270,19 @@ check "MUSTER_URL + MUSTER_TOKEN works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +S
 run "$MUSTER" --url "$URL" --token "$TOKEN" ps
 check "--url + --token works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
 run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN=wrong-token "$MUSTER" ps
-check "wrong token: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized" && [ -z "$OUT" ]'
+check "wrong token: exit 4 (refused), says unauthorized" eval '[ $RC = 4 ] && has "$ERR" "unauthorized" && [ -z "$OUT" ]'
 run "$MUSTER" --url "$URL" --token wrong-token launch
-check "wrong token on launch: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized"'
+check "wrong token on launch: exit 4 (refused), says unauthorized" eval '[ $RC = 4 ] && has "$ERR" "unauthorized"'
 
 m launch --cpu 4096
-check "launch more cores than the backend has: exit 3, the controller's message names cpu" \
-  eval '[ $RC = 3 ] && has "$ERR" "cpu" && [ -z "$OUT" ]'
+check "launch more cores than the backend has: exit 4 (refused), the controller's message names cpu" \
+  eval '[ $RC = 4 ] && has "$ERR" "cpu" && [ -z "$OUT" ]'
 m await --running --timeout 5 w-zzzzzzzzzz
-check "await an unknown worker: exit 3, says there is no such worker" \
+check "await an unknown worker: exit 3 (not found), says there is no such worker" \
   eval '[ $RC = 3 ] && has "$ERR" "w-zzzzzzzzzz" && hasE "$ERR" "not.found|no worker"'
+m show not-an-id
+check "show of a malformed id: exit 4 (refused), not 3 (not found), naming the id" \
+  eval '[ $RC = 4 ] && has "$ERR" "not-an-id"'
 
 # launch -n 3
 m launch -n 3 --cpu 0.1

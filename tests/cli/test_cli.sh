@@ -369,7 +369,7 @@ else
 fi
 live_ok=1
 for id in $IDS3 $PIPED; do hasE "$OUT" "^$id +running .*127\." || live_ok=0; done
-check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +ROLE +NAME +IP +CPU +MEM +USED"'
+check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +SESSION +ROLE +NAME +IP +CPU +MEM +USED"'
 if [ $isolated = 1 ]; then
   check "ps: USED shows each running worker's cpu seconds and memory" eval '[ $used_ok = 0 ]'
 else
@@ -462,6 +462,9 @@ SESS=cli-test-$$
 run env MUSTER_SESSION="$SESS" "$MUSTER" launch -n 2 --cpu 0.1
 SIDS=$OUT
 m await --running --timeout 15 $SIDS
+m ps
+check "ps shows each worker's session: a notebook's workers beside the default session's" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^$(head -1 <<<"$SIDS") +running +$SESS " && hasE "$OUT" "^w-[a-z0-9]{10} +running +default "'
 run env MUSTER_SESSION="$SESS" "$MUSTER" stop --all
 stopped_ok=1
 for id in $SIDS; do hasE "$OUT" "^$id +stopped$" || stopped_ok=0; done

@@ -479,7 +479,11 @@ m await --running --timeout 15 $SIDS2
 m stop --all --session "$SESS-b"
 stopped_ok=1
 for id in $SIDS2; do hasE "$OUT" "^$id +stopped$" || stopped_ok=0; done
-check "stop --all --session S stops that session's workers" eval '[ $RC = 0 ] && [ $stopped_ok = 1 ] && [ "$(nlines "$OUT")" = 2 ]'
+check "stop --all --session S stops that session's workers, and says how many where" \
+  eval '[ $RC = 0 ] && [ $stopped_ok = 1 ] && [ "$(nlines "$OUT")" = 2 ] && has "$ERR" "stopped 2 workers (session $SESS-b)"'
+m stop --all --session "$SESS-b"
+check "stop --all with nothing live in the session says so on stderr, exit 0" \
+  eval '[ $RC = 0 ] && [ -z "$OUT" ] && has "$ERR" "no live workers in session $SESS-b"'
 
 # Progress line of await on a terminal.
 m launch -n 2 --cpu 0.1
@@ -556,11 +560,19 @@ check "logs -f on a worker stopped while it runs shows its last output and retur
   eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "first words\nlast words")" ]'
 
 # ======================= the end =======================
+# A notebook's worker, in a session of its own: stop --all (no --session, no
+# MUSTER_SESSION) stops it too, with the default session's.
+m launch --cpu 0.1 --session "notebook-$$"
+NBW=$OUT
+m await --running --timeout 15 "$NBW"
 m stop --all
-check "stop --all stops the default session's remaining workers" \
-  eval '[ $RC = 0 ] && [ "$(nlines "$OUT")" = 7 ] && ! grep -qv " stopped$" <<<"$OUT"'
+check "stop --all stops every session's live workers, a notebook's too, and names the sessions" \
+  eval '[ $RC = 0 ] && [ "$(nlines "$OUT")" = 8 ] && ! grep -qv " stopped$" <<<"$OUT" && hasE "$OUT" "^$NBW +stopped$" && has "$ERR" "stopped 8 workers (sessions " && has "$ERR" "notebook-$$" && has "$ERR" "default"'
 m ps --json
 check "  ... none is left live" eval '[ $RC = 0 ] && [ "$(jq length <<<"$OUT")" = 0 ]'
+m stop --all
+check "stop --all with nothing live says so on stderr, exit 0" \
+  eval '[ $RC = 0 ] && [ -z "$OUT" ] && has "$ERR" "no live workers in any session"'
 
 echo "# took $(($(date +%s) - START)) s"
 echo "$PASS passed, $FAIL failed"

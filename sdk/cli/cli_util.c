@@ -74,20 +74,18 @@ int exit_code_for(int rc) {
 }
 
 int connect_client(muster_client **c) {
+  const char *url;
   int rc;
 
-  if (opt_url || opt_token) {
-    const char *url = opt_url ? opt_url : getenv("MUSTER_URL");
-    const char *token = opt_token ? opt_token : getenv("MUSTER_TOKEN");
-    if (!url || !token) {
-      fprintf(stderr, "muster: --url and --token go together (or set MUSTER_URL and "
-                      "MUSTER_TOKEN)\n");
-      return EXIT_USAGE;
-    }
-    rc = muster_client_new(url, token, c);
-  } else {
-    rc = muster_client_new_default(c);
-  }
+  /* --url and --token are MUSTER_URL and MUSTER_TOKEN given on the command
+   * line: either alone takes the other from the environment or the state
+   * directory, exactly as the variables do. Set in the environment, they
+   * also reach what this command starts (muster run's rsh agents find the
+   * same controller). */
+  if ((opt_url && setenv("MUSTER_URL", opt_url, 1) != 0) ||
+      (opt_token && setenv("MUSTER_TOKEN", opt_token, 1) != 0))
+    return out_of_memory();
+  rc = muster_client_new_default(c);
   if (rc == MUSTER_E_UNREACHABLE) {
     fprintf(stderr, "muster: no controller found: set MUSTER_URL and MUSTER_TOKEN, pass --url "
                     "and --token, or start one (bash scripts/run.sh starts a local one)\n");
@@ -98,9 +96,17 @@ int connect_client(muster_client **c) {
                     "controller keeps it in its state directory's token file)\n");
     return EXIT_REFUSED;
   }
-  if (rc) {
-    fprintf(stderr, "muster: bad --url or --token: %s\n", muster_strerror(rc));
+  if (rc == MUSTER_E_INVALID) {
+    url = getenv("MUSTER_URL");
+    fprintf(stderr,
+            "muster: bad controller URL or token: the URL must look like http://HOST:PORT "
+            "(or HOST:PORT)%s%s%s, the token be one word\n",
+            url ? ", not \"" : "", url ? url : "", url ? "\"" : "");
     return EXIT_USAGE;
+  }
+  if (rc) {
+    fprintf(stderr, "muster: could not make a client: %s\n", muster_strerror(rc));
+    return exit_code_for(rc);
   }
   return 0;
 }

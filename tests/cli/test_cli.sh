@@ -269,6 +269,17 @@ run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$TOKEN" "$MUSTER" ps
 check "MUSTER_URL + MUSTER_TOKEN works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
 run "$MUSTER" --url "$URL" --token "$TOKEN" ps
 check "--url + --token works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url "$URL" ps
+check "--url alone takes the token from the state directory, as MUSTER_URL does" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url "${URL#http://}" ps
+check "--url HOST:PORT without a scheme is taken as http://" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_STATE_DIR MUSTER_URL="${URL#http://}" MUSTER_TOKEN="$TOKEN" "$MUSTER" ps
+check "MUSTER_URL=HOST:PORT without a scheme is taken as http:// (libmuster's client)" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run "$MUSTER" --url "ftp://${URL#http://}" --token "$TOKEN" ps
+check "--url with another scheme: exit 2, says what a URL looks like and names it" \
+  eval '[ $RC = 2 ] && has "$ERR" "http://HOST:PORT" && has "$ERR" "ftp://"'
 run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN=wrong-token "$MUSTER" ps
 check "wrong token: exit 4 (refused), says unauthorized" eval '[ $RC = 4 ] && has "$ERR" "unauthorized" && [ -z "$OUT" ]'
 run "$MUSTER" --url "$URL" --token wrong-token launch

@@ -8,7 +8,7 @@
  *
  * Layers, each calling only those below it: muster.c (main, the command
  * table) -> cmd_*.c (one file per command group) -> launch_lease.c,
- * await_progress.c, mpi_agent.c -> cli_util.c -> libmuster.
+ * await_progress.c, mpi_agent.c -> cli_util.c, usage.c -> libmuster.
  */
 #ifndef MUSTER_CLI_H
 #define MUSTER_CLI_H
@@ -42,9 +42,20 @@ extern const char *opt_url, *opt_token;
 
 /* ---- messages and the controller ---- */
 
-/* Prints "muster: " and the message, then usage, to stderr. Returns
+/* usage.c: prints "muster: " and the message, then where to read more
+ * ("see 'muster CMD --help'", CMD from the usage text), to stderr. Returns
  * EXIT_USAGE. */
 int usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* usage.c: the usage error for an option the command does not take: "OPT
+ * needs a value" when usage names it, else "unknown option OPT", with "did
+ * you mean" the closest option of usage where one is close. Returns
+ * EXIT_USAGE. */
+int unknown_option(const char *usage, const char *opt);
+
+/* usage.c: the word of words[0..n) closest to typed, if one is close
+ * enough to suggest (borrowed), else NULL. */
+const char *closest_word(const char *typed, const char *const *words, size_t n);
 
 /* Reports a failed call and returns the exit code for it. */
 int call_failed(muster_client *c, int rc);

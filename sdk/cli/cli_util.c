@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,17 +15,6 @@
 #define MAX_IDS 65536
 
 const char *opt_url, *opt_token;
-
-int usage_error(const char *usage, const char *fmt, ...) {
-  va_list ap;
-
-  fputs("muster: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n\n%s", usage);
-  return EXIT_USAGE;
-}
 
 /* Reports a failed call and returns the exit code for it. */
 int call_failed(muster_client *c, int rc) {

@@ -40,8 +40,11 @@ int cmd_exec(int argc, char **argv) {
     } else if (strcmp(a, "--") == 0) {
       i++;
       break;
+    } else if (strcmp(a, "--env") == 0 && i + 1 < argc) {
+      code = usage_error(usage_exec, "--env takes NAME=value, not \"%s\"", argv[i + 1]);
+      goto out;
     } else if (a[0] == '-') {
-      code = usage_error(usage_exec, "unknown option or missing value: %s", a);
+      code = unknown_option(usage_exec, a);
       goto out;
     } else if (!id) {
       id = a;

@@ -95,7 +95,7 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--no-lease") == 0) {
       o.lease_ttl = -1;
     } else if (!v) {
-      return usage_error(usage_run, "%s needs a value", a);
+      return unknown_option(usage_run, a);
     } else if (strcmp(a, "--mode") == 0) {
       i++;
       if (strcmp(v, "ps") == 0)
@@ -160,7 +160,7 @@ int cmd_run(int argc, char **argv) {
       i++;
       o.run_dir = v;
     } else {
-      return usage_error(usage_run, "unknown option %s", a);
+      return unknown_option(usage_run, a);
     }
   }
   if (i >= argc)
@@ -236,7 +236,7 @@ int cmd_runs(int argc, char **argv) {
       if (parse_int(argv[++i], 1, 1000000, &limit) != 0)
         return usage_error(usage_runs, "-n must be a whole number >= 1, not \"%s\"", v);
     } else {
-      return usage_error(usage_runs, "unknown option or missing value: %s", a);
+      return unknown_option(usage_runs, a);
     }
   }
   if ((code = connect_client(&c)))

@@ -136,7 +136,7 @@ int cmd_ps(int argc, char **argv) {
         statuses |= 1u << s;
       }
     } else {
-      code = usage_error(usage_ps, "unknown option or missing value: %s", a);
+      code = unknown_option(usage_ps, a);
       goto out;
     }
   }
@@ -171,7 +171,7 @@ int cmd_show(int argc, char **argv) {
     if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else if (argv[i][0] == '-')
-      return usage_error(usage_show, "unknown option %s", argv[i]);
+      return unknown_option(usage_show, argv[i]);
     else
       n++;
   }
@@ -230,7 +230,7 @@ int cmd_logs(int argc, char **argv) {
     } else if (strcmp(a, "--stderr") == 0) {
       stream = MUSTER_STDERR;
     } else if (a[0] == '-') {
-      return usage_error(usage_logs, "unknown option %s", a);
+      return unknown_option(usage_logs, a);
     } else if (id) {
       return usage_error(usage_logs, "name one worker");
     } else {

@@ -162,7 +162,7 @@ int cmd_launch(int argc, char **argv) {
       o.ncommand = (size_t)(argc - i - 1);
       break;
     } else {
-      code = usage_error(usage_launch, "unknown option %s", a);
+      code = unknown_option(usage_launch, a);
       goto out;
     }
 #undef VALUE
@@ -235,7 +235,7 @@ int cmd_await(int argc, char **argv) {
     } else if (strcmp(a, "-") == 0) {
       from_stdin = 1;
     } else if (a[0] == '-') {
-      code = usage_error(usage_await, "unknown option %s", a);
+      code = unknown_option(usage_await, a);
       goto out;
     } else {
       if (strv_push(&ids, a) != 0) {
@@ -381,7 +381,7 @@ int cmd_stop(int argc, char **argv) {
       session = argv[++i];
       from_env = 0;
     } else if (a[0] == '-') {
-      code = usage_error(usage_stop, "unknown option or missing value: %s", a);
+      code = unknown_option(usage_stop, a);
       goto out;
     } else {
       if (strv_push(&ids, a) != 0) {

@@ -51,6 +51,7 @@ static const struct {
     {"show", cmd_show},     {"stop", cmd_stop},   {"logs", cmd_logs}, {"exec", cmd_exec},
     {"rsh", cmd_rsh},       {"rank", cmd_rank},   {"run", cmd_run},   {"runs", cmd_runs},
 };
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 int main(int argc, char **argv) {
   int i = 1;
@@ -67,15 +68,26 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
       opt_token = argv[++i];
     } else {
-      return usage_error(usage_main, "unknown option or missing value: %s", argv[i]);
+      return unknown_option(usage_main, argv[i]);
     }
   }
-  if (i >= argc)
-    return usage_error(usage_main, "a command is needed");
+  if (i >= argc) {
+    /* Nothing asked: the whole usage, as the one place it is not noise. */
+    fputs(usage_main, stderr);
+    return EXIT_USAGE;
+  }
   argc -= i;
   argv += i;
-  for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
+  for (size_t k = 0; k < NCOMMANDS; k++)
     if (strcmp(argv[0], commands[k].name) == 0)
       return commands[k].run(argc, argv);
+  {
+    const char *names[NCOMMANDS], *best;
+    for (size_t k = 0; k < NCOMMANDS; k++)
+      names[k] = commands[k].name;
+    best = closest_word(argv[0], names, NCOMMANDS);
+    if (best)
+      return usage_error(usage_main, "unknown command \"%s\" (did you mean %s?)", argv[0], best);
+  }
   return usage_error(usage_main, "unknown command \"%s\"", argv[0]);
 }

@@ -230,6 +230,21 @@ m await --timeout
 check "await --timeout with no value exits 2" eval '[ $RC = 2 ] && has "$ERR" "--timeout"'
 m stop
 check "stop with neither ids nor --all exits 2" eval '[ $RC = 2 ]'
+m launch --bogus-flag
+check "a usage error prints its line and where to read more, not the whole usage" \
+  eval '[ $RC = 2 ] && [ "$(nlines "$ERR")" = 2 ] && has "$ERR" "^muster: unknown option --bogus-flag$" && has "$ERR" "^see .muster launch --help.$"'
+m stop --sesion x --all
+check "a mistyped option: exit 2, did you mean the close one" \
+  eval '[ $RC = 2 ] && has "$ERR" "unknown option --sesion (did you mean --session?)" && has "$ERR" "see .muster stop --help."'
+m launch -cpu 1
+check "an option with one dash too few: did you mean the right one" eval '[ $RC = 2 ] && has "$ERR" "did you mean --cpu?"'
+m sotp --all
+check "a mistyped command: exit 2, did you mean the close one, see muster --help" \
+  eval '[ $RC = 2 ] && has "$ERR" "unknown command \"sotp\" (did you mean stop?)" && has "$ERR" "see .muster --help." && [ "$(nlines "$ERR")" = 2 ]'
+m launch --frobnicate
+check "an option close to none: no suggestion" eval '[ $RC = 2 ] && ! has "$ERR" "did you mean"'
+m stop --session
+check "an option without its value: says it needs one" eval '[ $RC = 2 ] && has "$ERR" "^muster: --session needs a value$"'
 m --help
 check "muster --help lists every exit code" \
   eval '[ $RC = 0 ] && hasE "$OUT" "^  3 +not found" && hasE "$OUT" "^  4 +refused" && hasE "$OUT" "^  5 +unreachable" && hasE "$OUT" "^  6 +internal"'

@@ -238,6 +238,9 @@ check "a mistyped option: exit 2, did you mean the close one" \
   eval '[ $RC = 2 ] && has "$ERR" "unknown option --sesion (did you mean --session?)" && has "$ERR" "see .muster stop --help."'
 m launch -cpu 1
 check "an option with one dash too few: did you mean the right one" eval '[ $RC = 2 ] && has "$ERR" "did you mean --cpu?"'
+m run --workers 1 -- true
+check "muster run without --mode: exit 2, says --mode is needed (no silent allreduce)" \
+  eval '[ $RC = 2 ] && has "$ERR" "^muster: --mode is needed: ps, allreduce or exec$"'
 m sotp --all
 check "a mistyped command: exit 2, did you mean the close one, see muster --help" \
   eval '[ $RC = 2 ] && has "$ERR" "unknown command \"sotp\" (did you mean stop?)" && has "$ERR" "see .muster --help." && [ "$(nlines "$ERR")" = 2 ]'

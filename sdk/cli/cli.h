@@ -100,6 +100,10 @@ MUST_CHECK int parse_double(const char *s, double min, double *out);
 MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char *msg,
                               size_t msglen);
 
+/* Whether s looks like a run's id (r-0123456789), which a command that
+ * takes worker ids refuses by name rather than as a malformed worker id. */
+int is_run_id(const char *s);
+
 /* A whole number from min to max into *out. Returns 0, or -1. */
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out);
 

@@ -184,6 +184,11 @@ MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char
   return -1;
 }
 
+int is_run_id(const char *s) {
+  return strlen(s) == 12 && strncmp(s, "r-", 2) == 0 &&
+         strspn(s + 2, "abcdefghijklmnopqrstuvwxyz0123456789") == 10;
+}
+
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {
   char *end;
   long v;

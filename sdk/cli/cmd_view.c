@@ -172,6 +172,10 @@ int cmd_show(int argc, char **argv) {
       as_json = 1;
     else if (argv[i][0] == '-')
       return unknown_option(usage_show, argv[i]);
+    else if (is_run_id(argv[i]))
+      return usage_error(usage_show,
+                         "%s is a run; muster show takes worker ids (muster runs lists runs)",
+                         argv[i]);
     else
       n++;
   }

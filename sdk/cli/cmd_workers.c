@@ -383,6 +383,12 @@ int cmd_stop(int argc, char **argv) {
     } else if (a[0] == '-') {
       code = unknown_option(usage_stop, a);
       goto out;
+    } else if (is_run_id(a)) {
+      code = usage_error(usage_stop,
+                         "%s is a run; muster stop takes worker ids (muster runs lists runs; "
+                         "ending muster run stops a run's workers)",
+                         a);
+      goto out;
     } else {
       if (strv_push(&ids, a) != 0) {
         code = out_of_memory();

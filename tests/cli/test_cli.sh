@@ -309,6 +309,11 @@ check "launch more cores than the backend has: exit 4 (refused), the controller'
 m await --running --timeout 5 w-zzzzzzzzzz
 check "await an unknown worker: exit 3 (not found), says there is no such worker" \
   eval '[ $RC = 3 ] && has "$ERR" "w-zzzzzzzzzz" && hasE "$ERR" "not.found|no worker"'
+m show r-0123456789
+check "show of a run's id: exit 2, says it is a run and where runs are listed" \
+  eval '[ $RC = 2 ] && has "$ERR" "r-0123456789 is a run; muster show takes worker ids (muster runs lists runs)"'
+m stop r-0123456789
+check "stop of a run's id: exit 2, says it is a run" eval '[ $RC = 2 ] && has "$ERR" "r-0123456789 is a run; muster stop takes worker ids"'
 m show not-an-id
 check "show of a malformed id: exit 4 (refused), not 3 (not found), naming the id" \
   eval '[ $RC = 4 ] && has "$ERR" "not-an-id"'

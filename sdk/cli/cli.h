@@ -8,7 +8,7 @@
  *
  * Layers, each calling only those below it: muster.c (main, the command
  * table) -> cmd_*.c (one file per command group) -> launch_lease.c,
- * await_progress.c, mpi_agent.c -> cli_util.c -> libmuster.
+ * await_progress.c, mpi_agent.c -> cli_util.c, usage.c -> libmuster.
  */
 #ifndef MUSTER_CLI_H
 #define MUSTER_CLI_H
@@ -18,8 +18,22 @@
 
 #include <stddef.h>
 
-/* Exit codes. */
-enum { EXIT_OK = 0, EXIT_WORKERS = 1, EXIT_USAGE = 2, EXIT_CONTROLLER = 3 };
+/* Exit codes, one per kind of outcome, so that a script can tell them
+ * apart (muster --help and the README list them). */
+enum {
+  EXIT_OK = 0,          /* all good */
+  EXIT_WORKERS = 1,     /* a worker or the training failed, or the wait timed out */
+  EXIT_USAGE = 2,       /* the command line is wrong */
+  EXIT_NOT_FOUND = 3,   /* no such worker or run */
+  EXIT_REFUSED = 4,     /* refused: an invalid value, a request that can never fit, the
+                           wrong state, a bad token */
+  EXIT_UNREACHABLE = 5, /* no controller answered (none found, down, timed out) */
+  EXIT_INTERNAL = 6,    /* the controller or muster itself failed (internal error,
+                           out of memory, an unexpected answer) */
+};
+
+/* The exit code for a libmuster error (a negative muster_error). */
+int exit_code_for(int rc);
 
 /* --url and --token, or NULL: set by main before any command runs, read by
  * connect_client() (and by muster await, which draws its progress line
@@ -28,9 +42,20 @@ extern const char *opt_url, *opt_token;
 
 /* ---- messages and the controller ---- */
 
-/* Prints "muster: " and the message, then usage, to stderr. Returns
+/* usage.c: prints "muster: " and the message, then where to read more
+ * ("see 'muster CMD --help'", CMD from the usage text), to stderr. Returns
  * EXIT_USAGE. */
 int usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* usage.c: the usage error for an option the command does not take: "OPT
+ * needs a value" when usage names it, else "unknown option OPT", with "did
+ * you mean" the closest option of usage where one is close. Returns
+ * EXIT_USAGE. */
+int unknown_option(const char *usage, const char *opt);
+
+/* usage.c: the word of words[0..n) closest to typed, if one is close
+ * enough to suggest (borrowed), else NULL. */
+const char *closest_word(const char *typed, const char *const *words, size_t n);
 
 /* Reports a failed call and returns the exit code for it. */
 int call_failed(muster_client *c, int rc);
@@ -74,6 +99,10 @@ MUST_CHECK int parse_double(const char *s, double min, double *out);
  * the sentence that says what is wrong in msg. */
 MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char *msg,
                               size_t msglen);
+
+/* Whether s looks like a run's id (r-0123456789), which a command that
+ * takes worker ids refuses by name rather than as a malformed worker id. */
+int is_run_id(const char *s);
 
 /* A whole number from min to max into *out. Returns 0, or -1. */
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out);

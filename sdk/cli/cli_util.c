@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,17 +15,6 @@
 #define MAX_IDS 65536
 
 const char *opt_url, *opt_token;
-
-int usage_error(const char *usage, const char *fmt, ...) {
-  va_list ap;
-
-  fputs("muster: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n\n%s", usage);
-  return EXIT_USAGE;
-}
 
 /* Reports a failed call and returns the exit code for it. */
 int call_failed(muster_client *c, int rc) {
@@ -37,37 +25,76 @@ int call_failed(muster_client *c, int rc) {
   if (field)
     fprintf(stderr, " (field: %s)", field);
   fputc('\n', stderr);
-  return EXIT_CONTROLLER;
+  return exit_code_for(rc);
+}
+
+int exit_code_for(int rc) {
+  /* No default: -Wall names a new row of the error table left out here. */
+  switch ((muster_error)rc) {
+  case MUSTER_OK:
+    return EXIT_OK;
+  case MUSTER_E_NOT_FOUND:
+    return EXIT_NOT_FOUND;
+  case MUSTER_E_MALFORMED:
+  case MUSTER_E_UNAUTHORIZED:
+  case MUSTER_E_FORBIDDEN:
+  case MUSTER_E_CONFLICT:
+  case MUSTER_E_TOO_LARGE:
+  case MUSTER_E_INVALID:
+  case MUSTER_E_METHOD:
+  case MUSTER_E_CAPACITY:
+    return EXIT_REFUSED;
+  case MUSTER_E_SHUTTING_DOWN:
+  case MUSTER_E_UNREACHABLE:
+  case MUSTER_E_TIMEOUT:
+  case MUSTER_E_BACKEND_DOWN:
+    return EXIT_UNREACHABLE;
+  case MUSTER_E_NOMEM:
+  case MUSTER_E_INTERNAL:
+  case MUSTER_E_DB:
+  case MUSTER_E_SCHEMA_TOO_NEW:
+  case MUSTER_E_IO:
+  case MUSTER_E_PROTOCOL:
+  case MUSTER_E_BACKEND:
+    return EXIT_INTERNAL;
+  }
+  return EXIT_INTERNAL;
 }
 
 int connect_client(muster_client **c) {
+  const char *url;
   int rc;
 
-  if (opt_url || opt_token) {
-    const char *url = opt_url ? opt_url : getenv("MUSTER_URL");
-    const char *token = opt_token ? opt_token : getenv("MUSTER_TOKEN");
-    if (!url || !token) {
-      fprintf(stderr, "muster: --url and --token go together (or set MUSTER_URL and "
-                      "MUSTER_TOKEN)\n");
-      return EXIT_USAGE;
-    }
-    rc = muster_client_new(url, token, c);
-  } else {
-    rc = muster_client_new_default(c);
-  }
+  /* --url and --token are MUSTER_URL and MUSTER_TOKEN given on the command
+   * line: either alone takes the other from the environment or the state
+   * directory, exactly as the variables do. Set in the environment, they
+   * also reach what this command starts (muster run's rsh agents find the
+   * same controller). */
+  if ((opt_url && setenv("MUSTER_URL", opt_url, 1) != 0) ||
+      (opt_token && setenv("MUSTER_TOKEN", opt_token, 1) != 0))
+    return out_of_memory();
+  rc = muster_client_new_default(c);
   if (rc == MUSTER_E_UNREACHABLE) {
     fprintf(stderr, "muster: no controller found: set MUSTER_URL and MUSTER_TOKEN, pass --url "
                     "and --token, or start one (bash scripts/run.sh starts a local one)\n");
-    return EXIT_CONTROLLER;
+    return EXIT_UNREACHABLE;
   }
   if (rc == MUSTER_E_UNAUTHORIZED) {
     fprintf(stderr, "muster: no API token: set MUSTER_TOKEN or pass --token (the local "
                     "controller keeps it in its state directory's token file)\n");
-    return EXIT_CONTROLLER;
+    return EXIT_REFUSED;
+  }
+  if (rc == MUSTER_E_INVALID) {
+    url = getenv("MUSTER_URL");
+    fprintf(stderr,
+            "muster: bad controller URL or token: the URL must look like http://HOST:PORT "
+            "(or HOST:PORT)%s%s%s, the token be one word\n",
+            url ? ", not \"" : "", url ? url : "", url ? "\"" : "");
+    return EXIT_USAGE;
   }
   if (rc) {
-    fprintf(stderr, "muster: bad --url or --token: %s\n", muster_strerror(rc));
-    return EXIT_USAGE;
+    fprintf(stderr, "muster: could not make a client: %s\n", muster_strerror(rc));
+    return exit_code_for(rc);
   }
   return 0;
 }
@@ -157,6 +184,11 @@ MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char
   return -1;
 }
 
+int is_run_id(const char *s) {
+  return strlen(s) == 12 && strncmp(s, "r-", 2) == 0 &&
+         strspn(s + 2, "abcdefghijklmnopqrstuvwxyz0123456789") == 10;
+}
+
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {
   char *end;
   long v;
@@ -172,7 +204,7 @@ MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {
 /* What a command says and exits with when memory runs out. */
 int out_of_memory(void) {
   fprintf(stderr, "muster: out of memory\n");
-  return EXIT_CONTROLLER;
+  return EXIT_INTERNAL;
 }
 
 MUST_CHECK int strv_push(struct strv *s, const char *x) {

@@ -40,8 +40,11 @@ int cmd_exec(int argc, char **argv) {
     } else if (strcmp(a, "--") == 0) {
       i++;
       break;
+    } else if (strcmp(a, "--env") == 0 && i + 1 < argc) {
+      code = usage_error(usage_exec, "--env takes NAME=value, not \"%s\"", argv[i + 1]);
+      goto out;
     } else if (a[0] == '-') {
-      code = usage_error(usage_exec, "unknown option or missing value: %s", a);
+      code = unknown_option(usage_exec, a);
       goto out;
     } else if (!id) {
       id = a;
@@ -76,7 +79,7 @@ int cmd_exec(int argc, char **argv) {
   rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
   if (rc) {
     fprintf(stderr, "muster: %s\n", err);
-    code = rc == MUSTER_E_NOT_FOUND ? 127 : EXIT_CONTROLLER;
+    code = rc == MUSTER_E_NOT_FOUND ? 127 : exit_code_for(rc);
     goto out;
   }
   if (err[0])
@@ -106,7 +109,7 @@ static MUST_CHECK int rsh_target(const char *host, muster_exec_target *t) {
     rc = call_failed(c, rc);
     goto out;
   }
-  rc = EXIT_CONTROLLER;
+  rc = EXIT_NOT_FOUND;
   for (size_t i = 0; i < ws.count; i++)
     if (ws.items[i].ip_address && strcmp(ws.items[i].ip_address, host) == 0) {
       rc = muster_exec_target_get(c, ws.items[i].id, t);

@@ -80,7 +80,7 @@ int cmd_run(int argc, char **argv) {
   double d;
   ssize_t n;
 
-  int session_given = 0, ttl_given = 0;
+  int session_given = 0, ttl_given = 0, mode_given = 0;
 
   muster_run_opts_init(&o);
   o.session = session_default();
@@ -95,7 +95,7 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--no-lease") == 0) {
       o.lease_ttl = -1;
     } else if (!v) {
-      return usage_error(usage_run, "%s needs a value", a);
+      return unknown_option(usage_run, a);
     } else if (strcmp(a, "--mode") == 0) {
       i++;
       if (strcmp(v, "ps") == 0)
@@ -106,6 +106,7 @@ int cmd_run(int argc, char **argv) {
         o.mode = MUSTER_RUN_EXEC;
       else
         return usage_error(usage_run, "--mode must be ps, allreduce or exec, not \"%s\"", v);
+      mode_given = 1;
     } else if (strcmp(a, "--workers") == 0 || strcmp(a, "--ps") == 0 || strcmp(a, "--gpu") == 0 ||
                strcmp(a, "--port") == 0) {
       i++;
@@ -160,9 +161,13 @@ int cmd_run(int argc, char **argv) {
       i++;
       o.run_dir = v;
     } else {
-      return usage_error(usage_run, "unknown option %s", a);
+      return unknown_option(usage_run, a);
     }
   }
+  /* No default: which mode fits is the command's to say, and a ps or
+   * exec training run silently run under mpirun fails far from here. */
+  if (!mode_given)
+    return usage_error(usage_run, "--mode is needed: ps, allreduce or exec");
   if (i >= argc)
     return usage_error(usage_run, "give the command after --");
   if (o.mode == MUSTER_RUN_PS && o.n_ps < 1)
@@ -236,7 +241,7 @@ int cmd_runs(int argc, char **argv) {
       if (parse_int(argv[++i], 1, 1000000, &limit) != 0)
         return usage_error(usage_runs, "-n must be a whole number >= 1, not \"%s\"", v);
     } else {
-      return usage_error(usage_runs, "unknown option or missing value: %s", a);
+      return unknown_option(usage_runs, a);
     }
   }
   if ((code = connect_client(&c)))

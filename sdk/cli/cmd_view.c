@@ -8,7 +8,8 @@
 static const char usage_ps[] =
     "usage: muster ps [-a] [--session S] [--status S]... [--role R] [--json]\n"
     "\n"
-    "Lists workers, newest first: the live ones, or all with -a.\n";
+    "Lists workers of every session (--session S: of one), newest first: the\n"
+    "live ones, or all with -a.\n";
 
 static const char usage_show[] = "usage: muster show [--json] ID...\n\nShows workers in full.\n";
 
@@ -41,8 +42,9 @@ static void fmt_usage(const muster_worker *w, char *buf, size_t size) {
 }
 
 static void print_table(const muster_worker_list *l) {
-  printf("%-12s  %-10s  %-8s  %-10s  %-15s  %5s  %6s  %12s  %3s  %5s  %4s  %s\n", "ID", "STATUS",
-         "ROLE", "NAME", "IP", "CPU", "MEM", "USED", "GPU", "AGE", "EXIT", "FAILURE");
+  printf("%-12s  %-10s  %-15s  %-8s  %-10s  %-15s  %5s  %6s  %12s  %3s  %5s  %4s  %s\n", "ID",
+         "STATUS", "SESSION", "ROLE", "NAME", "IP", "CPU", "MEM", "USED", "GPU", "AGE", "EXIT",
+         "FAILURE");
   for (size_t i = 0; i < l->count; i++) {
     const muster_worker *w = &l->items[i];
     char age[16], code[16], used[40];
@@ -55,10 +57,10 @@ static void print_table(const muster_worker_list *l) {
     else
       snprintf(code, sizeof(code), "-");
     fmt_usage(w, used, sizeof(used));
-    printf("%-12s  %-10s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %12s  %3d  %5s  %4s  %s\n", w->id,
-           muster_status_name(w->status), w->role ? w->role : "-", w->name ? w->name : "-",
-           w->ip_address ? w->ip_address : "-", w->cpu, w->memory, used, w->nvidia_gpu, age, code,
-           w->failure ? w->failure : "");
+    printf("%-12s  %-10s  %-15s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %12s  %3d  %5s  %4s  %s\n",
+           w->id, muster_status_name(w->status), w->session ? w->session : "-",
+           w->role ? w->role : "-", w->name ? w->name : "-", w->ip_address ? w->ip_address : "-",
+           w->cpu, w->memory, used, w->nvidia_gpu, age, code, w->failure ? w->failure : "");
   }
 }
 
@@ -134,7 +136,7 @@ int cmd_ps(int argc, char **argv) {
         statuses |= 1u << s;
       }
     } else {
-      code = usage_error(usage_ps, "unknown option or missing value: %s", a);
+      code = unknown_option(usage_ps, a);
       goto out;
     }
   }
@@ -169,7 +171,11 @@ int cmd_show(int argc, char **argv) {
     if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else if (argv[i][0] == '-')
-      return usage_error(usage_show, "unknown option %s", argv[i]);
+      return unknown_option(usage_show, argv[i]);
+    else if (is_run_id(argv[i]))
+      return usage_error(usage_show,
+                         "%s is a run; muster show takes worker ids (muster runs lists runs)",
+                         argv[i]);
     else
       n++;
   }
@@ -228,7 +234,7 @@ int cmd_logs(int argc, char **argv) {
     } else if (strcmp(a, "--stderr") == 0) {
       stream = MUSTER_STDERR;
     } else if (a[0] == '-') {
-      return usage_error(usage_logs, "unknown option %s", a);
+      return unknown_option(usage_logs, a);
     } else if (id) {
       return usage_error(usage_logs, "name one worker");
     } else {

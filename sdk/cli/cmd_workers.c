@@ -50,8 +50,9 @@ static const char usage_await[] =
 static const char usage_stop[] =
     "usage: muster stop ID... | --all [--session S]\n"
     "\n"
-    "Stops workers: the ones named, or with --all every live worker of the\n"
-    "session (default $MUSTER_SESSION or default).\n";
+    "Stops workers: the ones named, or with --all every live worker, of every\n"
+    "session (--session S, or $MUSTER_SESSION where set, narrows it to one).\n"
+    "Prints each worker it stopped, and with --all how many in which sessions.\n";
 
 int cmd_launch(int argc, char **argv) {
   muster_launch_opts o;
@@ -161,7 +162,7 @@ int cmd_launch(int argc, char **argv) {
       o.ncommand = (size_t)(argc - i - 1);
       break;
     } else {
-      code = usage_error(usage_launch, "unknown option %s", a);
+      code = unknown_option(usage_launch, a);
       goto out;
     }
 #undef VALUE
@@ -234,7 +235,7 @@ int cmd_await(int argc, char **argv) {
     } else if (strcmp(a, "-") == 0) {
       from_stdin = 1;
     } else if (a[0] == '-') {
-      code = usage_error(usage_await, "unknown option %s", a);
+      code = unknown_option(usage_await, a);
       goto out;
     } else {
       if (strv_push(&ids, a) != 0) {
@@ -295,12 +296,79 @@ out:
   return code;
 }
 
+/* Adds session s to the list ("a, b, c") unless it is there or the list
+ * is full. */
+static void add_session(char *list, size_t size, const char *s) {
+  size_t len = strlen(list), n = strlen(s);
+
+  for (const char *p = list; *p;) {
+    size_t k = strcspn(p, ",");
+    if (k == n && strncmp(p, s, n) == 0)
+      return;
+    p += k;
+    p += strspn(p, ", ");
+  }
+  if (len + n + 3 < size)
+    snprintf(list + len, size - len, "%s%s", len ? ", " : "", s);
+}
+
+/* Prints what a stop call answered, "ID  STATUS" a line, and counts the
+ * workers stopped and their sessions. */
+static void print_stopped(const muster_worker_list *ws, size_t *nstopped, char *sessions,
+                          size_t size) {
+  for (size_t i = 0; i < ws->count; i++) {
+    const muster_worker *w = &ws->items[i];
+    printf("%s  %s\n", w->id, muster_status_name(w->status));
+    if (w->status == MUSTER_STOPPED) {
+      (*nstopped)++;
+      add_session(sessions, size, w->session ? w->session : "-");
+    }
+  }
+}
+
+/* muster stop --all without a session: every live worker the token may
+ * stop, across sessions (listed, then stopped by id, 5000 a call). */
+static int stop_everywhere(muster_client *c, size_t *nstopped, char *sessions, size_t size) {
+  unsigned live = 1u << MUSTER_SCHEDULING | 1u << MUSTER_STARTING | 1u << MUSTER_RUNNING;
+  muster_worker_list all = {0};
+  const char **ids = NULL;
+  int rc, code = EXIT_OK;
+
+  rc = muster_list(c, live, NULL, NULL, &all, NULL);
+  if (rc)
+    return call_failed(c, rc);
+  ids = calloc(all.count + 1, sizeof(*ids));
+  if (!ids) {
+    code = out_of_memory();
+    goto out;
+  }
+  for (size_t i = 0; i < all.count; i++)
+    ids[i] = all.items[i].id;
+  for (size_t at = 0; at < all.count; at += 5000) {
+    muster_worker_list ws = {0};
+    size_t n = all.count - at > 5000 ? 5000 : all.count - at;
+    rc = muster_stop(c, ids + at, n, NULL, &ws);
+    if (rc) {
+      code = call_failed(c, rc);
+      break;
+    }
+    print_stopped(&ws, nstopped, sessions, size);
+    muster_worker_list_free(&ws);
+  }
+out:
+  free(ids);
+  muster_worker_list_free(&all);
+  return code;
+}
+
 int cmd_stop(int argc, char **argv) {
   struct strv ids = {0};
   const char *session = session_default();
-  int all = 0, rc, code = EXIT_OK;
+  int all = 0, rc, code = EXIT_OK, from_env = session != NULL;
   muster_client *c = NULL;
   muster_worker_list ws = {0};
+  size_t nstopped = 0;
+  char sessions[1024] = "";
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -311,8 +379,15 @@ int cmd_stop(int argc, char **argv) {
       all = 1;
     } else if (strcmp(a, "--session") == 0 && i + 1 < argc) {
       session = argv[++i];
+      from_env = 0;
     } else if (a[0] == '-') {
-      code = usage_error(usage_stop, "unknown option or missing value: %s", a);
+      code = unknown_option(usage_stop, a);
+      goto out;
+    } else if (is_run_id(a)) {
+      code = usage_error(usage_stop,
+                         "%s is a run; muster stop takes worker ids (muster runs lists runs; "
+                         "ending muster run stops a run's workers)",
+                         a);
       goto out;
     } else {
       if (strv_push(&ids, a) != 0) {
@@ -331,13 +406,25 @@ int cmd_stop(int argc, char **argv) {
   }
   if ((code = connect_client(&c)))
     goto out;
-  rc = muster_stop(c, ids.v, ids.n, session, &ws);
-  if (rc) {
-    code = call_failed(c, rc);
-    goto out;
+  if (all && !session) {
+    code = stop_everywhere(c, &nstopped, sessions, sizeof(sessions));
+  } else {
+    rc = muster_stop(c, ids.v, ids.n, session, &ws);
+    if (rc) {
+      code = call_failed(c, rc);
+      goto out;
+    }
+    print_stopped(&ws, &nstopped, sessions, sizeof(sessions));
   }
-  for (size_t i = 0; i < ws.count; i++)
-    printf("%s  %s\n", ws.items[i].id, muster_status_name(ws.items[i].status));
+  /* --all says what it did, even when there was nothing to stop. */
+  if (all && code == EXIT_OK && nstopped == 0 && !session)
+    fprintf(stderr, "muster stop: no live workers in any session\n");
+  else if (all && code == EXIT_OK && nstopped == 0)
+    fprintf(stderr, "muster stop: no live workers in session %s%s\n", session,
+            from_env ? " (MUSTER_SESSION)" : "");
+  else if (all && code == EXIT_OK)
+    fprintf(stderr, "muster stop: stopped %zu worker%s (session%s %s)\n", nstopped,
+            nstopped == 1 ? "" : "s", strchr(sessions, ',') ? "s" : "", sessions);
 out:
   muster_worker_list_free(&ws);
   muster_client_free(c);

@@ -129,7 +129,7 @@ out:
             "they stop when the lease runs out\n",
             muster_strerror(rc));
     if (code == EXIT_OK)
-      code = EXIT_CONTROLLER;
+      code = exit_code_for(rc);
   }
   if (watching) {
     pthread_kill(t, SIGUSR1);

@@ -26,12 +26,22 @@ static const char usage_main[] =
     "  rsh        Open MPI's rsh agent on the exec channel (used by muster run)\n"
     "  rank       start an Open MPI rank inside its own worker (used by muster run)\n"
     "\n"
-    "The controller is found from --url/--token, MUSTER_URL/MUSTER_TOKEN, or the\n"
-    "state directory of the local controller ($MUSTER_STATE_DIR, default ~/.muster).\n"
+    "The controller's URL is --url, else MUSTER_URL, else the state directory's\n"
+    "(of the local controller: $MUSTER_STATE_DIR, default ~/.muster); its token\n"
+    "likewise --token, MUSTER_TOKEN or the state directory's. HOST:PORT is\n"
+    "http://HOST:PORT.\n"
     "Run 'muster COMMAND --help' for a command's options.\n"
     "\n"
-    "exit codes: 0 all good, 1 some workers failed or timed out, 2 usage error,\n"
-    "            3 controller unreachable or refused the request\n";
+    "exit codes:\n"
+    "  0  all good\n"
+    "  1  a worker or the training failed, or the wait timed out\n"
+    "  2  usage error (the command line is wrong)\n"
+    "  3  not found: no such worker or run\n"
+    "  4  refused: an invalid value, a request that can never fit, the wrong\n"
+    "     state for it, or a bad token\n"
+    "  5  unreachable: no controller found, or it is down or timed out\n"
+    "  6  internal: the controller or muster failed inside\n"
+    "(muster exec exits with its command's code.)\n";
 
 static const struct {
   const char *name;
@@ -41,6 +51,7 @@ static const struct {
     {"show", cmd_show},     {"stop", cmd_stop},   {"logs", cmd_logs}, {"exec", cmd_exec},
     {"rsh", cmd_rsh},       {"rank", cmd_rank},   {"run", cmd_run},   {"runs", cmd_runs},
 };
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 int main(int argc, char **argv) {
   int i = 1;
@@ -57,15 +68,26 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
       opt_token = argv[++i];
     } else {
-      return usage_error(usage_main, "unknown option or missing value: %s", argv[i]);
+      return unknown_option(usage_main, argv[i]);
     }
   }
-  if (i >= argc)
-    return usage_error(usage_main, "a command is needed");
+  if (i >= argc) {
+    /* Nothing asked: the whole usage, as the one place it is not noise. */
+    fputs(usage_main, stderr);
+    return EXIT_USAGE;
+  }
   argc -= i;
   argv += i;
-  for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
+  for (size_t k = 0; k < NCOMMANDS; k++)
     if (strcmp(argv[0], commands[k].name) == 0)
       return commands[k].run(argc, argv);
+  {
+    const char *names[NCOMMANDS], *best;
+    for (size_t k = 0; k < NCOMMANDS; k++)
+      names[k] = commands[k].name;
+    best = closest_word(argv[0], names, NCOMMANDS);
+    if (best)
+      return usage_error(usage_main, "unknown command \"%s\" (did you mean %s?)", argv[0], best);
+  }
   return usage_error(usage_main, "unknown command \"%s\"", argv[0]);
 }

@@ -87,8 +87,11 @@ void muster_worker_cleanup(muster_worker *w);
 /* Frees the items of l and empties it; NULL is a no-op. */
 void muster_worker_list_free(muster_worker_list *l);
 
-/* Creates a client for the controller at url (e.g. "http://127.0.0.1:8470")
- * with the API token. *out must be freed with muster_client_free(). */
+/* Creates a client for the controller at url (e.g. "http://127.0.0.1:8470";
+ * "127.0.0.1:8470", without a scheme, is taken as http://, as the Python
+ * client does) with the API token. *out must be freed with
+ * muster_client_free(). MUSTER_E_INVALID for a scheme other than http or
+ * https, or a token that is empty or has spaces. */
 int muster_client_new(const char *url, const char *token, muster_client **out) MUSTER_WARN_UNUSED;
 
 /* Creates a client from the environment: MUSTER_URL and MUSTER_TOKEN, or

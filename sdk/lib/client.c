@@ -65,8 +65,11 @@ int muster_client_new(const char *url, const char *token, muster_client **out) {
   size_t n;
 
   *out = NULL;
-  if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) || !token ||
-      !*token || strlen(token) > 200 || strpbrk(token, " \r\n\t"))
+  /* "HOST:PORT" is http://HOST:PORT, as in the Python client; any other
+   * scheme is refused. */
+  if (!url || !*url || strpbrk(url, " \r\n\t") ||
+      (strstr(url, "://") && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
+      !token || !*token || strlen(token) > 200 || strpbrk(token, " \r\n\t"))
     return MUSTER_E_INVALID;
   pthread_once(&curl_once, curl_init_once);
   c = calloc(1, sizeof(*c));
@@ -74,7 +77,12 @@ int muster_client_new(const char *url, const char *token, muster_client **out) {
     return MUSTER_E_NOMEM;
   pthread_mutex_init(&c->sock_lock, NULL);
   c->sock = CURL_SOCKET_BAD;
-  c->url = strdup(url);
+  if (strstr(url, "://")) {
+    c->url = strdup(url);
+  } else if ((c->url = malloc(strlen(url) + 8)) != NULL) {
+    memcpy(c->url, "http://", 7);
+    memcpy(c->url + 7, url, strlen(url) + 1);
+  }
   c->curl = curl_easy_init();
   if (!c->url || !c->curl) {
     muster_client_free(c);

@@ -230,19 +230,40 @@ m await --timeout
 check "await --timeout with no value exits 2" eval '[ $RC = 2 ] && has "$ERR" "--timeout"'
 m stop
 check "stop with neither ids nor --all exits 2" eval '[ $RC = 2 ]'
+m launch --bogus-flag
+check "a usage error prints its line and where to read more, not the whole usage" \
+  eval '[ $RC = 2 ] && [ "$(nlines "$ERR")" = 2 ] && has "$ERR" "^muster: unknown option --bogus-flag$" && has "$ERR" "^see .muster launch --help.$"'
+m stop --sesion x --all
+check "a mistyped option: exit 2, did you mean the close one" \
+  eval '[ $RC = 2 ] && has "$ERR" "unknown option --sesion (did you mean --session?)" && has "$ERR" "see .muster stop --help."'
+m launch -cpu 1
+check "an option with one dash too few: did you mean the right one" eval '[ $RC = 2 ] && has "$ERR" "did you mean --cpu?"'
+m run --workers 1 -- true
+check "muster run without --mode: exit 2, says --mode is needed (no silent allreduce)" \
+  eval '[ $RC = 2 ] && has "$ERR" "^muster: --mode is needed: ps, allreduce or exec$"'
+m sotp --all
+check "a mistyped command: exit 2, did you mean the close one, see muster --help" \
+  eval '[ $RC = 2 ] && has "$ERR" "unknown command \"sotp\" (did you mean stop?)" && has "$ERR" "see .muster --help." && [ "$(nlines "$ERR")" = 2 ]'
+m launch --frobnicate
+check "an option close to none: no suggestion" eval '[ $RC = 2 ] && ! has "$ERR" "did you mean"'
+m stop --session
+check "an option without its value: says it needs one" eval '[ $RC = 2 ] && has "$ERR" "^muster: --session needs a value$"'
+m --help
+check "muster --help lists every exit code" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^  3 +not found" && hasE "$OUT" "^  4 +refused" && hasE "$OUT" "^  5 +unreachable" && hasE "$OUT" "^  6 +internal"'
 m ps --status nonsense
 check "ps --status nonsense exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "nonsense"'
 
 # No controller listening.
 run env -u MUSTER_STATE_DIR MUSTER_URL=http://127.0.0.1:1 MUSTER_TOKEN=x "$MUSTER" ps
-check "no controller at MUSTER_URL: exit 3, says it could not reach it" \
-  eval '[ $RC = 3 ] && hasE "$ERR" "could not reach|unreachable" && has "$ERR" "127.0.0.1:1"'
+check "no controller at MUSTER_URL: exit 5 (unreachable), says it could not reach it" \
+  eval '[ $RC = 5 ] && hasE "$ERR" "could not reach|unreachable" && has "$ERR" "127.0.0.1:1"'
 run "$MUSTER" --url http://127.0.0.1:1 --token x launch
-check "no controller at --url: launch exits 3" eval '[ $RC = 3 ] && hasE "$ERR" "could not reach|unreachable"'
+check "no controller at --url: launch exits 5 (unreachable)" eval '[ $RC = 5 ] && hasE "$ERR" "could not reach|unreachable"'
 mkdir -p "$TMP/empty-state"
 run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$TMP/empty-state" "$MUSTER" ps
-check "empty state dir and no MUSTER_URL: exit 3, says how to find or start a controller" \
-  eval '[ $RC = 3 ] && has "$ERR" "MUSTER_URL" && has "$ERR" "start" && [ -z "$OUT" ]'
+check "empty state dir and no MUSTER_URL: exit 5 (unreachable), says how to find or start a controller" \
+  eval '[ $RC = 5 ] && has "$ERR" "MUSTER_URL" && has "$ERR" "start" && [ -z "$OUT" ]'
 
 # ======================= main controller =======================
 
@@ -266,17 +287,36 @@ run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$TOKEN" "$MUSTER" ps
 check "MUSTER_URL + MUSTER_TOKEN works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
 run "$MUSTER" --url "$URL" --token "$TOKEN" ps
 check "--url + --token works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url "$URL" ps
+check "--url alone takes the token from the state directory, as MUSTER_URL does" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url "${URL#http://}" ps
+check "--url HOST:PORT without a scheme is taken as http://" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_STATE_DIR MUSTER_URL="${URL#http://}" MUSTER_TOKEN="$TOKEN" "$MUSTER" ps
+check "MUSTER_URL=HOST:PORT without a scheme is taken as http:// (libmuster's client)" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run "$MUSTER" --url "ftp://${URL#http://}" --token "$TOKEN" ps
+check "--url with another scheme: exit 2, says what a URL looks like and names it" \
+  eval '[ $RC = 2 ] && has "$ERR" "http://HOST:PORT" && has "$ERR" "ftp://"'
 run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN=wrong-token "$MUSTER" ps
-check "wrong token: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized" && [ -z "$OUT" ]'
+check "wrong token: exit 4 (refused), says unauthorized" eval '[ $RC = 4 ] && has "$ERR" "unauthorized" && [ -z "$OUT" ]'
 run "$MUSTER" --url "$URL" --token wrong-token launch
-check "wrong token on launch: exit 3, says unauthorized" eval '[ $RC = 3 ] && has "$ERR" "unauthorized"'
+check "wrong token on launch: exit 4 (refused), says unauthorized" eval '[ $RC = 4 ] && has "$ERR" "unauthorized"'
 
 m launch --cpu 4096
-check "launch more cores than the backend has: exit 3, the controller's message names cpu" \
-  eval '[ $RC = 3 ] && has "$ERR" "cpu" && [ -z "$OUT" ]'
+check "launch more cores than the backend has: exit 4 (refused), the controller's message names cpu" \
+  eval '[ $RC = 4 ] && has "$ERR" "cpu" && [ -z "$OUT" ]'
 m await --running --timeout 5 w-zzzzzzzzzz
-check "await an unknown worker: exit 3, says there is no such worker" \
+check "await an unknown worker: exit 3 (not found), says there is no such worker" \
   eval '[ $RC = 3 ] && has "$ERR" "w-zzzzzzzzzz" && hasE "$ERR" "not.found|no worker"'
+m show r-0123456789
+check "show of a run's id: exit 2, says it is a run and where runs are listed" \
+  eval '[ $RC = 2 ] && has "$ERR" "r-0123456789 is a run; muster show takes worker ids (muster runs lists runs)"'
+m stop r-0123456789
+check "stop of a run's id: exit 2, says it is a run" eval '[ $RC = 2 ] && has "$ERR" "r-0123456789 is a run; muster stop takes worker ids"'
+m show not-an-id
+check "show of a malformed id: exit 4 (refused), not 3 (not found), naming the id" \
+  eval '[ $RC = 4 ] && has "$ERR" "not-an-id"'
 
 # launch -n 3
 m launch -n 3 --cpu 0.1
@@ -363,7 +403,7 @@ else
 fi
 live_ok=1
 for id in $IDS3 $PIPED; do hasE "$OUT" "^$id +running .*127\." || live_ok=0; done
-check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +ROLE +NAME +IP +CPU +MEM +USED"'
+check "ps: a table with a header" eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" "^ID +STATUS +SESSION +ROLE +NAME +IP +CPU +MEM +USED"'
 if [ $isolated = 1 ]; then
   check "ps: USED shows each running worker's cpu seconds and memory" eval '[ $used_ok = 0 ]'
 else
@@ -456,6 +496,9 @@ SESS=cli-test-$$
 run env MUSTER_SESSION="$SESS" "$MUSTER" launch -n 2 --cpu 0.1
 SIDS=$OUT
 m await --running --timeout 15 $SIDS
+m ps
+check "ps shows each worker's session: a notebook's workers beside the default session's" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^$(head -1 <<<"$SIDS") +running +$SESS " && hasE "$OUT" "^w-[a-z0-9]{10} +running +default "'
 run env MUSTER_SESSION="$SESS" "$MUSTER" stop --all
 stopped_ok=1
 for id in $SIDS; do hasE "$OUT" "^$id +stopped$" || stopped_ok=0; done
@@ -470,7 +513,11 @@ m await --running --timeout 15 $SIDS2
 m stop --all --session "$SESS-b"
 stopped_ok=1
 for id in $SIDS2; do hasE "$OUT" "^$id +stopped$" || stopped_ok=0; done
-check "stop --all --session S stops that session's workers" eval '[ $RC = 0 ] && [ $stopped_ok = 1 ] && [ "$(nlines "$OUT")" = 2 ]'
+check "stop --all --session S stops that session's workers, and says how many where" \
+  eval '[ $RC = 0 ] && [ $stopped_ok = 1 ] && [ "$(nlines "$OUT")" = 2 ] && has "$ERR" "stopped 2 workers (session $SESS-b)"'
+m stop --all --session "$SESS-b"
+check "stop --all with nothing live in the session says so on stderr, exit 0" \
+  eval '[ $RC = 0 ] && [ -z "$OUT" ] && has "$ERR" "no live workers in session $SESS-b"'
 
 # Progress line of await on a terminal.
 m launch -n 2 --cpu 0.1
@@ -547,11 +594,19 @@ check "logs -f on a worker stopped while it runs shows its last output and retur
   eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "first words\nlast words")" ]'
 
 # ======================= the end =======================
+# A notebook's worker, in a session of its own: stop --all (no --session, no
+# MUSTER_SESSION) stops it too, with the default session's.
+m launch --cpu 0.1 --session "notebook-$$"
+NBW=$OUT
+m await --running --timeout 15 "$NBW"
 m stop --all
-check "stop --all stops the default session's remaining workers" \
-  eval '[ $RC = 0 ] && [ "$(nlines "$OUT")" = 7 ] && ! grep -qv " stopped$" <<<"$OUT"'
+check "stop --all stops every session's live workers, a notebook's too, and names the sessions" \
+  eval '[ $RC = 0 ] && [ "$(nlines "$OUT")" = 8 ] && ! grep -qv " stopped$" <<<"$OUT" && hasE "$OUT" "^$NBW +stopped$" && has "$ERR" "stopped 8 workers (sessions " && has "$ERR" "notebook-$$" && has "$ERR" "default"'
 m ps --json
 check "  ... none is left live" eval '[ $RC = 0 ] && [ "$(jq length <<<"$OUT")" = 0 ]'
+m stop --all
+check "stop --all with nothing live says so on stderr, exit 0" \
+  eval '[ $RC = 0 ] && [ -z "$OUT" ] && has "$ERR" "no live workers in any session"'
 
 echo "# took $(($(date +%s) - START)) s"
 echo "$PASS passed, $FAIL failed"

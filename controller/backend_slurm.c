@@ -401,6 +401,11 @@ static int slurm_submit(const struct backend_start *ws, int n, char *why, size_t
 
 static void slurm_cancel(const char *id, enum backend_cancel how) {
   pthread_mutex_lock(&sb.mu);
+  /* A worker a restart left unmatched: its job, once found, is cancelled
+   * rather than adopted (sb_resolve reads this under sb.mu). */
+  for (int i = 0; i < sb.nunresolved; i++)
+    if (strcmp(sb.unresolved[i].id, id) == 0)
+      sb.unresolved[i].ended = 1;
   for (struct sb_job *j = sb.jobs; j; j = j->next) {
     int left = 0, found = -1;
 

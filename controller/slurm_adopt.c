@@ -18,14 +18,25 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Whether unmatched worker id was stopped meanwhile (slurm_cancel). Under
+ * sb.mu. */
+static int unresolved_ended_locked(const char *id) {
+  for (int i = 0; i < sb.nunresolved; i++)
+    if (strcmp(sb.unresolved[i].id, id) == 0)
+      return sb.unresolved[i].ended;
+  return 0;
+}
+
 /* Tracks again the jobs of the workers whose fate is ADOPT (job[i]: the
- * index in q of worker i's job). Called with sb.mu held; no I/O. */
+ * index in q of worker i's job); a job whose workers were all stopped
+ * meanwhile is cancelled instead of released. Called with sb.mu held; no
+ * I/O. */
 static void adopt_locked(const struct sq_job *q, const long *job, const struct backend_live *ws,
                          const struct sb_fate *f, int n) {
   for (int i = 0; i < n; i++) {
     const struct sq_job *s;
     struct sb_job *j;
-    int m = 0;
+    int m = 0, ended = 0;
 
     if (f[i].kind != SB_FATE_ADOPT)
       continue;
@@ -66,7 +77,14 @@ static void adopt_locked(const struct sq_job *q, const long *job, const struct b
        * scheduling in a job that runs now gets its STARTED (and its start
        * timeout) from the next poll. */
       j->w[j->n].started = ws[k].registered;
+      /* Stopped while it was unmatched (slurm_cancel): its job goes. */
+      j->w[j->n].ended = unresolved_ended_locked(ws[k].id);
+      ended += j->w[j->n].ended;
       j->n++;
+    }
+    if (ended == j->n) {
+      j->release = 0;
+      j->cancel_job = 1;
     }
     j->req = j->w[0].req;
     sb_job_append_locked(j);

@@ -4,7 +4,8 @@
 # controller left meet the same fate as when squeue answers at the restart
 # (docs/backends.md, "Restart"): a worker whose job was never queued gets
 # attempt 2; one whose job ended while the controller was down and left
-# squeue fails with Slurm's accounting (sacct) of the end.
+# squeue fails with Slurm's accounting (sacct) of the end; one stopped while
+# it was unmatched has its held job cancelled, never released.
 #
 # usage: tests/slurm/test_slurm_restart.sh BUILD_DIR   (ctest slurm_restart)
 set -uo pipefail
@@ -80,7 +81,8 @@ cat >"$bin/sacct" <<'SH'
 echo "$*" >>"$MUSTER_FAKE/sacct.log"
 cat "$MUSTER_FAKE/sacct.out" 2>/dev/null
 SH
-for c in scontrol scancel sinfo; do printf '#!/bin/sh\nexit 0\n' >"$bin/$c"; done
+for c in scontrol scancel; do printf '#!/bin/sh\necho "$*" >>"$MUSTER_FAKE/%s.log"\nexit 0\n' "$c" >"$bin/$c"; done
+printf '#!/bin/sh\nexit 0\n' >"$bin/sinfo"
 # (sbatch runs with the job's environment only: the fakes know $fake by heart)
 sed -i "s|\$MUSTER_FAKE|$fake|g; s|^python3 |/usr/bin/python3 |" "$bin"/*
 chmod +x "$bin"/*
@@ -165,6 +167,40 @@ scenario() {
   check "...sacct was asked about its job $ranjob" grep -q -- "--jobs $ranjob" "$fake/sacct.log"
   stop_controller
 }
+
+# A worker stopped while a restart had not matched it with its job (squeue
+# down): once the queue is read, its job (held, never released by the
+# controller that died) is cancelled, not adopted and released.
+stopped_unmatched() {
+  rm -rf "$tmp/state" "$fake"/{squeue_down,sbatch_wait,sacct.log,sacct.out,sbatch.log,scancel.log,scontrol.log}
+  echo '{"jobs": []}' >"$fake/queue.json"
+  start_controller || return 1
+  held=$(m launch -n 1 --cpu 0.5 --memory 0.25)
+  wait_for 30 "$held to start in its Slurm job" is "$held" status starting
+  heldjob=$(show "$held" backend_ref)
+  stop_controller
+  # The controller died before it released the job: it is still held.
+  python3 - "$fake/queue.json" <<'PY'
+import json, sys
+q = json.load(open(sys.argv[1]))
+for j in q["jobs"]:
+    j["job_state"], j["state_reason"] = "PENDING", "JobHeldUser"
+json.dump(q, open(sys.argv[1], "w"))
+PY
+  rm -f "$fake/scontrol.log" "$fake/scancel.log"
+  touch "$fake/squeue_down"
+  start_controller || return 1
+  m stop "$held" >/dev/null
+  check "a worker stopped before the restart matched it is stopped" is "$held" status stopped
+  rm -f "$fake/squeue_down"
+  wait_for 30 "scancel of job $heldjob" grep -q "$heldjob" "$fake/scancel.log"
+  check "...and once squeue answers, its held job $heldjob is cancelled" grep -q "$heldjob" "$fake/scancel.log"
+  check "...never released" bash -c "! grep -q 'release $heldjob' '$fake/scontrol.log' 2>/dev/null"
+  stop_controller
+}
+
+stopped_unmatched || { echo "not ok - the stopped-while-unmatched scenario ran to its end"; fail=$((fail + 1)); }
+[ -n "$ctl_pid" ] && stop_controller
 
 for how in up down; do
   scenario "$how" || { echo "not ok - the scenario with squeue $how ran to its end"; fail=$((fail + 1)); }

@@ -212,11 +212,16 @@ void streams_flush_due(int64_t now) {
 }
 
 /* Flushes every stream that holds bytes now, unless a failed flush's retry
- * time is still ahead: one try, which blocks the loop as a due flush does.
+ * time is still ahead or the controller was not reached last time (or the
+ * worker is ending): one try, which blocks the loop as a due flush does.
  * The exec channel calls it before it tells a client that its command
  * ended, so that what the command wrote is in the worker's log by then. */
 void streams_flush_now(int64_t now) {
-  streams_flush(now, true);
+  /* Only while the last call reached the controller: one that is away or
+   * hangs must not hold up the exec channel's answer (the bytes ship on the
+   * loop's own schedule then). */
+  if (wd.controller_up && !wd.ending)
+    streams_flush(now, true);
 }
 
 /* Flushes both streams now. Returns 0 or MUSTER_E_UNREACHABLE. */

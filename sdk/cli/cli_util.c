@@ -81,7 +81,8 @@ int connect_client(muster_client **c) {
   }
   if (rc == MUSTER_E_UNAUTHORIZED) {
     fprintf(stderr, "muster: no API token: set MUSTER_TOKEN or pass --token (the local "
-                    "controller keeps it in its state directory's token file)\n");
+                    "controller keeps it in its state directory's token file, which is sent "
+                    "only to that controller's own URL or a loopback address)\n");
     return EXIT_REFUSED;
   }
   if (rc == MUSTER_E_INVALID) {

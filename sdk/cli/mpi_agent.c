@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 /* The exit codes of the CLI's table (sdk/cli/muster.c) that these share. */
-enum { AGENT_USAGE = 2, AGENT_NO_MEMORY = 3 };
+enum { AGENT_USAGE = 2, AGENT_NO_MEMORY = 6 }; /* the CLI's usage and internal exit codes */
 
 const char mpi_agent_usage_rsh[] =
     "usage: muster rsh [options] HOST COMMAND...\n"

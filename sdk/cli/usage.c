@@ -82,12 +82,14 @@ static int next_option(const char **p, const char **opt, size_t *len) {
   return 0;
 }
 
-/* Whether the usage text names opt as an option. */
+/* Whether the usage text's synopsis (up to its first blank line; the prose
+ * after it quotes other commands' options, "muster launch -n 4") names opt
+ * as an option. */
 static int usage_has(const char *usage, const char *opt) {
-  const char *p = usage, *o;
+  const char *p = usage, *o, *end = strstr(usage, "\n\n");
   size_t n;
 
-  while (next_option(&p, &o, &n))
+  while (next_option(&p, &o, &n) && (!end || o < end))
     if (n == strlen(opt) && strncmp(o, opt, n) == 0)
       return 1;
   return 0;

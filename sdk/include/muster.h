@@ -98,7 +98,9 @@ int muster_client_new(const char *url, const char *token, muster_client **out) M
  * else the files url and token of the local controller's state directory
  * ($MUSTER_STATE_DIR, default ~/.muster). MUSTER_E_UNREACHABLE if neither
  * says where a controller is (muster_strerror() explains; no client is
- * made, so there is no errmsg to read). */
+ * made, so there is no errmsg to read). The state directory's token is
+ * taken only for its own controller's URL or a loopback address:
+ * MUSTER_E_UNAUTHORIZED for another URL without MUSTER_TOKEN. */
 int muster_client_new_default(muster_client **out) MUSTER_WARN_UNUSED;
 
 /* Frees the client; NULL is a no-op. */

@@ -110,10 +110,35 @@ static MUST_CHECK int read_line(const char *path, char *buf, size_t size) {
   return ok && buf[0] ? 0 : -1;
 }
 
+/* url without its scheme and any trailing '/', into buf. */
+static const char *url_core(const char *url, char *buf, size_t size) {
+  const char *p = strstr(url, "://");
+  size_t n;
+
+  snprintf(buf, size, "%s", p ? p + 3 : url);
+  n = strlen(buf);
+  while (n > 0 && buf[n - 1] == '/')
+    buf[--n] = '\0';
+  return buf;
+}
+
+/* Whether the local state directory's token may go to url: the URL its url
+ * file names, or a loopback address. A typo or another host never gets it. */
+static int token_may_go_to(const char *url, const char *dir_url) {
+  char a[512], b[512];
+  const char *host = url_core(url, a, sizeof(a));
+
+  if (dir_url && strcmp(host, url_core(dir_url, b, sizeof(b))) == 0)
+    return 1;
+  return strncmp(host, "127.", 4) == 0 || strncmp(host, "localhost:", 10) == 0 ||
+         strcmp(host, "localhost") == 0 || strncmp(host, "[::1]", 5) == 0;
+}
+
 int muster_client_new_default(muster_client **out) {
   const char *url = getenv("MUSTER_URL"), *token = getenv("MUSTER_TOKEN");
   const char *dir = getenv("MUSTER_STATE_DIR"), *home = getenv("HOME");
-  char dirbuf[1024], path[1100], urlbuf[512], tokbuf[256];
+  char dirbuf[1024], path[1100], urlbuf[512], tokbuf[256], dirurl[512];
+  int own_url = 0;
 
   *out = NULL;
   if (!dir || !*dir) {
@@ -125,8 +150,14 @@ int muster_client_new_default(muster_client **out) {
     if (read_line(path, urlbuf, sizeof(urlbuf)) != 0)
       return MUSTER_E_UNREACHABLE;
     url = urlbuf;
+    own_url = 1;
   }
   if (!token || !*token) {
+    /* The state directory's token goes only to its own controller. */
+    snprintf(path, sizeof(path), "%s/url", dir);
+    if (!own_url &&
+        !token_may_go_to(url, read_line(path, dirurl, sizeof(dirurl)) == 0 ? dirurl : NULL))
+      return MUSTER_E_UNAUTHORIZED;
     snprintf(path, sizeof(path), "%s/token", dir);
     if (read_line(path, tokbuf, sizeof(tokbuf)) != 0)
       return MUSTER_E_UNAUTHORIZED;

@@ -248,6 +248,9 @@ m launch --frobnicate
 check "an option close to none: no suggestion" eval '[ $RC = 2 ] && ! has "$ERR" "did you mean"'
 m stop --session
 check "an option without its value: says it needs one" eval '[ $RC = 2 ] && has "$ERR" "^muster: --session needs a value$"'
+m await -n 3 w-aaaaaaaaaa
+check "an option only the help's prose quotes (muster launch -n) is unknown to await, not 'needs a value'" \
+  eval '[ $RC = 2 ] && ! has "$ERR" "needs a value" && has "$ERR" "-n"'
 m --help
 check "muster --help lists every exit code" \
   eval '[ $RC = 0 ] && hasE "$OUT" "^  3 +not found" && hasE "$OUT" "^  4 +refused" && hasE "$OUT" "^  5 +unreachable" && hasE "$OUT" "^  6 +internal"'
@@ -290,6 +293,9 @@ check "--url + --token works" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
 run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url "$URL" ps
 check "--url alone takes the token from the state directory, as MUSTER_URL does" \
   eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
+run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url http://192.0.2.7:8470 ps
+check "--url to another host without --token: the state directory's token is not sent (exit 4, says why)" \
+  eval '[ $RC = 4 ] && has "$ERR" "no API token" && has "$ERR" "loopback"'
 run env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR="$ST" "$MUSTER" --url "${URL#http://}" ps
 check "--url HOST:PORT without a scheme is taken as http://" eval '[ $RC = 0 ] && hasE "$OUT" "^ID +STATUS"'
 run env -u MUSTER_STATE_DIR MUSTER_URL="${URL#http://}" MUSTER_TOKEN="$TOKEN" "$MUSTER" ps

@@ -52,7 +52,8 @@ static void usage(FILE *out) {
                "  --isolation none|cgroup   local: put each worker in a cgroup of its own\n"
                "                            (default: where the host allows it)\n"
                "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
-               "  --web-dir DIR             the web UI's files\n"
+               "  --web-dir DIR             the web UI's files (default: ../share/muster/web\n"
+               "                            beside this binary, else the source tree's)\n"
                "  --workdir DIR             where workers' scripts run (default: current dir)\n"
                "  --http-threads N          HTTP thread pool size (default 4)\n"
                "  -v, --verbose             log debug lines\n"
@@ -101,7 +102,14 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
     self[n] = '\0';
-    snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s/muster-workerd", dirname(self));
+    const char *bin = dirname(self);
+    char web[sizeof(cfg->web_dir)];
+    snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s/muster-workerd", bin);
+    /* An installed controller (PREFIX/bin) serves PREFIX/share/muster/web;
+     * one run from its build directory, the source tree's web/. */
+    if (snprintf(web, sizeof(web), "%s/../share/muster/web", bin) < (int)sizeof(web) &&
+        access(web, R_OK | X_OK) == 0)
+      snprintf(cfg->web_dir, sizeof(cfg->web_dir), "%s", web);
   } else {
     snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "muster-workerd");
   }

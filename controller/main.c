@@ -320,8 +320,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (strcmp(g.backend->name, "local") == 0)
-    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g cores, %g GiB, %d GPUs)",
-        g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
+    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g core%s, %.1f GiB, %d GPU%s)",
+        g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.cpus == 1 ? "" : "s", g.cfg.memory,
+        g.cfg.gpus, g.cfg.gpus == 1 ? "" : "s");
   else
     LOG(LOG_INFO, "listening on %s (state in %s, %s backend%s%s)", g.controller_url,
         g.cfg.state_dir, g.backend->name, g.cfg.slurm_partition[0] ? ", partition " : "",

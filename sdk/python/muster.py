@@ -25,15 +25,18 @@ Where the controller is (the same rules as the ``muster`` command line tool):
 Workers end with the process that launched them, as in CML: from its first
 launch on, a client holds its session's lease and renews it from a daemon
 thread (every ttl/3; ttl 30 s, or ``MUSTER_LEASE_TTL``). A clean exit (or
-:meth:`Client.close`) stops the session's workers at once; a process that
-dies (a kernel restart, ``kill -9``) stops renewing, and the controller stops
-them when the lease runs out. For workers meant to outlive the notebook, pass
-``lease=False`` (or set ``MUSTER_LEASE=0``).
+:meth:`Client.close`) stops the workers this client launched at once; a
+process that dies (a kernel restart, ``kill -9``) stops renewing, and the
+controller stops them when the lease runs out. For workers meant to outlive
+the notebook, pass ``lease=False`` to :func:`configure` or :class:`Client`
+(or set ``MUSTER_LEASE=0``).
 
 Every failure raises :class:`MusterError`, whose ``code`` is the REST error
 name (``invalid_value``, ``unauthorized``, ``not_found``, ...),
-``unreachable`` when no controller answers, or ``protocol_error`` when the
-answer is not what the API promises.
+``unreachable`` when no controller answers, ``timeout`` when it does not
+answer in time, ``protocol_error`` when the answer is not what the API
+promises, ``io_error`` for a local file, or ``training_failed`` from
+:meth:`Client.run_cluster`.
 """
 
 import atexit
@@ -487,7 +490,8 @@ class Client:
     # --- the API -----------------------------------------------------------
 
     def health(self):
-        """The controller's health: ``{"status": "ok", "version", "workers"}``."""
+        """The controller's health: ``{"status": "ok", "version", "workers", "backend",
+        "isolation"}`` (docs/design.md)."""
         return self._request("GET", "/api/v1/health")
 
     def launch_workers(self, n, cpu, memory, nvidia_gpu=0, kernel="python3", script="",
@@ -503,7 +507,7 @@ class Client:
         Parameters:
             n (int): the number of workers to launch (1..1024).
             cpu (float): CPU cores for each worker (fractional allowed).
-            memory (float): memory in GB for each worker.
+            memory (float): memory in GiB for each worker (CML says GB).
             nvidia_gpu (int, optional): GPUs for each worker. Default 0.
             kernel (str, optional): the interpreter of ``script`` / ``code``:
                 ``"python3"`` (default), ``"bash"``, ``"sh"``, or any program
@@ -835,7 +839,7 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
     Parameters:
         n (int): the number of workers to launch.
         cpu (float): CPU cores for each worker.
-        memory (float): memory in GB for each worker.
+        memory (float): memory in GiB for each worker (CML says GB).
         nvidia_gpu (int, optional): GPUs for each worker. Default 0.
         kernel (str, optional): the kernel/interpreter of ``script`` or
             ``code``. Default ``"python3"``.

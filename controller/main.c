@@ -28,7 +28,7 @@ static void usage(FILE *out) {
                "through a backend.\n"
                "\n"
                "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
-               "                            port 0 picks a free one)\n"
+               "                            :PORT every address; port 0 picks a free one)\n"
                "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
                "  --backend NAME            how workers are started: local (default), slurm\n"
                "                            (a Slurm job per launch, from a login node), or\n"

@@ -639,6 +639,17 @@ mkdir -p "$TMP/elsewhere"
 w4 run --mode exec --workers 1 --cpu 0.1 --timeout 30 --cwd "$TMP/elsewhere" -- muster-train
 check "muster run --cwd DIR starts the workers and their ranks in DIR" \
   eval '[ $RC = 0 ] && hasE "$OUT" "^\[worker-0\] muster-train  in $TMP/elsewhere$"'
+if command -v mpirun >/dev/null; then
+  # The README's own example: muster run --mode allreduce -- muster-train.
+  w4 run --mode allreduce --workers 2 --cpu 0.1 --timeout 30 -- muster-train --epochs 1
+  check "muster run --mode allreduce finds muster-train on the client's PATH only; its ranks start in the client's directory" \
+    eval '[ $RC = 0 ] && hasE "$OUT" "^\[rank-0\] muster-train --epochs 1 in $TMP/project$" && hasE "$OUT" "^\[rank-1\] muster-train --epochs 1 in $TMP/project$"'
+  w4 run --mode allreduce --workers 1 --cpu 0.1 --timeout 30 --cwd "$TMP/elsewhere" -- muster-train
+  check "muster run --mode allreduce --cwd DIR starts its ranks in DIR" \
+    eval '[ $RC = 0 ] && hasE "$OUT" "^\[rank-0\] muster-train  in $TMP/elsewhere$"'
+else
+  ok "# SKIP muster run --mode allreduce: Open MPI's mpirun is not installed"
+fi
 w4 launch --cwd no-such-dir-here
 check "launch --cwd with a relative directory that is not here: exit 2, naming it" \
   eval '[ $RC = 2 ] && has "$ERR" "no-such-dir-here is not a directory here"'

@@ -263,6 +263,8 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
   /* The worker's host resolves it, not the controller's: only its form is
    * checked here; a directory missing there fails the worker with a
    * sentence that names it. */
+  if (out->cwd && !*out->cwd)
+    out->cwd = NULL;
   if (out->cwd && out->cwd[0] != '/')
     return fail(MUSTER_E_INVALID, field, "cwd", msg, msglen,
                 "cwd must be an absolute directory (starting with /), not \"%.200s\"", out->cwd);

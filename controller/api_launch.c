@@ -224,7 +224,9 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
                                 .master_ip = master_ip,
                                 .backend = g.cfg.backend,
                                 .launch_id = launch,
-                                .run = grs[0].lr.run};
+                                .run = grs[0].lr.run,
+                                .cwd = gr->lr.cwd,
+                                .path = gr->lr.path};
       rc = db_worker_insert(g.db, &w);
     }
   }

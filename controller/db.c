@@ -15,12 +15,12 @@
   "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "                      \
   "backend_ref, exit_code, failure, created_at, running_at, finished_at, "                         \
   "last_heartbeat, signal, attempt, waiting_for, usage_cpu_seconds, usage_memory_bytes, "          \
-  "usage_memory_peak_bytes, run"
+  "usage_memory_peak_bytes, run, cwd, path"
 
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
   "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, "           \
-  "backend_ref, launch_id"
+  "backend_ref, launch_id, cwd, path"
 
 static const char *const statement_sql[ST_COUNT_] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -34,8 +34,8 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_WORKER_INSERT] =
         "INSERT INTO workers(id, session, name, role, status, cpu, memory, nvidia_gpu, "
         "script, code, command, kernel, args, env, secret_env, token, master_ip, backend, "
-        "created_at, launch_id, run) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, ?8, ?9, "
-        "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+        "created_at, launch_id, run, cwd, path) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, "
+        "?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
     [ST_EVENT_INSERT] = "INSERT INTO events(worker_id, at, \"from\", \"to\", detail) "
                         "VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_TRANSITION] =

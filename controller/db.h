@@ -34,7 +34,9 @@ struct db_worker_new {
   const char *script, *code, *kernel;
   const char *command_json, *args_json, *env_json, *secret_env_json;
   const char *token, *master_ip, *backend, *launch_id;
-  const char *run; /* the run it belongs to, or NULL */
+  const char *run;  /* the run it belongs to, or NULL */
+  const char *cwd;  /* where it starts (absolute), or NULL: the controller's --workdir */
+  const char *path; /* the PATH its commands are looked up on, or NULL: the worker's own */
 };
 
 /* Fields that a transition may set; NULL / -1 leaves a column as it is. */
@@ -147,6 +149,7 @@ struct db_worker_info {
   char *backend_ref; /* NULL if none */
   char *script, *code, *command_json, *args_json, *env_json, *secret_env_json;
   char *name, *role;
+  char *cwd, *path; /* NULL if the launch gave none */
 };
 
 /* Fills *out for worker id. Returns 0, MUSTER_E_NOT_FOUND, or another error.

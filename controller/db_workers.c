@@ -61,6 +61,8 @@ int db_worker_insert(struct db *db, const struct db_worker_new *w) {
   db_bind_text_or_null(s, 18, now);
   db_bind_text_or_null(s, 19, w->launch_id);
   db_bind_text_or_null(s, 20, w->run);
+  db_bind_text_or_null(s, 21, w->cwd);
+  db_bind_text_or_null(s, 22, w->path);
   rc = db_exec_stmt(s);
   if (rc)
     return rc;
@@ -179,6 +181,8 @@ static json_t *row_to_worker(sqlite3_stmt *s) {
   } else
     json_object_set_new(w, "usage", json_null());
   json_object_set_new(w, "run", db_col_text(s, 32));
+  json_object_set_new(w, "cwd", db_col_text(s, 33));
+  json_object_set_new(w, "path", db_col_text(s, 34));
   return w;
 }
 
@@ -239,6 +243,8 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   o->attempt = sqlite3_column_int(s, 20);
   o->backend_ref = dup_col(s, 21);
   db_copy_col(s, 22, o->launch_id, sizeof(o->launch_id));
+  o->cwd = dup_col(s, 23);
+  o->path = dup_col(s, 24);
 }
 
 void db_worker_info_cleanup(struct db_worker_info *o) {
@@ -253,6 +259,8 @@ void db_worker_info_cleanup(struct db_worker_info *o) {
   free(o->name);
   free(o->role);
   free(o->backend_ref);
+  free(o->cwd);
+  free(o->path);
   memset(o, 0, sizeof(*o));
 }
 

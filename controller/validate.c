@@ -201,9 +201,9 @@ const char *validate_unknown_field(json_t *body, const char *const *known, size_
 
 int validate_launch(json_t *body, struct launch_req *out, const char **field, char *msg,
                     size_t msglen) {
-  static const char *const known[] = {"n",          "cpu",     "memory", "nvidia_gpu", "script",
-                                      "code",       "command", "kernel", "args",       "env",
-                                      "secret_env", "role",    "name",   "session",    "run"};
+  static const char *const known[] = {
+      "n",   "cpu",        "memory", "nvidia_gpu", "script",  "code", "command", "kernel", "args",
+      "env", "secret_env", "role",   "name",       "session", "run",  "cwd",     "path"};
   const char *key;
   json_t *v;
   int rc, programs = 0;
@@ -223,7 +223,8 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
   if (key)
     return fail(MUSTER_E_INVALID, field, "body", msg, msglen,
                 "unknown field \"%.64s\" (known: n, cpu, memory, nvidia_gpu, script, "
-                "code, command, kernel, args, env, secret_env, role, name, session, run)",
+                "code, command, kernel, args, env, secret_env, role, name, session, run, cwd, "
+                "path)",
                 key);
 
   v = json_object_get(body, "n");
@@ -255,8 +256,20 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
       (rc = opt_string(body, "role", 64, &out->role, field, msg, msglen)) ||
       (rc = opt_string(body, "name", 128, &out->name, field, msg, msglen)) ||
       (rc = opt_string(body, "session", 64, &out->session, field, msg, msglen)) ||
-      (rc = opt_string(body, "run", 64, &out->run, field, msg, msglen)))
+      (rc = opt_string(body, "run", 64, &out->run, field, msg, msglen)) ||
+      (rc = opt_string(body, "cwd", LAUNCH_MAX_CWD, &out->cwd, field, msg, msglen)) ||
+      (rc = opt_string(body, "path", LAUNCH_MAX_PATH, &out->path, field, msg, msglen)))
     return rc;
+  /* The worker's host resolves it, not the controller's: only its form is
+   * checked here; a directory missing there fails the worker with a
+   * sentence that names it. */
+  if (out->cwd && !*out->cwd)
+    out->cwd = NULL;
+  if (out->cwd && out->cwd[0] != '/')
+    return fail(MUSTER_E_INVALID, field, "cwd", msg, msglen,
+                "cwd must be an absolute directory (starting with /), not \"%.200s\"", out->cwd);
+  if (out->path && !*out->path)
+    out->path = NULL;
   if (out->run && !validate_run_id(out->run))
     return fail(MUSTER_E_INVALID, field, "run", msg, msglen,
                 "run must be a run id (like \"r-3kf9x2m1qa\")");

@@ -12,6 +12,8 @@
 #include <stddef.h>
 
 #define LAUNCH_MAX_N 1024
+#define LAUNCH_MAX_CWD 4095   /* PATH_MAX less its NUL */
+#define LAUNCH_MAX_PATH 32768 /* a PATH of many conda and module directories */
 
 /* A validated launch request; every pointer is borrowed from the body. */
 struct launch_req {
@@ -20,6 +22,8 @@ struct launch_req {
   int nvidia_gpu;
   const char *script, *code, *kernel, *role, *name, *session;
   const char *run;    /* the run the workers belong to, or NULL */
+  const char *cwd;    /* an absolute directory, or NULL: the controller's --workdir */
+  const char *path;   /* the PATH of the worker's commands, or NULL: the worker's own */
   json_t *command;    /* array of strings, or NULL */
   json_t *args;       /* array of strings, or NULL */
   json_t *env;        /* object of strings, or NULL */

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* The argv a worker runs, from its launch request. New reference. */
 json_t *spec_command(const struct db_worker_info *info) {
@@ -70,6 +71,10 @@ json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *
   setf(env, "CDSW_MEMORY_MB", "%.0f", info->memory * 1024);
   /* As in a container: only the GPUs given to this worker are visible. */
   setf(env, "CUDA_VISIBLE_DEVICES", "%s", info->gpu_indices);
+  /* The client's PATH (longer than setf's buffer, at times): its commands
+   * are found as its own shell would find them. An env PATH still wins. */
+  if (info->path)
+    json_object_set_new(env, "PATH", json_string(info->path));
   user = info->env_json ? json_loads(info->env_json, 0, NULL) : NULL;
   if (json_is_object(user))
     json_object_update(env, user);
@@ -79,4 +84,19 @@ json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *
     json_object_update(env, user);
   json_decref(user);
   return env;
+}
+
+const char *spec_cwd(const struct db_worker_info *info, const char *workdir) {
+  return info->cwd ? info->cwd : workdir;
+}
+
+json_t *spec_script(const struct db_worker_info *info, const char *workdir) {
+  const char *cwd = spec_cwd(info, workdir);
+  size_t n = strlen(cwd);
+
+  if (!info->script || info->command_json || info->code)
+    return json_null();
+  if (info->script[0] == '/')
+    return json_string(info->script);
+  return json_sprintf("%.*s/%s", (int)(n > 1 && cwd[n - 1] == '/' ? n - 1 : n), cwd, info->script);
 }

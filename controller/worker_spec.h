@@ -21,4 +21,13 @@ json_t *spec_command(const struct db_worker_info *info);
  * secrets (secret_env): never log it. */
 json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url);
 
+/* The directory the worker starts in: its launch's cwd, else workdir (the
+ * controller's --workdir). Borrowed from info or workdir. */
+const char *spec_cwd(const struct db_worker_info *info, const char *workdir);
+
+/* The absolute path of the worker's script (a relative one resolved
+ * against spec_cwd()), which muster-workerd checks before it runs the
+ * kernel; JSON null when it runs no script. New reference. */
+json_t *spec_script(const struct db_worker_info *info, const char *workdir);
+
 #endif

@@ -451,6 +451,14 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     st.err = errno;
     goto fail;
   }
+  /* Checked here, after the chdir and the isolation, as the kernel would
+   * open it: a missing script is named, not left to the kernel's exit
+   * code (python's 2) and a line on stderr. */
+  if (cs->script && access(cs->script, F_OK) != 0) {
+    st.stage = STAGE_SCRIPT;
+    st.err = errno;
+    goto fail;
+  }
   /* execvp searches the PATH of the environment it runs in, which is now the
    * assigned one, as with clearenv() and setenv(). */
   environ = cs->envp;
@@ -496,6 +504,45 @@ bool child_exec_failed(int status_fd, struct exec_status *st) {
   return n == (ssize_t)sizeof(*st);
 }
 
+/* The PATH of envp (borrowed), or NULL. */
+static const char *envp_path(char *const *envp) {
+  for (char *const *e = envp; e && *e; e++)
+    if (strncmp(*e, "PATH=", 5) == 0)
+      return *e + 5;
+  return NULL;
+}
+
+/* Writes to buf (size bytes) the sentence for a child that failed before
+ * its command started (st), which ran argv in cwd with envp, checking
+ * script first (cwd and script may be NULL): "script /p/x.py not found",
+ * "muster-train: not found on the worker's PATH (/a:/b)", "the working
+ * directory /p does not exist on this worker's host". */
+void child_failure_sentence(const struct exec_status *st, const char *cwd, const char *script,
+                            char *const *argv, char *const *envp, char *buf, size_t size) {
+  const char *path = envp_path(envp);
+
+  if (st->stage == STAGE_SCRIPT && st->err == ENOENT)
+    snprintf(buf, size, "script %s not found", script);
+  else if (st->stage == STAGE_SCRIPT)
+    snprintf(buf, size, "script %s cannot be read: %s", script, strerror(st->err));
+  else if (st->stage == STAGE_CHDIR && st->err == ENOENT)
+    snprintf(buf, size, "the working directory %s does not exist on this worker's host", cwd);
+  else if (st->stage == STAGE_CHDIR)
+    snprintf(buf, size, "cannot change to the working directory %s: %s", cwd, strerror(st->err));
+  else if (st->stage == STAGE_EXEC && st->err == ENOENT && !strchr(argv[0], '/'))
+    snprintf(buf, size, "%s: not found on the worker's PATH (%.300s)", argv[0],
+             path ? path : "unset");
+  else if (st->stage == STAGE_EXEC && st->err == ENOENT)
+    snprintf(buf, size, "%s: not found", argv[0]);
+  else if (st->stage == STAGE_EXEC)
+    snprintf(buf, size, "cannot run \"%s\": %s", argv[0], strerror(st->err));
+  else if (st->stage == STAGE_CONFINE)
+    snprintf(buf, size, "cannot isolate \"%s\": %s", argv[0], strerror(st->err));
+  else
+    snprintf(buf, size, "cannot set up the standard streams of \"%s\": %s", argv[0],
+             strerror(st->err));
+}
+
 /* ------------------------------------------------------------------------ */
 /* The worker's command                                                     */
 
@@ -532,6 +579,7 @@ MUST_CHECK int command_start(void) {
                             .argv = wd.argv,
                             .envp = wd.envp,
                             .cwd = wd.cwd,
+                            .script = wd.script,
                             .confine = wd.confine[0] ? wd.confine : NULL};
 
     /* (formatted here: the child allocates and formats nothing) */
@@ -567,15 +615,10 @@ MUST_CHECK int command_start(void) {
   fd_close(&statp[1]);
 
   if (child_exec_failed(statp[0], &st)) {
-    const char *what = st.stage == STAGE_CHDIR     ? "cannot change to directory"
-                       : st.stage == STAGE_EXEC    ? "cannot run"
-                       : st.stage == STAGE_CONFINE ? "cannot isolate"
-                                                   : "cannot set up the standard streams of";
-    const char *arg = st.stage == STAGE_CHDIR ? wd.cwd : wd.argv[0];
     char line[WD_REASON_MAX + 32];
     int k;
 
-    snprintf(wd.reason, sizeof(wd.reason), "%s \"%s\": %s", what, arg, strerror(st.err));
+    child_failure_sentence(&st, wd.cwd, wd.script, wd.argv, wd.envp, wd.reason, sizeof(wd.reason));
     LOG(LOG_WARN, "%s", wd.reason);
     /* The user reads the command's stderr first, so say it there too. */
     k = snprintf(line, sizeof(line), "muster-workerd: %s\n", wd.reason);

@@ -302,7 +302,7 @@ MUST_CHECK int backoff_wait(struct backoff *b, bool interruptible) {
 /* Registration                                                             */
 
 /* Reads the assignment in the register answer (ans: borrowed reference) into
- * wd.hb_interval_ms, wd.argv, wd.envp, wd.cwd and wd.exec_token, which
+ * wd.hb_interval_ms, wd.argv, wd.envp, wd.cwd, wd.script and wd.exec_token, which
  * cleanup() frees. Types are checked strictly, since a command run from a
  * mangled answer could do anything. Returns 0, MUSTER_E_PROTOCOL (logged) or
  * MUSTER_E_NOMEM. */
@@ -311,6 +311,7 @@ MUST_CHECK static int assignment_parse(json_t *ans) {
   json_t *cmd = json_object_get(ans, "command");
   json_t *env = json_object_get(ans, "env");
   json_t *cwd = json_object_get(ans, "cwd");
+  json_t *script = json_object_get(ans, "script");
   json_t *xtok = json_object_get(ans, "exec_token");
   const char *key;
   json_t *val;
@@ -420,6 +421,18 @@ MUST_CHECK static int assignment_parse(json_t *ans) {
       goto out;
     }
     if (!(wd.cwd = strdup(json_string_value(cwd)))) {
+      rc = MUSTER_E_NOMEM;
+      goto out;
+    }
+  }
+
+  /* (absent from an older controller: nothing is checked before exec) */
+  if (script && !json_is_null(script)) {
+    if (!json_is_string(script) || json_string_length(script) == 0) {
+      LOG(LOG_ERROR, "script is not a non-empty string");
+      goto out;
+    }
+    if (!(wd.script = strdup(json_string_value(script)))) {
       rc = MUSTER_E_NOMEM;
       goto out;
     }

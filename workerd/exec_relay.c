@@ -82,13 +82,7 @@ MUST_CHECK int ex_spawn(struct ex_conn *c, const struct ex_cmd *cmd, int *code, 
      * is never mistaken for a running command. */
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
       ;
-    if (st.stage == STAGE_CHDIR)
-      snprintf(err, size, "cannot change to directory \"%.*s\": %s",
-               (int)ex_utf8_prefix(cwd, EX_NAME_MAX), cwd, strerror(st.err));
-    else if (st.stage == STAGE_EXEC)
-      snprintf(err, size, "cannot run \"%s\": %s", c->name, strerror(st.err));
-    else
-      snprintf(err, size, "cannot set up \"%s\": %s", c->name, strerror(st.err));
+    child_failure_sentence(&st, cwd, NULL, cmd->argv, cmd->envp, err, size);
     goto out;
   }
   c->pid = pid;

@@ -378,6 +378,7 @@ static void cleanup(void) {
   strv_free(wd.argv);
   strv_free(wd.envp);
   free(wd.cwd);
+  free(wd.script);
   if (wd.exec_token) {
     explicit_bzero(wd.exec_token, strlen(wd.exec_token));
     free(wd.exec_token);

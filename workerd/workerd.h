@@ -95,7 +95,13 @@ enum finish_mode {
 
 /* Where the child failed before the command started, sent to the parent
  * through a close-on-exec pipe (end of file there means exec succeeded). */
-enum exec_stage { STAGE_SETUP = 1, STAGE_CHDIR = 2, STAGE_EXEC = 3, STAGE_CONFINE = 4 };
+enum exec_stage {
+  STAGE_SETUP = 1,
+  STAGE_CHDIR = 2,
+  STAGE_EXEC = 3,
+  STAGE_CONFINE = 4,
+  STAGE_SCRIPT = 5 /* the script the kernel would run is not there */
+};
 struct exec_status {
   int stage;
   int err;
@@ -109,7 +115,8 @@ struct child_spec {
   char *const *argv;
   char **envp;
   const char *cwd;
-  bool own_group; /* exec commands: own process group, killed with workerd */
+  const char *script; /* checked to exist (after cwd) before exec, or NULL */
+  bool own_group;     /* exec commands: own process group, killed with workerd */
   /* The worker's command under the local backend's isolation: its own mount
    * and PID namespaces, this directory (the controller's state) hidden, the
    * capabilities a container would not have dropped. NULL: none. */
@@ -160,6 +167,7 @@ struct wd_state {
   size_t argc;
   char **envp;
   char *cwd;
+  char *script;     /* the script's absolute path, checked before exec; or NULL */
   char *exec_token; /* a secret: never logged; NULL = exec refused */
 
   /* The command and how it ended. */
@@ -242,6 +250,8 @@ void fd_close_pair(int p[2]);
 void strv_free(char **v);
 pid_t child_spawn(const struct child_spec *cs);
 bool child_exec_failed(int status_fd, struct exec_status *st);
+void child_failure_sentence(const struct exec_status *st, const char *cwd, const char *script,
+                            char *const *argv, char *const *envp, char *buf, size_t size);
 MUST_CHECK int command_start(void);
 void child_reap(int64_t now);
 

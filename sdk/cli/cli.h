@@ -104,6 +104,11 @@ MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char
  * takes worker ids refuses by name rather than as a malformed worker id. */
 int is_run_id(const char *s);
 
+/* The value of --cwd into buf (size bytes): an absolute path as it is
+ * (the workers' host may have it, this one not), a relative one made
+ * absolute against this directory (it must exist here). Returns 0, or -1. */
+MUST_CHECK int cli_abs_dir(const char *dir, char *buf, size_t size);
+
 /* A whole number from min to max into *out. Returns 0, or -1. */
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out);
 

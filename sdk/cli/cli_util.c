@@ -6,6 +6,7 @@
 #include "resources.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,16 @@ MUST_CHECK int parse_resource(const char *flag, const char *s, double *out, char
 int is_run_id(const char *s) {
   return strlen(s) == 12 && strncmp(s, "r-", 2) == 0 &&
          strspn(s + 2, "abcdefghijklmnopqrstuvwxyz0123456789") == 10;
+}
+
+MUST_CHECK int cli_abs_dir(const char *dir, char *buf, size_t size) {
+  char real[PATH_MAX];
+
+  if (dir[0] == '/')
+    return snprintf(buf, size, "%s", dir) < (int)size ? 0 : -1;
+  if (!realpath(dir, real))
+    return -1;
+  return snprintf(buf, size, "%s", real) < (int)size ? 0 : -1;
 }
 
 MUST_CHECK int parse_int(const char *s, long min, long max, long *out) {

@@ -12,7 +12,7 @@ static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
     "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
     "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
-    "                  [--no-lease] [--run-dir DIR] -- COMMAND [ARGS...]\n"
+    "                  [--no-lease] [--run-dir DIR] [--cwd DIR] -- COMMAND [ARGS...]\n"
     "\n"
     "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
     "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
@@ -25,7 +25,8 @@ static const char usage_run[] =
     "Output comes prefixed with role and index. When any worker fails the rest are\n"
     "stopped and the failure is reported; every worker is stopped at the end.\n"
     "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
-    "the wait for the workers to start.\n"
+    "the wait for the workers to start. The workers and their ranks start here\n"
+    "(--cwd DIR: there) and find COMMAND on this shell's PATH.\n"
     "\n"
     "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
     "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
@@ -74,7 +75,7 @@ int cmd_run(int argc, char **argv) {
   muster_run_opts o;
   muster_run_result r;
   muster_client *c = NULL;
-  char self[PATH_MAX], msg[160];
+  char self[PATH_MAX], cwd_abs[PATH_MAX], msg[160];
   int code = EXIT_OK, rc, i;
   long l;
   double d;
@@ -160,6 +161,11 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(a, "--run-dir") == 0) {
       i++;
       o.run_dir = v;
+    } else if (strcmp(a, "--cwd") == 0) {
+      i++;
+      if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0)
+        return usage_error(usage_run, "--cwd %s is not a directory here: give an absolute path", v);
+      o.cwd = cwd_abs;
     } else {
       return unknown_option(usage_run, a);
     }

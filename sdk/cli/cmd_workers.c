@@ -23,6 +23,8 @@ static const char usage_launch[] =
     "  --script FILE     run FILE with the kernel\n"
     "  --code STR        run inline code with the kernel ('!cmd' runs a shell command)\n"
     "  --kernel K        interpreter for --script/--code (default python3)\n"
+    "  --cwd DIR         where the workers start and a relative --script is found\n"
+    "                    (default: here; they get this shell's PATH too)\n"
     "  -- CMD ARGS       run a command directly\n"
     "  --arg A           an argument for the script (repeatable)\n"
     "  --env K=V         environment variable (repeatable)\n"
@@ -61,7 +63,7 @@ int cmd_launch(int argc, char **argv) {
   double lease_ttl = 30;
   muster_client *c = NULL;
   muster_worker_list ws = {0};
-  char script_abs[PATH_MAX], own_session[40], msg[160];
+  char cwd_abs[PATH_MAX], script_abs[PATH_MAX], own_session[40], msg[160];
   long l;
   double d;
 
@@ -107,15 +109,21 @@ int cmd_launch(int argc, char **argv) {
       o.nvidia_gpu = (int)l;
     } else if (strcmp(a, "--script") == 0) {
       VALUE();
-      /* The controller runs scripts in its own directory: a script given
-       * relative to here is passed as an absolute path. */
-      o.script = realpath(v, script_abs) ? script_abs : v;
+      o.script = v;
     } else if (strcmp(a, "--code") == 0) {
       VALUE();
       o.code = v;
     } else if (strcmp(a, "--kernel") == 0) {
       VALUE();
       o.kernel = v;
+    } else if (strcmp(a, "--cwd") == 0) {
+      VALUE();
+      if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0) {
+        code =
+            usage_error(usage_launch, "--cwd %s is not a directory here: give an absolute path", v);
+        goto out;
+      }
+      o.cwd = cwd_abs;
     } else if (strcmp(a, "--arg") == 0) {
       VALUE();
       if (strv_push(&args, v) != 0) {
@@ -171,6 +179,11 @@ int cmd_launch(int argc, char **argv) {
     code = usage_error(usage_launch, "give at most one of --script, --code and -- COMMAND");
     goto out;
   }
+  /* A relative script resolves against the workers' cwd, which is here
+   * unless --cwd says otherwise; one that is here is shown (muster show)
+   * as the absolute path it is. */
+  if (o.script && o.script[0] != '/' && !o.cwd && realpath(o.script, script_abs))
+    o.script = script_abs;
   o.env = env.v;
   o.nenv = env.n;
   o.secret_env = secret.v;

@@ -137,6 +137,14 @@ typedef struct muster_launch_opts {
   size_t nsecret_env;
   const char *role, *name, *session;
   const char *run; /* the run (muster_run_record_new()) the workers join, or NULL */
+  /* Where the workers start, and relative scripts resolve (absolute):
+   * NULL, this process's working directory (as CML's workers start in the
+   * session's project directory); "": the controller's --workdir. */
+  const char *cwd;
+  /* The PATH the workers' commands are looked up on: NULL, this process's
+   * PATH (its commands are found as its shell finds them); "": the worker's
+   * own. An env PATH wins over both. */
+  const char *path;
 } muster_launch_opts;
 
 void muster_launch_opts_init(muster_launch_opts *o);
@@ -406,6 +414,10 @@ typedef struct muster_run_opts {
   const char *run_dir;
   /* Called when a restart begins (attempt = 1, 2, ...), with its cause. */
   void (*on_restart)(void *arg, int attempt, const char *cause);
+  /* Where the workers and their ranks start (muster_launch_opts' cwd):
+   * NULL, this process's working directory. The workers get this process's
+   * PATH. */
+  const char *cwd;
 } muster_run_opts;
 
 typedef struct muster_run_result {

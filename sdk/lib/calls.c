@@ -4,10 +4,13 @@
 #include "muster.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void muster_launch_opts_init(muster_launch_opts *o) {
   memset(o, 0, sizeof(*o));
@@ -45,12 +48,36 @@ static json_t *kv_object(muster_client *c, const char *what, const char *const *
   return o;
 }
 
+/* Sets cwd and path of a launch body req from o: by default this
+ * process's working directory and PATH. Returns 0, or an error set on c. */
+static int launch_where(muster_client *c, const muster_launch_opts *o, json_t *req) {
+  char here[PATH_MAX];
+  const char *cwd = o->cwd, *path = o->path ? o->path : getenv("PATH");
+
+  if (!cwd) {
+    if (!getcwd(here, sizeof(here)))
+      return muster_set_errorf_(c, MUSTER_E_INVALID, "cwd",
+                                "this process's working directory is unknown (%s): give cwd",
+                                strerror(errno));
+    cwd = here;
+  }
+  if (*cwd)
+    json_object_set_new(req, "cwd", json_string(cwd));
+  if (path && *path)
+    json_object_set_new(req, "path", json_string(path));
+  return 0;
+}
+
 /* The launch body of o: a new object, or NULL with c's error set. */
 static json_t *launch_body(muster_client *c, const muster_launch_opts *o) {
   json_t *req = json_object(), *env = NULL, *secret = NULL;
 
   if (!req)
     return NULL;
+  if (launch_where(c, o, req) != 0) {
+    json_decref(req);
+    return NULL;
+  }
   json_object_set_new(req, "n", json_integer(o->n));
   json_object_set_new(req, "cpu", json_real(o->cpu));
   json_object_set_new(req, "memory", json_real(o->memory));

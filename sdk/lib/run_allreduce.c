@@ -282,6 +282,12 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   argv[n++] = "MUSTER_RESTART_COUNT";
   argv[n++] = "-x";
   argv[n++] = RANK_END_ENV;
+  /* Ranks start in mpirun's directory (this one) unless the run names its
+   * own, as its workers do. */
+  if (o->cwd && *o->cwd) {
+    argv[n++] = "-wdir";
+    argv[n++] = (char *)o->cwd;
+  }
   argv[n++] = program;
   argv[n++] = "rank";
   argv[n++] = "--";

@@ -37,6 +37,7 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
     lo[ng].role = lo[ng].name = "ps";
     lo[ng].session = session;
     lo[ng].run = run->run_id[0] ? run->run_id : NULL;
+    lo[ng].cwd = o->cwd;
     ng++;
   }
   muster_launch_opts_init(&lo[ng]);
@@ -47,6 +48,7 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
   lo[ng].role = lo[ng].name = "worker";
   lo[ng].session = session;
   lo[ng].run = run->run_id[0] ? run->run_id : NULL;
+  lo[ng].cwd = o->cwd;
   ng++;
   rc = muster_launch_groups(c, lo, ng, &all);
   if (rc)

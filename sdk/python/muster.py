@@ -46,6 +46,7 @@ import os
 import random
 import re
 import socket
+import sys
 import threading
 import urllib.parse
 
@@ -496,7 +497,7 @@ class Client:
 
     def launch_workers(self, n, cpu, memory, nvidia_gpu=0, kernel="python3", script="",
                        code="", env={}, args=None, secret_env=None, command=None,
-                       role=None, name=None, session=None):
+                       role=None, name=None, session=None, cwd=None, path=None):
         """Launches worker engines.
 
         Each worker runs ``script`` (a file, run with ``kernel``), or
@@ -510,9 +511,12 @@ class Client:
             memory (float): memory in GiB for each worker (CML says GB).
             nvidia_gpu (int, optional): GPUs for each worker. Default 0.
             kernel (str, optional): the interpreter of ``script`` / ``code``:
-                ``"python3"`` (default), ``"bash"``, ``"sh"``, or any program
-                on the PATH.
-            script (str, optional): the script file each worker runs.
+                ``"python3"`` (default) is this process's own interpreter
+                (``sys.executable``, so that packages installed from the
+                notebook are there); or ``"bash"``, ``"sh"``, a path, or any
+                program on the PATH.
+            script (str, optional): the script file each worker runs; a
+                relative path resolves against ``cwd``.
             code (str, optional): the source each worker runs (instead of
                 ``script``).
             env (dict, optional): environment variables for the workers.
@@ -525,6 +529,11 @@ class Client:
             name (str, optional): a name for the workers.
             session (str, optional): the session they belong to (default: the
                 client's session).
+            cwd (str, optional): the absolute directory the workers start in
+                (default: this process's working directory, as CML's workers
+                start in the project directory; ``""``: the controller's).
+            path (str, optional): the PATH their commands are looked up on
+                (default: this process's ``PATH``; ``""``: the worker's own).
 
         Returns:
             list of dict: the launched workers, as the REST API describes
@@ -537,8 +546,16 @@ class Client:
             ``exceeds_capacity`` for a request that could never fit.
         """
         body = {"n": n, "cpu": cpu, "memory": memory, "nvidia_gpu": nvidia_gpu}
+        if kernel == "python3":
+            kernel = _own_kernel()
         if kernel is not None:
             body["kernel"] = kernel
+        cwd = os.getcwd() if cwd is None else cwd
+        if cwd:
+            body["cwd"] = cwd
+        path = os.environ.get("PATH") if path is None else path
+        if path:
+            body["path"] = path
         if script:
             body["script"] = script
         if code:
@@ -696,7 +713,9 @@ class Client:
         if command is None:
             if not worker_script:
                 raise MusterError("invalid_value", "give worker_script or command", "worker_script")
-            command = ["python3", worker_script]
+            # (relative to this process's directory, where muster run starts
+            # the workers)
+            command = [_own_kernel(), worker_script]
         if isinstance(command, str):
             raise MusterError("invalid_value", "command must be a list of strings", "command")
         if mode is None:
@@ -831,9 +850,19 @@ def default_client():
     return _default_client
 
 
+def _own_kernel():
+    """This process's interpreter (sys.executable), where the controller
+    takes it as a kernel (a path of letters, digits and . _ - + /, at most
+    255 characters), else "python3"."""
+    exe = sys.executable or ""
+    if exe and len(exe) <= 255 and re.fullmatch(r"[A-Za-z0-9._+/-]+", exe):
+        return exe
+    return "python3"
+
+
 def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="",
                    env={}, args=None, secret_env=None, command=None, role=None, name=None,
-                   session=None):
+                   session=None, cwd=None, path=None):
     """Launches worker engines.
 
     Parameters:
@@ -842,13 +871,15 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
         memory (float): memory in GiB for each worker (CML says GB).
         nvidia_gpu (int, optional): GPUs for each worker. Default 0.
         kernel (str, optional): the kernel/interpreter of ``script`` or
-            ``code``. Default ``"python3"``.
-        script (str, optional): the script each worker runs.
+            ``code``. Default ``"python3"``: this process's own interpreter
+            (``sys.executable``).
+        script (str, optional): the script each worker runs (a relative
+            path resolves against ``cwd``: this process's directory).
         code (str, optional): the source each worker runs, instead of a
             script (``!`` first: a shell command).
         env (dict, optional): environment variables for the workers.
-        args, secret_env, command, role, name, session: muster extras, see
-            :meth:`Client.launch_workers`.
+        args, secret_env, command, role, name, session, cwd, path: muster
+            extras, see :meth:`Client.launch_workers`.
 
     Returns:
         list of dict: the launched workers (``id``, ``status``, ...).
@@ -856,7 +887,7 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
     return default_client().launch_workers(
         n, cpu, memory, nvidia_gpu=nvidia_gpu, kernel=kernel, script=script, code=code,
         env=env, args=args, secret_env=secret_env, command=command, role=role, name=name,
-        session=session)
+        session=session, cwd=cwd, path=path)
 
 
 def await_workers(ids, wait_for_completion=True, timeout_seconds=60):

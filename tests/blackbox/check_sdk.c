@@ -223,6 +223,37 @@ START_TEST(logs_plain_and_followed) {
 }
 END_TEST
 
+/* A notebook in ~/project launches script="where.sh": the script is its
+ * project's, and the worker starts there, not in the controller's
+ * directory (where this test started it). */
+START_TEST(a_relative_script_from_a_client_in_another_directory_runs) {
+  muster_launch_opts o;
+  muster_worker_list ws;
+  struct text t = {.len = 0};
+  char project[] = "/tmp/muster-project-XXXXXX", here[4096], script[128], want[160];
+
+  up();
+  ck_assert_ptr_nonnull(getcwd(here, sizeof(here)));
+  ck_assert_ptr_nonnull(mkdtemp(project));
+  snprintf(script, sizeof(script), "%s/where.sh", project);
+  h_write_exec(script, "echo \"ran in $PWD\"\n");
+  ck_assert_int_eq(chdir(project), 0);
+  muster_launch_opts_init(&o);
+  o.cpu = 0.1;
+  o.kernel = "sh";
+  o.script = "where.sh";
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  ck_assert_int_eq(chdir(here), 0);
+  ck_assert_int_eq(muster_logs(cl, ws.items[0].id, MUSTER_STDOUT, 0, 1, gather, &t), 0);
+  snprintf(want, sizeof(want), "ran in %s\n", project);
+  ck_assert_str_eq(t.buf, want);
+  muster_worker_list_free(&ws);
+  unlink(script);
+  rmdir(project);
+  down();
+}
+END_TEST
+
 struct seen {
   int n, want;
   char to[16][16];
@@ -425,6 +456,7 @@ int main(void) {
   tcase_add_test(tc, await_running_then_completion);
   tcase_add_test(tc, get_list_and_stop);
   tcase_add_test(tc, logs_plain_and_followed);
+  tcase_add_test(tc, a_relative_script_from_a_client_in_another_directory_runs);
   tcase_add_test(tc, events_follow_and_cancel);
   tcase_add_test(tc, errors_map_back_to_the_table);
   tcase_add_test(tc, default_client_discovers_the_local_controller);

@@ -599,6 +599,61 @@ ERR=$(cat "$TMP/lw.err")
 check "logs -f on a worker stopped while it runs shows its last output and returns by itself" \
   eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "first words\nlast words")" ]'
 
+# ======================= where workers start =======================
+# A client in $TMP/project (not the controller's --workdir, $TMP/where-wd):
+# its workers start there, find a relative script there and find commands
+# on its PATH ($TMP/clientbin holds a muster-train the controller's PATH
+# lacks), as in CML, where workers share the session's project directory.
+start_controller where --cpus 2 --memory 64 || notok "start a controller for where workers start"
+ST4=$TMP/where/state
+mkdir -p "$TMP/project" "$TMP/clientbin"
+printf 'echo "ran in $PWD"\n' >"$TMP/project/where.sh"
+printf '#!/bin/sh\necho "muster-train $* in $PWD"\n' >"$TMP/clientbin/muster-train"
+chmod +x "$TMP/clientbin/muster-train"
+w4() {
+  local back=$PWD
+  cd "$TMP/project" || return
+  run 60 env MUSTER_STATE_DIR="$ST4" PATH="$TMP/clientbin:$PATH" "$MUSTER" "$@"
+  cd "$back" || return
+}
+w4o() { w4 "$@"; echo "$OUT"; }
+WID=$(w4o launch --cpu 0.1 --kernel sh --script where.sh)
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" await --completion --timeout 30 "$WID"
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" logs "$WID"
+check "a relative script from a client in another directory runs there (not in the controller's --workdir)" \
+  eval '[ $RC = 0 ] && [ "$OUT" = "ran in $TMP/project" ]'
+WID=$(w4o launch --cpu 0.1 --script fail.py)
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" await --completion --timeout 30 "$WID"
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" show --json "$WID"
+check "a missing script fails with \"script DIR/fail.py not found\", not an exit code" \
+  eval '[ "$(jq -r .failure <<<"$OUT")" = "script $TMP/project/fail.py not found" ]'
+WID=$(w4o launch --cpu 0.1 -- muster-no-such-train --epochs 1)
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" await --completion --timeout 30 "$WID"
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" show --json "$WID"
+check "a missing command says it is not found on the worker's PATH, naming the PATH" \
+  eval 'jq -r .failure <<<"$OUT" | grep -qF "muster-no-such-train: not found on the worker'"'"'s PATH ($TMP/clientbin:"'
+w4 run --mode exec --workers 2 --cpu 0.1 --timeout 30 -- muster-train --epochs 1
+check "muster run finds a command on the client's PATH only, and its ranks start in the client's directory" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^\[worker-0\] muster-train --epochs 1 in $TMP/project$" && hasE "$OUT" "^\[worker-1\] muster-train --epochs 1 in $TMP/project$"'
+mkdir -p "$TMP/elsewhere"
+w4 run --mode exec --workers 1 --cpu 0.1 --timeout 30 --cwd "$TMP/elsewhere" -- muster-train
+check "muster run --cwd DIR starts the workers and their ranks in DIR" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^\[worker-0\] muster-train  in $TMP/elsewhere$"'
+if command -v mpirun >/dev/null; then
+  # The README's own example: muster run --mode allreduce -- muster-train.
+  w4 run --mode allreduce --workers 2 --cpu 0.1 --timeout 30 -- muster-train --epochs 1
+  check "muster run --mode allreduce finds muster-train on the client's PATH only; its ranks start in the client's directory" \
+    eval '[ $RC = 0 ] && hasE "$OUT" "^\[rank-0\] muster-train --epochs 1 in $TMP/project$" && hasE "$OUT" "^\[rank-1\] muster-train --epochs 1 in $TMP/project$"'
+  w4 run --mode allreduce --workers 1 --cpu 0.1 --timeout 30 --cwd "$TMP/elsewhere" -- muster-train
+  check "muster run --mode allreduce --cwd DIR starts its ranks in DIR" \
+    eval '[ $RC = 0 ] && hasE "$OUT" "^\[rank-0\] muster-train  in $TMP/elsewhere$"'
+else
+  ok "# SKIP muster run --mode allreduce: Open MPI's mpirun is not installed"
+fi
+w4 launch --cwd no-such-dir-here
+check "launch --cwd with a relative directory that is not here: exit 2, naming it" \
+  eval '[ $RC = 2 ] && has "$ERR" "no-such-dir-here is not a directory here"'
+
 # ======================= the end =======================
 # A notebook's worker, in a session of its own: stop --all (no --session, no
 # MUSTER_SESSION) stops it too, with the default session's.

@@ -302,7 +302,8 @@ class CmlBlogFlow(MusterTestCase):
             self.assertEqual(w["session"], "blog")
             self.assertEqual(w["cpu"], 0.2)
             self.assertEqual(w["memory"], 0.5)
-            self.assertEqual(w["kernel"], "python3")
+            # "python3" is the notebook's own interpreter.
+            self.assertEqual(w["kernel"], sys.executable)
             self.assertIsNone(w["script"])
         done = cdsw.await_workers(workers, wait_for_completion=True, timeout_seconds=30)
         _note(done["workers"])
@@ -318,6 +319,45 @@ class CmlBlogFlow(MusterTestCase):
         self.assertEqual(sorted(w["id"] for w in cdsw.list_workers()),
                          sorted(w["id"] for w in workers))
         self.assertEqual(cdsw.get_worker(workers[0])["status"], "succeeded")
+
+
+class WhereWorkersStart(MusterTestCase):
+    """A notebook in ~/project: its workers start there (not in the
+    controller's --workdir), run its own interpreter and find its scripts
+    and commands, as CML's workers share the session's project directory."""
+
+    def setUp(self):
+        self.project = tempfile.mkdtemp(prefix="muster-project-")
+        self.addCleanup(shutil.rmtree, self.project, True)
+        with open(os.path.join(self.project, "where.py"), "w") as f:
+            f.write("import json, os, sys\n"
+                    "print(json.dumps({'cwd': os.getcwd(), 'exe': sys.executable}))\n")
+        back = os.getcwd()
+        os.chdir(self.project)
+        self.addCleanup(os.chdir, back)
+
+    def test_launch_workers_with_a_relative_script_from_another_directory_runs_it_there(self):
+        c = self.client("where")
+        ws = self.launch(c, 1, 0.2, 0.25, script="where.py")
+        self.assertEqual(ws[0]["cwd"], self.project)
+        done = c.await_workers(ws, timeout_seconds=30)
+        self.assertEqual(done["failures"], [])
+        self.assertEqual(json.loads(c.worker_logs(ws[0]["id"])),
+                         {"cwd": self.project, "exe": sys.executable})
+
+    def test_a_missing_script_fails_with_script_not_found(self):
+        c = self.client("where")
+        ws = self.launch(c, 1, 0.2, 0.25, script="fail.py")
+        done = c.await_workers(ws, timeout_seconds=30)
+        self.assertEqual([f["failure"] for f in done["failures"]],
+                         ["script %s not found" % os.path.join(self.project, "fail.py")])
+
+    def test_run_cluster_with_a_relative_worker_script_runs_it_there(self):
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"))
+        c = self.client("where-rc")
+        res = c.run_cluster(1, 0, 0.1, 0.25, mode="exec", worker_script="where.py",
+                            output=lambda line: None)
+        self.assertEqual(res["summary"], {"cwd": self.project, "exe": sys.executable})
 
 
 class AwaitRunning(MusterTestCase):
@@ -642,7 +682,7 @@ class CdswCompatibility(unittest.TestCase):
         imports = {line.split()[1].split(".")[0] for line in src.splitlines()
                    if line.startswith(("import ", "from "))}
         self.assertLessEqual(imports, {"atexit", "http", "json", "os", "random", "re", "socket",
-                                       "threading", "urllib"}, imports)
+                                       "sys", "threading", "urllib"}, imports)
 
 
 if __name__ == "__main__":

@@ -256,6 +256,63 @@ START_TEST(upgrade_from_version_2_gives_live_workers_an_attempt) {
 }
 END_TEST
 
+/* A database as release 6 left it: its workers keep working, with no
+ * cwd or path (null: the controller's --workdir and the worker's own PATH,
+ * as before); a new one stores both. */
+START_TEST(upgrade_from_version_6_leaves_old_workers_in_the_controllers_workdir) {
+  struct db *db;
+  struct db_worker_info info;
+  json_t *w;
+
+  for (int i = 0; i < 6; i++)
+    ck_assert_int_eq(sql_exec(db_migrations[i].sql), SQLITE_OK);
+  ck_assert_int_eq(
+      sql_exec("PRAGMA user_version = 6; "
+               "INSERT INTO sessions(name, master_ip, created_at) VALUES ('s', 'x', 't'); "
+               "INSERT INTO workers(id, session, role, status, cpu, memory, nvidia_gpu, kernel, "
+               "args, env, secret_env, token, backend, created_at) VALUES "
+               "('w-aaaaaaaaaa', 's', 'worker', 'scheduling', 1, 1, 0, 'python3', '[]', '{}', "
+               "'{}', 'tok', 'local', 't');"),
+      SQLITE_OK);
+  db = open_ok();
+  ck_assert_int_eq(sql_int("PRAGMA user_version"), db_migration_count);
+  ck_assert_int_eq(db_worker_info(db, "w-aaaaaaaaaa", &info), 0);
+  ck_assert_ptr_null(info.cwd);
+  ck_assert_ptr_null(info.path);
+  db_worker_info_cleanup(&info);
+  w = db_worker_json(db, "w-aaaaaaaaaa");
+  ck_assert(json_is_null(json_object_get(w, "cwd")) && json_is_null(json_object_get(w, "path")));
+  json_decref(w);
+  {
+    struct db_worker_new n = {.id = "w-bbbbbbbbbb",
+                              .session = "s",
+                              .role = "worker",
+                              .cpu = 1,
+                              .memory = 1,
+                              .kernel = "python3",
+                              .args_json = "[]",
+                              .env_json = "{}",
+                              .secret_env_json = "{}",
+                              .token = "tok",
+                              .backend = "local",
+                              .cwd = "/home/u/project",
+                              .path = "/a:/b"};
+    ck_assert_int_eq(db_begin(db), 0);
+    ck_assert_int_eq(db_worker_insert(db, &n), 0);
+    ck_assert_int_eq(db_commit(db), 0);
+  }
+  ck_assert_int_eq(db_worker_info(db, "w-bbbbbbbbbb", &info), 0);
+  ck_assert_str_eq(info.cwd, "/home/u/project");
+  ck_assert_str_eq(info.path, "/a:/b");
+  db_worker_info_cleanup(&info);
+  w = db_worker_json(db, "w-bbbbbbbbbb");
+  ck_assert_str_eq(json_string_value(json_object_get(w, "cwd")), "/home/u/project");
+  ck_assert_str_eq(json_string_value(json_object_get(w, "path")), "/a:/b");
+  json_decref(w);
+  db_close(db);
+}
+END_TEST
+
 /* A database as release 5 left it: a session-wide lease becomes holder
  * 'default''s part, and a running run is bound to a holder whose part ends
  * it (a part that keeps no workers where its session had no lease). */
@@ -376,6 +433,7 @@ int main(void) {
   tcase_add_test(tc, upgrade_from_version_1_keeps_data_and_adds_exec_tokens);
   tcase_add_test(tc, upgrade_from_version_2_gives_live_workers_an_attempt);
   tcase_add_test(tc, upgrade_from_version_5_binds_leases_and_running_runs_to_holders);
+  tcase_add_test(tc, upgrade_from_version_6_leaves_old_workers_in_the_controllers_workdir);
   tcase_add_test(tc, pages_follow_the_cursor_newest_first);
   tcase_add_test(tc, only_the_pruner_deletes_and_only_ended_workers);
   suite_add_tcase(s, tc);

@@ -7,6 +7,8 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int launch(const char *text, const char **field, char *msg, size_t msglen) {
@@ -77,6 +79,41 @@ START_TEST(bad_fields_are_named) {
   EXPECT_FIELD("{\"n\": 1, \"code\": \"x\", \"kernel\": \"java\"}", MUSTER_E_INVALID, "kernel");
   EXPECT_FIELD("{\"n\": 1, \"script\": \"a.py\", \"command\": [\"x\"]}", MUSTER_E_INVALID,
                "command");
+}
+END_TEST
+
+/* Where the workers start: an absolute directory, bounded (a NUL never
+ * gets this far: the API's parser refuses it); "" is not given. */
+START_TEST(a_launchs_cwd_is_an_absolute_bounded_directory) {
+  struct launch_req lr;
+  const char *field;
+  char msg[512], *big, *text;
+  json_t *body;
+
+  EXPECT_FIELD("{\"n\": 1, \"cwd\": \"project\"}", MUSTER_E_INVALID, "cwd");
+  EXPECT_FIELD("{\"n\": 1, \"cwd\": \"~/project\"}", MUSTER_E_INVALID, "cwd");
+  EXPECT_FIELD("{\"n\": 1, \"cwd\": 7}", MUSTER_E_INVALID, "cwd");
+  EXPECT_FIELD("{\"n\": 1, \"path\": [\"/bin\"]}", MUSTER_E_INVALID, "path");
+  big = malloc(5000);
+  memset(big, 'a', 4999);
+  big[0] = '/';
+  big[4999] = '\0';
+  text = malloc(5100);
+  snprintf(text, 5100, "{\"n\": 1, \"cwd\": \"%s\"}", big);
+  EXPECT_FIELD(text, MUSTER_E_INVALID, "cwd");
+  free(text);
+  free(big);
+
+  body = json_loads("{\"n\": 1, \"cwd\": \"/home/u/project\", \"path\": \"/a:/b\"}", 0, NULL);
+  ck_assert_int_eq(validate_launch(body, &lr, &field, msg, sizeof(msg)), 0);
+  ck_assert_str_eq(lr.cwd, "/home/u/project");
+  ck_assert_str_eq(lr.path, "/a:/b");
+  json_decref(body);
+  body = json_loads("{\"n\": 1, \"cwd\": \"\", \"path\": \"\"}", 0, NULL);
+  ck_assert_int_eq(validate_launch(body, &lr, &field, msg, sizeof(msg)), 0);
+  ck_assert_ptr_null(lr.cwd);
+  ck_assert_ptr_null(lr.path);
+  json_decref(body);
 }
 END_TEST
 
@@ -180,6 +217,7 @@ int main(void) {
 
   tcase_add_test(tc, defaults_are_those_of_design);
   tcase_add_test(tc, bad_fields_are_named);
+  tcase_add_test(tc, a_launchs_cwd_is_an_absolute_bounded_directory);
   tcase_add_test(tc, resource_ranges_and_their_conversions);
   tcase_add_test(tc, unknown_fields_are_refused);
   tcase_add_test(tc, cml_empty_strings_mean_absent);

@@ -1,0 +1,145 @@
+/* check_where.c: where a worker starts and what it finds there: a
+ * launch's cwd (the client's directory, not the controller's --workdir)
+ * and path (the client's PATH), and the sentences a worker fails with when
+ * its script, its command or its directory is not there. The real
+ * controller and workerds, driven through the REST API. */
+#include "harness.h"
+
+#include "../check_run.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct ctl_proc ctl;
+static char project[] = "/tmp/muster-where-XXXXXX";
+
+static void up(void) {
+  memset(&ctl, 0, sizeof(ctl));
+  h_start(&ctl);
+  memcpy(project + strlen(project) - 6, "XXXXXX", 6);
+  ck_assert_ptr_nonnull(mkdtemp(project));
+}
+
+static void down(void) {
+  h_finish(&ctl);
+  rmdir(project);
+}
+
+/* Launches body (one worker), awaits its end, and returns the one failure
+ * (new reference); fails the test if it did not fail. */
+static json_t *failure_of(const char *body) {
+  json_t *workers = h_launch(&ctl, body), *ans, *f;
+
+  ans = h_await(&ctl, workers, 1, 30);
+  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 1, "the worker did not fail");
+  f = json_incref(json_array_get(json_object_get(ans, "failures"), 0));
+  json_decref(ans);
+  json_decref(workers);
+  return f;
+}
+
+START_TEST(a_missing_script_fails_with_script_not_found) {
+  char body[512], want[160];
+  json_t *f;
+
+  up();
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.1, \"script\": \"fail.py\", \"cwd\": \"%s\"}",
+           project);
+  f = failure_of(body);
+  snprintf(want, sizeof(want), "script %s/fail.py not found", project);
+  ck_assert_str_eq(h_str(f, "failure"), want);
+  json_decref(f);
+  down();
+}
+END_TEST
+
+START_TEST(a_missing_command_says_not_found_on_the_workers_path) {
+  json_t *f;
+
+  up();
+  f = failure_of("{\"n\": 1, \"cpu\": 0.1, \"command\": [\"muster-no-such-train\", \"--epochs\", "
+                 "\"1\"], \"path\": \"/nowhere/a:/nowhere/b\"}");
+  ck_assert_str_eq(h_str(f, "failure"),
+                   "muster-no-such-train: not found on the worker's PATH (/nowhere/a:/nowhere/b)");
+  json_decref(f);
+  down();
+}
+END_TEST
+
+START_TEST(a_missing_working_directory_fails_naming_it) {
+  json_t *f;
+
+  up();
+  f = failure_of("{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": \"true\", "
+                 "\"cwd\": \"/nowhere/project\"}");
+  ck_assert_str_eq(h_str(f, "failure"),
+                   "the working directory /nowhere/project does not exist on this worker's host");
+  json_decref(f);
+  down();
+}
+END_TEST
+
+/* The worker object says where it starts and on which PATH; a launch that
+ * names neither (an older client) gets null: the controller's --workdir
+ * and the worker's own PATH, as before. A relative cwd is refused. */
+START_TEST(a_worker_says_where_it_starts_and_a_relative_cwd_is_refused) {
+  char body[512];
+  json_t *ws, *ans = NULL, *w;
+
+  up();
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": \"pwd; echo $PATH\", "
+           "\"cwd\": \"%s\", \"path\": \"/usr/bin:/bin\"}",
+           project);
+  ws = h_launch(&ctl, body);
+  w = json_array_get(ws, 0);
+  ck_assert_str_eq(h_str(w, "cwd"), project);
+  ck_assert_str_eq(h_str(w, "path"), "/usr/bin:/bin");
+  ans = h_await(&ctl, ws, 1, 30);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "failures")), 0);
+  json_decref(ans);
+  {
+    char path[64], *raw = NULL, want[160];
+    snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", h_str(w, "id"));
+    ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &raw), 200);
+    snprintf(want, sizeof(want), "%s\n/usr/bin:/bin\n", project);
+    ck_assert_str_eq(raw, want);
+    free(raw);
+  }
+  json_decref(ws);
+
+  ws = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1}");
+  ck_assert(json_is_null(json_object_get(json_array_get(ws, 0), "cwd")));
+  ck_assert(json_is_null(json_object_get(json_array_get(ws, 0), "path")));
+  json_decref(ws);
+
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cwd\": \"project\"}", "", &ans, NULL),
+      422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "cwd");
+  ck_assert_ptr_nonnull(
+      strstr(h_str(json_object_get(ans, "error"), "message"), "cwd must be an absolute directory"));
+  json_decref(ans);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cwd\": 7}", "", &ans, NULL), 422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "cwd");
+  json_decref(ans);
+  down();
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("where");
+  TCase *tc = tcase_create("where");
+
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, a_missing_script_fails_with_script_not_found);
+  tcase_add_test(tc, a_missing_command_says_not_found_on_the_workers_path);
+  tcase_add_test(tc, a_missing_working_directory_fails_naming_it);
+  tcase_add_test(tc, a_worker_says_where_it_starts_and_a_relative_cwd_is_refused);
+  suite_add_tcase(s, tc);
+  return check_run(s);
+}

@@ -416,6 +416,66 @@ START_TEST(exec_gives_up_on_a_worker_that_does_not_answer) {
 }
 END_TEST
 
+/* A script that fails says why on its stderr: the worker's failure quotes
+ * its last lines, so the user reads the traceback's last line, not only an
+ * exit code. At most 10 lines and 2 KB of it, valid UTF-8, no control
+ * characters but newlines. */
+START_TEST(a_failed_workers_failure_ends_with_its_stderrs_last_lines) {
+  muster_launch_opts o;
+  muster_worker_list a, b;
+  muster_await_result r;
+  const char *ids[2];
+  const char *f, *tail;
+  int lines = 0;
+
+  up();
+  muster_launch_opts_init(&o);
+  o.cpu = 0.1;
+  o.code = "1/0";
+  ck_assert_int_eq(muster_launch(cl, &o, &a), 0);
+  /* 30 lines, then one with a colour, a tab, a bell and a carriage return. */
+  o.code = "import sys\n"
+           "for i in range(30): print('line %d' % i, file=sys.stderr)\n"
+           "sys.stderr.write('\\x1b[31mred\\x1b[0m\\tand\\x07 bell\\r\\nlast words\\n\\n')\n"
+           "sys.exit(4)";
+  ck_assert_int_eq(muster_launch(cl, &o, &b), 0);
+  ids[0] = a.items[0].id;
+  ids[1] = b.items[0].id;
+  ck_assert_int_eq(muster_await(cl, ids, 2, 1, 30, &r), 0);
+  ck_assert_int_eq(r.failures.count, 2);
+  for (size_t i = 0; i < 2; i++) {
+    const muster_worker *w = &r.failures.items[i];
+    f = w->failure;
+    ck_assert_ptr_nonnull(f);
+    if (strcmp(w->id, ids[0]) == 0) {
+      ck_assert_msg(strstr(f, "the script exited with code 1; its stderr ended with:\n"), "%s", f);
+      ck_assert_msg(strstr(f, "Traceback") || strstr(f, "line 1"), "%s", f);
+      ck_assert_msg(strlen(f) > 35 &&
+                        strcmp(f + strlen(f) - 35, "ZeroDivisionError: division by zero") == 0,
+                    "%s", f);
+      continue;
+    }
+    tail = strstr(f, "the script exited with code 4; its stderr ended with:\n");
+    ck_assert_msg(tail, "%s", f);
+    tail = strchr(tail, '\n') + 1;
+    for (const char *p = tail; *p; p++) {
+      ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n', "a control character in %s", f);
+      lines += *p == '\n';
+    }
+    ck_assert_int_eq(lines + 1, 10); /* the last 10 lines */
+    ck_assert_msg(strncmp(tail, "line 22\n", 8) == 0, "%s", f);
+    ck_assert_msg(strstr(tail, "line 29\n[31mred") == NULL, "%s", f);
+    ck_assert_msg(strstr(tail, "line 29\nred and bell\nlast words") &&
+                      strcmp(tail + strlen(tail) - 10, "last words") == 0,
+                  "%s", f);
+  }
+  muster_await_result_free(&r);
+  muster_worker_list_free(&a);
+  muster_worker_list_free(&b);
+  down();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sdk");
   TCase *tc = tcase_create("libmuster");
@@ -423,6 +483,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, launch_returns_typed_workers);
   tcase_add_test(tc, await_running_then_completion);
+  tcase_add_test(tc, a_failed_workers_failure_ends_with_its_stderrs_last_lines);
   tcase_add_test(tc, get_list_and_stop);
   tcase_add_test(tc, logs_plain_and_followed);
   tcase_add_test(tc, events_follow_and_cancel);

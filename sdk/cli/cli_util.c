@@ -131,6 +131,26 @@ void print_list_json(const muster_worker_list *l) {
 }
 
 /* Seconds since an ISO time of the controller, or -1. */
+void print_failure(FILE *out, const char *failure, const char *indent) {
+  const char *nl;
+
+  while ((nl = strchr(failure, '\n')) != NULL) {
+    fprintf(out, "%.*s\n%s", (int)(nl - failure), failure, indent);
+    failure = nl + 1;
+  }
+  fprintf(out, "%s\n", failure);
+}
+
+void fmt_failure_line(const char *failure, char *buf, size_t size) {
+  const char *nl = strchr(failure, '\n');
+  const char *last = strrchr(failure, '\n');
+
+  if (!nl)
+    snprintf(buf, size, "%s", failure);
+  else
+    snprintf(buf, size, "%.*s %s", (int)(nl - failure), failure, last + 1);
+}
+
 double age_of(const char *iso) {
   struct tm tm;
   char *end;

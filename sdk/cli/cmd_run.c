@@ -66,7 +66,8 @@ static void run_output(void *arg, const char *role, int index, muster_stream str
 static void run_restart(void *arg, int attempt, const char *cause) {
   const muster_run_opts *o = arg;
   (void)o;
-  fprintf(stderr, "muster run: restart %d: %s\n", attempt, cause);
+  fprintf(stderr, "muster run: restart %d: ", attempt);
+  print_failure(stderr, cause, "  ");
   fflush(stderr);
 }
 

@@ -4,6 +4,7 @@
 #include "mpi_agent.h"
 
 #include "envlists.h"
+#include "rank_end.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -84,6 +85,23 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   return exit_code;
 }
 
+/* Tells muster run (marker: RANK_END_ENV's value) how rank's command
+ * ended, on stderr (common/rank_end.h): rc and err as muster_exec_at()
+ * gave them, else its exit code or signal; program, the command's name. */
+static void rank_end(const char *marker, long rank, int rc, int exit_code, int signo,
+                     const char *err, const char *program) {
+  if (rc == MUSTER_E_NOT_FOUND)
+    fprintf(stderr, "%s %ld error 0 %s: not found%s\n", marker, rank, program,
+            strchr(program, '/') ? "" : " on the worker's PATH");
+  else if (rc)
+    fprintf(stderr, "%s %ld %s 0 %s\n", marker, rank, rc == MUSTER_E_UNREACHABLE ? "lost" : "error",
+            err);
+  else if (signo)
+    fprintf(stderr, "%s %ld signal %d\n", marker, rank, signo);
+  else
+    fprintf(stderr, "%s %ld exit %d\n", marker, rank, exit_code);
+}
+
 /* A rank gets what its Open MPI daemon says (env_rank_forwards); the rest
  * of the daemon's environment is its own worker's, and the rank gets its own
  * worker's instead. */
@@ -91,13 +109,14 @@ int mpi_agent_rank(int argc, char **argv, const char *who) {
   const char *ranks = getenv("MUSTER_EXEC_RANKS"), *token = getenv("MUSTER_EXEC_TOKEN");
   const char *rank_s = getenv("OMPI_COMM_WORLD_RANK");
   const char *local_s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const char *marker = getenv(RANK_END_ENV);
   char cwd[PATH_MAX], err[600], rank_env[32], local_env[32], *end;
   const char **env = NULL;
   size_t nenv = 0;
   muster_exec_target t;
   muster_exec_opts o;
   long rank;
-  int i = 1, exit_code, rc;
+  int i = 1, exit_code, signo, rc;
 
   if (i < argc && strcmp(argv[i], "--") == 0)
     i++;
@@ -143,12 +162,17 @@ int mpi_agent_rank(int argc, char **argv, const char *who) {
   o.nenv = nenv;
   o.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : NULL;
   o.stdin_fd = 0;
-  rc = muster_exec_at(&t, &o, &exit_code, err, sizeof(err));
+  rc = muster_exec_at_signal(&t, &o, &exit_code, &signo, err, sizeof(err));
   free(env);
-  if (rc) {
+  /* Under muster run, a failure is said once, by muster run, naming the
+   * rank's worker and the cause; by hand, here. */
+  if (marker && strncmp(marker, RANK_END_PREFIX, strlen(RANK_END_PREFIX)) == 0 &&
+      (rc || exit_code != 0))
+    rank_end(marker, rank, rc, exit_code, signo, err, argv[i]);
+  else if (rc)
     fprintf(stderr, "%s: rank %ld: %s\n", who, rank, err);
-    /* 255: the worker is gone or unreachable (as ssh and muster rsh say). */
+  /* 255: the worker is gone or unreachable (as ssh and muster rsh say). */
+  if (rc)
     return rc == MUSTER_E_NOT_FOUND ? 127 : rc == MUSTER_E_UNREACHABLE ? 255 : 126;
-  }
   return exit_code;
 }

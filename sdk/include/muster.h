@@ -272,6 +272,11 @@ void muster_exec_opts_init(muster_exec_opts *o);
  * worker. */
 int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
                    char *errbuf, size_t errlen) MUSTER_WARN_UNUSED;
+/* As muster_exec_at(), and *signo gets the signal that killed the command
+ * (*exit_code is then 128 + it), or 0 when it exited or never ran: an exit
+ * code of 137 can be either. */
+int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
+                          int *signo, char *errbuf, size_t errlen) MUSTER_WARN_UNUSED;
 
 /* ---- run_cluster: launch, build the cluster spec, train, stop ---- */
 

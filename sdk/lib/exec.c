@@ -184,12 +184,20 @@ static MUST_CHECK int deliver(const muster_exec_opts *o, int is_err, const char 
 
 int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
                    char *err, size_t errlen) {
+  int signo;
+
+  return muster_exec_at_signal(t, o, exit_code, &signo, err, errlen);
+}
+
+int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
+                          int *signo, char *err, size_t errlen) {
   struct outbuf out = {0};
   char *in = NULL, *h = NULL;
   size_t inlen = 0;
   int fd, stdin_open = o->stdin_fd >= 0, rc = MUSTER_E_UNREACHABLE, done = 0;
 
   *exit_code = -1;
+  *signo = 0;
   err[0] = '\0';
   if (o->argc == 0) {
     snprintf(err, errlen, "no command given");
@@ -308,8 +316,10 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
           if (json_is_integer(code))
             *exit_code = (int)json_integer_value(code);
           else if (json_is_integer(sig) && json_integer_value(sig) > 0 &&
-                   json_integer_value(sig) < 128)
-            *exit_code = 128 + (int)json_integer_value(sig);
+                   json_integer_value(sig) < 128) {
+            *signo = (int)json_integer_value(sig);
+            *exit_code = 128 + *signo;
+          }
           rc = 0;
           if (why) {
             snprintf(err, errlen, "worker %s: %s", t->worker_id, why);

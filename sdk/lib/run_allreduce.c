@@ -4,6 +4,7 @@
 #include "envlists.h"
 #include "fabric.h"
 #include "muster.h"
+#include "rank_end.h"
 #include "run_internal.h"
 
 #include <errno.h>
@@ -12,10 +13,13 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -41,6 +45,91 @@ static void *relay_main(void *arg) {
     muster_run_emit_(r->p, r->is_err, buf, (size_t)n);
   }
   return NULL;
+}
+
+/* The failure a rank reported first (common/rank_end.h): mpirun's exit
+ * code alone names neither the rank nor the cause. */
+struct rank_ends {
+  char marker[64];
+  int seen;
+  long rank;
+  char kind[8];
+  int n;
+  char text[512];
+};
+
+/* Whether a rank's end may be the mark of something done to it from
+ * outside (its exec connection lost, SIGTERM, SIGKILL: what a stop of the
+ * worker, an expired lease or the OOM killer sends), which the controller
+ * names better moments later; sigterm_only: SIGTERM alone, what mpirun's
+ * own teardown of the other ranks sends. */
+static int end_from_outside(const char *kind, int n, int sigterm_only) {
+  return strcmp(kind, "lost") == 0 ||
+         (strcmp(kind, "signal") == 0 && (n == SIGTERM || (!sigterm_only && n == SIGKILL)));
+}
+
+/* mpirun's output lines pass here first (struct proc's take_line): a
+ * rank's end report is taken out, and the first (or the first that is not
+ * a teardown's) kept. What came before the marker on its line (an unended
+ * last line of the rank's own stderr) is still handed out. */
+static int take_rank_end(struct proc *p, int is_err, char *line, size_t *len) {
+  struct rank_ends *e = p->take_arg;
+  char *at = is_err ? strstr(line, e->marker) : NULL, *tag, kind[8];
+  long rank;
+  int n, off = 0;
+
+  if (!at || sscanf(at + strlen(e->marker), " %ld %7s %d %n", &rank, kind, &n, &off) < 3)
+    return 0;
+  if (!e->seen || (end_from_outside(e->kind, e->n, 1) && !end_from_outside(kind, n, 1))) {
+    e->seen = 1;
+    e->rank = rank;
+    e->n = n;
+    snprintf(e->kind, sizeof(e->kind), "%s", kind);
+    snprintf(e->text, sizeof(e->text), "%s", off ? at + strlen(e->marker) + off : "");
+  }
+  tag = strstr(line, "<stderr>:");
+  tag = tag && tag + 9 <= at ? tag + 9 : line;
+  if (at == tag)
+    return 1;
+  *at = '\0';
+  *len = (size_t)(at - line);
+  return 0;
+}
+
+/* Fails run with what rank e->rank reported, naming its worker: rank r is
+ * the worker rank_worker[r] of run's workers. */
+static void fail_rank(struct run *run, const struct rank_ends *e, const size_t *rank_worker) {
+  const char *w = e->rank >= 0 && (size_t)e->rank < run->workers.count
+                      ? run->workers.items[rank_worker[e->rank]].id
+                      : NULL;
+
+  if (end_from_outside(e->kind, e->n, 0))
+    muster_run_await_worker_failure_(run, 3);
+  if (strcmp(e->kind, "exit") == 0)
+    muster_run_fail_(run, w, "rank %ld (%s) exited with code %d", e->rank, w ? w : "?", e->n);
+  else if (strcmp(e->kind, "signal") == 0)
+    muster_run_fail_(run, w, "rank %ld (%s) was killed by signal %d", e->rank, w ? w : "?", e->n);
+  else
+    muster_run_fail_(run, w, "rank %ld (%s): %s", e->rank, w ? w : "?", e->text);
+}
+
+/* A marker no command's output holds by chance: RANK_END_PREFIX and 32
+ * random hex digits. */
+static void new_marker(char *buf, size_t size) {
+  unsigned char r[16];
+  size_t off;
+
+  if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+    struct timespec ts;
+    uint64_t a = (uint64_t)getpid(), b;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    b = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    memcpy(r, &a, sizeof(a));
+    memcpy(r + 8, &b, sizeof(b));
+  }
+  off = (size_t)snprintf(buf, size, "%s", RANK_END_PREFIX);
+  for (size_t i = 0; i < sizeof(r) && off + 2 < size; i++)
+    off += (size_t)snprintf(buf + off, size - off, "%02x", r[i]);
 }
 
 /* Two workers share a host when they report the same host name (the
@@ -104,19 +193,24 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   size_t nw = run->workers.count;
   char *hosts = NULL, *exec_hosts = NULL, *exec_ranks = NULL, *agent = NULL, np[16];
   char *argv[170];
-  char *own[8] = {0};
+  char *own[9] = {0};
   char **envp = NULL;
   char *placed = calloc(nw ? nw : 1, 1);
-  size_t nenv = 0, off = 0;
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, n = 0, status = 0, oom = !placed;
+  size_t *rank_worker = calloc(nw ? nw : 1, sizeof(*rank_worker));
+  size_t nenv = 0, off = 0, nranks = 0;
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, n = 0, status = 0, oom = !placed || !rank_worker;
   posix_spawn_file_actions_t fa;
   pthread_t t_out, t_err;
   struct proc p;
   struct relay ro, re;
+  struct rank_ends ends = {0};
 
   memset(&p, 0, sizeof(p));
   p.run = run;
   p.role = "mpirun";
+  new_marker(ends.marker, sizeof(ends.marker));
+  p.take_line = take_rank_end;
+  p.take_arg = &ends;
   /* Ranks in host order: all of the first worker's host, then the next
    * host's; -H names each host by its first worker, with a slot per worker. */
   for (size_t i = 0; !oom && i < nw; i++) {
@@ -130,6 +224,7 @@ void muster_run_allreduce_(struct run *run, const char *master) {
         continue;
       placed[j] = 1;
       slots++;
+      rank_worker[nranks++] = j;
       oom |= exec_list_add(&exec_ranks, w);
     }
     oom |= list_add(&hosts, "%s:%d", head->ip_address, slots);
@@ -185,6 +280,8 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   argv[n++] = "MUSTER_EXEC_TOKEN";
   argv[n++] = "-x";
   argv[n++] = "MUSTER_RESTART_COUNT";
+  argv[n++] = "-x";
+  argv[n++] = RANK_END_ENV;
   argv[n++] = program;
   argv[n++] = "rank";
   argv[n++] = "--";
@@ -201,6 +298,7 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   own[4] = xasprintf("WORLD_SIZE=%zu", run->workers.count);
   own[5] = xasprintf("MUSTER_EXEC_RANKS=%s", exec_ranks ? exec_ranks : "");
   own[6] = xasprintf("MUSTER_RESTART_COUNT=%d", run->attempt);
+  own[7] = xasprintf("%s=%s", RANK_END_ENV, ends.marker);
   /* Open MPI's hwloc reads the PCI devices of the host in mpirun and in
    * every daemon (50 ms and more each, most of a daemon's start), for NIC
    * locality that --bind-to none never uses; GPUs are NCCL's business. A
@@ -208,11 +306,11 @@ void muster_run_allreduce_(struct run *run, const char *master) {
    * daemons get what mpirun has: where the nodes have a fabric and this
    * host none, HWLOC_COMPONENTS= (empty) keeps the reading on). */
   if (!getenv("HWLOC_COMPONENTS") && !host_has_fabric())
-    own[7] = xasprintf("HWLOC_COMPONENTS=-linuxio,-pci");
+    own[8] = xasprintf("HWLOC_COMPONENTS=-linuxio,-pci");
   for (char **e = environ; *e; e++)
     nenv++;
-  envp = calloc(nenv + 9, sizeof(*envp));
-  for (int i = 0; i < 7; i++)
+  envp = calloc(nenv + 10, sizeof(*envp));
+  for (int i = 0; i < 8; i++)
     oom |= !own[i];
   if (oom || !envp || !hosts || !exec_ranks || !agent || pipe2(out, O_CLOEXEC) != 0 ||
       pipe2(err, O_CLOEXEC) != 0) {
@@ -222,7 +320,7 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   for (char **e = environ; *e; e++)
     if (!env_run_sets(*e))
       envp[off++] = *e;
-  for (int i = 0; i < 8 && own[i]; i++)
+  for (int i = 0; i < 9 && own[i]; i++)
     envp[off++] = own[i];
   envp[off] = NULL;
 
@@ -258,7 +356,12 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   pthread_join(t_out, NULL);
   pthread_join(t_err, NULL);
   muster_run_flush_lines_(&p);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 255)
+  /* A rank that failed is named, with its worker and the cause; mpirun's
+   * exit code says neither (it is the failed rank's, or 255 for a daemon
+   * that was lost). */
+  if (ends.seen && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    fail_rank(run, &ends, rank_worker);
+  else if (WIFEXITED(status) && WEXITSTATUS(status) == 255)
     muster_run_await_worker_failure_(run, 3);
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     muster_run_fail_(run, NULL, "mpirun exited with code %d", WEXITSTATUS(status));
@@ -271,7 +374,7 @@ out:
     if (err[i] >= 0)
       close(err[i]);
   }
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 9; i++)
     free(own[i]);
   free(envp);
   free(hosts);
@@ -280,4 +383,5 @@ out:
   free(agent);
   free(program);
   free(placed);
+  free(rank_worker);
 }

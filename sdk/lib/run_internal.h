@@ -35,6 +35,11 @@ struct proc {
   char err[512];
   pthread_t thread;
   int started;
+  /* If set, sees each whole line of output first (line: len bytes and a
+   * NUL, which it may shorten): a line it takes (returns 1) is not handed
+   * out. Called from the thread that reads that output; take_arg is its. */
+  int (*take_line)(struct proc *p, int is_err, char *line, size_t *len);
+  void *take_arg;
 };
 
 struct run {

@@ -30,27 +30,6 @@ static void fresh(void) {
   memset(&ctl, 0, sizeof(ctl));
 }
 
-/* Starts a shell command (from fmt) in the background: a client of the
- * controller under test. Returns its pid, to wait for or kill. */
-static pid_t sh_bg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static pid_t sh_bg(const char *fmt, ...) {
-  char cmd[1400];
-  va_list ap;
-  pid_t p;
-
-  va_start(ap, fmt);
-  ck_assert_int_lt(vsnprintf(cmd, sizeof(cmd), fmt, ap), (int)sizeof(cmd));
-  va_end(ap);
-  p = fork();
-  ck_assert_int_ge(p, 0);
-  if (p == 0) {
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  return p;
-}
-
 /* How many lines of path are exactly line. */
 static int count_lines(const char *path, const char *line) {
   char buf[256];
@@ -136,24 +115,6 @@ START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
 }
 END_TEST
 
-/* The worker's own token, as its workerd holds it (read from the
- * controller's database). */
-static void worker_token(const char *id, char *auth, size_t len) {
-  char db[160];
-  sqlite3 *h;
-  sqlite3_stmt *st;
-
-  snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
-  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
-  snprintf(auth, len, "%s", (const char *)sqlite3_column_text(st, 0));
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-}
-
 /* 1b. A registration that names another attempt is refused with 409. */
 START_TEST(a_registration_from_another_attempt_is_refused) {
   json_t *workers, *ans, *out = NULL;
@@ -165,7 +126,7 @@ START_TEST(a_registration_from_another_attempt_is_refused) {
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
   ans = h_await(&ctl, workers, 0, 20);
   id = h_str(json_array_get(workers, 0), "id");
-  worker_token(id, auth, sizeof(auth));
+  h_worker_token(&ctl, id, auth, sizeof(auth));
   snprintf(path, sizeof(path), "/api/v1/workers/%s/register", id);
   ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"ip_address\": \"127.0.0.1\", \"attempt\": 7}",
                           auth, &out, NULL),
@@ -263,7 +224,7 @@ START_TEST(an_exit_code_that_is_no_exit_status_is_refused) {
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
   ans = h_await(&ctl, workers, 0, 20);
   id = h_str(json_array_get(workers, 0), "id");
-  worker_token(id, auth, sizeof(auth));
+  h_worker_token(&ctl, id, auth, sizeof(auth));
   snprintf(path, sizeof(path), "/api/v1/workers/%s/exit", id);
   ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": -1}", auth, &out, NULL), 422);
   ck_assert_str_eq(h_str(json_object_get(out, "error"), "field"), "exit_code");
@@ -297,19 +258,19 @@ START_TEST(appends_racing_a_followed_log_neither_hang_nor_get_lost) {
   unsetenv("MUSTER_FAULT");
   /* Big launches that can never be admitted meanwhile: the lock is busy,
    * as on a controller in use. */
-  launcher = sh_bg("sleep 0.4; for i in $(seq 8); do curl -s -m 20 -H 'Authorization: Bearer %s' "
-                   "-d '{\"n\": 1024, \"cpu\": 1, \"memory\": 0.01}' %s/api/v1/workers "
-                   ">/dev/null; done",
-                   ctl.token, ctl.url);
+  launcher = h_sh_bg("sleep 0.4; for i in $(seq 8); do curl -s -m 20 -H 'Authorization: Bearer %s' "
+                     "-d '{\"n\": 1024, \"cpu\": 1, \"memory\": 0.01}' %s/api/v1/workers "
+                     ">/dev/null; done",
+                     ctl.token, ctl.url);
   /* (half a core: the cpu asked for is a quota; at 0.01 core the 400
    * lines would take minutes) */
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"sh\", \"code\": "
                            "\"sleep 0.5; i=0; while [ $i -lt 400 ]; do echo line $i; "
                            "i=$((i+1)); [ $((i % 20)) -eq 0 ] && sleep 0.02; done\"}");
   for (int k = 0; k < nf; k++)
-    followers[k] = sh_bg("curl -s -m 30 -H 'Authorization: Bearer %s' "
-                         "'%s/api/v1/workers/%s/logs?follow=1' > %s.follow%d",
-                         ctl.token, ctl.url, h_str(json_array_get(workers, 0), "id"), ctl.dir, k);
+    followers[k] = h_sh_bg("curl -s -m 30 -H 'Authorization: Bearer %s' "
+                           "'%s/api/v1/workers/%s/logs?follow=1' > %s.follow%d",
+                           ctl.token, ctl.url, h_str(json_array_get(workers, 0), "id"), ctl.dir, k);
   /* Another writer appends to the same log file without a word to the
    * controller, as fast as it can: a reader at the end of the file sees it
    * grow at any moment, the gap between its look and its wait included. */
@@ -524,9 +485,9 @@ START_TEST(abandoned_waits_are_freed) {
            h_str(json_array_get(workers, 0), "id"));
   /* Clients that give up after half a second. */
   for (int k = 0; k < 3; k++)
-    waitpid(sh_bg("curl -s -m 0.5 -H 'Authorization: Bearer %s' -d '%s' %s/api/v1/workers/await "
-                  ">/dev/null; curl -s -m 0.5 -H 'Authorization: Bearer %s' '%s%s' >/dev/null",
-                  ctl.token, body, ctl.url, ctl.token, ctl.url, path),
+    waitpid(h_sh_bg("curl -s -m 0.5 -H 'Authorization: Bearer %s' -d '%s' %s/api/v1/workers/await "
+                    ">/dev/null; curl -s -m 0.5 -H 'Authorization: Bearer %s' '%s%s' >/dev/null",
+                    ctl.token, body, ctl.url, ctl.token, ctl.url, path),
             NULL, 0);
   for (i = 0; i < 50; i++) {
     if (h_metric(&ctl, "muster_await_waiting") == 0 &&

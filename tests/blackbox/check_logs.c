@@ -32,24 +32,6 @@ static void fresh(void) {
   memset(&ctl, 0, sizeof(ctl));
 }
 
-/* The worker's own token, as its workerd holds it (read from the
- * controller's database). */
-static void worker_token(const char *id, char *auth, size_t len) {
-  char db[160];
-  sqlite3 *h;
-  sqlite3_stmt *st;
-
-  snprintf(db, sizeof(db), "%s/muster.db", ctl.dir);
-  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
-  snprintf(auth, len, "%s", (const char *)sqlite3_column_text(st, 0));
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-}
-
 /* Ships n bytes of c (then NUL-free text) to worker id's stdout as its
  * workerd would, and asserts that the controller took them (204). */
 static void ship(const char *id, const char *auth, char c, size_t n, const char *text) {
@@ -90,7 +72,7 @@ START_TEST(a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once)
   ans = h_await(&ctl, workers, 1, 30);
   ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
   snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
-  worker_token(id, auth, sizeof(auth));
+  h_worker_token(&ctl, id, auth, sizeof(auth));
   /* Up to 1000 bytes short of the cap, in POSTs of 1 MiB (the most one
    * request may carry). */
   for (long i = 0; i < LOG_CAP / (long)mib - 1; i++)
@@ -115,27 +97,6 @@ START_TEST(a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once)
   h_finish(&ctl);
 }
 END_TEST
-
-/* Starts a shell command (from fmt) in the background: a client of the
- * controller under test. Returns its pid, to wait for or kill. */
-static pid_t sh_bg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static pid_t sh_bg(const char *fmt, ...) {
-  char cmd[1400];
-  va_list ap;
-  pid_t p;
-
-  va_start(ap, fmt);
-  ck_assert_int_lt(vsnprintf(cmd, sizeof(cmd), fmt, ap), (int)sizeof(cmd));
-  va_end(ap);
-  p = fork();
-  ck_assert_int_ge(p, 0);
-  if (p == 0) {
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  return p;
-}
 
 /* The whole of a file (malloc'ed; "" if it is missing). */
 static char *slurp(const char *path) {
@@ -176,9 +137,9 @@ START_TEST(a_stopped_workers_last_output_reaches_logs_follow) {
                            "while :; do sleep 0.05; done\"}");
   id = h_str(json_array_get(workers, 0), "id");
   snprintf(out, sizeof(out), "%s.follow", ctl.dir);
-  follower = sh_bg("exec curl -sN -m 60 -H 'Authorization: Bearer %s' "
-                   "'%s/api/v1/workers/%s/logs?follow=1' > %s",
-                   ctl.token, ctl.url, id, out);
+  follower = h_sh_bg("exec curl -sN -m 60 -H 'Authorization: Bearer %s' "
+                     "'%s/api/v1/workers/%s/logs?follow=1' > %s",
+                     ctl.token, ctl.url, id, out);
   for (double until = h_now() + 30; !strstr(text = slurp(out), "first words\n"); usleep(50000)) {
     ck_assert_msg(h_now() < until, "the followed log did not show the first line in 30 s: \"%s\"",
                   text);
@@ -229,9 +190,9 @@ START_TEST(a_followed_log_of_a_worker_whose_workerd_died_still_ends) {
                            "\"echo only words; exec sleep 600\"}");
   id = h_str(json_array_get(workers, 0), "id");
   snprintf(out, sizeof(out), "%s.follow", ctl.dir);
-  follower = sh_bg("exec curl -sN -m 60 -H 'Authorization: Bearer %s' "
-                   "'%s/api/v1/workers/%s/logs?follow=1' > %s",
-                   ctl.token, ctl.url, id, out);
+  follower = h_sh_bg("exec curl -sN -m 60 -H 'Authorization: Bearer %s' "
+                     "'%s/api/v1/workers/%s/logs?follow=1' > %s",
+                     ctl.token, ctl.url, id, out);
   for (double until = h_now() + 30; !strstr(text = slurp(out), "only words\n"); usleep(50000)) {
     ck_assert_msg(h_now() < until, "the followed log did not show the first line in 30 s: \"%s\"",
                   text);

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -589,4 +590,37 @@ int h_sse(struct ctl_proc *c, long since, int want, long timeout_ms, char **raw)
   curl_easy_cleanup(curl);
   *raw = s.b.data ? s.b.data : strdup("");
   return s.events;
+}
+
+void h_worker_token(struct ctl_proc *c, const char *id, char *auth, size_t len) {
+  char db[160];
+  sqlite3 *h;
+  sqlite3_stmt *st;
+
+  snprintf(db, sizeof(db), "%s/muster.db", c->dir);
+  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT token FROM workers WHERE id = ?1", -1, &st, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  snprintf(auth, len, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+}
+
+pid_t h_sh_bg(const char *fmt, ...) {
+  char cmd[1400];
+  va_list ap;
+  pid_t p;
+
+  va_start(ap, fmt);
+  ck_assert_int_lt(vsnprintf(cmd, sizeof(cmd), fmt, ap), (int)sizeof(cmd));
+  va_end(ap);
+  p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  return p;
 }

@@ -98,4 +98,12 @@ void h_write_exec(const char *path, const char *text);
 
 const char *h_str(json_t *obj, const char *key);
 
+/* Worker id's own token, as its workerd holds it (read from c's database),
+ * into auth. */
+void h_worker_token(struct ctl_proc *c, const char *id, char *auth, size_t len);
+
+/* Starts a shell command (from fmt) in the background: a client of the
+ * controller under test. Returns its pid, to wait for or kill. */
+pid_t h_sh_bg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

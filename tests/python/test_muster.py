@@ -242,6 +242,19 @@ class RunCluster(MusterTestCase):
         self.assertIn("exited with code 3", e.exception.message)
         self.assertLess(time.monotonic() - t0, 15)
 
+    def test_an_allreduce_rank_that_fails_raises_naming_the_rank_its_worker_and_the_cause(self):
+        # mpirun's exit code alone ("mpirun exited with code 3") named none of them.
+        if not shutil.which("mpirun"):
+            self.skipTest("Open MPI's mpirun is not installed")
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"), OMPI_ALLOW_RUN_AS_ROOT="1",
+                 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        c = self.client("rc-ar")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.5, 0.25, mode="allreduce", output=lambda line: None, command=[
+                "sh", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'])
+        self.assertEqual(e.exception.code, "training_failed")
+        self.assertRegex(e.exception.message, r"^rank 1 \(w-[a-z0-9]+\) exited with code 3$")
+
 
 class CmlBlogFlow(MusterTestCase):
     def test_launch_two_await_completion_and_read_logs(self):

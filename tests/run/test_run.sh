@@ -2,7 +2,8 @@
 # muster exec and muster run as a user runs them, against a real controller
 # and real workers: commands run inside workers with no SSH; allreduce through
 # mpirun and the exec channel agrees with single; PS trains MNIST; a PyTorch
-# DDP job sees its world; a killed worker ends the run, named, within 10 s.
+# DDP job sees its world; an allreduce rank that fails is named with its
+# worker and the cause; a killed worker ends the run, named, within 10 s.
 # Usage: test_run.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -188,6 +189,29 @@ if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
 else
   not_ok "python3-torch is not installed (scripts/setup.sh installs it)"
 fi
+
+# --- a rank that fails is named, with its worker and the cause (not only
+# mpirun's exit code): an exit code, a missing program, a signal; the run's
+# record carries the same sentence.
+run_of() { "$muster" runs --session "$1" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]['$2'] if r else '')"; }
+rank_fails() {  # $1: session, $2: what, $3: the sentence expected (a grep -E pattern), then the command
+  local session=$1 what=$2 want=$3 rc
+  shift 3
+  timeout 120 "$muster" run --mode allreduce --workers 2 --cpu 0.5 --session "$session" -- "$@" \
+    > "$tmp/$session.out" 2> "$tmp/$session.err"; rc=$?
+  check "allreduce: $what fails the run, naming the rank, its worker and the cause (exit $rc): $(grep 'FAILED' "$tmp/$session.err")" \
+    bash -c '[ "$1" = 1 ] && grep -Eq "^muster run: FAILED: $2\$" "$3"' _ "$rc" "$want" "$tmp/$session.err"
+  check "...and the run's record says the same ($(run_of "$session" failure))" \
+    grep -Eq "^$want\$" <<<"$(run_of "$session" failure)"
+}
+rank_fails rfexit "rank 1 exiting with code 3" 'rank 1 \(w-[a-z0-9]+\) exited with code 3' \
+  sh -c 'echo "rank $OMPI_COMM_WORLD_RANK in $MUSTER_WORKER_ID"; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'
+rank_fails rfmissing "a program missing from the workers" \
+  "rank [01] \\(w-[a-z0-9]+\\): no-such-trainer-xyz: not found on the worker's PATH" no-such-trainer-xyz
+rank_fails rfsignal "rank 1 killed by signal 9" 'rank 1 \(w-[a-z0-9]+\) was killed by signal 9' \
+  sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -9 $$; fi; sleep 30'
+w=$(grep -o 'FAILED: rank 1 (w-[a-z0-9]*)' "$tmp/rfexit.err" | grep -o 'w-[a-z0-9]*')
+check "...the worker named is rank 1's ('$w')" grep -q "^\[rank-1\] rank 1 in $w\$" "$tmp/rfexit.out"
 
 # --- a worker killed mid-run ends muster run, non-zero, within 10 s, naming it
 # and why: the worker that runs Open MPI's daemon for the host (and rank 0),

@@ -329,11 +329,13 @@ const char *muster_lease_holder(const muster_lease *l);
 int muster_run_record_new(muster_client *c, const char *session, const char *holder,
                           const char *mode, const char *const *argv, size_t argc, int max_restarts,
                           char id[16]) MUSTER_WARN_UNUSED;
-/* Records a restart of run id and its cause. */
+/* Records a restart of run id and its cause (UTF-8 text, else
+ * MUSTER_E_INVALID). */
 int muster_run_record_restart(muster_client *c, const char *id,
                               const char *cause) MUSTER_WARN_UNUSED;
 /* Ends run id: status "succeeded", "failed" or "stopped", summary (JSON
- * text, or any text, kept as a string; NULL: none) and failure (NULL: none). */
+ * text, or any text, kept as a string; NULL: none) and failure (UTF-8 text,
+ * else MUSTER_E_INVALID; NULL: none). */
 int muster_run_record_end(muster_client *c, const char *id, const char *status, const char *summary,
                           const char *failure) MUSTER_WARN_UNUSED;
 

@@ -94,6 +94,16 @@ MUSTER_INTERNAL void muster_run_fail_(struct run *run, const char *worker, const
     __attribute__((format(printf, 3, 4)));
 /* Waits up to seconds for a failure to be recorded (by the monitor). */
 MUSTER_INTERNAL void muster_run_await_worker_failure_(struct run *run, int seconds);
+/* Copies the failure in (a sentence, then maybe the lines its stderr ended
+ * with) into out (size bytes, at least 64) as valid UTF-8, shortened if it
+ * does not fit: the sentence stays (cut after "..." at a character only if
+ * longer than half of out), then as many of the last lines as fit, the
+ * first of them cut at its front after "..." if even the last line does
+ * not fit. The last line, a traceback's last, is never lost. */
+MUSTER_INTERNAL void muster_run_failure_fit_(const char *in, char *out, size_t size);
+/* A failure on one line, into out (size bytes, at least 64): its sentence,
+ * then its last quoted line, if any, after a space; fit as above. */
+MUSTER_INTERNAL void muster_run_failure_line_(const char *in, char *out, size_t size);
 
 /* ---- run_output.c ---- */
 

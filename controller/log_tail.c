@@ -2,6 +2,8 @@
  * failure sentence. See log_tail.h. */
 #include "log_tail.h"
 
+#include "utf8.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -13,59 +15,60 @@
  * the escape sequences and malformed bytes are gone. */
 #define LOG_TAIL_READ 8192
 
-/* The length of the valid UTF-8 character at s (at most n bytes), or 0 if
- * s starts no valid character (an overlong form, a surrogate, a code point
- * past U+10FFFF, a stray or missing continuation byte). */
-static size_t utf8_char_len(const unsigned char *s, size_t n) {
-  unsigned cp;
-  size_t len;
+/* An OSC, DCS, SOS, PM or APC string (ESC ] ... BEL or ESC \\) that has no
+ * end by then is taken to end at this many bytes: a title a program never
+ * closed must not swallow the lines after it. */
+#define ESCAPE_STRING_MAX 256
 
-  if (s[0] < 0x80)
-    return 1;
-  if (s[0] >= 0xC2 && s[0] <= 0xDF)
-    len = 2, cp = s[0] & 0x1Fu;
-  else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-    len = 3, cp = s[0] & 0x0Fu;
-  else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-    len = 4, cp = s[0] & 0x07u;
-  else
-    return 0;
-  if (len > n)
-    return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3Fu);
-  }
-  if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return len;
-}
-
-/* The number of bytes of the terminal escape sequence at s (s[0] is ESC):
- * a CSI (ESC [ ... final byte), an OSC (ESC ] ... BEL or ESC \), or ESC and
- * one more byte. */
+/* The number of bytes of the terminal escape sequence at s (s[0] is ESC,
+ * n >= 1) to drop. A CSI (ESC [, parameter and intermediate bytes, a final
+ * byte) ends at the first byte outside 0x20-0x3F, which is its final byte
+ * if in 0x40-0x7E; else only what came before it goes. A string (OSC, DCS,
+ * SOS, PM, APC) ends at BEL, ESC \\, a newline (kept) or after
+ * ESCAPE_STRING_MAX bytes. Any other ESC drops the byte after it only if
+ * printable ASCII (ESC 7, or ESC ( B with its intermediate bytes): a
+ * newline or a character after a stray ESC stays. */
 static size_t escape_len(const unsigned char *s, size_t n) {
   size_t i;
 
   if (n < 2)
     return n;
   if (s[1] == '[') {
-    for (i = 2; i < n && !(s[i] >= 0x40 && s[i] <= 0x7E); i++)
+    for (i = 2; i < n && s[i] >= 0x20 && s[i] <= 0x3F; i++)
       ;
-    return i < n ? i + 1 : n;
+    return i < n && s[i] >= 0x40 && s[i] <= 0x7E ? i + 1 : i;
   }
-  if (s[1] == ']') {
-    for (i = 2; i < n; i++) {
+  if (s[1] == ']' || s[1] == 'P' || s[1] == 'X' || s[1] == '^' || s[1] == '_') {
+    for (i = 2; i < n && i < ESCAPE_STRING_MAX; i++) {
       if (s[i] == 0x07)
         return i + 1;
-      if (s[i] == 0x1B && i + 1 < n && s[i + 1] == '\\')
-        return i + 2;
+      if (s[i] == '\n' || s[i] == '\r')
+        return i;
+      if (s[i] == 0x1B)
+        return i + 1 < n && s[i + 1] == '\\' ? i + 2 : i;
     }
-    return n;
+    return i;
   }
-  return 2;
+  /* ESC, intermediate bytes, a final byte (ESC ( B, ESC 7). */
+  for (i = 1; i < n && s[i] >= 0x20 && s[i] <= 0x2F; i++)
+    ;
+  return i < n && s[i] >= 0x30 && s[i] <= 0x7E ? i + 1 : i;
+}
+
+/* 1 for the invisible characters that change how a terminal shows the text
+ * around them (s holds a valid character of len bytes): zero-width ones
+ * (U+200B-200F, U+2060-2069 but the unassigned, U+FEFF), the bidirectional
+ * embeddings, overrides and isolates (U+202A-202E, U+2066-2069), and the
+ * line and paragraph separators (U+2028, U+2029) that some viewers show as
+ * a line break. A quote must read as what the script wrote. */
+static int format_char(const unsigned char *s, size_t len) {
+  if (len != 3)
+    return 0;
+  if (s[0] == 0xE2 && s[1] == 0x80)
+    return (s[2] >= 0x8B && s[2] <= 0x8F) || (s[2] >= 0xA8 && s[2] <= 0xAE);
+  if (s[0] == 0xE2 && s[1] == 0x81)
+    return s[2] >= 0xA0 && s[2] <= 0xA9;
+  return s[0] == 0xEF && s[1] == 0xBB && s[2] == 0xBF;
 }
 
 /* Copies in to out (n bytes of room at least) as valid UTF-8 text with no
@@ -105,8 +108,8 @@ static size_t sanitize(const unsigned char *in, size_t n, char *out) {
       continue;
     }
     /* The C1 controls (U+0080..U+009F) are controls too. */
-    if (len == 2 && in[i] == 0xC2 && in[i + 1] < 0xA0) {
-      i += 2;
+    if ((len == 2 && in[i] == 0xC2 && in[i + 1] < 0xA0) || format_char(in + i, len)) {
+      i += len;
       continue;
     }
     memcpy(out + o, in + i, len);
@@ -182,7 +185,7 @@ size_t log_tail_clean(const char *in, size_t n, char *out) {
   return k;
 }
 
-size_t log_tail_read(const char *path, char *out) {
+size_t log_tail_read(const char *path, long long cap, int *capped, char *out) {
   char buf[LOG_TAIL_READ];
   const char *from = buf;
   struct stat st;
@@ -192,10 +195,18 @@ size_t log_tail_read(const char *path, char *out) {
   int fd;
 
   out[0] = '\0';
+  *capped = 0;
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return 0;
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    close(fd);
+    return 0;
+  }
+  /* Cut at the cap (a note follows it): its end was never stored, and the
+   * lines at the cap are no end to quote. */
+  if ((long long)st.st_size > cap) {
+    *capped = 1;
     close(fd);
     return 0;
   }

@@ -41,6 +41,46 @@ START_TEST(control_characters_and_escapes_go) {
 }
 END_TEST
 
+/* A title escape a program never ended (no BEL, no ESC \\) ends at its
+ * line's end: the traceback after it is quoted. */
+START_TEST(an_unterminated_title_escape_keeps_the_traceback_after_it) {
+  char in[600];
+
+  clean("\x1b]0;my title\nTraceback (most recent call last):\n  File \"t.py\", line 1\n"
+        "ZeroDivisionError: division by zero\n");
+  ck_assert_str_eq(out, "Traceback (most recent call last):\n  File \"t.py\", line 1\n"
+                        "ZeroDivisionError: division by zero");
+  /* One with no line end either stops at 256 bytes. */
+  memset(in, 'x', 300);
+  memcpy(in, "\x1b]", 2);
+  snprintf(in + 300, sizeof(in) - 300, "\nlast words");
+  clean(in);
+  ck_assert_str_eq(out, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nlast words");
+}
+END_TEST
+
+/* A CSI cut short, or an ESC on its own, takes no newline and no character
+ * with it. */
+START_TEST(a_broken_escape_keeps_the_next_line_whole) {
+  clean("step 9\x1b[\nZeroDivisionError: x\nA\x1b\nB\n\x1b\xc3\xa9t\xc3\xa9 \x1b(Bok\x1b[1;\x01z");
+  ck_assert_str_eq(out, "step 9\nZeroDivisionError: x\nA\nB\n\xc3\xa9t\xc3\xa9 okz");
+}
+END_TEST
+
+/* Bidi overrides and isolates, zero-width characters and U+2028/9 would
+ * make a terminal show the quote otherwise than the script wrote it. */
+START_TEST(bidi_and_zero_width_characters_go) {
+  clean("a\xe2\x80\xae"
+        "b\xe2\x80\x8b"
+        "c\xe2\x81\xa6"
+        "d\xe2\x80\xa8"
+        "e\xef\xbb\xbf\xe2\x80\x8f"
+        "f\xe2\x81\xa9 \xe2\x80\x94 \xe2\x80\xa6");
+  /* The dash and the ellipsis stay. */
+  ck_assert_str_eq(out, "abcdef \xe2\x80\x94 \xe2\x80\xa6");
+}
+END_TEST
+
 START_TEST(malformed_utf8_becomes_question_marks) {
   /* a cut character at the start goes; é, € and 😀 stay; a stray
    * continuation byte, an overlong '/', a surrogate and a cut end are '?' */
@@ -91,6 +131,9 @@ int main(void) {
 
   tcase_add_test(tc, the_last_ten_lines_without_blank_ends);
   tcase_add_test(tc, control_characters_and_escapes_go);
+  tcase_add_test(tc, an_unterminated_title_escape_keeps_the_traceback_after_it);
+  tcase_add_test(tc, a_broken_escape_keeps_the_next_line_whole);
+  tcase_add_test(tc, bidi_and_zero_width_characters_go);
   tcase_add_test(tc, malformed_utf8_becomes_question_marks);
   tcase_add_test(tc, at_most_2_kb_whole_lines_first);
   tcase_add_test(tc, a_long_last_line_keeps_its_end_cut_at_a_character);

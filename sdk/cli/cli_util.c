@@ -130,7 +130,7 @@ void print_list_json(const muster_worker_list *l) {
   printf("]\n");
 }
 
-/* Seconds since an ISO time of the controller, or -1. */
+/* A failure's sentence, then its quoted stderr lines, each indented. */
 void print_failure(FILE *out, const char *failure, const char *indent) {
   const char *nl;
 
@@ -141,6 +141,7 @@ void print_failure(FILE *out, const char *failure, const char *indent) {
   fprintf(out, "%s\n", failure);
 }
 
+/* The sentence and the last quoted line (a traceback's last) on one line. */
 void fmt_failure_line(const char *failure, char *buf, size_t size) {
   const char *nl = strchr(failure, '\n');
   const char *last = strrchr(failure, '\n');
@@ -151,6 +152,7 @@ void fmt_failure_line(const char *failure, char *buf, size_t size) {
     snprintf(buf, size, "%.*s %s", (int)(nl - failure), failure, last + 1);
 }
 
+/* Seconds since an ISO time of the controller, or -1. */
 double age_of(const char *iso) {
   struct tm tm;
   char *end;

@@ -105,6 +105,28 @@ MUSTER_INTERNAL void muster_run_failure_fit_(const char *in, char *out, size_t s
  * then its last quoted line, if any, after a space; fit as above. */
 MUSTER_INTERNAL void muster_run_failure_line_(const char *in, char *out, size_t size);
 
+/* ---- run_rank_end.c ---- */
+
+/* The failure a rank reported first (common/rank_end.h): mpirun's exit
+ * code alone names neither the rank nor the cause. */
+struct rank_ends {
+  char marker[64];
+  int seen;
+  int outside; /* some report was a lost connection, SIGTERM or SIGKILL */
+  long rank;
+  char kind[8];
+  int n;
+  char text[512];
+};
+
+/* mpirun's output lines pass here first (struct proc's take_line; take_arg
+ * is a struct rank_ends holding the attempt's marker): a rank's end report
+ * is taken out, and the first kept (a later one is collateral: a peer's
+ * gloo or NCCL exit after this rank's worker was stopped). What came before
+ * the report on its line (an unended last line of a rank's own stderr) is
+ * still handed out, without the report's own tag ("[1,R]<stderr>:"). */
+MUSTER_INTERNAL int muster_run_take_rank_end_(struct proc *p, int is_err, char *line, size_t *len);
+
 /* ---- run_output.c ---- */
 
 /* Hands len bytes of p's stdout (is_err 0) or stderr out as lines. */

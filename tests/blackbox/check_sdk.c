@@ -377,6 +377,21 @@ static void *cancel_soon(void *arg) {
   return NULL;
 }
 
+/* muster_exec_at_signal() takes NULL for signo, as muster_exec_at() has no
+ * signo at all. */
+START_TEST(exec_at_signal_takes_a_null_signo) {
+  muster_exec_target t;
+  muster_exec_opts o;
+  char err[256];
+  int code;
+
+  memset(&t, 0, sizeof(t));
+  muster_exec_opts_init(&o);
+  ck_assert_int_eq(muster_exec_at_signal(&t, &o, &code, NULL, err, sizeof(err)), MUSTER_E_INVALID);
+  ck_assert_str_eq(err, "no command given");
+}
+END_TEST
+
 START_TEST(exec_gives_up_on_a_worker_that_does_not_answer) {
   const char *argv[] = {"true"};
   muster_exec_target t;
@@ -627,6 +642,7 @@ int main(void) {
   tcase_add_test(tc, errors_map_back_to_the_table);
   tcase_add_test(tc, default_client_discovers_the_local_controller);
   tcase_add_test(tc, exec_gives_up_on_a_worker_that_does_not_answer);
+  tcase_add_test(tc, exec_at_signal_takes_a_null_signo);
   suite_add_tcase(s, tc);
   /* muster_run_cluster() (CK_RUN_CASE=run runs these alone). */
   tc = tcase_create("run");

@@ -164,6 +164,7 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   new_marker(ends.marker, sizeof(ends.marker));
   p.take_line = muster_run_take_rank_end_;
   p.take_arg = &ends;
+  p.keep_whole = ends.marker;
   /* Ranks in host order: all of the first worker's host, then the next
    * host's; -H names each host by its first worker, with a slot per worker. */
   for (size_t i = 0; !oom && i < nw; i++) {

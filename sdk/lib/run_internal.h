@@ -40,6 +40,10 @@ struct proc {
    * out. Called from the thread that reads that output; take_arg is its. */
   int (*take_line)(struct proc *p, int is_err, char *line, size_t *len);
   void *take_arg;
+  /* If set, a line cut for its length (LINE_MAX_BYTES) is never cut inside
+   * this string (the start of it at the cut, or all of it followed by its
+   * fields): that end goes into the next line, for take_line to see whole. */
+  const char *keep_whole;
 };
 
 struct run {

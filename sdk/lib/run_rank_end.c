@@ -23,16 +23,19 @@ int muster_run_take_rank_end_(struct proc *p, int is_err, char *line, size_t *le
   long rank;
   int n, off = 0;
 
-  if (!at || sscanf(at + strlen(e->marker), " %ld %7s %d %n", &rank, kind, &n, &off) < 3)
+  if (!at)
     return 0;
-  if (end_from_outside(kind, n))
-    e->outside = 1;
-  if (!e->seen) {
-    e->seen = 1;
-    e->rank = rank;
-    e->n = n;
-    snprintf(e->kind, sizeof(e->kind), "%s", kind);
-    snprintf(e->text, sizeof(e->text), "%s", off ? at + strlen(e->marker) + off : "");
+  /* A report cut short is no report, but the marker never goes out. */
+  if (sscanf(at + strlen(e->marker), " %ld %7s %d %n", &rank, kind, &n, &off) >= 3) {
+    if (end_from_outside(kind, n))
+      e->outside = 1;
+    if (!e->seen) {
+      e->seen = 1;
+      e->rank = rank;
+      e->n = n;
+      snprintf(e->kind, sizeof(e->kind), "%s", kind);
+      snprintf(e->text, sizeof(e->text), "%s", off ? at + strlen(e->marker) + off : "");
+    }
   }
   /* The last tag before the report: the report's own if right before it. */
   for (char *t = strstr(line, "<stderr>:"); t && t + 9 <= at; t = strstr(t + 9, "<stderr>:"))

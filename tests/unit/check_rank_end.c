@@ -6,7 +6,9 @@
 #include "../check_run.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MARKER "muster-rank-end-0123456789abcdef"
@@ -78,6 +80,70 @@ START_TEST(a_report_after_a_partial_line_leaves_no_dangling_tag) {
 }
 END_TEST
 
+/* A report cut short (no kind, no number) is no report, and its marker is
+ * not handed out to the user either. */
+START_TEST(a_report_cut_short_never_reaches_the_output) {
+  fresh();
+  ck_assert_int_eq(take("[1,1]<stderr>:" MARKER " 1 exi"), 1);
+  ck_assert_int_eq(ends.seen, 0);
+  ck_assert_int_eq(take("[1,1]<stderr>:step 9" MARKER), 0);
+  ck_assert_str_eq(line, "[1,1]<stderr>:step 9");
+}
+END_TEST
+
+/* What muster run's output callback got. */
+static char *got[8];
+static size_t ngot;
+
+static void on_output(void *arg, const char *role, int index, muster_stream stream,
+                      const char *text, size_t len) {
+  (void)arg, (void)role, (void)index, (void)stream;
+  if (ngot < 8)
+    got[ngot++] = strndup(text, len);
+}
+
+/* A rank's stderr with no newline for 64 KiB (a progress bar), then its
+ * report: the cut for the line's length falls inside the marker. The
+ * report is still taken whole, and no line handed out holds the marker. */
+START_TEST(a_report_at_a_long_lines_cut_is_still_taken) {
+  static struct proc mp;
+  static struct run run;
+  static char data[LINE_MAX_BYTES + 100];
+  muster_run_opts o;
+  muster_run_result r;
+  size_t n = LINE_MAX_BYTES - 1 - 20;
+
+  fresh();
+  memset(&mp, 0, sizeof(mp));
+  memset(&run, 0, sizeof(run));
+  memset(&r, 0, sizeof(r));
+  muster_run_opts_init(&o);
+  o.on_output = on_output;
+  run.o = &o;
+  run.r = &r;
+  pthread_mutex_init(&run.lock, NULL);
+  mp.run = &run;
+  mp.role = "mpirun";
+  mp.take_line = muster_run_take_rank_end_;
+  mp.take_arg = &ends;
+  mp.keep_whole = ends.marker;
+  memset(data, 'x', n);
+  n += (size_t)snprintf(data + n, sizeof(data) - n, "%s 1 exit 3\n", MARKER);
+  muster_run_emit_(&mp, 1, data, n);
+  muster_run_flush_lines_(&mp);
+  ck_assert_int_eq(ends.seen, 1);
+  ck_assert_int_eq(ends.rank, 1);
+  ck_assert_str_eq(ends.kind, "exit");
+  ck_assert_int_eq(ends.n, 3);
+  for (size_t i = 0; i < ngot; i++) {
+    ck_assert_msg(!strstr(got[i], "muster-rank-end"), "line %zu holds the marker", i);
+    free(got[i]);
+  }
+  ck_assert_uint_ge(ngot, 1);
+  pthread_mutex_destroy(&run.lock);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("rank_end");
   TCase *tc = tcase_create("take");
@@ -85,6 +151,8 @@ int main(void) {
   tcase_add_test(tc, a_peers_later_exit_does_not_replace_a_stopped_ranks_report);
   tcase_add_test(tc, a_later_lost_connection_still_awaits_the_controller);
   tcase_add_test(tc, a_report_after_a_partial_line_leaves_no_dangling_tag);
+  tcase_add_test(tc, a_report_cut_short_never_reaches_the_output);
+  tcase_add_test(tc, a_report_at_a_long_lines_cut_is_still_taken);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

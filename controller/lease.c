@@ -229,8 +229,8 @@ int lease_drop_locked(const char *session, const char *holder, int stop_workers,
   if (!(*slot)->n)
     lease_unlink(slot);
   if (d.runs)
-    LOG(LOG_INFO, "holder %s gave back its part of session %s's lease: %d runs failed", holder,
-        session, d.runs);
+    LOG(LOG_INFO, "holder %s gave back its part of session %s's lease: %d run%s failed", holder,
+        session, d.runs, d.runs == 1 ? "" : "s");
   return 0;
 }
 
@@ -302,10 +302,11 @@ static int expire_parts(struct lease *l, int64_t now) {
     }
   if (e.session_end) {
     g.leases_expired++;
-    LOG(LOG_INFO, "the lease of session %s expired: %d workers stopped, %d runs failed", l->session,
-        n, e.runs);
+    LOG(LOG_INFO, "the lease of session %s expired: %d worker%s stopped, %d run%s failed",
+        l->session, n, n == 1 ? "" : "s", e.runs, e.runs == 1 ? "" : "s");
   } else if (e.runs) {
-    LOG(LOG_INFO, "session %s: %d runs failed, their client gone", l->session, e.runs);
+    LOG(LOG_INFO, "session %s: %d run%s failed, their client gone", l->session, e.runs,
+        e.runs == 1 ? "" : "s");
   }
   return 0;
 }

@@ -28,7 +28,7 @@ static void usage(FILE *out) {
                "through a backend.\n"
                "\n"
                "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470;\n"
-               "                            port 0 picks a free one)\n"
+               "                            :PORT every address; port 0 picks a free one)\n"
                "  --state-dir DIR           database, token, logs (default ~/.muster)\n"
                "  --backend NAME            how workers are started: local (default), slurm\n"
                "                            (a Slurm job per launch, from a login node), or\n"
@@ -52,7 +52,8 @@ static void usage(FILE *out) {
                "  --isolation none|cgroup   local: put each worker in a cgroup of its own\n"
                "                            (default: where the host allows it)\n"
                "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
-               "  --web-dir DIR             the web UI's files\n"
+               "  --web-dir DIR             the web UI's files (default: ../share/muster/web\n"
+               "                            beside this binary, else the source tree's)\n"
                "  --workdir DIR             where workers' scripts run (default: current dir)\n"
                "  --http-threads N          HTTP thread pool size (default 4)\n"
                "  -v, --verbose             log debug lines\n"
@@ -101,7 +102,14 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
     self[n] = '\0';
-    snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s/muster-workerd", dirname(self));
+    const char *bin = dirname(self);
+    char web[sizeof(cfg->web_dir)];
+    snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s/muster-workerd", bin);
+    /* An installed controller (PREFIX/bin) serves PREFIX/share/muster/web;
+     * one run from its build directory, the source tree's web/. */
+    if (snprintf(web, sizeof(web), "%s/../share/muster/web", bin) < (int)sizeof(web) &&
+        access(web, R_OK | X_OK) == 0)
+      snprintf(cfg->web_dir, sizeof(cfg->web_dir), "%s", web);
   } else {
     snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "muster-workerd");
   }
@@ -312,8 +320,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (strcmp(g.backend->name, "local") == 0)
-    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g cores, %g GiB, %d GPUs)",
-        g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.memory, g.cfg.gpus);
+    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g core%s, %.1f GiB, %d GPU%s)",
+        g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.cpus == 1 ? "" : "s", g.cfg.memory,
+        g.cfg.gpus, g.cfg.gpus == 1 ? "" : "s");
   else
     LOG(LOG_INFO, "listening on %s (state in %s, %s backend%s%s)", g.controller_url,
         g.cfg.state_dir, g.backend->name, g.cfg.slurm_partition[0] ? ", partition " : "",

@@ -121,7 +121,7 @@ static int lock_state_dir(char *err, size_t errlen) {
 /* See state_internal.h. */
 int statedir_prepare(char *err, size_t errlen) {
   char path[600];
-  int rc;
+  int rc, fd;
 
   rc = mkdir_p(g.cfg.state_dir, 0700);
   snprintf(path, sizeof(path), "%s/workers", g.cfg.state_dir);
@@ -138,6 +138,16 @@ int statedir_prepare(char *err, size_t errlen) {
   rc = secure_state_dir(err, errlen);
   if (rc)
     return rc;
+  /* A new database is made private from the start: SQLite gives its WAL and
+   * shm files the database's mode, and nothing is left to tighten. */
+  snprintf(path, sizeof(path), "%s/muster.db", g.cfg.state_dir);
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    close(fd);
+  else if (errno != EEXIST) {
+    snprintf(err, errlen, "could not create %s: %s", path, strerror(errno));
+    return MUSTER_E_IO;
+  }
   rc = lock_state_dir(err, errlen);
   if (rc)
     return rc;

@@ -19,9 +19,10 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: muster-train --mode single|allreduce|ps [--sync|--async] [--device cpu|cuda]\n"
+          "usage: muster-train [--mode single|allreduce|ps] [--sync|--async] [--device cpu|cuda]\n"
           "                    [--data DIR | --synthetic N] [--layers 784,256,128,10]\n"
-          "                    [--epochs E | --steps S] [--batch B] [--lr L] [--momentum M]\n"
+          "                    [--epochs E | --steps S] [--batch B] [--lr L]\n"
+          "                    [--lr-schedule cosine|constant] [--momentum M]\n"
           "                    [--seed S] [--checkpoint PATH] [--resume PATH] [--threads T]\n"
           "                    [--auto-resume] [--quiet] [--dump-params PATH] [--io-timeout S]\n"
           "\n"

@@ -270,7 +270,7 @@ int ps_run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps_clu
   }
   /* Two lines for whoever watches the log (a person, a test waiting to
    * kill this PS mid-training): listening, then every worker in. */
-  fprintf(stderr, "muster-train: %s is listening for %d workers\n", name, K);
+  fprintf(stderr, "muster-train: %s is listening for %d worker%s\n", name, K, K == 1 ? "" : "s");
   e = ps_accept_workers(lfd, &nt, cl, &mine, (len + 2) * sizeof(float), (len + 2) * sizeof(float),
                         startup_s, tmo, err, sizeof err);
   close(lfd);
@@ -280,7 +280,10 @@ int ps_run_server(const struct tr_opts *o, struct tr_mlp *m, const struct ps_clu
     rc = e;
     goto out;
   }
-  fprintf(stderr, "muster-train: %s: all %d workers connected\n", name, K);
+  if (K == 1)
+    fprintf(stderr, "muster-train: %s: its worker connected\n", name);
+  else
+    fprintf(stderr, "muster-train: %s: all %d workers connected\n", name, K);
   for (int i = 0; i < K; i++) {
     if (ps_conn_queue(&nt.c[i], MSG_PARAMS, 0, m->params + lo, len * sizeof(float), zero2,
                       sizeof zero2) != 0)

@@ -76,7 +76,7 @@ int connect_client(muster_client **c) {
   rc = muster_client_new_default(c);
   if (rc == MUSTER_E_UNREACHABLE) {
     fprintf(stderr, "muster: no controller found: set MUSTER_URL and MUSTER_TOKEN, pass --url "
-                    "and --token, or start one (bash scripts/run.sh starts a local one)\n");
+                    "and --token, or start one (muster-controller &)\n");
     return EXIT_UNREACHABLE;
   }
   if (rc == MUSTER_E_UNAUTHORIZED) {

@@ -198,10 +198,13 @@ int cmd_run(int argc, char **argv) {
     return code;
   }
   if (r.exit_code == 0) {
+    char ps[64] = "";
+    if (o.mode == MUSTER_RUN_PS)
+      snprintf(ps, sizeof(ps), " and %d parameter server%s", o.n_ps, o.n_ps == 1 ? "" : "s");
     fprintf(stderr,
-            "muster run: succeeded (%d workers%s; %.2f s to start, %.2f s to run; %d restart%s)\n",
-            o.n_workers, o.mode == MUSTER_RUN_PS ? " and parameter servers" : "", r.start_s,
-            r.run_s, r.restarts, r.restarts == 1 ? "" : "s");
+            "muster run: succeeded (%d worker%s%s; %.2f s to start, %.2f s to run; %d restart%s)\n",
+            o.n_workers, o.n_workers == 1 ? "" : "s", ps, r.start_s, r.run_s, r.restarts,
+            r.restarts == 1 ? "" : "s");
   } else {
     /* A worker's stderr quoted in the failure: its lines indented under it
      * (what the Python client reads back). */

@@ -10,6 +10,7 @@
 
 static const char usage_main[] =
     "usage: muster [--url URL] [--token TOKEN] COMMAND [ARGS]\n"
+    "       muster --version | --help\n"
     "\n"
     "Launch, await and stop muster workers.\n"
     "\n"

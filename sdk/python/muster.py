@@ -25,15 +25,18 @@ Where the controller is (the same rules as the ``muster`` command line tool):
 Workers end with the process that launched them, as in CML: from its first
 launch on, a client holds its session's lease and renews it from a daemon
 thread (every ttl/3; ttl 30 s, or ``MUSTER_LEASE_TTL``). A clean exit (or
-:meth:`Client.close`) stops the session's workers at once; a process that
-dies (a kernel restart, ``kill -9``) stops renewing, and the controller stops
-them when the lease runs out. For workers meant to outlive the notebook, pass
-``lease=False`` (or set ``MUSTER_LEASE=0``).
+:meth:`Client.close`) stops the workers this client launched at once; a
+process that dies (a kernel restart, ``kill -9``) stops renewing, and the
+controller stops them when the lease runs out. For workers meant to outlive
+the notebook, pass ``lease=False`` to :func:`configure` or :class:`Client`
+(or set ``MUSTER_LEASE=0``).
 
 Every failure raises :class:`MusterError`, whose ``code`` is the REST error
 name (``invalid_value``, ``unauthorized``, ``not_found``, ...),
-``unreachable`` when no controller answers, or ``protocol_error`` when the
-answer is not what the API promises.
+``unreachable`` when no controller answers, ``timeout`` when it does not
+answer in time, ``protocol_error`` when the answer is not what the API
+promises, ``io_error`` for a local file, or ``training_failed`` from
+:meth:`Client.run_cluster`.
 """
 
 import atexit
@@ -49,6 +52,7 @@ import urllib.parse
 __all__ = [
     "MusterError",
     "Client",
+    "Run",
     "configure",
     "default_client",
     "launch_workers",
@@ -89,9 +93,12 @@ class MusterError(Exception):
         message: the sentence saying what was wrong.
         field: the request field the error is about, or ``None``.
         status: the HTTP status of the answer, or ``None`` if there was none.
+        run: for a failed :meth:`Client.run_cluster`, its :class:`Run` (to read
+            each rank's output back); else ``None``.
     """
 
     def __init__(self, code, message, field=None, status=None):
+        self.run = None
         self.code = code
         self.message = message
         self.field = field
@@ -180,6 +187,40 @@ def _env_lease():
         raise MusterError("invalid_value", "MUSTER_LEASE_TTL must be a number of seconds (got %r)"
                           % os.environ.get("MUSTER_LEASE_TTL"), field="MUSTER_LEASE_TTL")
     return on, ttl
+
+
+class Run(dict):
+    """What :meth:`Client.run_cluster` returns: a dict (``exit_code``,
+    ``summary``, ``run``, ``restarts``) that also reads the run's output back.
+
+    Every rank's output is kept in its worker's log, so it can be read after
+    the run, the cell's printout gone: ``run.logs(1)`` is rank 1's (in
+    ``"ps"`` mode: worker 1's; ``role="ps"`` for a parameter server's).
+    A failed run's :class:`MusterError` carries the same object as ``.run``.
+    """
+
+    def __init__(self, client, values, n_workers, n_ps):
+        super().__init__(values)
+        self._client = client
+        self._size = (int(n_workers), int(n_ps))
+
+    def worker_ids(self, role="worker"):
+        """The ids of the last attempt's workers of ``role`` (``"worker"``
+        or ``"ps"``), rank (or index) order."""
+        if not self.get("run"):
+            raise MusterError("not_found", "the run was not recorded, so its workers are unknown")
+        n_workers, n_ps = self._size
+        ids = self._client.get_run(self["run"])["workers"][-(n_workers + n_ps):]
+        return ids[:n_ps] if role == "ps" else ids[n_ps:]
+
+    def logs(self, rank=0, stream="stdout", role="worker"):
+        """What rank ``rank`` (worker ``rank`` of ``role``) of the last
+        attempt wrote to ``stream`` (``"stdout"`` or ``"stderr"``)."""
+        ids = self.worker_ids(role)
+        if not isinstance(rank, int) or not 0 <= rank < len(ids):
+            raise MusterError("invalid_value", "rank must be 0..%d (the run had %d %s%s), not %r" % (
+                len(ids) - 1, len(ids), role, "" if len(ids) == 1 else "s", rank), field="rank")
+        return self._client.worker_logs(ids[rank], stream)
 
 
 class Client:
@@ -449,7 +490,8 @@ class Client:
     # --- the API -----------------------------------------------------------
 
     def health(self):
-        """The controller's health: ``{"status": "ok", "version", "workers"}``."""
+        """The controller's health: ``{"status": "ok", "version", "workers", "backend",
+        "isolation"}`` (docs/design.md)."""
         return self._request("GET", "/api/v1/health")
 
     def launch_workers(self, n, cpu, memory, nvidia_gpu=0, kernel="python3", script="",
@@ -465,7 +507,7 @@ class Client:
         Parameters:
             n (int): the number of workers to launch (1..1024).
             cpu (float): CPU cores for each worker (fractional allowed).
-            memory (float): memory in GB for each worker.
+            memory (float): memory in GiB for each worker (CML says GB).
             nvidia_gpu (int, optional): GPUs for each worker. Default 0.
             kernel (str, optional): the interpreter of ``script`` / ``code``:
                 ``"python3"`` (default), ``"bash"``, ``"sh"``, or any program
@@ -631,10 +673,12 @@ class Client:
         ``python3 worker_script`` or ``command`` (a list).
 
         Output is printed as it comes, prefixed with role and index (or handed
-        to ``output(line)``). Returns ``{"exit_code": 0, "summary": <the last
-        line of worker 0 / rank 0, parsed if JSON>, "run": <the run's id>,
-        "restarts": <how many>}``; raises :class:`MusterError` (code
-        ``"training_failed"``) naming the worker that failed and why (every
+        to ``output(line)``), and kept in each worker's log. Returns a
+        :class:`Run`: ``{"exit_code": 0, "summary": <the last line of worker 0
+        / rank 0, parsed if JSON>, "run": <the run's id>, "restarts": <how
+        many>}``, whose ``logs(rank)`` reads a rank's output back; raises
+        :class:`MusterError` (code ``"training_failed"``, with the same
+        :class:`Run` as ``.run``) naming the worker that failed and why (every
         cause, after restarts). The workers are stopped in every case.
 
         ``max_restarts`` (torchrun's ``--max-restarts``): when a worker or a
@@ -708,15 +752,21 @@ class Client:
                 elif line.startswith(("[worker-0] ", "[rank-0] ")):
                     last = line.split("] ", 1)[1]
             code = proc.wait()
+        n_ps = int(n_ps) if mode == "ps" else 0
         if code != 0:
-            raise MusterError("training_failed", failure or "muster run exited with code %d" % code)
+            err = MusterError("training_failed",
+                              failure or "muster run exited with code %d" % code)
+            err.run = Run(self, {"exit_code": code, "summary": None, "run": run_id,
+                                 "restarts": restarts}, n_workers, n_ps)
+            raise err
         summary = last
         if last:
             try:
                 summary = json.loads(last)
             except ValueError:
                 pass
-        return {"exit_code": 0, "summary": summary, "run": run_id, "restarts": restarts}
+        return Run(self, {"exit_code": 0, "summary": summary, "run": run_id, "restarts": restarts},
+                   n_workers, n_ps)
 
     def list_runs(self, status=None, all_sessions=False):
         """Lists the runs of the client's session (of all, with
@@ -797,7 +847,7 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
     Parameters:
         n (int): the number of workers to launch.
         cpu (float): CPU cores for each worker.
-        memory (float): memory in GB for each worker.
+        memory (float): memory in GiB for each worker (CML says GB).
         nvidia_gpu (int, optional): GPUs for each worker. Default 0.
         kernel (str, optional): the kernel/interpreter of ``script`` or
             ``code``. Default ``"python3"``.

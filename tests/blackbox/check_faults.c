@@ -503,6 +503,27 @@ START_TEST(abandoned_waits_are_freed) {
 }
 END_TEST
 
+/* 5a. A fresh state directory: its files are made private from the start,
+ * so the controller has nothing to tighten and says nothing about modes. */
+START_TEST(a_fresh_state_directory_is_private_without_a_word_about_modes) {
+  char path[200], line[512];
+  struct stat st;
+  FILE *f;
+
+  fresh();
+  h_start(&ctl);
+  snprintf(path, sizeof(path), "%s/muster.db", ctl.dir);
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_msg((st.st_mode & 0777) == 0600, "%s is %o", path, st.st_mode & 0777);
+  f = fopen(ctl.log, "r");
+  ck_assert_ptr_nonnull(f);
+  while (fgets(line, sizeof(line), f))
+    ck_assert_msg(!strstr(line, "was mode"), "a fresh state directory logged: %s", line);
+  fclose(f);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* 5. A state directory made by someone else's umask: the controller makes
  * it private, says so, and never prints the token where stdout goes. */
 START_TEST(the_state_directory_is_private_whatever_existed) {
@@ -694,6 +715,7 @@ int main(void) {
   tcase_add_test(tc, a_recycled_pid_is_never_signalled);
   tcase_add_test(tc, a_hung_adopted_worker_is_killed_when_it_fails);
   tcase_add_test(tc, abandoned_waits_are_freed);
+  tcase_add_test(tc, a_fresh_state_directory_is_private_without_a_word_about_modes);
   tcase_add_test(tc, the_state_directory_is_private_whatever_existed);
   tcase_add_test(tc, kill9_at_random_moments_runs_nothing_twice);
   suite_add_tcase(s, tc);

@@ -224,6 +224,37 @@ class RunCluster(MusterTestCase):
         self.assertTrue(res["summary"]["master"].startswith("127."))
         self.assertTrue(any(l.startswith("[worker-1] ") and '"rank": 1' in l for l in lines), lines)
 
+    def test_each_ranks_output_is_read_back_after_the_run(self):
+        # The printout in the cell was the only copy: Run.logs(rank) reads
+        # what every rank wrote from its worker's log.
+        c = self.client("rc-logs")
+        res = c.run_cluster(2, 0, 0.1, 0.25, mode="exec", output=lambda line: None, command=[
+            "sh", "-c", 'echo "out of rank $RANK"; echo "err of rank $RANK" >&2'])
+        self.assertIsInstance(res, muster.Run)
+        self.assertEqual(res.logs(1), "out of rank 1\n")
+        self.assertEqual(res.logs(0, "stderr"), "err of rank 0\n")
+        self.assertEqual(len(res.worker_ids()), 2)
+        with self.assertRaises(muster.MusterError) as e:
+            res.logs(2)
+        self.assertEqual(e.exception.field, "rank")
+
+    def test_an_allreduce_ranks_output_is_read_back_by_its_rank(self):
+        if not shutil.which("mpirun"):
+            self.skipTest("Open MPI's mpirun is not installed")
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"), OMPI_ALLOW_RUN_AS_ROOT="1",
+                 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        c = self.client("rc-arlogs")
+        res = c.run_cluster(2, 0, 0.5, 0.25, mode="allreduce", output=lambda line: None, command=[
+            "sh", "-c", 'echo "out of rank $OMPI_COMM_WORLD_RANK"'])
+        self.assertEqual((res.logs(0), res.logs(1)), ("out of rank 0\n", "out of rank 1\n"))
+
+    def test_a_failed_runs_error_reads_the_failed_ranks_stderr_back(self):
+        c = self.client("rc-faillogs")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.1, 0.25, mode="exec", output=lambda line: None, command=[
+                "sh", "-c", 'if [ "$RANK" = 1 ]; then echo "ValueError: bad batch" >&2; exit 3; fi'])
+        self.assertIn("ValueError: bad batch", e.exception.run.logs(1, "stderr"))
+
     def test_the_sessions_other_workers_are_left_alone(self):
         c = self.client("rc-shared")
         idle = self.launch(c, 1, 0.1, 0.25)

@@ -133,6 +133,8 @@ p=$(last_json "$tmp/ps.out")
 acc=$( [ -n "$p" ] && json_field "$p" test_accuracy || echo 0)
 check "...and reaches $acc >= 0.97 test accuracy on MNIST" ge "$acc" 0.97
 check "...with output prefixed by role and index" grep -q '^\[worker-0\] ' "$tmp/ps.out"
+check "...and says what ran: 2 workers and 1 parameter server" \
+  grep -q '^muster run: succeeded (2 workers and 1 parameter server; ' "$tmp/ps.err"
 
 # --- what every rank wrote is in its own worker's log after the run, not only
 # in muster run's output: muster logs (and the web UI, and Python's

@@ -98,6 +98,33 @@ check "the installed muster CLI prints its usage (with LD_LIBRARY_PATH)" \
 cap timeout 10 "$P/bin/muster-controller" --help
 check "the installed muster-controller runs (--help)" eval '[ $RC = 0 ] && grep -q "^usage: muster-controller" <<<"$LOG"'
 
+# The Python client is installed where the build's python3 imports from (or
+# the MUSTER_PYTHON_DIR it was configured with).
+PYDIR=$(sed -n 's/^MUSTER_PYTHON_DIR:STRING=//p' "$BUILD/CMakeCache.txt")
+case $PYDIR in /*) ;; *) PYDIR=$P/$PYDIR ;; esac
+PY=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+LOG="$(find "$P" -name muster.py 2>&1)"
+check "installed the Python client, muster.py, in MUSTER_PYTHON_DIR ($PYDIR)" test -f "$PYDIR/muster.py"
+cap env PYTHONPATH="$PYDIR" "${PY:-python3}" -c 'import muster; print(muster.__file__)'
+check "  ... python3 imports it from there" eval '[ $RC = 0 ] && [ "$(realpath "$LOG")" = "$(realpath "$PYDIR/muster.py")" ]'
+
+# The installed controller serves the installed web files, not the source
+# tree's: a marker added to the installed index.html comes back.
+echo "<!-- installed copy $$ -->" >>"$P/share/muster/web/index.html"
+mkdir -p "$TMP/state"
+"$P/bin/muster-controller" --listen 127.0.0.1:0 --state-dir "$TMP/state" --backend external \
+  >"$TMP/ctl.log" 2>&1 &
+CTL=$!
+for _ in $(seq 300); do [ -s "$TMP/state/url" ] && break; kill -0 $CTL 2>/dev/null || break; sleep 0.1; done
+URL=$(cat "$TMP/state/url" 2>/dev/null)
+cap curl -sf --max-time 10 "$URL/index.html"
+kill $CTL 2>/dev/null
+wait $CTL 2>/dev/null
+LOG="$LOG
+$(cat "$TMP/ctl.log")"
+check "the installed muster-controller serves the installed web UI (share/muster/web)" \
+  eval 'grep -qF "<!-- installed copy $$ -->" <<<"$LOG"'
+
 # A library built with MUSTER_SANITIZE needs its programs linked with the
 # same sanitizer runtimes (the ASan runtime must come first).
 SAN=""

@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "log_tail.h"
 #include "muster_errors.h"
 #include "state.h"
 #include "util.h"
@@ -222,16 +223,48 @@ static void log_mark_complete(const char *id) {
   state_unlock();
 }
 
+/* The failure of a script that ran and failed, ex->failure, followed by
+ * the last lines of its stderr (a traceback's last line says more than an
+ * exit code): written to buf (size bytes) and returned, or ex->failure
+ * itself if its stderr is empty or has nothing to add. The log is whole:
+ * workerd ships its last output before its exit report. A log cut at its
+ * cap has no end to quote: the failure says so instead. An outside stop
+ * quotes nothing (the cause is the stop, and a queueing backend's words
+ * replace it), nor does a command that could not start (its stderr is
+ * workerd's sentence about that, the failure already). Called unlocked. */
+static const char *failure_with_tail(const char *id, const struct exit_req *ex, char *buf,
+                                     size_t size) {
+  char path[700], tail[LOG_TAIL_MAX_BYTES + 1];
+  int capped;
+
+  if (!ex->failure[0] ||
+      strncmp(ex->failure, MUSTER_OUTSIDE_STOP, strlen(MUSTER_OUTSIDE_STOP)) == 0 ||
+      api_log_path(id, "stderr", path, sizeof(path)) != 0)
+    return ex->failure;
+  if (log_tail_read(path, MAX_LOG_FILE, &capped, tail) == 0) {
+    if (!capped)
+      return ex->failure;
+    snprintf(buf, size, "%s; its stderr passed %lld MiB, so its last lines were not kept",
+             ex->failure, MAX_LOG_FILE / (1024 * 1024));
+    return buf;
+  }
+  if (strstr(tail, ex->failure))
+    return ex->failure;
+  snprintf(buf, size, "%s; its stderr ended with:\n%s", ex->failure, tail);
+  return buf;
+}
+
 static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const char *id) {
   struct db_fields f = DB_FIELDS_INIT;
   struct exit_req ex;
   char status[16], msg[256];
+  char failure[sizeof(ex.failure) + 32 + LOG_TAIL_MAX_BYTES];
   const char *field;
   json_t *body;
   enum MHD_Result ret = MHD_NO;
   enum wstatus to;
   struct lw *w;
-  int rc, authed;
+  int rc, authed, live;
 
   body = api_parse_body(c, rq, &ret);
   if (!body)
@@ -244,8 +277,17 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
   /* What the report leaves out stays null (-1 is "not given" here). */
   f.exit_code = ex.has_exit_code ? ex.exit_code : -1;
   f.signal = ex.signal ? ex.signal : -1;
-  f.failure = ex.failure[0] ? ex.failure : NULL;
   to = ex.failure[0] ? WS_FAILED : WS_SUCCEEDED;
+  /* The log is read unlocked, and only for its worker's own report of an
+   * end that changes something (a live worker): checked here, and again
+   * below, where the worker may have ended meanwhile. */
+  state_lock();
+  rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  live = !rc && w;
+  state_unlock();
+  f.failure = !ex.failure[0] ? NULL
+              : live         ? failure_with_tail(id, &ex, failure, sizeof(failure))
+                             : ex.failure;
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
@@ -271,7 +313,7 @@ static enum MHD_Result api_exit(struct MHD_Connection *c, struct req *rq, const 
     }
   }
   if (!rc && w)
-    rc = sm_finish_locked(w, to, &f, ex.failure[0] ? ex.failure : "the script exited with code 0",
+    rc = sm_finish_locked(w, to, &f, f.failure ? f.failure : "the script exited with code 0",
                           BACKEND_KILL_LATER);
   state_unlock();
   json_decref(body);

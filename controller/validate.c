@@ -1,6 +1,8 @@
 /* validate.c: see validate.h. */
 #include "validate.h"
 
+#include "utf8.h"
+
 #include "muster_errors.h"
 #include "resources.h"
 
@@ -441,7 +443,9 @@ int validate_exit(json_t *body, struct exit_req *out, const char **field, char *
   else if (out->exit_code > 0)
     snprintf(out->failure, sizeof(out->failure), "the script exited with code %d", out->exit_code);
   reason = json_string_value(json_object_get(body, "reason"));
+  /* At most 1000 bytes of it, cut between two characters: a failure that
+   * is no UTF-8 would be left out of every answer. */
   if (reason && *reason)
-    snprintf(out->failure, sizeof(out->failure), "%.1000s", reason);
+    snprintf(out->failure, sizeof(out->failure), "%.*s", (int)utf8_fit(reason, 1000), reason);
   return 0;
 }

@@ -232,6 +232,14 @@ function makeRow(w) {
   return tr;
 }
 
+// A failure on one line: its sentence, then the last line of the stderr it
+// quotes, if any ("...; its stderr ended with: ZeroDivisionError: ...").
+function failureLine(f) {
+  if (!f) return '';
+  const nl = f.indexOf('\n');
+  return nl < 0 ? f : `${f.slice(0, nl)} ${f.slice(f.lastIndexOf('\n') + 1)}`;
+}
+
 function fillRow(tr, w, now) {
   const c = tr.cells_;
   tr.dataset.status = w.status;
@@ -250,12 +258,14 @@ function fillRow(tr, w, now) {
   c.age.textContent = a.text;
   c.age.title = a.title;
   c.exit.textContent = exitText(w);
-  c.failure.textContent = w.failure || '';
+  // One line in the table (the sentence and the last line of the stderr it
+  // quotes); the whole failure, traceback and all, in the tooltip.
+  c.failure.textContent = failureLine(w.failure);
   c.failure.title = w.failure || '';
-  c.status.dataset.failure = w.failure || '';
+  c.status.dataset.failure = failureLine(w.failure);
   c.stop.hidden = !LIVE.has(w.status);
   c.stop.setAttribute('aria-label', `Stop ${w.name || w.id}`);
-  tr.setAttribute('aria-label', `${w.name || w.id}, ${w.status}${w.failure ? ': ' + w.failure : ''}`);
+  tr.setAttribute('aria-label', `${w.name || w.id}, ${w.status}${w.failure ? ': ' + failureLine(w.failure) : ''}`);
   tr.hidden = !matchesFilter(w);
 }
 

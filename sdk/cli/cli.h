@@ -17,6 +17,7 @@
 #include "util.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Exit codes, one per kind of outcome, so that a script can tell them
  * apart (muster --help and the README list them). */
@@ -81,6 +82,15 @@ void print_list_json(const muster_worker_list *l);
 
 /* What muster launch prints: the ids, one per line, or the workers as JSON. */
 void print_launched(const muster_worker_list *l, int as_json);
+
+/* Prints a failure (the sentence, then the quoted lines of its stderr, if
+ * any) to out: every line after the first starts with indent. Ends with a
+ * newline. */
+void print_failure(FILE *out, const char *failure, const char *indent);
+
+/* A failure on one line, for a table: its sentence, then its last quoted
+ * line (a traceback's last line), into buf. */
+void fmt_failure_line(const char *failure, char *buf, size_t size);
 
 /* Seconds since an ISO time of the controller, or -1. */
 double age_of(const char *iso);

@@ -131,6 +131,28 @@ void print_list_json(const muster_worker_list *l) {
   printf("]\n");
 }
 
+/* A failure's sentence, then its quoted stderr lines, each indented. */
+void print_failure(FILE *out, const char *failure, const char *indent) {
+  const char *nl;
+
+  while ((nl = strchr(failure, '\n')) != NULL) {
+    fprintf(out, "%.*s\n%s", (int)(nl - failure), failure, indent);
+    failure = nl + 1;
+  }
+  fprintf(out, "%s\n", failure);
+}
+
+/* The sentence and the last quoted line (a traceback's last) on one line. */
+void fmt_failure_line(const char *failure, char *buf, size_t size) {
+  const char *nl = strchr(failure, '\n');
+  const char *last = strrchr(failure, '\n');
+
+  if (!nl)
+    snprintf(buf, size, "%s", failure);
+  else
+    snprintf(buf, size, "%.*s %s", (int)(nl - failure), failure, last + 1);
+}
+
 /* Seconds since an ISO time of the controller, or -1. */
 double age_of(const char *iso) {
   struct tm tm;

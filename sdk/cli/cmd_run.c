@@ -67,7 +67,8 @@ static void run_output(void *arg, const char *role, int index, muster_stream str
 static void run_restart(void *arg, int attempt, const char *cause) {
   const muster_run_opts *o = arg;
   (void)o;
-  fprintf(stderr, "muster run: restart %d: %s\n", attempt, cause);
+  fprintf(stderr, "muster run: restart %d: ", attempt);
+  print_failure(stderr, cause, "  ");
   fflush(stderr);
 }
 
@@ -211,7 +212,10 @@ int cmd_run(int argc, char **argv) {
             o.n_workers, o.n_workers == 1 ? "" : "s", ps, r.start_s, r.run_s, r.restarts,
             r.restarts == 1 ? "" : "s");
   } else {
-    fprintf(stderr, "muster run: FAILED: %s\n", r.failure[0] ? r.failure : "unknown reason");
+    /* A worker's stderr quoted in the failure: its lines indented under it
+     * (what the Python client reads back). */
+    fprintf(stderr, "muster run: FAILED: ");
+    print_failure(stderr, r.failure[0] ? r.failure : "unknown reason", "  ");
     code = EXIT_WORKERS;
   }
   if (r.lease_error[0])
@@ -271,16 +275,17 @@ int cmd_runs(int argc, char **argv) {
     }
     for (size_t k = 0; k < l.count; k++, got++) {
       const muster_run_info *r = &l.items[k];
-      char age[32], restarts[24];
+      char age[32], restarts[24], failure[4096];
       if (as_json) {
         printf("%s%s", got ? "," : "", r->json ? r->json : "null");
         continue;
       }
       fmt_age(age_of(r->created_at), age, sizeof(age));
       snprintf(restarts, sizeof(restarts), "%d/%d", r->restarts, r->max_restarts);
+      fmt_failure_line(r->failure ? r->failure : "", failure, sizeof(failure));
       printf("%-13s %-9s %-9s %-8s %-7zu %-12.12s %-8s %s\n", r->id, r->mode ? r->mode : "-",
              r->status ? r->status : "-", restarts, r->nworkers, r->session ? r->session : "-", age,
-             r->failure ? r->failure : "");
+             failure);
     }
     muster_run_info_list_free(&l);
   } while (next[0] && got < limit);

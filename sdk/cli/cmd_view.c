@@ -47,7 +47,7 @@ static void print_table(const muster_worker_list *l) {
          "FAILURE");
   for (size_t i = 0; i < l->count; i++) {
     const muster_worker *w = &l->items[i];
-    char age[16], code[16], used[40];
+    char age[16], code[16], used[40], failure[4096];
 
     fmt_age(age_of(w->created_at), age, sizeof(age));
     if (w->has_exit_code)
@@ -57,18 +57,22 @@ static void print_table(const muster_worker_list *l) {
     else
       snprintf(code, sizeof(code), "-");
     fmt_usage(w, used, sizeof(used));
+    /* One line a worker: the sentence and its stderr's last line. */
+    fmt_failure_line(w->failure ? w->failure : "", failure, sizeof(failure));
     printf("%-12s  %-10s  %-15s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %12s  %3d  %5s  %4s  %s\n",
            w->id, muster_status_name(w->status), w->session ? w->session : "-",
            w->role ? w->role : "-", w->name ? w->name : "-", w->ip_address ? w->ip_address : "-",
-           w->cpu, w->memory, used, w->nvidia_gpu, age, code, w->failure ? w->failure : "");
+           w->cpu, w->memory, used, w->nvidia_gpu, age, code, failure);
   }
 }
 
 static void print_show(const muster_worker *w) {
   printf("id:          %s\n", w->id);
   printf("status:      %s\n", muster_status_name(w->status));
-  if (w->failure)
-    printf("failure:     %s\n", w->failure);
+  if (w->failure) {
+    printf("failure:     ");
+    print_failure(stdout, w->failure, "             ");
+  }
   printf("session:     %s\n", w->session ? w->session : "-");
   printf("role:        %s\n", w->role ? w->role : "-");
   printf("name:        %s\n", w->name ? w->name : "-");

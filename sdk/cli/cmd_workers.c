@@ -289,9 +289,10 @@ int cmd_await(int argc, char **argv) {
              r.workers.items[i].ip_address ? r.workers.items[i].ip_address : "-");
     for (size_t i = 0; i < r.failures.count; i++) {
       const muster_worker *w = &r.failures.items[i];
-      printf("%s  %s  %s%s%s\n", w->id, muster_status_name(w->status),
-             w->ip_address ? w->ip_address : "-", w->failure ? "  " : "",
-             w->failure ? w->failure : "");
+      printf("%s  %s  %s%s", w->id, muster_status_name(w->status),
+             w->ip_address ? w->ip_address : "-", w->failure ? "  " : "");
+      /* The lines its stderr ended with, indented under it. */
+      print_failure(stdout, w->failure ? w->failure : "", "    ");
     }
   }
   if (r.timed_out)

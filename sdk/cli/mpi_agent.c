@@ -85,9 +85,22 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   return exit_code;
 }
 
+/* What workerd said about a command it did not run, or lost track of,
+ * without the "worker ID: " that muster_exec_at() puts before it (muster
+ * run names the worker itself). */
+static const char *workerd_words(const char *err) {
+  const char *colon = strstr(err, ": ");
+
+  return strncmp(err, "worker ", 7) == 0 && colon ? colon + 2 : err;
+}
+
 /* Tells muster run (marker: RANK_END_ENV's value) how rank's command
  * ended, on stderr (common/rank_end.h): rc and err as muster_exec_at()
- * gave them, else its exit code or signal; program, the command's name. */
+ * gave them, else its exit code or signal; program, the command's name.
+ * workerd's refusals (a working directory that is not there, a program it
+ * may not run, a stopping worker) come with rc 0, exit code 126 and a
+ * sentence in err, its losing track of the command with -1: the sentence
+ * is the cause, not the code. */
 static void rank_end(const char *marker, long rank, int rc, int exit_code, int signo,
                      const char *err, const char *program) {
   if (rc == MUSTER_E_NOT_FOUND)
@@ -96,6 +109,10 @@ static void rank_end(const char *marker, long rank, int rc, int exit_code, int s
   else if (rc)
     fprintf(stderr, "%s %ld %s 0 %s\n", marker, rank, rc == MUSTER_E_UNREACHABLE ? "lost" : "error",
             err);
+  else if (err[0])
+    fprintf(stderr, "%s %ld error 0 %s\n", marker, rank, workerd_words(err));
+  else if (exit_code < 0)
+    fprintf(stderr, "%s %ld error 0 its worker did not say how %s ended\n", marker, rank, program);
   else if (signo)
     fprintf(stderr, "%s %ld signal %d\n", marker, rank, signo);
   else
@@ -169,7 +186,7 @@ int mpi_agent_rank(int argc, char **argv, const char *who) {
   if (marker && strncmp(marker, RANK_END_PREFIX, strlen(RANK_END_PREFIX)) == 0 &&
       (rc || exit_code != 0))
     rank_end(marker, rank, rc, exit_code, signo, err, argv[i]);
-  else if (rc)
+  else if (rc || err[0])
     fprintf(stderr, "%s: rank %ld: %s\n", who, rank, err);
   /* 255: the worker is gone or unreachable (as ssh and muster rsh say). */
   if (rc)

@@ -276,13 +276,15 @@ void muster_exec_opts_init(muster_exec_opts *o);
  * be reached or the connection broke, MUSTER_E_FORBIDDEN if the worker
  * refused the token, MUSTER_E_NOT_FOUND if the program does not exist
  * there, MUSTER_E_SHUTTING_DOWN when o->cancel ended it. The connection is
- * given 10 s. errbuf gets a sentence. Needs no client: it talks to the
- * worker. */
+ * given 10 s. errbuf gets a sentence; it is also set when the worker
+ * refused to run the command (a missing working directory, a program it may
+ * not run: 0, *exit_code 126) or lost track of it (0, *exit_code -1).
+ * Needs no client: it talks to the worker. */
 int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
                    char *errbuf, size_t errlen) MUSTER_WARN_UNUSED;
 /* As muster_exec_at(), and *signo gets the signal that killed the command
  * (*exit_code is then 128 + it), or 0 when it exited or never ran: an exit
- * code of 137 can be either. */
+ * code of 137 can be either. signo may be NULL (as muster_exec_at()). */
 int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
                           int *signo, char *errbuf, size_t errlen) MUSTER_WARN_UNUSED;
 
@@ -337,11 +339,13 @@ const char *muster_lease_holder(const muster_lease *l);
 int muster_run_record_new(muster_client *c, const char *session, const char *holder,
                           const char *mode, const char *const *argv, size_t argc, int max_restarts,
                           char id[16]) MUSTER_WARN_UNUSED;
-/* Records a restart of run id and its cause. */
+/* Records a restart of run id and its cause (UTF-8 text, else
+ * MUSTER_E_INVALID). */
 int muster_run_record_restart(muster_client *c, const char *id,
                               const char *cause) MUSTER_WARN_UNUSED;
 /* Ends run id: status "succeeded", "failed" or "stopped", summary (JSON
- * text, or any text, kept as a string; NULL: none) and failure (NULL: none). */
+ * text, or any text, kept as a string; NULL: none) and failure (UTF-8 text,
+ * else MUSTER_E_INVALID; NULL: none). */
 int muster_run_record_end(muster_client *c, const char *id, const char *status, const char *summary,
                           const char *failure) MUSTER_WARN_UNUSED;
 

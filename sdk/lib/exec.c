@@ -194,8 +194,10 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
   struct outbuf out = {0};
   char *in = NULL, *h = NULL;
   size_t inlen = 0;
-  int fd, stdin_open = o->stdin_fd >= 0, rc = MUSTER_E_UNREACHABLE, done = 0;
+  int fd, stdin_open = o->stdin_fd >= 0, rc = MUSTER_E_UNREACHABLE, done = 0, no_signo;
 
+  if (!signo)
+    signo = &no_signo;
   *exit_code = -1;
   *signo = 0;
   err[0] = '\0';
@@ -321,6 +323,9 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
             *exit_code = 128 + *signo;
           }
           rc = 0;
+          /* err says why the worker did not run the command, or nothing
+           * (not what a retry to connect left there). */
+          err[0] = '\0';
           if (why) {
             snprintf(err, errlen, "worker %s: %s", t->worker_id, why);
             if (*exit_code == 126 &&

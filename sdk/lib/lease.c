@@ -1,6 +1,7 @@
 /* lease.c: sessions' leases and run records, see muster.h. */
 #include "internal.h"
 #include "muster.h"
+#include "utf8.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -330,6 +331,9 @@ int muster_run_record_restart(muster_client *c, const char *id, const char *caus
 
   if (rc)
     return rc;
+  /* Jansson takes UTF-8 only: anything else would go as no body at all. */
+  if (cause && !utf8_valid(cause))
+    return muster_set_error_(c, MUSTER_E_INVALID, "cause", "the cause is not UTF-8 text");
   snprintf(path, sizeof(path), "/api/v1/runs/%s/restarts", id);
   return muster_json_call_(c, "POST", path, json_pack("{s:s}", "cause", cause ? cause : "?"), NULL);
 }
@@ -342,6 +346,9 @@ int muster_run_record_end(muster_client *c, const char *id, const char *status, 
 
   if (rc)
     return rc;
+  /* A failure that is no UTF-8 would be left out, silently. */
+  if (failure && !utf8_valid(failure))
+    return muster_set_error_(c, MUSTER_E_INVALID, "failure", "the failure is not UTF-8 text");
   req = json_pack("{s:s}", "status", status);
   if (!req)
     return muster_set_error_(c, MUSTER_E_NOMEM, NULL, "out of memory");

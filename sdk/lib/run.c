@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "muster.h"
 #include "run_internal.h"
+#include "utf8.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -102,12 +103,33 @@ static void remove_run_dir(const char *ckpt) {
   rmdir(dir);
 }
 
+/* The earlier causes of a failure after restarts, one line each, take at
+ * most this much of it: the last cause has the rest. */
+#define CAUSE_LINE_MAX 300
+#define CAUSES_MAX 900
+
+/* Appends "(number) line" to causes (size bytes), after "; " if it is not
+ * the first; one that does not fit whole is left out, and "; ..." says so
+ * once. */
+static void add_cause(char *causes, size_t size, int number, const char *line) {
+  size_t len = strlen(causes);
+  int k;
+
+  /* Room is kept for "; ..." (5 bytes and the NUL). */
+  if (len + 6 > size || strcmp(causes, "...") == 0 ||
+      (len >= 5 && strcmp(causes + len - 5, "; ...") == 0))
+    return;
+  k = snprintf(causes + len, size - len - 5, "%s(%d) %s", len ? "; " : "", number, line);
+  if (k < 0 || (size_t)k >= size - len - 5)
+    snprintf(causes + len, size - len, "%s...", len ? "; " : "");
+}
+
 static const char *mode_name(muster_run_mode m) {
   return m == MUSTER_RUN_PS ? "ps" : m == MUSTER_RUN_ALLREDUCE ? "allreduce" : "exec";
 }
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
-  char session[72], ckpt[1024] = "", causes[3800] = "", why[1024];
+  char session[72], ckpt[1024] = "", causes[CAUSES_MAX] = "", why[sizeof(r->failure)];
   const char **argv = NULL;
   muster_lease *lease = NULL;
   size_t argc = o->argc;
@@ -165,8 +187,7 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   }
 
   for (int attempt = 0;; attempt++) {
-    char cause[1100];
-    size_t len;
+    char cause[sizeof(r->failure)], line[CAUSE_LINE_MAX], all[sizeof(r->failure) + 1200];
 
     if (attempt > 0 && trainer)
       argc = trainer_argv(o, ckpt, 1, argv);
@@ -174,31 +195,36 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
                              attempt, &final);
     if (rc || !r->failure[0] || final || attempt >= o->max_restarts)
       break;
-    /* A restart: every worker of the failed attempt is stopped already. */
-    snprintf(cause, sizeof(cause), "%.1000s", r->failure);
-    len = strlen(causes);
-    snprintf(causes + len, sizeof(causes) - len, "%s(%d) %s", len ? "; " : "", attempt + 1, cause);
+    /* A restart: every worker of the failed attempt is stopped already.
+     * The cause is the failure whole, the lines its stderr ended with too
+     * (r->failure is valid UTF-8 and fits what the controller takes). */
+    snprintf(cause, sizeof(cause), "%s", r->failure);
+    muster_run_failure_line_(cause, line, sizeof(line));
+    add_cause(causes, sizeof(causes), attempt + 1, line);
     r->restarts = attempt + 1;
     if (muster_run_record_restart(c, r->run_id, cause) != 0) {
-      snprintf(r->failure, sizeof(r->failure), "could not record restart %d (%.1000s): %.900s",
-               attempt + 1, cause, muster_client_errmsg(c));
+      snprintf(all, sizeof(all), "could not record restart %d (%s): %s", attempt + 1, line,
+               muster_client_errmsg(c));
+      all[utf8_trim(all, strlen(all))] = '\0';
+      muster_run_failure_fit_(all, r->failure, sizeof(r->failure));
       final = 1;
       break;
     }
     if (o->on_restart)
       o->on_restart(o->arg, attempt + 1, cause);
   }
-  /* After restarts, the failure names every cause. */
+  /* After restarts, the failure names every cause: the earlier ones on its
+   * first line, one line each (a sentence and its last stderr line), the
+   * last one whole, with the lines its stderr ended with under it. */
   if (!rc && r->failure[0] && r->restarts > 0 && !strstr(r->failure, "could not record")) {
-    char last[1100];
-    size_t len = strlen(causes);
-    snprintf(last, sizeof(last), "%.1000s", r->failure);
-    snprintf(causes + len, sizeof(causes) - len, "; (%d) %s", r->restarts + 1, last);
-    snprintf(r->failure, sizeof(r->failure), "failed after %d restart%s: %s", r->restarts,
-             r->restarts == 1 ? "" : "s", causes);
+    char all[sizeof(causes) + sizeof(r->failure) + 64];
+
+    snprintf(all, sizeof(all), "failed after %d restart%s: %s; (%d) %s", r->restarts,
+             r->restarts == 1 ? "" : "s", causes, r->restarts + 1, r->failure);
+    muster_run_failure_fit_(all, r->failure, sizeof(r->failure));
   }
   /* The record's end is best effort: the training's outcome stands. */
-  snprintf(why, sizeof(why), "%.1000s", rc ? muster_client_errmsg(c) : r->failure);
+  muster_run_failure_fit_(rc ? muster_client_errmsg(c) : r->failure, why, sizeof(why));
   {
     char *summary = NULL;
     if (!why[0] && r->summary)

@@ -47,63 +47,16 @@ static void *relay_main(void *arg) {
   return NULL;
 }
 
-/* The failure a rank reported first (common/rank_end.h): mpirun's exit
- * code alone names neither the rank nor the cause. */
-struct rank_ends {
-  char marker[64];
-  int seen;
-  long rank;
-  char kind[8];
-  int n;
-  char text[512];
-};
-
-/* Whether a rank's end may be the mark of something done to it from
- * outside (its exec connection lost, SIGTERM, SIGKILL: what a stop of the
- * worker, an expired lease or the OOM killer sends), which the controller
- * names better moments later; sigterm_only: SIGTERM alone, what mpirun's
- * own teardown of the other ranks sends. */
-static int end_from_outside(const char *kind, int n, int sigterm_only) {
-  return strcmp(kind, "lost") == 0 ||
-         (strcmp(kind, "signal") == 0 && (n == SIGTERM || (!sigterm_only && n == SIGKILL)));
-}
-
-/* mpirun's output lines pass here first (struct proc's take_line): a
- * rank's end report is taken out, and the first (or the first that is not
- * a teardown's) kept. What came before the marker on its line (an unended
- * last line of the rank's own stderr) is still handed out. */
-static int take_rank_end(struct proc *p, int is_err, char *line, size_t *len) {
-  struct rank_ends *e = p->take_arg;
-  char *at = is_err ? strstr(line, e->marker) : NULL, *tag, kind[8];
-  long rank;
-  int n, off = 0;
-
-  if (!at || sscanf(at + strlen(e->marker), " %ld %7s %d %n", &rank, kind, &n, &off) < 3)
-    return 0;
-  if (!e->seen || (end_from_outside(e->kind, e->n, 1) && !end_from_outside(kind, n, 1))) {
-    e->seen = 1;
-    e->rank = rank;
-    e->n = n;
-    snprintf(e->kind, sizeof(e->kind), "%s", kind);
-    snprintf(e->text, sizeof(e->text), "%s", off ? at + strlen(e->marker) + off : "");
-  }
-  tag = strstr(line, "<stderr>:");
-  tag = tag && tag + 9 <= at ? tag + 9 : line;
-  if (at == tag)
-    return 1;
-  *at = '\0';
-  *len = (size_t)(at - line);
-  return 0;
-}
-
 /* Fails run with what rank e->rank reported, naming its worker: rank r is
- * the worker rank_worker[r] of run's workers. */
+ * the worker rank_worker[r] of run's workers. When any report may be the
+ * mark of an outside stop (the first one, or a peer's), the controller's
+ * word on the worker is awaited first: it names the cause better. */
 static void fail_rank(struct run *run, const struct rank_ends *e, const size_t *rank_worker) {
   const char *w = e->rank >= 0 && (size_t)e->rank < run->workers.count
                       ? run->workers.items[rank_worker[e->rank]].id
                       : NULL;
 
-  if (end_from_outside(e->kind, e->n, 0))
+  if (e->outside)
     muster_run_await_worker_failure_(run, 3);
   if (strcmp(e->kind, "exit") == 0)
     muster_run_fail_(run, w, "rank %ld (%s) exited with code %d", e->rank, w ? w : "?", e->n);
@@ -209,8 +162,9 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   p.run = run;
   p.role = "mpirun";
   new_marker(ends.marker, sizeof(ends.marker));
-  p.take_line = take_rank_end;
+  p.take_line = muster_run_take_rank_end_;
   p.take_arg = &ends;
+  p.keep_whole = ends.marker;
   /* Ranks in host order: all of the first worker's host, then the next
    * host's; -H names each host by its first worker, with a slot per worker. */
   for (size_t i = 0; !oom && i < nw; i++) {

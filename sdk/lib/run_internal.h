@@ -40,6 +40,10 @@ struct proc {
    * out. Called from the thread that reads that output; take_arg is its. */
   int (*take_line)(struct proc *p, int is_err, char *line, size_t *len);
   void *take_arg;
+  /* If set, a line cut for its length (LINE_MAX_BYTES) is never cut inside
+   * this string (the start of it at the cut, or all of it followed by its
+   * fields): that end goes into the next line, for take_line to see whole. */
+  const char *keep_whole;
 };
 
 struct run {
@@ -94,6 +98,38 @@ MUSTER_INTERNAL void muster_run_fail_(struct run *run, const char *worker, const
     __attribute__((format(printf, 3, 4)));
 /* Waits up to seconds for a failure to be recorded (by the monitor). */
 MUSTER_INTERNAL void muster_run_await_worker_failure_(struct run *run, int seconds);
+/* Copies the failure in (a sentence, then maybe the lines its stderr ended
+ * with) into out (size bytes, at least 64) as valid UTF-8, shortened if it
+ * does not fit: the sentence stays (cut after "..." at a character only if
+ * longer than half of out), then as many of the last lines as fit, the
+ * first of them cut at its front after "..." if even the last line does
+ * not fit. The last line, a traceback's last, is never lost. */
+MUSTER_INTERNAL void muster_run_failure_fit_(const char *in, char *out, size_t size);
+/* A failure on one line, into out (size bytes, at least 64): its sentence,
+ * then its last quoted line, if any, after a space; fit as above. */
+MUSTER_INTERNAL void muster_run_failure_line_(const char *in, char *out, size_t size);
+
+/* ---- run_rank_end.c ---- */
+
+/* The failure a rank reported first (common/rank_end.h): mpirun's exit
+ * code alone names neither the rank nor the cause. */
+struct rank_ends {
+  char marker[64];
+  int seen;
+  int outside; /* some report was a lost connection, SIGTERM or SIGKILL */
+  long rank;
+  char kind[8];
+  int n;
+  char text[512];
+};
+
+/* mpirun's output lines pass here first (struct proc's take_line; take_arg
+ * is a struct rank_ends holding the attempt's marker): a rank's end report
+ * is taken out, and the first kept (a later one is collateral: a peer's
+ * gloo or NCCL exit after this rank's worker was stopped). What came before
+ * the report on its line (an unended last line of a rank's own stderr) is
+ * still handed out, without the report's own tag ("[1,R]<stderr>:"). */
+MUSTER_INTERNAL int muster_run_take_rank_end_(struct proc *p, int is_err, char *line, size_t *len);
 
 /* ---- run_output.c ---- */
 

@@ -34,22 +34,49 @@ static void hand_out(struct proc *p, int is_err, const char *buf, size_t len) {
   pthread_mutex_unlock(&run->lock);
 }
 
+/* The fields that may follow a keep_whole string on its line, at most. */
+#define KEEP_FIELDS_MAX 64
+
+/* How many bytes at the end of buf (n bytes) are keep, or its start, and
+ * its fields: they go into the next line. 0 if none. */
+static size_t kept_tail(const char *buf, size_t n, const char *keep) {
+  size_t k = keep ? strlen(keep) : 0;
+
+  if (k == 0)
+    return 0;
+  for (size_t j = n > k + KEEP_FIELDS_MAX ? n - k - KEEP_FIELDS_MAX : 0; j < n; j++)
+    if (memcmp(buf + j, keep, n - j < k ? n - j : k) == 0)
+      return n - j;
+  return 0;
+}
+
 /* Cuts a process's output into lines and hands them out, less those its
- * take_line takes. */
+ * take_line takes. A line longer than LINE_MAX_BYTES - 1 is cut there,
+ * short of p->keep_whole. */
 void muster_run_emit_(struct proc *p, int is_err, const char *data, size_t len) {
   size_t *n = &p->linelen[is_err];
   char *buf = p->line[is_err];
 
   for (size_t i = 0; i < len; i++) {
     int full = *n == LINE_MAX_BYTES - 1;
+    size_t carry, out;
+    char first;
+
     if (data[i] != '\n' && !full) {
       buf[(*n)++] = data[i];
       continue;
     }
-    buf[*n] = '\0';
-    if (!p->take_line || !p->take_line(p, is_err, buf, n))
-      hand_out(p, is_err, buf, *n);
-    *n = 0;
+    carry = full && data[i] != '\n' ? kept_tail(buf, *n, p->keep_whole) : 0;
+    out = *n - carry;
+    first = buf[out];
+    buf[out] = '\0';
+    if (!p->take_line || !p->take_line(p, is_err, buf, &out))
+      hand_out(p, is_err, buf, out);
+    if (carry) {
+      buf[*n - carry] = first;
+      memmove(buf, buf + *n - carry, carry);
+    }
+    *n = carry;
     if (full && data[i] != '\n')
       buf[(*n)++] = data[i];
   }

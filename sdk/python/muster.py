@@ -751,11 +751,19 @@ class Client:
         with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, bufsize=1) as proc:
             last, failure, run_id, restarts = None, None, None, 0
+            quoting = False
             for line in proc.stdout:
                 line = line.rstrip("\n")
                 (output or print)(line)
+                # The lines of a worker's stderr that its failure quotes
+                # follow it, indented.
+                if quoting and line.startswith("  "):
+                    failure += "\n" + line[2:]
+                    continue
+                quoting = False
                 if line.startswith("muster run: FAILED: "):
                     failure = line[len("muster run: FAILED: "):]
+                    quoting = True
                 elif line.startswith("muster run: restart "):
                     restarts += 1
                 elif line.startswith("muster run: the workers were stopped; the run is "):

@@ -32,9 +32,10 @@ static void fresh(void) {
   memset(&ctl, 0, sizeof(ctl));
 }
 
-/* Ships n bytes of c (then NUL-free text) to worker id's stdout as its
+/* Ships n bytes of c (then NUL-free text) to worker id's stream as its
  * workerd would, and asserts that the controller took them (204). */
-static void ship(const char *id, const char *auth, char c, size_t n, const char *text) {
+static void ship_to(const char *stream, const char *id, const char *auth, char c, size_t n,
+                    const char *text) {
   char path[160];
   size_t tl = text ? strlen(text) : 0;
   char *body = malloc(n + tl + 1);
@@ -43,9 +44,13 @@ static void ship(const char *id, const char *auth, char c, size_t n, const char 
   memset(body, c, n);
   memcpy(body + n, text ? text : "", tl);
   body[n + tl] = '\0';
-  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout", id);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=%s", id, stream);
   ck_assert_int_eq(h_http(&ctl, "POST", path, body, auth, NULL, NULL), 204);
   free(body);
+}
+
+static void ship(const char *id, const char *auth, char c, size_t n, const char *text) {
+  ship_to("stdout", id, auth, c, n, text);
 }
 
 /* What GET .../logs answers from offset on. */
@@ -92,6 +97,39 @@ START_TEST(a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once)
   ck_assert_msg(strcmp(tail, "cccccccccc0123456789" NOTE) == 0,
                 "the log's last bytes from 20 before the cap are \"%.200s\"", tail);
   free(tail);
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A script whose stderr passed the cap fails: its failure does not quote
+ * the lines at the cap as the ones its stderr "ended with" (the real end,
+ * the traceback, was never kept), it says that they were not kept. */
+START_TEST(a_failure_whose_stderr_passed_the_cap_says_its_end_was_not_kept) {
+  json_t *workers, *ans, *w;
+  char auth[200], path[160], id[16];
+  const size_t mib = 1024 * 1024;
+  const char *f;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": \"sleep 60\"}");
+  ans = h_await(&ctl, workers, 0, 30);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
+  h_worker_token(&ctl, id, auth, sizeof(auth));
+  for (long i = 0; i < LOG_CAP / (long)mib; i++)
+    ship_to("stderr", id, auth, 'a', mib - 10, "line past\n");
+  ship_to("stderr", id, auth, 'b', 0, "Traceback: the real end\n");
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/exit", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": 1}", auth, NULL, NULL), 200);
+  w = h_wait_status(&ctl, id, "failed", 20);
+  f = h_str(w, "failure");
+  ck_assert_msg(f && strcmp(f, "the script exited with code 1; its stderr passed 64 MiB, so its "
+                               "last lines were not kept") == 0,
+                "%s", f ? f : "(none)");
+  json_decref(w);
   json_decref(ans);
   json_decref(workers);
   h_finish(&ctl);
@@ -282,6 +320,7 @@ int main(void) {
 
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_log_past_64_mib_keeps_output_up_to_the_cap_and_says_truncated_once);
+  tcase_add_test(tc, a_failure_whose_stderr_passed_the_cap_says_its_end_was_not_kept);
   tcase_add_test(tc, a_stopped_workers_last_output_reaches_logs_follow);
   tcase_add_test(tc, a_followed_log_of_a_worker_whose_workerd_died_still_ends);
   tcase_add_test(tc, an_exec_commands_output_is_in_the_workers_log_when_exec_returns);

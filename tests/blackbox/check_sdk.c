@@ -408,6 +408,21 @@ static void *cancel_soon(void *arg) {
   return NULL;
 }
 
+/* muster_exec_at_signal() takes NULL for signo, as muster_exec_at() has no
+ * signo at all. */
+START_TEST(exec_at_signal_takes_a_null_signo) {
+  muster_exec_target t;
+  muster_exec_opts o;
+  char err[256];
+  int code;
+
+  memset(&t, 0, sizeof(t));
+  muster_exec_opts_init(&o);
+  ck_assert_int_eq(muster_exec_at_signal(&t, &o, &code, NULL, err, sizeof(err)), MUSTER_E_INVALID);
+  ck_assert_str_eq(err, "no command given");
+}
+END_TEST
+
 START_TEST(exec_gives_up_on_a_worker_that_does_not_answer) {
   const char *argv[] = {"true"};
   muster_exec_target t;
@@ -447,6 +462,203 @@ START_TEST(exec_gives_up_on_a_worker_that_does_not_answer) {
 }
 END_TEST
 
+/* A script that fails says why on its stderr: the worker's failure quotes
+ * its last lines, so the user reads the traceback's last line, not only an
+ * exit code. At most 10 lines and 2 KB of it, valid UTF-8, no control
+ * characters but newlines. */
+START_TEST(a_failed_workers_failure_ends_with_its_stderrs_last_lines) {
+  muster_launch_opts o;
+  muster_worker_list a, b;
+  muster_await_result r;
+  const char *ids[2];
+  const char *f, *tail;
+  int lines = 0;
+
+  up();
+  muster_launch_opts_init(&o);
+  o.cpu = 0.1;
+  o.code = "1/0";
+  ck_assert_int_eq(muster_launch(cl, &o, &a), 0);
+  /* 30 lines, then one with a colour, a tab, a bell and a carriage return. */
+  o.code = "import sys\n"
+           "for i in range(30): print('line %d' % i, file=sys.stderr)\n"
+           "sys.stderr.write('\\x1b[31mred\\x1b[0m\\tand\\x07 bell\\r\\nlast words\\n\\n')\n"
+           "sys.exit(4)";
+  ck_assert_int_eq(muster_launch(cl, &o, &b), 0);
+  ids[0] = a.items[0].id;
+  ids[1] = b.items[0].id;
+  ck_assert_int_eq(muster_await(cl, ids, 2, 1, 30, &r), 0);
+  ck_assert_int_eq(r.failures.count, 2);
+  for (size_t i = 0; i < 2; i++) {
+    const muster_worker *w = &r.failures.items[i];
+    f = w->failure;
+    ck_assert_ptr_nonnull(f);
+    if (strcmp(w->id, ids[0]) == 0) {
+      ck_assert_msg(strstr(f, "the script exited with code 1; its stderr ended with:\n"), "%s", f);
+      ck_assert_msg(strstr(f, "Traceback") || strstr(f, "line 1"), "%s", f);
+      ck_assert_msg(strlen(f) > 35 &&
+                        strcmp(f + strlen(f) - 35, "ZeroDivisionError: division by zero") == 0,
+                    "%s", f);
+      continue;
+    }
+    tail = strstr(f, "the script exited with code 4; its stderr ended with:\n");
+    ck_assert_msg(tail, "%s", f);
+    tail = strchr(tail, '\n') + 1;
+    for (const char *p = tail; *p; p++) {
+      ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n', "a control character in %s", f);
+      lines += *p == '\n';
+    }
+    ck_assert_int_eq(lines + 1, 10); /* the last 10 lines */
+    ck_assert_msg(strncmp(tail, "line 22\n", 8) == 0, "%s", f);
+    ck_assert_msg(strstr(tail, "line 29\n[31mred") == NULL, "%s", f);
+    ck_assert_msg(strstr(tail, "line 29\nred and bell\nlast words") &&
+                      strcmp(tail + strlen(tail) - 10, "last words") == 0,
+                  "%s", f);
+  }
+  muster_await_result_free(&r);
+  muster_worker_list_free(&a);
+  muster_worker_list_free(&b);
+  down();
+}
+END_TEST
+
+/* ---- a run whose worker's failure quotes a long traceback ---- */
+
+struct run_thread {
+  muster_client *c;
+  muster_run_opts o;
+  muster_run_result r;
+  int rc;
+};
+
+static void *run_main(void *arg) {
+  struct run_thread *t = arg;
+  t->rc = muster_run_cluster(t->c, &t->o, &t->r);
+  return NULL;
+}
+
+#define LAST_LINE                                                                                  \
+  "ValueError: the last line \xc3\xbc"                                                             \
+  "n\xc3\xaf"                                                                                      \
+  "c\xc3\xb6"                                                                                      \
+  "d\xc3\xa9"
+
+/* Waits for attempt's command to start (its marker file), then fails its
+ * one worker as its workerd would: a traceback on its stderr (10 lines, a
+ * line of 3-byte characters in it, placed so that the run's failure has
+ * its byte 1000 inside one of them), then an exit with code 1. */
+static void fail_attempt_with_a_traceback(const char *session, int attempt) {
+  char marker[160], path[160], auth[200], id[16], body[2048];
+  const char *prefix_fmt = "worker 0 (%s) failed: the script exited with code 1; its stderr "
+                           "ended with:\n";
+  muster_worker_list l;
+  size_t n = 0, at, pad;
+  double end = h_now() + 30;
+
+  snprintf(marker, sizeof(marker), "%s/started.%d", ctl.dir, attempt);
+  while (access(marker, F_OK) != 0 && h_now() < end)
+    usleep(20000);
+  ck_assert_msg(access(marker, F_OK) == 0, "attempt %d's command never started", attempt);
+  ck_assert_int_eq(muster_list(cl, 1u << MUSTER_RUNNING, session, NULL, &l, NULL), 0);
+  ck_assert_uint_eq(l.count, 1);
+  snprintf(id, sizeof(id), "%s", l.items[0].id);
+  muster_worker_list_free(&l);
+  h_worker_token(&ctl, id, auth, sizeof(auth));
+
+  /* Where the line of 3-byte characters starts in the run's failure: its
+   * first 1000 bytes must end inside one. */
+  at = (size_t)snprintf(NULL, 0, prefix_fmt, id) + strlen("Traceback (most recent call last):\n");
+  pad = 100;
+  if ((1000 - (at + pad + 1 + 2)) % 3 == 0)
+    pad++;
+  n += (size_t)snprintf(body + n, sizeof(body) - n, "Traceback (most recent call last):\n");
+  memset(body + n, 'x', pad);
+  n += pad;
+  body[n++] = '\n';
+  n += (size_t)snprintf(body + n, sizeof(body) - n, "  ");
+  for (int i = 0; i < 300; i++)
+    n += (size_t)snprintf(body + n, sizeof(body) - n, "\xe2\x96\x88");
+  for (int i = 0; i < 6; i++)
+    n += (size_t)snprintf(body + n, sizeof(body) - n, "\n  frame %d", i);
+  snprintf(body + n, sizeof(body) - n, "\n" LAST_LINE "\n");
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stderr", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, body, auth, NULL, NULL), 204);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/exit", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"exit_code\": 1}", auth, NULL, NULL), 200);
+}
+
+/* 1 if s ends with end. */
+static int ends_with(const char *s, const char *end) {
+  size_t a = strlen(s), b = strlen(end);
+  return a >= b && strcmp(s + a - b, end) == 0;
+}
+
+/* A worker's failure quotes its traceback, which makes it long: the run
+ * still restarts (the restart and its cause are recorded, valid UTF-8,
+ * wherever a character falls), its failure and its record's end with the
+ * traceback's last line, and the earlier cause sits on the failure's first
+ * line, not among the last cause's quoted lines. */
+START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_its_last_line) {
+  struct run_thread t;
+  pthread_t th;
+  char cmd[300], path[64], *first_line;
+  const char *argv[3];
+  json_t *run = NULL, *j;
+  const char *nl;
+
+  up();
+  memset(&t, 0, sizeof(t));
+  ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &t.c), 0);
+  muster_run_opts_init(&t.o);
+  snprintf(cmd, sizeof(cmd), "touch %s/started.$MUSTER_RESTART_COUNT; exec sleep 60", ctl.dir);
+  argv[0] = "sh";
+  argv[1] = "-c";
+  argv[2] = cmd;
+  t.o.mode = MUSTER_RUN_EXEC;
+  t.o.n_workers = 1;
+  t.o.cpu = 0.1;
+  t.o.memory = 0.1;
+  t.o.argv = argv;
+  t.o.argc = 3;
+  t.o.session = "tb";
+  t.o.max_restarts = 1;
+  t.o.timeout_seconds = 30;
+  ck_assert_int_eq(pthread_create(&th, NULL, run_main, &t), 0);
+  fail_attempt_with_a_traceback("tb", 0);
+  fail_attempt_with_a_traceback("tb", 1);
+  pthread_join(th, NULL);
+
+  ck_assert_int_eq(t.rc, 0);
+  ck_assert_msg(t.r.restarts == 1, "%d restarts: %s", t.r.restarts, t.r.failure);
+  j = json_string(t.r.failure);
+  ck_assert_msg(j, "the run's failure is no UTF-8: %s", t.r.failure);
+  json_decref(j);
+  ck_assert_msg(ends_with(t.r.failure, "\n" LAST_LINE), "%s", t.r.failure);
+  nl = strchr(t.r.failure, '\n');
+  ck_assert_ptr_nonnull(nl);
+  first_line = strndup(t.r.failure, (size_t)(nl - t.r.failure));
+  ck_assert_msg(strncmp(first_line, "failed after 1 restart: (1) worker 0 (", 38) == 0 &&
+                    strstr(first_line, "ended with: " LAST_LINE "; (2) worker 0 (") &&
+                    ends_with(first_line, "its stderr ended with:"),
+                "%s", t.r.failure);
+  ck_assert_msg(!strstr(nl, "(2)"), "%s", t.r.failure);
+  free(first_line);
+
+  snprintf(path, sizeof(path), "/api/v1/runs/%s", t.r.run_id);
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", &run, NULL), 200);
+  ck_assert_str_eq(h_str(run, "status"), "failed");
+  ck_assert_int_eq(json_integer_value(json_object_get(run, "restarts")), 1);
+  ck_assert_msg(h_str(run, "failure") && ends_with(h_str(run, "failure"), "\n" LAST_LINE),
+                "the run's record has no failure, or not its last line");
+  j = json_array_get(json_object_get(run, "causes"), 0);
+  ck_assert_msg(j && ends_with(h_str(j, "cause"), "\n" LAST_LINE), "the restart's cause");
+  json_decref(run);
+  muster_run_result_free(&t.r);
+  muster_client_free(t.c);
+  down();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sdk");
   TCase *tc = tcase_create("libmuster");
@@ -454,6 +666,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, launch_returns_typed_workers);
   tcase_add_test(tc, await_running_then_completion);
+  tcase_add_test(tc, a_failed_workers_failure_ends_with_its_stderrs_last_lines);
   tcase_add_test(tc, get_list_and_stop);
   tcase_add_test(tc, logs_plain_and_followed);
   tcase_add_test(tc, a_relative_script_from_a_client_in_another_directory_runs);
@@ -461,6 +674,13 @@ int main(void) {
   tcase_add_test(tc, errors_map_back_to_the_table);
   tcase_add_test(tc, default_client_discovers_the_local_controller);
   tcase_add_test(tc, exec_gives_up_on_a_worker_that_does_not_answer);
+  tcase_add_test(tc, exec_at_signal_takes_a_null_signo);
+  suite_add_tcase(s, tc);
+  /* muster_run_cluster() (CK_RUN_CASE=run runs these alone). */
+  tc = tcase_create("run");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc,
+                 a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_its_last_line);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

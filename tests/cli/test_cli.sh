@@ -352,6 +352,17 @@ check "await --completion on code that exits 4: exit 1" eval '[ $RC = 1 ]'
 check "  ... its line says failed and exited with code 4" \
   eval 'hasE "$OUT" "^$FAILW +failed .*exited with code 4"'
 check "  ... stderr says it did not succeed" eval 'has "$ERR" "did not succeed"'
+check "  ... and quotes the last line its script wrote to stderr, indented under it" \
+  eval 'hasE "$OUT" "^$FAILW +failed .*exited with code 4; its stderr ended with:$" &&
+        [ "$(tail -n 1 <<<"$OUT")" = "    err-line-1" ]'
+m ps -a --status failed
+check "ps shows the failure on its one line, ending with that stderr line" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^$FAILW .*exited with code 4; its stderr ended with: err-line-1$" &&
+        ! has "$OUT" "^ *err-line-1$"'
+m show "$FAILW"
+check "show prints the stderr line under the failure sentence" \
+  eval '[ $RC = 0 ] && has "$OUT" "^failure: .*its stderr ended with:$" &&
+        has "$OUT" "^             err-line-1$"'
 
 # A successful one: await --completion exits 0, says succeeded.
 m launch --cpu 0.1 --kernel bash --code 'exit 0'

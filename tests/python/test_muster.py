@@ -417,6 +417,17 @@ class Failures(MusterTestCase):
         self.assertEqual(f["exit_code"], 3)
         self.assertTrue(f["failure"])
 
+    def test_a_traceback_s_last_line_is_in_the_failure(self):
+        c = self.client("failing")
+        ws = self.launch(c, n=1, cpu=0.2, memory=0.5, code="1/0")
+        r = c.await_workers(ws, timeout_seconds=30)
+        _note(r["failures"])
+        self.assertEqual(len(r["failures"]), 1)
+        f = r["failures"][0]["failure"]
+        self.assertTrue(f.startswith("the script exited with code 1; its stderr ended with:\n"), f)
+        self.assertTrue(f.endswith("\nZeroDivisionError: division by zero"), f)
+        self.assertIn("Traceback (most recent call last):", f)
+
 
 class Stop(MusterTestCase):
     def test_stop_without_ids_stops_the_sessions_live_workers_only(self):

@@ -193,7 +193,8 @@ else
 fi
 
 # --- a rank that fails is named, with its worker and the cause (not only
-# mpirun's exit code): an exit code, a missing program, a signal; the run's
+# mpirun's exit code): an exit code, a missing program, a program workerd
+# refuses to run, a signal; the run's
 # record carries the same sentence.
 run_of() { "$muster" runs --session "$1" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]['$2'] if r else '')"; }
 rank_fails() {  # $1: session, $2: what, $3: the sentence expected (a grep -E pattern), then the command
@@ -210,6 +211,12 @@ rank_fails rfexit "rank 1 exiting with code 3" 'rank 1 \(w-[a-z0-9]+\) exited wi
   sh -c 'echo "rank $OMPI_COMM_WORLD_RANK in $MUSTER_WORKER_ID"; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'
 rank_fails rfmissing "a program missing from the workers" \
   "rank [01] \\(w-[a-z0-9]+\\): no-such-trainer-xyz: not found on the worker's PATH" no-such-trainer-xyz
+# workerd refuses to run what it may not (exit 126 on the exec channel, and
+# a sentence): the sentence is the cause, not "exited with code 126".
+printf '#!/bin/sh\necho never\n' > "$tmp/notexec.sh"
+chmod 644 "$tmp/notexec.sh"
+rank_fails rfnoexec "a script the workers may not run" \
+  "rank [01] \\(w-[a-z0-9]+\\): cannot run \"$tmp/notexec.sh\": Permission denied" "$tmp/notexec.sh"
 rank_fails rfsignal "rank 1 killed by signal 9" 'rank 1 \(w-[a-z0-9]+\) was killed by signal 9' \
   sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -9 $$; fi; sleep 30'
 w=$(grep -o 'FAILED: rank 1 (w-[a-z0-9]*)' "$tmp/rfexit.err" | grep -o 'w-[a-z0-9]*')

@@ -211,6 +211,28 @@ START_TEST(worker_ids) {
 }
 END_TEST
 
+/* workerd's reason for a failed end is kept to 1000 bytes, cut between two
+ * characters: a cut inside one would make the failure no UTF-8, and every
+ * answer would leave it out. */
+START_TEST(a_long_exit_reason_is_cut_between_characters) {
+  struct exit_req ex;
+  const char *field;
+  char msg[256], reason[1200];
+  json_t *body;
+
+  memset(reason, 'a', 999);
+  for (int i = 0; i < 50; i++)
+    memcpy(reason + 999 + 2 * i, "\xc3\xa9", 2);
+  reason[1099] = '\0';
+  body = json_pack("{s:i, s:s}", "exit_code", 1, "reason", reason);
+  ck_assert_ptr_nonnull(body);
+  ck_assert_int_eq(validate_exit(body, &ex, &field, msg, sizeof(msg)), 0);
+  ck_assert_uint_eq(strlen(ex.failure), 999);
+  ck_assert_int_eq(ex.failure[998], 'a');
+  json_decref(body);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("bodies");
@@ -224,6 +246,7 @@ int main(void) {
   tcase_add_test(tc, kernels_and_their_code_flags);
   tcase_add_test(tc, await_bodies);
   tcase_add_test(tc, worker_ids);
+  tcase_add_test(tc, a_long_exit_reason_is_cut_between_characters);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -253,7 +253,11 @@ async function main() {
 
     await step('launched workers appear and finish without a reload', async () => {
       const sleeper = await launch({ name: 'sleeper', code: 'import time; time.sleep(1)' });
-      const exiter = await launch({ name: 'exiter', code: 'import sys; sys.exit(3)' });
+      // It says why on its stderr, as a traceback would, in two lines.
+      const exiter = await launch({
+        name: 'exiter',
+        code: 'import sys; print("reading input", file=sys.stderr); print("bad input: 7", file=sys.stderr); sys.exit(3)',
+      });
       await page.waitForSelector(rowSel(sleeper.id), { state: 'attached' });
       await page.waitForSelector(rowSel(exiter.id), { state: 'attached' });
       ok(true, 'workers launched through the API appear on the page');
@@ -266,7 +270,12 @@ async function main() {
       const exitText = (await page.textContent(`${rowSel(exiter.id)} .c-exit`)).trim();
       const failText = (await page.textContent(`${rowSel(exiter.id)} .c-failure`)).trim();
       ok(exitText === '3', `the failed worker shows exit code 3 (got "${exitText}")`);
-      ok(api3.failure && failText === api3.failure, `it shows its failure sentence ("${failText}")`);
+      const failTitle = await page.getAttribute(`${rowSel(exiter.id)} .c-failure`, 'title');
+      ok(api3.failure === 'the script exited with code 3; its stderr ended with:\nreading input\nbad input: 7',
+        `its failure quotes the last lines of its stderr (${JSON.stringify(api3.failure)})`);
+      ok(failText === 'the script exited with code 3; its stderr ended with: bad input: 7',
+        `its row shows the failure sentence and the last stderr line on one line ("${failText}")`);
+      ok(failTitle === api3.failure, `the cell's tooltip holds the whole failure (${JSON.stringify(failTitle)})`);
       const badge = await page.textContent(`${rowSel(exiter.id)} .badge`);
       ok(badge.trim() === 'failed', 'its badge reads failed');
       const counts = await page.textContent('#counts .count.s-failed .n');

@@ -4,6 +4,7 @@
 #include "mpi_agent.h"
 
 #include "envlists.h"
+#include "exec_words.h"
 #include "rank_end.h"
 
 #include <limits.h>
@@ -85,15 +86,6 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   return exit_code;
 }
 
-/* What workerd said about a command it did not run, or lost track of,
- * without the "worker ID: " that muster_exec_at() puts before it (muster
- * run names the worker itself). */
-static const char *workerd_words(const char *err) {
-  const char *colon = strstr(err, ": ");
-
-  return strncmp(err, "worker ", 7) == 0 && colon ? colon + 2 : err;
-}
-
 /* Tells muster run (marker: RANK_END_ENV's value) how rank's command
  * ended, on stderr (common/rank_end.h): rc and err as muster_exec_at()
  * gave them, else its exit code or signal; program, the command's name.
@@ -103,14 +95,16 @@ static const char *workerd_words(const char *err) {
  * is the cause, not the code. */
 static void rank_end(const char *marker, long rank, int rc, int exit_code, int signo,
                      const char *err, const char *program) {
-  if (rc == MUSTER_E_NOT_FOUND)
+  if (rc == MUSTER_E_NOT_FOUND && err[0])
+    fprintf(stderr, "%s %ld error 0 %s\n", marker, rank, exec_words(err));
+  else if (rc == MUSTER_E_NOT_FOUND)
     fprintf(stderr, "%s %ld error 0 %s: not found%s\n", marker, rank, program,
             strchr(program, '/') ? "" : " on the worker's PATH");
   else if (rc)
     fprintf(stderr, "%s %ld %s 0 %s\n", marker, rank, rc == MUSTER_E_UNREACHABLE ? "lost" : "error",
             err);
   else if (err[0])
-    fprintf(stderr, "%s %ld error 0 %s\n", marker, rank, workerd_words(err));
+    fprintf(stderr, "%s %ld error 0 %s\n", marker, rank, exec_words(err));
   else if (exit_code < 0)
     fprintf(stderr, "%s %ld error 0 its worker did not say how %s ended\n", marker, rank, program);
   else if (signo)

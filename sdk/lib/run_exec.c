@@ -1,5 +1,6 @@
 /* run_exec.c: a run's command in every PS and worker through their exec
  * channels (modes ps and exec), with TF_CONFIG and the torch variables. */
+#include "exec_words.h"
 #include "muster.h"
 #include "run_internal.h"
 
@@ -47,7 +48,7 @@ static void *exec_main(void *arg) {
     muster_run_await_worker_failure_(p->run, 3);
   if (p->rc)
     muster_run_fail_(p->run, p->target.worker_id, "%s %d (%s): %s", p->role, p->index,
-                     p->target.worker_id, p->err);
+                     p->target.worker_id, exec_words(p->err));
   else if (p->exit_code != 0)
     muster_run_fail_(p->run, p->target.worker_id, "%s %d (%s) exited with code %d", p->role,
                      p->index, p->target.worker_id, p->exit_code);

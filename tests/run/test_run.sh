@@ -210,7 +210,12 @@ rank_fails() {  # $1: session, $2: what, $3: the sentence expected (a grep -E pa
 rank_fails rfexit "rank 1 exiting with code 3" 'rank 1 \(w-[a-z0-9]+\) exited with code 3' \
   sh -c 'echo "rank $OMPI_COMM_WORLD_RANK in $MUSTER_WORKER_ID"; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'
 rank_fails rfmissing "a program missing from the workers" \
-  "rank [01] \\(w-[a-z0-9]+\\): no-such-trainer-xyz: not found on the worker's PATH" no-such-trainer-xyz
+  "rank [01] \\(w-[a-z0-9]+\\): no-such-trainer-xyz: not found on the worker's PATH \\(/.*\\)" no-such-trainer-xyz
+# The same in exec mode: the worker named once, then workerd's words.
+timeout 120 "$muster" run --mode exec --workers 2 --cpu 0.5 --session xfmissing -- no-such-trainer-xyz \
+  > "$tmp/xfmissing.out" 2> "$tmp/xfmissing.err"
+check "exec: a missing program names the worker once and the PATH: $(grep FAILED "$tmp/xfmissing.err" | cut -c1-120)" \
+  grep -Eq "^muster run: FAILED: worker [01] \\(w-[a-z0-9]+\\): no-such-trainer-xyz: not found on the worker's PATH \\(/" "$tmp/xfmissing.err"
 # workerd refuses to run what it may not (exit 126 on the exec channel, and
 # a sentence): the sentence is the cause, not "exited with code 126".
 printf '#!/bin/sh\necho never\n' > "$tmp/notexec.sh"

@@ -64,6 +64,8 @@ static const char *const statement_sql[ST_COUNT_] = {
                 "WHERE status IN ('scheduling', 'starting', 'running') ORDER BY rowid",
     [ST_EVENTS_SINCE] = "SELECT seq, worker_id, \"from\", \"to\", at, detail FROM events "
                         "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    [ST_WORKER_EVENTS] = "SELECT seq, \"from\", \"to\", at, detail FROM events "
+                         "WHERE worker_id = ?1 ORDER BY seq LIMIT ?2",
     [ST_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM events",
     [ST_COUNTS] = "SELECT status, count(*) FROM workers GROUP BY status",
     [ST_LIVE_USAGE] = "SELECT id, usage_cpu_seconds, usage_memory_bytes, usage_memory_peak_bytes "

@@ -1,5 +1,5 @@
-/* db_events.c: reading the events table (the event stream's records, the
- * last seq). Events are written with each transition (db_workers.c). See
+/* db_events.c: reading the events table (the event stream's records, one
+ * worker's events, the last seq). Events are written with each transition (db_workers.c). See
  * db.h. */
 #include "db_internal.h"
 
@@ -61,6 +61,32 @@ nomem:
   sqlite3_reset(s);
   free(buf);
   return MUSTER_E_NOMEM;
+}
+
+json_t *db_worker_events(struct db *db, const char *id, int limit) {
+  sqlite3_stmt *s = db_stmt(db, ST_WORKER_EVENTS);
+  json_t *list = json_array();
+  int rc;
+
+  if (!list)
+    return NULL;
+  db_bind_text_or_null(s, 1, id);
+  sqlite3_bind_int(s, 2, limit);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    json_t *e = json_pack("{s:I, s:o, s:o, s:o, s:o}", "seq",
+                          (json_int_t)sqlite3_column_int64(s, 0), "from", db_col_text(s, 1), "to",
+                          db_col_text(s, 2), "at", db_col_text(s, 3), "detail", db_col_text(s, 4));
+    if (!e || json_array_append_new(list, e) != 0) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    json_decref(list);
+    return NULL;
+  }
+  return list;
 }
 
 int64_t db_last_event_seq(struct db *db) {

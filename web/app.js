@@ -1,14 +1,18 @@
-// muster's web UI: the worker table with live states, logs, stop.
-// Plain ES module, nothing fetched from outside the controller.
+// muster's web UI: the worker table with live states, search, stop, and
+// a worker's detail (fields, events, logs) at #/workers/ID.
+// Plain ES modules, nothing fetched from outside the controller.
 //
 // Sign-in as Jupyter's: /?token=T stores T in localStorage and removes it
 // from the address bar. Every API call carries "Authorization: Bearer T",
 // except the event stream: EventSource cannot set headers, so it passes the
 // token as ?access_token= (the controller accepts that on /api/v1/events only).
 
+import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText } from './format.js';
+import { renderEvents, renderFields } from './detail.js';
+import { logs, logsClose, logsInit, logsOpen, pollLogs, selectTab } from './logs.js';
+
 const TOKEN_KEY = 'muster.token';
 const STATUSES = ['scheduling', 'starting', 'running', 'succeeded', 'failed', 'stopped'];
-const LIVE = new Set(['scheduling', 'starting', 'running']);
 const RANK = { scheduling: 0, starting: 1, running: 2, succeeded: 3, failed: 3, stopped: 3 };
 
 const $ = (id) => document.getElementById(id);
@@ -27,6 +31,8 @@ const state = {
   pendingTimer: null,
   filterStatus: '',
   filterSession: '',
+  search: '', // what the search box holds, lower case
+  runs: new Map(), // run id -> the run's record, as last fetched
   next: undefined, // cursor of the next older page; null when all are loaded
 };
 window.__muster = state; // for debugging and tests
@@ -51,13 +57,23 @@ function showSignin(why) {
   $('signout').hidden = true;
   $('signin').hidden = false;
   $('signin-why').textContent = why || 'This page needs the controller\u2019s API token.';
-  $('signin-url').textContent = `${location.protocol}//${location.host}/?token=<the token in ~/.muster/token>`;
+  const hint = (file) => {
+    $('signin-url').textContent = `${location.protocol}//${location.host}/?token=<the token in ${file}>`;
+  };
+  hint('the controller\u2019s state directory, file token');
+  // The controller names its own token file (a path, never the token).
+  fetch('/api/v1/health', { cache: 'no-store' })
+    .then((r) => r.json())
+    .then((h) => {
+      if (h && h.token_file) hint(h.token_file);
+    })
+    .catch(() => {});
 }
 
 function signOut() {
   localStorage.removeItem(TOKEN_KEY);
   state.token = null;
-  closeLogs();
+  closeDetail();
   showSignin('Signed out.');
 }
 
@@ -97,19 +113,6 @@ function showMessage(text) {
 
 // ---------- formatting ----------
 
-// precise: tenths of a second under 10 s (run durations); ages tick in seconds.
-function fmtDuration(ms, precise = false) {
-  if (!(ms >= 0)) return '';
-  if (precise && ms < 10000) return `${(Math.floor(ms / 100) / 10).toFixed(1)}s`;
-  const s = Math.floor(ms / 1000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m ${s % 60}s`;
-  const h = Math.floor(m / 60);
-  if (h < 48) return `${h}h ${m % 60}m`;
-  return `${Math.floor(h / 24)}d ${h % 24}h`;
-}
-
 function ageText(w, now) {
   const created = Date.parse(w.created_at);
   if (LIVE.has(w.status)) return { text: fmtDuration(now - created), title: `created ${w.created_at}` };
@@ -120,24 +123,6 @@ function ageText(w, now) {
     text: `ran ${fmtDuration(end - start, true)}`,
     title: `created ${w.created_at}, finished ${w.finished_at}`,
   };
-}
-
-function fmtNum(v) {
-  if (v === null || v === undefined) return '–';
-  return String(Math.round(v * 100) / 100);
-}
-
-function resText(w) {
-  let s = `${fmtNum(w.cpu)} cpu · ${fmtNum(w.memory)} GiB`;
-  if (w.nvidia_gpu) s += ` · ${w.nvidia_gpu} gpu`;
-  return s;
-}
-
-function fmtBytes(b) {
-  if (b === null || b === undefined) return '–';
-  if (b < 1024 * 1024) return `${Math.round(b / 1024)} KiB`;
-  if (b < 1024 * 1024 * 1024) return `${Math.round(b / (1024 * 1024))} MiB`;
-  return `${(b / (1024 * 1024 * 1024)).toFixed(1)} GiB`;
 }
 
 // What a worker uses, beside what it asked for: cores (from two samples of
@@ -154,12 +139,6 @@ function useText(w) {
   if (!prev || u.cpu_seconds !== prev.cpu) cpuSeen.set(w.id, { cpu: u.cpu_seconds, t: now, cores: cores ?? prev?.cores });
   const c = cores ?? prev?.cores;
   return `uses ${c === undefined || c === null ? fmtNum(u.cpu_seconds) + ' cpu·s' : fmtNum(c) + ' cpu'} · ${fmtBytes(u.memory_bytes)}`;
-}
-
-function exitText(w) {
-  if (w.exit_code !== null && w.exit_code !== undefined) return String(w.exit_code);
-  if (w.signal) return `sig ${w.signal}`;
-  return '';
 }
 
 // ---------- table ----------
@@ -192,7 +171,13 @@ function makeRow(w) {
   c.status = cell('c-status');
   c.badge = document.createElement('span');
   c.badge.className = 'badge';
-  c.status.appendChild(c.badge);
+  // Why a scheduling worker waits; which run a worker is part of, and how
+  // that run went.
+  c.wait = document.createElement('span');
+  c.wait.className = 'waiting';
+  c.runNote = document.createElement('span');
+  c.runNote.className = 'run-note';
+  c.status.append(c.badge, c.wait, c.runNote);
   c.ip = cell('c-ip');
   c.res = cell('c-res');
   c.req = document.createElement('span');
@@ -215,13 +200,13 @@ function makeRow(w) {
   tr.cells_ = c;
   tr.addEventListener('click', (ev) => {
     if (ev.target.closest('button')) return;
-    openLogs(tr.dataset.id);
+    go(tr.dataset.id);
   });
   tr.addEventListener('keydown', (ev) => {
     if (ev.target !== tr) return;
     if (ev.key === 'Enter' || ev.key === ' ') {
       ev.preventDefault();
-      openLogs(tr.dataset.id);
+      go(tr.dataset.id);
     } else if (ev.key === 'ArrowDown' || ev.key === 'ArrowUp') {
       ev.preventDefault();
       let n = ev.key === 'ArrowDown' ? tr.nextElementSibling : tr.previousElementSibling;
@@ -240,8 +225,14 @@ function fillRow(tr, w, now) {
   c.name.hidden = !w.name;
   c.role.textContent = w.role || '';
   c.session.textContent = w.session || '';
-  c.badge.textContent = w.status;
-  c.badge.className = `badge s-${w.status}`;
+  const o = outcome(w, w.run ? state.runs.get(w.run) : null);
+  c.badge.textContent = o.label;
+  c.badge.className = `badge s-${o.kind === 'completed' ? 'completed' : w.status}`;
+  tr.dataset.outcome = o.kind;
+  c.runNote.textContent = o.note;
+  c.runNote.hidden = !o.note;
+  c.wait.textContent = w.status === 'scheduling' && w.waiting_for ? `waiting for ${w.waiting_for}` : '';
+  c.wait.hidden = !c.wait.textContent;
   c.ip.textContent = w.ip_address || '';
   c.req.textContent = resText(w);
   c.use.textContent = useText(w);
@@ -255,7 +246,8 @@ function fillRow(tr, w, now) {
   c.status.dataset.failure = w.failure || '';
   c.stop.hidden = !LIVE.has(w.status);
   c.stop.setAttribute('aria-label', `Stop ${w.name || w.id}`);
-  tr.setAttribute('aria-label', `${w.name || w.id}, ${w.status}${w.failure ? ': ' + w.failure : ''}`);
+  const why = w.failure || c.wait.textContent || o.note;
+  tr.setAttribute('aria-label', `${w.name || w.id}, ${o.label}${why ? ': ' + why : ''}`);
   tr.hidden = !matchesFilter(w);
 }
 
@@ -264,6 +256,8 @@ function matchesFilter(w) {
   if (fs === 'live' && !LIVE.has(w.status)) return false;
   if (fs && fs !== 'live' && w.status !== fs) return false;
   if (state.filterSession && w.session !== state.filterSession) return false;
+  const q = state.search;
+  if (q && !w.id.toLowerCase().includes(q) && !(w.name || '').toLowerCase().includes(q)) return false;
   return true;
 }
 
@@ -291,7 +285,61 @@ function upsert(w) {
     tbody.insertBefore(tr, before);
   }
   fillRow(tr, w, Date.now());
-  if (logs.id === w.id) updateLogsHead();
+  if (w.run && !LIVE.has(w.status)) wantRun(w.run);
+  if (detail.id === w.id) renderDetail();
+}
+
+// ---------- runs: the outcome of a run, shown on its workers ----------
+
+// Runs to fetch soon: those of ended workers (a stopped worker of a run
+// that succeeded is no abort) and of the open detail.
+const runsWanted = new Set();
+let runsTimer = null;
+
+function wantRun(id) {
+  const r = state.runs.get(id);
+  if (r && r.status !== 'running') return; // an ended run never changes
+  runsWanted.add(id);
+  if (!runsTimer) runsTimer = setTimeout(fetchRuns, 50);
+}
+
+async function fetchRun(id) {
+  let run;
+  try {
+    const r = await api(`/api/v1/runs/${encodeURIComponent(id)}`);
+    run = await r.json();
+  } catch (err) {
+    // Gone (pruned): asked no more, the rows show their status alone. The
+    // controller away: asked again with the next change.
+    if (err.status === 404) state.runs.set(id, { id, status: null });
+    return;
+  }
+  const before = state.runs.get(id);
+  state.runs.set(id, run);
+  if (before && before.status === run.status) return;
+  const now = Date.now();
+  for (const [wid, tr] of state.rows) {
+    const w = state.workers.get(wid);
+    if (w && w.run === id) fillRow(tr, w, now);
+  }
+  if (detail.id && state.workers.get(detail.id)?.run === id) renderDetail();
+}
+
+// A few at a time: a first page can hold the workers of many runs.
+async function fetchRuns() {
+  const ids = [...runsWanted];
+  runsWanted.clear();
+  for (let i = 0; i < ids.length; i += 8) await Promise.all(ids.slice(i, i + 8).map(fetchRun));
+  runsTimer = null;
+  if (runsWanted.size) runsTimer = setTimeout(fetchRuns, 50);
+}
+
+// A run's end comes after its workers were stopped, with no event of its
+// own: the runs that still run, with an ended worker shown, are read again.
+function pollRuns() {
+  const shown = new Set();
+  for (const w of state.workers.values()) if (w.run && !LIVE.has(w.status)) shown.add(w.run);
+  for (const [id, r] of state.runs) if (r.status === 'running' && shown.has(id)) wantRun(id);
 }
 
 function renderSummary() {
@@ -443,6 +491,7 @@ async function loadSessions() {
 function setFilters() {
   state.filterStatus = $('filter-status').value;
   state.filterSession = $('filter-session').value;
+  state.search = $('search').value.trim().toLowerCase();
   const now = Date.now();
   for (const [id, tr] of state.rows) fillRow(tr, state.workers.get(id), now);
   renderSummary();
@@ -572,6 +621,7 @@ function startEvents() {
 
 function onEvent(e) {
   if (typeof e.seq === 'number' && e.seq > state.lastSeq) state.lastSeq = e.seq;
+  if (e.worker_id === detail.id) loadDetailEvents();
   const w = state.workers.get(e.worker_id);
   if (!w || e.from === null) {
     queueRefetch(e.worker_id);
@@ -639,131 +689,151 @@ async function stopWorker(id) {
   }
 }
 
-// ---------- logs ----------
+// ---------- the worker detail (#/workers/ID) ----------
 
-const MAX_LOG_CHARS = 1 << 20; // keep the last 1 Mi characters on the page
+// The open detail: the worker's id, its events (null until loaded), the
+// row to give focus back to, and a generation that stale answers check.
+const detail = { id: null, events: null, missing: null, opener: null, gen: 0 };
 
-const logs = {
-  id: null,
-  stream: 'stdout',
-  data: {}, // stream -> {offset, text, decoder}
-  timer: null,
-  busy: false,
-  gen: 0,
-};
-
-function openLogs(id) {
-  const w = state.workers.get(id);
-  if (!w) return;
-  if (logs.id !== id) {
-    logs.id = id;
-    logs.gen++;
-    logs.data = {};
-    $('logs-text').textContent = '';
-  }
-  logs.opener = state.rows.get(id);
-  $('logs').hidden = false;
-  document.body.classList.add('logs-open');
+// Opens worker id's detail (its fields, events and logs) beside the list.
+async function openDetail(id) {
+  if (detail.id === id) return;
+  detail.id = id;
+  detail.gen++;
+  detail.events = null;
+  detail.missing = null;
+  detail.opener = document.activeElement && document.activeElement.closest?.('#rows tr')
+    ? document.activeElement : state.rows.get(id) || null;
+  logsOpen(id);
+  $('detail').hidden = false;
+  document.body.classList.add('detail-open');
   for (const tr of state.rows.values()) tr.classList.toggle('selected', tr.dataset.id === id);
   selectTab(logs.stream, false);
-  updateLogsHead();
-  $(`tab-${logs.stream}`).focus();
+  renderDetail();
+  $('detail-close').focus();
+  const gen = detail.gen;
+  // Fresh details first (a deep link can name a worker older than the
+  // list's first page); the logs and events follow.
+  try {
+    const r = await api(`/api/v1/workers/${encodeURIComponent(id)}`);
+    const w = await r.json();
+    if (gen !== detail.gen) return;
+    upsert(w);
+    if (w.run) wantRun(w.run);
+  } catch (err) {
+    if (gen !== detail.gen) return;
+    if (err.status === 404) detail.missing = `There is no worker ${id} (it may have been pruned).`;
+    else if (err.status !== 401) detail.missing = `Could not read ${id}: ${err.message}`;
+    renderDetail();
+    return;
+  }
+  loadDetailEvents();
   pollLogs();
 }
 
-function closeLogs() {
-  if (!logs.id) return;
-  const opener = logs.opener;
-  logs.id = null;
-  logs.gen++;
-  clearTimeout(logs.timer);
-  $('logs').hidden = true;
-  document.body.classList.remove('logs-open');
+function closeDetail() {
+  if (!detail.id) return;
+  const opener = detail.opener;
+  detail.id = null;
+  detail.gen++;
+  logsClose();
+  $('detail').hidden = true;
+  document.body.classList.remove('detail-open');
   for (const tr of state.rows.values()) tr.classList.remove('selected');
   if (opener && document.contains(opener)) opener.focus();
 }
 
-function updateLogsHead() {
-  const w = state.workers.get(logs.id);
-  if (!w) return;
-  $('logs-title').textContent = `Logs of ${w.name || w.id}`;
-  const s = $('logs-state');
-  s.textContent = LIVE.has(w.status) ? `${w.status} · following` : w.status;
-  s.className = `logs-state badge s-${w.status}`;
-}
-
-function selectTab(stream, poll = true) {
-  logs.stream = stream;
-  for (const b of document.querySelectorAll('.tabs [role=tab]')) {
-    const on = b.dataset.stream === stream;
-    b.setAttribute('aria-selected', String(on));
-    b.tabIndex = on ? 0 : -1;
-  }
-  const d = logs.data[stream];
-  const pre = $('logs-text');
-  pre.textContent = d ? d.text : '';
-  pre.classList.toggle('placeholder', !d || !d.text);
-  if (!d || !d.text) pre.textContent = d ? '(nothing on ' + stream + ' yet)' : 'loading…';
-  pre.scrollTop = pre.scrollHeight;
-  if (poll) pollLogs();
-}
-
-// Fetches what is new on one stream of worker id, for the panel of
-// generation gen: nothing once the panel closed or moved to another worker
-// (the id is the one the poll started with, never a later one, or null).
-async function fetchStream(id, stream, gen) {
-  if (gen !== logs.gen) return;
-  let d = logs.data[stream];
-  if (!d) d = logs.data[stream] = { offset: 0, text: '', decoder: new TextDecoder() };
-  const r = await api(
-    `/api/v1/workers/${encodeURIComponent(id)}/logs?stream=${stream}&offset=${d.offset}`,
-  );
-  const buf = await r.arrayBuffer();
-  if (gen !== logs.gen) return;
-  d.loaded = true;
-  if (!buf.byteLength) return;
-  d.offset += buf.byteLength;
-  d.text += d.decoder.decode(buf, { stream: true });
-  if (d.text.length > MAX_LOG_CHARS) d.text = '[…]\n' + d.text.slice(-MAX_LOG_CHARS);
-  if (stream === logs.stream) {
-    const pre = $('logs-text');
-    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
-    pre.classList.remove('placeholder');
-    pre.textContent = d.text;
-    if (atEnd) pre.scrollTop = pre.scrollHeight;
-  }
-}
-
-async function pollLogs() {
-  clearTimeout(logs.timer);
-  if (!logs.id || logs.busy) return;
-  const gen = logs.gen;
-  const id = logs.id;
-  const w = state.workers.get(id);
-  const live = w && LIVE.has(w.status);
-  logs.busy = true;
+async function loadDetailEvents() {
+  const id = detail.id;
+  const gen = detail.gen;
+  if (!id || detail.missing) return;
   try {
-    // The shown stream first; the other one too, so switching tabs is instant.
-    await fetchStream(id, logs.stream, gen);
-    await fetchStream(id, logs.stream === 'stdout' ? 'stderr' : 'stdout', gen);
-    if (gen === logs.gen) {
-      const d = logs.data[logs.stream];
-      if (d && !d.text) {
-        const pre = $('logs-text');
-        pre.classList.add('placeholder');
-        pre.textContent = `(nothing on ${logs.stream}${live ? ' yet' : ''})`;
-      }
-    }
-  } catch (err) {
-    if (err.status === 401) return;
-  } finally {
-    logs.busy = false;
+    const r = await api(`/api/v1/workers/${encodeURIComponent(id)}/events`);
+    const body = await r.json();
+    if (gen !== detail.gen) return;
+    detail.events = body.events;
+    renderEvents($('detail-events'), detail.events);
+  } catch (_) {
+    /* the next event of this worker reads them again */
   }
-  if (gen !== logs.gen) return;
-  // Follow a live worker; once it has ended, one last fetch (above) suffices,
-  // but keep polling while the state we hold may still be catching up.
-  const now = state.workers.get(logs.id);
-  if (now && (LIVE.has(now.status) || live)) logs.timer = setTimeout(pollLogs, 1000);
+}
+
+function renderDetail() {
+  const w = state.workers.get(detail.id);
+  const title = $('detail-title');
+  if (!w) {
+    title.textContent = detail.id;
+    $('detail-state').hidden = true;
+    $('detail-stop').hidden = true;
+    $('detail-fields').textContent = detail.missing || 'loading…';
+    $('detail-events').textContent = '';
+    $('logs').hidden = !!detail.missing;
+    return;
+  }
+  $('logs').hidden = false;
+  const run = w.run ? state.runs.get(w.run) : null;
+  const o = outcome(w, run);
+  title.textContent = w.name ? `${w.name} (${w.id})` : w.id;
+  const st = $('detail-state');
+  st.hidden = false;
+  st.textContent = o.label;
+  st.className = `badge s-${o.kind === 'completed' ? 'completed' : w.status}`;
+  $('detail-stop').hidden = !LIVE.has(w.status);
+  $('detail-stop').setAttribute('aria-label', `Stop ${w.name || w.id}`);
+  renderFields($('detail-fields'), w, run);
+  renderEvents($('detail-events'), detail.events);
+  const s = $('logs-state');
+  s.textContent = LIVE.has(w.status) ? 'following' : '';
+}
+
+// ---------- routes: #/ (the list) and #/workers/ID, each with ?q=SEARCH ----------
+
+function parseHash() {
+  const h = location.hash.replace(/^#/, '');
+  const qi = h.indexOf('?');
+  const p = qi < 0 ? h : h.slice(0, qi);
+  const params = new URLSearchParams(qi < 0 ? '' : h.slice(qi + 1));
+  const m = /^\/workers\/([^/]+)$/.exec(p);
+  let id = null;
+  if (m) {
+    try {
+      id = decodeURIComponent(m[1]);
+    } catch (_) {
+      id = m[1];
+    }
+  }
+  return { id, q: params.get('q') || '' };
+}
+
+function hashFor(id, q) {
+  let h = id ? `#/workers/${encodeURIComponent(id)}` : '#/';
+  if (q) h += `?q=${encodeURIComponent(q)}`;
+  return h;
+}
+
+// Opens worker id's detail (null: the list alone) as a new history entry,
+// so that back and forward move between them.
+function go(id) {
+  const h = hashFor(id, $('search').value.trim());
+  if (location.hash !== h) location.hash = h;
+  else route();
+}
+
+// Shows what the address says: the search, and the detail it names.
+function route() {
+  if (!state.token) return;
+  const r = parseHash();
+  if ($('search').value.trim() !== r.q) $('search').value = r.q;
+  if (state.search !== r.q.toLowerCase()) setFilters();
+  if (r.id) openDetail(r.id);
+  else closeDetail();
+}
+
+// Typing in the search box narrows the list at once; the address follows
+// without a history entry per key.
+function onSearch() {
+  history.replaceState(history.state, '', location.pathname + location.search + hashFor(detail.id, $('search').value.trim()));
+  setFilters();
 }
 
 // ---------- start ----------
@@ -783,7 +853,12 @@ async function start() {
   });
   $('filter-status').addEventListener('change', setFilters);
   $('filter-session').addEventListener('change', setFilters);
-  $('logs-close').addEventListener('click', closeLogs);
+  $('search').addEventListener('input', onSearch);
+  $('detail-close').addEventListener('click', () => go(null));
+  $('detail-stop').addEventListener('click', () => {
+    if (detail.id) stopWorker(detail.id);
+  });
+  window.addEventListener('hashchange', route);
   for (const b of document.querySelectorAll('.tabs [role=tab]')) {
     b.addEventListener('click', () => selectTab(b.dataset.stream));
     b.addEventListener('keydown', (ev) => {
@@ -796,7 +871,7 @@ async function start() {
     });
   }
   document.addEventListener('keydown', (ev) => {
-    if (ev.key === 'Escape' && logs.id) closeLogs();
+    if (ev.key === 'Escape' && detail.id && !ev.target.closest?.('input')) go(null);
   });
   setInterval(tickAges, 1000);
   // Usage is sampled once a second and changes no state: no event says so,
@@ -812,7 +887,9 @@ async function start() {
   setInterval(() => {
     if (document.hidden || !state.token) return;
     loadSessions().catch(() => {});
+    pollRuns();
   }, 2000);
+  logsInit(api, (id) => state.workers.get(id)?.status);
   state.token = takeTokenFromUrl();
   boot();
 }
@@ -838,6 +915,7 @@ async function boot() {
     }
   }
   startEvents();
+  route();
 }
 
 start();

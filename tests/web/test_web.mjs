@@ -213,6 +213,13 @@ async function main() {
       ok(text.includes('Open the link the controller printed') && text.includes('/?token='),
         'without a token the page shows the sign-in hint', text);
       ok(await page.isHidden('#workers'), 'without a token no worker table is shown');
+      // The hint names this controller's token file (its --state-dir), not a default.
+      const tokenFile = path.join(fs.realpathSync(stateDir), 'token');
+      await page.waitForFunction((f) => document.getElementById('signin-url').textContent.includes(f), tokenFile)
+        .catch(() => {});
+      const hint = await page.textContent('#signin-url');
+      ok(hint.includes(tokenFile) && !hint.includes('~/.muster/token'),
+        `the sign-in hint names the controller's own token file (${tokenFile})`, hint);
       await page.screenshot({ path: path.join(shotDir, 'web-ui-signin.png') });
     });
 
@@ -426,6 +433,153 @@ async function main() {
         'no reload happened across the restart');
       await api('DELETE', `/api/v1/workers/${w.id}`);
       await rowStatus(page, w.id, 'stopped');
+    });
+
+    // 5a. A worker's detail, reached by its deep link in a fresh page load.
+    await step('a failed worker\'s detail opens from its deep link', async () => {
+      const w = await launch({
+        name: 'deep-failer',
+        code: 'import sys\nprint("deep link: the last words", file=sys.stderr)\nsys.exit(3)',
+        env: { DEEP_PLAIN: 'visible-value' },
+        secret_env: { DEEP_SECRET: 'hunter2-never-shown' },
+      });
+      await until(async () => (await getWorker(w.id)).status === 'failed', `${w.id} to fail`);
+      const api3 = await getWorker(w.id);
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/#/workers/${w.id}`);
+      await page.waitForSelector('#detail', { state: 'visible' });
+      const field = (k) => page.textContent(`#detail-fields dd[data-field="${k}"]`).catch(() => null);
+      await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, w.id);
+      ok(true, `#/workers/${w.id} opens that worker's detail on a fresh load`);
+      const cmd = await field('command');
+      ok(cmd && cmd.includes('sys.exit(3)'), `the detail shows what the worker runs ("${cmd}")`);
+      const failure = await field('failure');
+      ok(failure === api3.failure, `the detail shows its whole failure ("${failure}")`, api3.failure);
+      const env = await field('env');
+      const secret = await field('secret_env');
+      ok(env && env.includes('DEEP_PLAIN') && secret && secret.includes('DEEP_SECRET'),
+        `the detail shows env and secret_env keys ("${env}", "${secret}")`);
+      const html = await page.content();
+      ok(!html.includes('hunter2-never-shown'), 'no secret_env value is anywhere on the page');
+      await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
+        .some((li) => li.textContent.includes('→ failed')));
+      const events = await page.$$eval('#detail-events li', (lis) => lis.map((li) => li.textContent));
+      ok(events.some((e) => e.includes('→ scheduling')) && events.some((e) => e.includes('→ failed')),
+        `the detail lists the worker's events (${events.join(' | ')})`);
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('deep link: the last words')
+        || document.getElementById('tab-stderr').getAttribute('aria-selected') === 'false');
+      await page.click('#tab-stderr');
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('deep link: the last words'));
+      ok(true, 'its log panel shows its stderr');
+      await page.click('#tab-stdout');
+      await page.screenshot({ path: path.join(shotDir, 'web-ui-detail.png') });
+    });
+
+    await step('opening a row changes the address; back and forward follow', async () => {
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/`);
+      await page.waitForSelector('#rows tr', { state: 'attached' });
+      const a = await launch({ name: 'route-a', code: 'print("a")' });
+      await rowStatus(page, a.id, 'succeeded');
+      await page.click(`${rowSel(a.id)} .c-id`);
+      await page.waitForSelector('#detail', { state: 'visible' });
+      ok(page.url().endsWith(`#/workers/${a.id}`), `the address names the open worker (${page.url()})`);
+      await page.goBack();
+      await page.waitForSelector('#detail', { state: 'hidden' });
+      ok(!page.url().includes('/workers/'), `back closes the detail (${page.url()})`);
+      await page.goForward();
+      await page.waitForSelector('#detail', { state: 'visible' });
+      await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, a.id);
+      ok(true, 'forward opens it again');
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('the open detail and its logs leave every Stop button clickable', async () => {
+      const idle = await launch({ name: 'stop-beside-logs' });
+      const talker = await launch({ name: 'logs-beside-stop', code: 'print("next to a stop button")' });
+      try {
+        await rowStatus(page, idle.id, 'running');
+        await rowStatus(page, talker.id, 'succeeded');
+        await page.click(`${rowSel(talker.id)} .c-id`);
+        await page.waitForSelector('#logs', { state: 'visible' });
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('next to a stop button'));
+        const sel = `${rowSel(idle.id)} button.stop`;
+        await page.waitForSelector(sel, { state: 'visible' });
+        const hit = await page.$eval(sel, (b) => {
+          b.scrollIntoView({ block: 'center', inline: 'center' });
+          const r = b.getBoundingClientRect();
+          const at = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+          return { on: at === b || b.contains(at), what: at ? `${at.tagName}#${at.id}.${at.className}` : 'nothing', x: r.left };
+        });
+        ok(hit.on, `a running worker's Stop button is not covered by the open logs (at x=${Math.round(hit.x)}: ${hit.what})`);
+        await page.keyboard.press('Escape');
+        await page.waitForSelector('#detail', { state: 'hidden' });
+      } finally {
+        await api('DELETE', `/api/v1/workers/${idle.id}`);
+      }
+      await rowStatus(page, idle.id, 'stopped');
+    });
+
+    await step('the search box narrows the list to matching ids and names', async () => {
+      const a = await launch({ name: 'needle-alpha', code: 'print(1)' });
+      const b = await launch({ name: 'needle-beta', code: 'print(2)' });
+      await page.waitForSelector(rowSel(a.id), { state: 'attached' });
+      await page.waitForSelector(rowSel(b.id), { state: 'attached' });
+      await page.fill('#search', 'needle-al');
+      await page.waitForFunction(() => document.querySelectorAll('#rows tr:not([hidden])').length === 1);
+      const shown = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.map((t) => t.dataset.id));
+      ok(shown.length === 1 && shown[0] === a.id, `searching a name shows only that worker (${shown.join(', ')})`);
+      ok(page.url().includes('q=needle-al'), `the search is in the address (${page.url()})`);
+      await page.fill('#search', b.id.slice(0, 8));
+      await page.waitForFunction((id) => [...document.querySelectorAll('#rows tr:not([hidden])')].some((t) => t.dataset.id === id), b.id);
+      const byId = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.map((t) => t.dataset.id));
+      ok(byId.includes(b.id) && !byId.includes(a.id) && byId.length < await page.$$eval('#rows tr', (t) => t.length),
+        `searching an id's start narrows the list (${byId.length} rows)`);
+      await page.fill('#search', '');
+      await page.waitForFunction(() => document.querySelectorAll('#rows tr[hidden]').length === 0);
+    });
+
+    await step('a waiting worker\'s row says what it waits for', async () => {
+      const hold = await launch({ name: 'hold-a-core', cpu: 1 });
+      await rowStatus(page, hold.id, 'running');
+      const big = await launch({ name: 'waits-for-room', cpu: 4 });
+      try {
+        await until(async () => (await getWorker(big.id)).waiting_for, `${big.id} to say what it waits for`);
+        const why = (await getWorker(big.id)).waiting_for;
+        await page.waitForFunction(({ sel, why }) => (document.querySelector(sel)?.textContent || '').includes(why),
+          { sel: `${rowSel(big.id)} .c-status`, why });
+        ok(true, `the waiting worker's row says "waiting for ${why}"`);
+      } finally {
+        // The cores go back whatever happened: later steps need them.
+        await api('DELETE', `/api/v1/workers/${big.id}`);
+        await api('DELETE', `/api/v1/workers/${hold.id}`);
+      }
+      await rowStatus(page, big.id, 'stopped');
+    });
+
+    await step('a worker stopped at the end of a successful run shows as completed', async () => {
+      await api('PUT', '/api/v1/sessions/web-run/lease', { ttl_seconds: 3600, holder: 'web-holder' });
+      const runOk = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['true'], holder: 'web-holder', session: 'web-run' });
+      const runBad = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['false'], holder: 'web-holder', session: 'web-run' });
+      const good = await launch({ name: 'run-ok-0', session: 'web-run', run: runOk.id });
+      const bad = await launch({ name: 'run-bad-0', session: 'web-run', run: runBad.id });
+      await rowStatus(page, good.id, 'running');
+      await rowStatus(page, bad.id, 'running');
+      // As muster run ends: the workers are stopped, then the run's end recorded.
+      await api('DELETE', `/api/v1/workers/${good.id}`);
+      await api('DELETE', `/api/v1/workers/${bad.id}`);
+      await api('POST', `/api/v1/runs/${runOk.id}/end`, { status: 'succeeded' });
+      await api('POST', `/api/v1/runs/${runBad.id}/end`, { status: 'failed', failure: 'rank 1 failed' });
+      await page.waitForSelector(`${rowSel(good.id)}[data-outcome="completed"]`, { state: 'attached' });
+      await page.waitForSelector(`${rowSel(bad.id)}[data-outcome="aborted"]`, { state: 'attached' });
+      const gb = (await page.textContent(`${rowSel(good.id)} .badge`)).trim();
+      const bb = (await page.textContent(`${rowSel(bad.id)} .badge`)).trim();
+      const gn = (await page.textContent(`${rowSel(good.id)} .run-note`)).trim();
+      ok(gb === 'completed' && gn.includes(runOk.id) && gn.includes('succeeded'),
+        `a worker stopped as its run succeeded reads "${gb}" ("${gn}")`);
+      ok(bb === 'stopped', `a worker of a failed run still reads "${bb}" ("${(await page.textContent(`${rowSel(bad.id)} .run-note`)).trim()}")`);
+      await api('DELETE', '/api/v1/sessions/web-run/lease?holder=web-holder');
     });
 
     // Narrow screens: readable at 400 px.

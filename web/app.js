@@ -241,9 +241,12 @@ function fillRow(tr, w, now) {
   c.age.textContent = a.text;
   c.age.title = a.title;
   c.exit.textContent = exitText(w);
-  c.failure.textContent = w.failure || '';
+  // The row keeps the failure's sentence; the lines of stderr quoted after
+  // it are in the title and the detail.
+  const failLine = (w.failure || '').split('\n')[0];
+  c.failure.textContent = failLine + (failLine !== (w.failure || '') ? ' …' : '');
   c.failure.title = w.failure || '';
-  c.status.dataset.failure = w.failure || '';
+  c.status.dataset.failure = failLine;
   c.stop.hidden = !LIVE.has(w.status);
   c.stop.setAttribute('aria-label', `Stop ${w.name || w.id}`);
   const why = w.failure || c.wait.textContent || o.note;
@@ -874,11 +877,12 @@ async function start() {
     if (ev.key === 'Escape' && detail.id && !ev.target.closest?.('input')) go(null);
   });
   setInterval(tickAges, 1000);
-  // Usage is sampled once a second and changes no state: no event says so,
-  // so the running workers are read again every few seconds.
+  // Usage is sampled once a second, and a waiting worker's reason changes
+  // as others come and go, with no event of its own: the running and
+  // waiting workers are read again every few seconds.
   setInterval(() => {
     if (document.hidden || !state.token) return;
-    api('/api/v1/workers?status=running&limit=500')
+    api('/api/v1/workers?status=scheduling,running&limit=500')
       .then((r) => r.json())
       .then((body) => body.workers.forEach(upsert))
       .catch(() => {});

@@ -445,6 +445,11 @@ async function main() {
       });
       await until(async () => (await getWorker(w.id)).status === 'failed', `${w.id} to fail`);
       const api3 = await getWorker(w.id);
+      const events = await api('GET', `/api/v1/workers/${w.id}/events`);
+      ok(events.worker_id === w.id && events.events.length >= 2 && events.events.at(-1).to === 'failed',
+        `GET /api/v1/workers/ID/events lists its changes (${events.events.map((e) => e.to).join(', ')})`);
+      const none = await fetch(`${baseUrl}/api/v1/workers/w-0000000000/events`, { headers: { Authorization: `Bearer ${token}` } });
+      ok(none.status === 404, `the events of no such worker are a 404 (${none.status})`);
       await page.goto('about:blank');
       await page.goto(`${baseUrl}/#/workers/${w.id}`);
       await page.waitForSelector('#detail', { state: 'visible' });
@@ -463,9 +468,9 @@ async function main() {
       ok(!html.includes('hunter2-never-shown'), 'no secret_env value is anywhere on the page');
       await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
         .some((li) => li.textContent.includes('→ failed')));
-      const events = await page.$$eval('#detail-events li', (lis) => lis.map((li) => li.textContent));
-      ok(events.some((e) => e.includes('→ scheduling')) && events.some((e) => e.includes('→ failed')),
-        `the detail lists the worker's events (${events.join(' | ')})`);
+      const shown = await page.$$eval('#detail-events li', (lis) => lis.map((li) => li.textContent));
+      ok(shown.some((e) => e.includes('→ scheduling')) && shown.some((e) => e.includes('→ failed')),
+        `the detail lists the worker's events (${shown.join(' | ')})`);
       await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('deep link: the last words')
         || document.getElementById('tab-stderr').getAttribute('aria-selected') === 'false');
       await page.click('#tab-stderr');

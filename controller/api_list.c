@@ -141,26 +141,26 @@ static enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const c
 
 /* ---- GET /api/v1/workers/{id}/events ---- */
 
-/* At most this many of a worker's events in one answer: a worker has a
- * handful (one per state change, one per new attempt). */
+/* At most this many of a worker's events in one answer, the newest: a
+ * worker has a handful (one per state change, two per new attempt), but
+ * nothing caps its attempts (a backend that keeps requeueing it). */
 #define WORKER_EVENTS_MAX 1000
 
 static enum MHD_Result api_worker_events(struct MHD_Connection *c, struct req *rq, const char *id) {
   (void)rq;
   struct reader *rd = api_reader_get();
-  size_t len;
-  char *text = api_worker_text(rd, id, &len);
-  int found = text != NULL;
-  json_t *events = found ? db_worker_events(rd->db, id, WORKER_EVENTS_MAX) : NULL;
+  json_t *events = NULL;
+  int truncated = 0;
+  int rc = db_worker_events(rd->db, id, WORKER_EVENTS_MAX, &events, &truncated);
 
   api_reader_put(rd);
-  free(text);
-  if (!found)
+  if (rc == MUSTER_E_NOT_FOUND)
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
-  if (!events)
-    return api_respond_error(c, MUSTER_E_DB, NULL, "could not read the events of %s", id);
-  return api_respond_json(c, MHD_HTTP_OK,
-                          json_pack("{s:s, s:o}", "worker_id", id, "events", events));
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not read the events of %s", id);
+  return api_respond_json(
+      c, MHD_HTTP_OK,
+      json_pack("{s:s, s:o, s:b}", "worker_id", id, "events", events, "truncated", truncated));
 }
 
 /* The routes of this file (api_routes.c lists the table). */

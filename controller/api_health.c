@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- health, metrics ---- */
 
@@ -18,13 +19,20 @@ static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, cons
   (void)arg;
   json_t *counts;
   int shutting;
-  char dir[PATH_MAX], token_file[PATH_MAX + 8];
+  char dir[2 * PATH_MAX], token_file[2 * PATH_MAX + 8];
 
   /* Where the API token is kept, for the web UI's sign-in page (which has
    * no token yet): a path, never the token. Absolute where it resolves, so
    * that a controller started with a relative --state-dir names it fully. */
-  if (!realpath(g.cfg.state_dir, dir))
-    snprintf(dir, sizeof(dir), "%s", g.cfg.state_dir);
+  if (!realpath(g.cfg.state_dir, dir)) {
+    char cwd[PATH_MAX];
+
+    /* Removed since the start, say: still an absolute path, as promised. */
+    if (g.cfg.state_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
+      snprintf(dir, sizeof(dir), "%s/%s", cwd, g.cfg.state_dir);
+    else
+      snprintf(dir, sizeof(dir), "%s", g.cfg.state_dir);
+  }
   snprintf(token_file, sizeof(token_file), "%s/token", dir);
 
   struct reader *rd = api_reader_get();

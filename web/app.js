@@ -51,12 +51,18 @@ function takeTokenFromUrl() {
 }
 
 function showSignin(why) {
+  why = why || 'This page needs the controller\u2019s API token.';
+  // Already shown for this reason: the polls that also got a 401 change nothing.
+  if (!$('signin').hidden && $('signin-why').textContent === why) return;
   stopEvents();
+  // The detail shows no worker of a controller that refused us; the
+  // address keeps it, so signing in again opens it afresh.
+  closeDetail();
   $('workers').hidden = true;
   $('conn').hidden = true;
   $('signout').hidden = true;
   $('signin').hidden = false;
-  $('signin-why').textContent = why || 'This page needs the controller\u2019s API token.';
+  $('signin-why').textContent = why;
   const hint = (file) => {
     $('signin-url').textContent = `${location.protocol}//${location.host}/?token=<the token in ${file}>`;
   };
@@ -90,6 +96,8 @@ async function api(path, opts = {}) {
   const headers = { Authorization: `Bearer ${state.token}`, ...(opts.headers || {}) };
   const r = await fetch(path, { ...opts, headers, cache: 'no-store' });
   if (r.status === 401) {
+    // The polls check the token: with none, they stop asking.
+    state.token = null;
     showSignin('The controller refused the stored token (was its state directory reset?).');
     localStorage.removeItem(TOKEN_KEY);
     throw new ApiError(401, 'unauthorized');
@@ -249,7 +257,7 @@ function fillRow(tr, w, now) {
   c.status.dataset.failure = failLine;
   c.stop.hidden = !LIVE.has(w.status);
   c.stop.setAttribute('aria-label', `Stop ${w.name || w.id}`);
-  const why = w.failure || c.wait.textContent || o.note;
+  const why = failLine || c.wait.textContent || o.note;
   tr.setAttribute('aria-label', `${w.name || w.id}, ${o.label}${why ? ': ' + why : ''}`);
   tr.hidden = !matchesFilter(w);
 }
@@ -286,10 +294,16 @@ function upsert(w) {
       }
     }
     tbody.insertBefore(tr, before);
+    tr.classList.toggle('selected', w.id === detail.id);
   }
   fillRow(tr, w, Date.now());
   if (w.run && !LIVE.has(w.status)) wantRun(w.run);
-  if (detail.id === w.id) renderDetail();
+  if (detail.id === w.id) {
+    // The detail's own read failed or is still retrying: the worker is here
+    // now, so are its events and logs.
+    if (!detail.loaded) detailLoaded();
+    renderDetail();
+  }
 }
 
 // ---------- runs: the outcome of a run, shown on its workers ----------
@@ -342,7 +356,11 @@ async function fetchRuns() {
 function pollRuns() {
   const shown = new Set();
   for (const w of state.workers.values()) if (w.run && !LIVE.has(w.status)) shown.add(w.run);
-  for (const [id, r] of state.runs) if (r.status === 'running' && shown.has(id)) wantRun(id);
+  for (const id of shown) {
+    const r = state.runs.get(id);
+    // Never read (the controller was away then), or still running.
+    if (!r || r.status === 'running') wantRun(id);
+  }
 }
 
 function renderSummary() {
@@ -573,6 +591,7 @@ function startEvents() {
       // cannot replay (a worker's ip or failure); refresh the live ones.
       state.needResync = false;
       for (const w of state.workers.values()) if (LIVE.has(w.status)) queueRefetch(w.id);
+      if (detail.id && detail.loaded) loadDetailEvents();
     }
   };
   es.onmessage = (ev) => {
@@ -694,17 +713,31 @@ async function stopWorker(id) {
 
 // ---------- the worker detail (#/workers/ID) ----------
 
-// The open detail: the worker's id, its events (null until loaded), the
-// row to give focus back to, and a generation that stale answers check.
-const detail = { id: null, events: null, missing: null, opener: null, gen: 0 };
+// The open detail: the worker's id, its events (null until loaded, and
+// whether older ones were left out), the row to give focus back to, and a
+// generation that stale answers check. missing: why there is no such
+// worker (a 404); loaded: whether its events and logs were started;
+// retry: the timer that reads it again after an error.
+const detail = {
+  id: null, events: null, truncated: false, evError: null, evReq: 0, missing: null,
+  trouble: null, loaded: false, opener: null, gen: 0, retry: null, shown: '',
+};
 
-// Opens worker id's detail (its fields, events and logs) beside the list.
-async function openDetail(id) {
-  if (detail.id === id) return;
+// Opens worker id's detail (its fields, events and logs) beside the list;
+// again = read it afresh when it is the one already open.
+function openDetail(id, again = false) {
+  if (detail.id === id && !again) return;
+  if (detail.id === id) logsClose(); // logsOpen starts over below
+  clearTimeout(detail.retry);
   detail.id = id;
   detail.gen++;
   detail.events = null;
+  detail.truncated = false;
+  detail.evError = null;
   detail.missing = null;
+  detail.trouble = null;
+  detail.loaded = false;
+  detail.shown = '';
   detail.opener = document.activeElement && document.activeElement.closest?.('#rows tr')
     ? document.activeElement : state.rows.get(id) || null;
   logsOpen(id);
@@ -714,22 +747,39 @@ async function openDetail(id) {
   selectTab(logs.stream, false);
   renderDetail();
   $('detail-close').focus();
-  const gen = detail.gen;
-  // Fresh details first (a deep link can name a worker older than the
-  // list's first page); the logs and events follow.
+  readDetail(detail.gen, 0);
+}
+
+// Reads the open worker afresh (a deep link can name a worker older than
+// the list's first page), then its events and logs. Only a 404 says there
+// is no such worker; any other error (the controller restarting) is
+// retried, backing off to 10 s.
+async function readDetail(gen, tries) {
+  const id = detail.id;
   try {
     const r = await api(`/api/v1/workers/${encodeURIComponent(id)}`);
     const w = await r.json();
     if (gen !== detail.gen) return;
+    detail.trouble = null;
     upsert(w);
     if (w.run) wantRun(w.run);
+    if (!detail.loaded) detailLoaded();
   } catch (err) {
-    if (gen !== detail.gen) return;
-    if (err.status === 404) detail.missing = `There is no worker ${id} (it may have been pruned).`;
-    else if (err.status !== 401) detail.missing = `Could not read ${id}: ${err.message}`;
+    if (gen !== detail.gen || err.status === 401) return;
+    if (err.status === 404) {
+      detail.missing = `There is no worker ${id} (it may have been pruned).`;
+    } else {
+      detail.trouble = `Could not read ${id} (${err.message}); trying again…`;
+      detail.retry = setTimeout(() => readDetail(gen, tries + 1), Math.min(10000, 1000 * 2 ** tries));
+    }
     renderDetail();
-    return;
   }
+}
+
+// The open worker is known: its events and logs start.
+function detailLoaded() {
+  detail.loaded = true;
+  detail.missing = null;
   loadDetailEvents();
   pollLogs();
 }
@@ -739,6 +789,7 @@ function closeDetail() {
   const opener = detail.opener;
   detail.id = null;
   detail.gen++;
+  clearTimeout(detail.retry);
   logsClose();
   $('detail').hidden = true;
   document.body.classList.remove('detail-open');
@@ -746,19 +797,30 @@ function closeDetail() {
   if (opener && document.contains(opener)) opener.focus();
 }
 
+// Reads the open worker's events. Only the newest request's answer counts
+// (two quick changes start two reads); an error is shown and read again
+// with the next event or resync.
 async function loadDetailEvents() {
   const id = detail.id;
   const gen = detail.gen;
-  if (!id || detail.missing) return;
+  if (!id || !detail.loaded) return;
+  const n = ++detail.evReq;
   try {
     const r = await api(`/api/v1/workers/${encodeURIComponent(id)}/events`);
     const body = await r.json();
-    if (gen !== detail.gen) return;
+    if (gen !== detail.gen || n !== detail.evReq) return;
     detail.events = body.events;
-    renderEvents($('detail-events'), detail.events);
-  } catch (_) {
-    /* the next event of this worker reads them again */
+    detail.truncated = !!body.truncated;
+    detail.evError = null;
+  } catch (err) {
+    if (gen !== detail.gen || n !== detail.evReq || err.status === 401) return;
+    detail.evError = `events unavailable (${err.message}); trying again…`;
+    clearTimeout(detail.evRetry);
+    detail.evRetry = setTimeout(() => {
+      if (gen === detail.gen && detail.evError) loadDetailEvents();
+    }, 3000);
   }
+  renderEvents($('detail-events'), detail.events, detail.truncated, detail.evError);
 }
 
 function renderDetail() {
@@ -768,9 +830,10 @@ function renderDetail() {
     title.textContent = detail.id;
     $('detail-state').hidden = true;
     $('detail-stop').hidden = true;
-    $('detail-fields').textContent = detail.missing || 'loading…';
+    $('detail-fields').textContent = detail.missing || detail.trouble || 'loading…';
     $('detail-events').textContent = '';
     $('logs').hidden = !!detail.missing;
+    detail.shown = '';
     return;
   }
   $('logs').hidden = false;
@@ -783,8 +846,14 @@ function renderDetail() {
   st.className = `badge s-${o.kind === 'completed' ? 'completed' : w.status}`;
   $('detail-stop').hidden = !LIVE.has(w.status);
   $('detail-stop').setAttribute('aria-label', `Stop ${w.name || w.id}`);
-  renderFields($('detail-fields'), w, run);
-  renderEvents($('detail-events'), detail.events);
+  // Rebuilt only when something shown changed: a selection in it (a
+  // command being copied) survives the polls.
+  const shown = JSON.stringify([w, run && run.status, run && run.causes]);
+  if (shown !== detail.shown) {
+    detail.shown = shown;
+    renderFields($('detail-fields'), w, run);
+  }
+  renderEvents($('detail-events'), detail.events, detail.truncated, detail.evError);
   const s = $('logs-state');
   s.textContent = LIVE.has(w.status) ? 'following' : '';
 }
@@ -819,16 +888,17 @@ function hashFor(id, q) {
 function go(id) {
   const h = hashFor(id, $('search').value.trim());
   if (location.hash !== h) location.hash = h;
-  else route();
+  else route(true);
 }
 
 // Shows what the address says: the search, and the detail it names.
-function route() {
+// again: the user asked for the open worker once more (read it afresh).
+function route(again = false) {
   if (!state.token) return;
   const r = parseHash();
   if ($('search').value.trim() !== r.q) $('search').value = r.q;
   if (state.search !== r.q.toLowerCase()) setFilters();
-  if (r.id) openDetail(r.id);
+  if (r.id) openDetail(r.id, again === true);
   else closeDetail();
 }
 
@@ -898,6 +968,18 @@ async function start() {
   boot();
 }
 
+// Forgets the workers and runs shown: a sign-in (again) may be to another
+// controller, or to one whose state directory was reset.
+function clearList() {
+  state.workers.clear();
+  state.rows.clear();
+  state.runs.clear();
+  state.lastSeq = 0;
+  state.next = undefined;
+  cpuSeen.clear();
+  $('rows').textContent = '';
+}
+
 async function boot() {
   state.token = localStorage.getItem(TOKEN_KEY);
   if (!state.token) {
@@ -908,6 +990,7 @@ async function boot() {
   $('workers').hidden = false;
   $('signout').hidden = false;
   setConn('down', 'connecting…');
+  clearList();
   for (;;) {
     try {
       state.lastSeq = await loadList();

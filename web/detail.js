@@ -103,13 +103,17 @@ function clock(at) {
   return Number.isNaN(d.getTime()) ? String(at) : d.toLocaleTimeString([], { hour12: false });
 }
 
-// Fills ol with the worker's events ({seq, from, to, at, detail}), oldest first.
-export function renderEvents(ol, events) {
+// Fills ol with the worker's events ({seq, from, to, at, detail}), oldest
+// first; truncated: the controller left out older ones; error: why the
+// latest read failed (the list, if any, is the one read before).
+export function renderEvents(ol, events, truncated = false, error = null) {
   ol.textContent = '';
+  if (error) ol.appendChild(text('li', error, 'muted events-error'));
   if (!events) {
-    ol.appendChild(text('li', 'loading…', 'muted'));
+    if (!error) ol.appendChild(text('li', 'loading…', 'muted'));
     return;
   }
+  if (truncated) ol.appendChild(text('li', `earlier events not shown: the newest ${events.length}`, 'muted events-truncated'));
   if (!events.length) ol.appendChild(text('li', 'no events', 'muted'));
   for (const e of events) {
     const li = document.createElement('li');

@@ -44,12 +44,27 @@ export function exitText(w) {
 // unknown): the run's own end stops its workers, which is no abort.
 // Returns {label, note, kind}: the badge text, a sentence, and
 // 'completed' (stopped as its run succeeded), 'aborted' (stopped while or
-// as its run failed or was stopped) or '' (no run, or not stopped).
+// as its run failed or was stopped, or stopped in an attempt that a
+// restart replaced) or '' (no run, or not stopped).
+//
+// Only the workers of the run's last attempt are stopped by its end. A
+// restart is recorded (in run.causes, with its time) after the attempt's
+// workers were stopped and before the next attempt's workers are
+// launched, so a worker created before the last restart's time belongs to
+// an earlier attempt: it was stopped by that restart (or by the user, a
+// lease), whatever became of the run.
 export function outcome(w, run) {
   if (!w.run) return { label: w.status, note: '', kind: '' };
   if (!run || !run.status) return { label: w.status, note: `run ${w.run}`, kind: '' };
   const note = run.status === 'running' ? `run ${w.run} running` : `run ${w.run} ${run.status}`;
   if (w.status !== 'stopped') return { label: w.status, note, kind: '' };
+  const created = Date.parse(w.created_at);
+  const causes = run.causes || [];
+  const before = causes.filter((c) => !(Date.parse(c.at) <= created)).length; // restarts after its launch
+  if (before > 0) {
+    const k = causes.length - before + 1; // the restart that replaced its attempt
+    return { label: 'stopped', note: `aborted: replaced by restart ${k} of run ${w.run} (${run.status})`, kind: 'aborted' };
+  }
   if (run.status === 'succeeded') {
     return { label: 'completed', note: `stopped as run ${w.run} succeeded`, kind: 'completed' };
   }

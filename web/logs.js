@@ -21,21 +21,31 @@ export const logs = {
   data: {}, // stream -> {offset, text, decoder}
   timer: null,
   busy: false,
+  again: false, // a poll was asked for while one ran
   gen: 0,
+  abort: null, // the AbortController of this generation's fetches
 };
+
+// A new generation: the fetches of the last one are abandoned (a worker's
+// first fetch can read megabytes), and their answers are ignored.
+function nextGen() {
+  logs.gen++;
+  if (logs.abort) logs.abort.abort();
+  logs.abort = new AbortController();
+}
 
 // Shows worker id's logs (from the start when it is another worker).
 export function logsOpen(id) {
   if (logs.id === id) return;
   logs.id = id;
-  logs.gen++;
+  nextGen();
   logs.data = {};
   $('logs-text').textContent = '';
 }
 
 export function logsClose() {
   logs.id = null;
-  logs.gen++;
+  nextGen();
   clearTimeout(logs.timer);
 }
 
@@ -64,6 +74,7 @@ async function fetchStream(id, stream, gen) {
   if (!d) d = logs.data[stream] = { offset: 0, text: '', decoder: new TextDecoder() };
   const r = await api(
     `/api/v1/workers/${encodeURIComponent(id)}/logs?stream=${stream}&offset=${d.offset}`,
+    { signal: logs.abort.signal },
   );
   const buf = await r.arrayBuffer();
   if (gen !== logs.gen) return;
@@ -83,10 +94,17 @@ async function fetchStream(id, stream, gen) {
 
 export async function pollLogs() {
   clearTimeout(logs.timer);
-  if (!logs.id || logs.busy) return;
+  if (!logs.id) return;
+  // One poll at a time; one asked for meanwhile runs when it ends.
+  if (logs.busy) {
+    logs.again = true;
+    return;
+  }
+  logs.again = false;
   const gen = logs.gen;
   const id = logs.id;
   const live = LIVE.has(statusOf(id));
+  let failed = false;
   logs.busy = true;
   try {
     // The shown stream first; the other one too, so switching tabs is instant.
@@ -102,13 +120,24 @@ export async function pollLogs() {
     }
   } catch (err) {
     if (err.status === 401) return;
+    // (a 404: the worker is gone, there is nothing to wait for)
+    failed = gen === logs.gen && err.status !== 404;
   } finally {
     logs.busy = false;
   }
-  if (gen !== logs.gen) return;
+  // Another worker (or none) since this poll began, or a poll asked for
+  // while this one ran: the poll it could not start (busy) starts now.
+  if (gen !== logs.gen || logs.again) {
+    if (logs.id) pollLogs();
+    return;
+  }
+  // The controller away or failing: ask again shortly, whatever the status.
+  if (failed) {
+    logs.timer = setTimeout(pollLogs, 2000);
+    return;
+  }
   // Follow a live worker; once it has ended, one last fetch (above) suffices,
   // but keep polling while the state we hold may still be catching up.
   const now = statusOf(logs.id);
   if (now && (LIVE.has(now) || live)) logs.timer = setTimeout(pollLogs, 1000);
 }
-

@@ -165,13 +165,15 @@ async function main() {
   const page = context.pages()[0] || (await context.newPage());
   const pageErrors = [];
   let restarting = false; // the controller is being restarted on purpose
+  let expectedErrors = null; // a regexp: error answers a step provokes on purpose
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   // Connection refused is expected while the controller restarts (step 5).
   // So is a 503 while it shuts down: "shutting down" is the controller's
   // answer then, and the page retries.
   page.on('console', (m) => {
     const expected = m.text().includes('ERR_CONNECTION_REFUSED') ||
-      (restarting && m.text().includes('status of 503'));
+      (restarting && m.text().includes('status of 503')) ||
+      (expectedErrors !== null && expectedErrors.test(m.text()));
     if (m.type() === 'error' && !expected) pageErrors.push(m.text());
   });
   // An error answer names its request, so a failure says which one.
@@ -465,14 +467,13 @@ async function main() {
       ok(env && env.includes('DEEP_PLAIN') && secret && secret.includes('DEEP_SECRET'),
         `the detail shows env and secret_env keys ("${env}", "${secret}")`);
       const html = await page.content();
-      ok(!html.includes('hunter2-never-shown'), 'no secret_env value is anywhere on the page');
+      ok(!html.includes('hunter2-never-shown') && !html.includes('visible-value'),
+        'no env or secret_env value is anywhere on the page');
       await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
         .some((li) => li.textContent.includes('→ failed')));
       const shown = await page.$$eval('#detail-events li', (lis) => lis.map((li) => li.textContent));
       ok(shown.some((e) => e.includes('→ scheduling')) && shown.some((e) => e.includes('→ failed')),
         `the detail lists the worker's events (${shown.join(' | ')})`);
-      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('deep link: the last words')
-        || document.getElementById('tab-stderr').getAttribute('aria-selected') === 'false');
       await page.click('#tab-stderr');
       await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('deep link: the last words'));
       ok(true, 'its log panel shows its stderr');
@@ -496,6 +497,121 @@ async function main() {
       await page.waitForSelector('#detail', { state: 'visible' });
       await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, a.id);
       ok(true, 'forward opens it again');
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('a deep link to no such worker says there is none', async () => {
+      expectedErrors = /status of 404/;
+      try {
+        await page.goto('about:blank');
+        await page.goto(`${baseUrl}/#/workers/w-0000000000`);
+        await page.waitForSelector('#detail', { state: 'visible' });
+        await page.waitForFunction(() => document.getElementById('detail-fields').textContent
+          .includes('There is no worker w-0000000000'));
+        ok(true, '#/workers/w-0000000000 says "There is no worker w-0000000000"');
+        // A malformed id, HTML included: shown as text, never as markup.
+        await page.evaluate(() => { location.hash = '#/workers/%3Cimg%20src%3Dx%20onerror%3D%22window.__xss%3D1%22%3E'; });
+        await page.waitForFunction(() => document.getElementById('detail-fields').textContent
+          .includes('There is no worker <img src=x onerror="window.__xss=1">'));
+        ok(await page.evaluate(() => window.__xss === undefined && !document.querySelector('#detail img')),
+          'a malformed id in the address is named as text, and runs nothing');
+        ok(await page.isHidden('#logs'), 'no log panel for a worker that is not there');
+        await page.keyboard.press('Escape');
+        await page.waitForSelector('#detail', { state: 'hidden' });
+      } finally {
+        expectedErrors = null;
+      }
+    });
+
+    await step('a detail opened while the controller fails recovers by itself', async () => {
+      const w = await launch({ name: 'flaky-open', code: 'print("read after the 503")' });
+      await rowStatus(page, w.id, 'succeeded');
+      let refusedOnce = 0;
+      const only = (u) => u.pathname === `/api/v1/workers/${w.id}`;
+      await page.route(only, (route) => {
+        if (refusedOnce++ === 0) {
+          return route.fulfill({ status: 503, contentType: 'application/json',
+            body: '{"error": {"code": "shutting_down", "message": "shutting down"}}' });
+        }
+        return route.continue();
+      });
+      expectedErrors = /status of 503/;
+      try {
+        await page.click(`${rowSel(w.id)} .c-id`);
+        await page.waitForSelector('#detail', { state: 'visible' });
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('read after the 503'));
+        await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
+          .some((li) => li.textContent.includes('→ succeeded')));
+        ok(refusedOnce >= 2, `after a 503 on opening, the detail reads the worker again and shows its events and logs (${refusedOnce} reads)`);
+      } finally {
+        expectedErrors = null;
+        await page.unroute(only);
+      }
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('switching quickly to another worker shows that worker\'s logs', async () => {
+      const a = await launch({ name: 'switch-from', code: 'print("the first worker\'s log")' });
+      const b = await launch({ name: 'switch-to', code: 'print("the second worker\'s log")' });
+      await rowStatus(page, a.id, 'succeeded');
+      await rowStatus(page, b.id, 'succeeded');
+      // A's log read is still on its way (a big log) when the user opens B.
+      let release;
+      const released = new Promise((res) => { release = res; });
+      let held;
+      const holding = new Promise((res) => { held = res; });
+      const aLogs = (u) => u.pathname === `/api/v1/workers/${a.id}/logs`;
+      await page.route(aLogs, async (route) => {
+        held();
+        await released;
+        try {
+          await route.continue();
+        } catch (_) { /* the page gave it up */ }
+      });
+      try {
+        await page.click(`${rowSel(a.id)} .c-id`);
+        await holding;
+        await page.click(`${rowSel(b.id)} .c-id`);
+        await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, b.id);
+        release();
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('the second worker\'s log'));
+        ok(!(await page.textContent('#logs-text')).includes('the first worker\'s log'),
+          'after a quick switch, the second worker\'s logs load (and only its)');
+      } finally {
+        release();
+        await page.unroute(aLogs);
+      }
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('a refused token closes the detail; signing in again reloads it', async () => {
+      const w = await launch({ name: 'resign', code: 'print("shown after signing in again")' });
+      await rowStatus(page, w.id, 'succeeded');
+      let refusedOnce = 0;
+      const evs = (u) => u.pathname === `/api/v1/workers/${w.id}/events`;
+      await page.route(evs, (route) => (refusedOnce++ === 0
+        ? route.fulfill({ status: 401, contentType: 'application/json', body: '{"error": {"code": "unauthorized", "message": "unauthorized"}}' })
+        : route.continue()));
+      expectedErrors = /status of 401/;
+      try {
+        await page.click(`${rowSel(w.id)} .c-id`);
+        await page.waitForSelector('#signin', { state: 'visible' });
+        await page.waitForSelector('#detail', { state: 'hidden' });
+        ok(true, 'the sign-in page does not keep a worker\'s detail beside it');
+        await page.fill('#signin-token', token);
+        await page.press('#signin-token', 'Enter');
+        await page.waitForSelector('#detail', { state: 'visible' });
+        await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
+          .some((li) => li.textContent.includes('→ succeeded')));
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('shown after signing in again'));
+        ok(true, 'signing in again reads the open worker afresh: its events and logs');
+      } finally {
+        expectedErrors = null;
+        await page.unroute(evs);
+      }
       await page.keyboard.press('Escape');
       await page.waitForSelector('#detail', { state: 'hidden' });
     });
@@ -585,6 +701,27 @@ async function main() {
         `a worker stopped as its run succeeded reads "${gb}" ("${gn}")`);
       ok(bb === 'stopped', `a worker of a failed run still reads "${bb}" ("${(await page.textContent(`${rowSel(bad.id)} .run-note`)).trim()}")`);
       await api('DELETE', '/api/v1/sessions/web-run/lease?holder=web-holder');
+    });
+
+    await step('a worker stopped before its run restarted and succeeded does not read completed', async () => {
+      await api('PUT', '/api/v1/sessions/web-rerun/lease', { ttl_seconds: 3600, holder: 'web-holder' });
+      const run = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['true'], holder: 'web-holder', session: 'web-rerun', max_restarts: 1 });
+      const first = await launch({ name: 'attempt-0', session: 'web-rerun', run: run.id });
+      await rowStatus(page, first.id, 'running');
+      // As muster run restarts: the attempt's workers stopped, the restart recorded, new workers.
+      await api('DELETE', `/api/v1/workers/${first.id}`);
+      await api('POST', `/api/v1/runs/${run.id}/restarts`, { cause: 'worker 0 failed' });
+      const second = await launch({ name: 'attempt-1', session: 'web-rerun', run: run.id });
+      await rowStatus(page, second.id, 'running');
+      await api('DELETE', `/api/v1/workers/${second.id}`);
+      await api('POST', `/api/v1/runs/${run.id}/end`, { status: 'succeeded' });
+      await page.waitForSelector(`${rowSel(second.id)}[data-outcome="completed"]`, { state: 'attached' });
+      const o = await page.getAttribute(rowSel(first.id), 'data-outcome');
+      const b = (await page.textContent(`${rowSel(first.id)} .badge`)).trim();
+      const n = (await page.textContent(`${rowSel(first.id)} .run-note`)).trim();
+      ok(o === 'aborted' && b === 'stopped' && n.includes('restart 1'),
+        `a worker of a replaced attempt reads "${b}" ("${n}"), the last attempt's "completed"`);
+      await api('DELETE', '/api/v1/sessions/web-rerun/lease?holder=web-holder');
     });
 
     // Narrow screens: readable at 400 px.

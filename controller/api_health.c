@@ -6,9 +6,11 @@
 #include "lease.h"
 #include "state.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- health, metrics ---- */
 
@@ -17,17 +19,33 @@ static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, cons
   (void)arg;
   json_t *counts;
   int shutting;
+  char dir[2 * PATH_MAX], token_file[2 * PATH_MAX + 8];
+
+  /* Where the API token is kept, for the web UI's sign-in page (which has
+   * no token yet): a path, never the token. Absolute where it resolves, so
+   * that a controller started with a relative --state-dir names it fully. */
+  if (!realpath(g.cfg.state_dir, dir)) {
+    char cwd[PATH_MAX];
+
+    /* Removed since the start, say: still an absolute path, as promised. */
+    if (g.cfg.state_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
+      snprintf(dir, sizeof(dir), "%s/%s", cwd, g.cfg.state_dir);
+    else
+      snprintf(dir, sizeof(dir), "%s", g.cfg.state_dir);
+  }
+  snprintf(token_file, sizeof(token_file), "%s/token", dir);
 
   struct reader *rd = api_reader_get();
 
   counts = db_status_counts(rd->db);
   api_reader_put(rd);
   shutting = g.shutting_down;
-  return api_respond_json(
-      c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
-      json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", shutting ? "shutting_down" : "ok", "version",
-                MUSTER_VERSION, "backend", g.cfg.backend, "isolation",
-                g.backend->isolation ? g.backend->isolation() : "none", "workers", counts));
+  return api_respond_json(c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+                          json_pack("{s:s, s:s, s:s, s:s, s:o, s:s}", "status",
+                                    shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
+                                    "backend", g.cfg.backend, "isolation",
+                                    g.backend->isolation ? g.backend->isolation() : "none",
+                                    "workers", counts, "token_file", token_file));
 }
 
 /* One live worker's usage, as three labelled samples (their HELP and TYPE

@@ -1,5 +1,5 @@
-/* api_list.c: reading workers: GET /api/v1/workers (a page of them) and
- * GET /api/v1/workers/{id}. See api_internal.h. */
+/* api_list.c: reading workers: GET /api/v1/workers (a page of them),
+ * GET /api/v1/workers/{id} and GET /api/v1/workers/{id}/events. See api_internal.h. */
 #include "api_internal.h"
 
 #include "muster_errors.h"
@@ -139,9 +139,34 @@ static enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const c
   return api_respond_text(c, MHD_HTTP_OK, text, len);
 }
 
+/* ---- GET /api/v1/workers/{id}/events ---- */
+
+/* At most this many of a worker's events in one answer, the newest: a
+ * worker has a handful (one per state change, two per new attempt), but
+ * nothing caps its attempts (a backend that keeps requeueing it). */
+#define WORKER_EVENTS_MAX 1000
+
+static enum MHD_Result api_worker_events(struct MHD_Connection *c, struct req *rq, const char *id) {
+  (void)rq;
+  struct reader *rd = api_reader_get();
+  json_t *events = NULL;
+  int truncated = 0;
+  int rc = db_worker_events(rd->db, id, WORKER_EVENTS_MAX, &events, &truncated);
+
+  api_reader_put(rd);
+  if (rc == MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not read the events of %s", id);
+  return api_respond_json(
+      c, MHD_HTTP_OK,
+      json_pack("{s:s, s:o, s:b}", "worker_id", id, "events", events, "truncated", truncated));
+}
+
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_list_routes[] = {
     {"GET", "/api/v1/workers", AUTH_CLIENT, api_list},
     {"GET", "/api/v1/workers/{id}", AUTH_CLIENT, api_get},
+    {"GET", "/api/v1/workers/{id}/events", AUTH_CLIENT, api_worker_events},
     {NULL, NULL, AUTH_NONE, NULL},
 };

@@ -64,6 +64,13 @@ static const char *const statement_sql[ST_COUNT_] = {
                 "WHERE status IN ('scheduling', 'starting', 'running') ORDER BY rowid",
     [ST_EVENTS_SINCE] = "SELECT seq, worker_id, \"from\", \"to\", at, detail FROM events "
                         "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    /* One statement, so one snapshot: no row means no such worker, a row
+     * with a NULL seq a worker without events. The newest ?2 events,
+     * returned oldest first. */
+    [ST_WORKER_EVENTS] = "SELECT e.seq, e.\"from\", e.\"to\", e.at, e.detail FROM workers w "
+                         "LEFT JOIN (SELECT seq, \"from\", \"to\", at, detail FROM events "
+                         "WHERE worker_id = ?1 ORDER BY seq DESC LIMIT ?2) e "
+                         "WHERE w.id = ?1 ORDER BY e.seq",
     [ST_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM events",
     [ST_COUNTS] = "SELECT status, count(*) FROM workers GROUP BY status",
     [ST_LIVE_USAGE] = "SELECT id, usage_cpu_seconds, usage_memory_bytes, usage_memory_peak_bytes "

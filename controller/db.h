@@ -169,6 +169,14 @@ int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_
 MUST_CHECK int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
                                int64_t *last);
 
+/* The newest limit events of worker id, oldest first, as a new JSON array
+ * of {"seq", "from", "to", "at", "detail"} in *out (caller decrefs), and in
+ * *truncated whether older ones were left out. Returns 0,
+ * MUSTER_E_NOT_FOUND (no such worker), MUSTER_E_NOMEM or MUSTER_E_DB; *out
+ * is NULL on an error. */
+MUST_CHECK int db_worker_events(struct db *db, const char *id, int limit, json_t **out,
+                                int *truncated);
+
 /* Largest event seq (0 if none). */
 int64_t db_last_event_seq(struct db *db);
 

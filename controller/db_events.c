@@ -1,5 +1,5 @@
-/* db_events.c: reading the events table (the event stream's records, the
- * last seq). Events are written with each transition (db_workers.c). See
+/* db_events.c: reading the events table (the event stream's records, one
+ * worker's events, the last seq). Events are written with each transition (db_workers.c). See
  * db.h. */
 #include "db_internal.h"
 
@@ -61,6 +61,49 @@ nomem:
   sqlite3_reset(s);
   free(buf);
   return MUSTER_E_NOMEM;
+}
+
+int db_worker_events(struct db *db, const char *id, int limit, json_t **out, int *truncated) {
+  sqlite3_stmt *s = db_stmt(db, ST_WORKER_EVENTS);
+  json_t *list = json_array();
+  int rc, found = 0, err = 0;
+
+  *out = NULL;
+  *truncated = 0;
+  if (!list)
+    return MUSTER_E_NOMEM;
+  db_bind_text_or_null(s, 1, id);
+  /* One more than asked: its presence says that older events were left out. */
+  sqlite3_bind_int(s, 2, limit + 1);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    json_t *e;
+
+    found = 1;
+    if (sqlite3_column_type(s, 0) == SQLITE_NULL)
+      continue; /* the worker, without events */
+    e = json_pack("{s:I, s:o, s:o, s:o, s:o}", "seq", (json_int_t)sqlite3_column_int64(s, 0),
+                  "from", db_col_text(s, 1), "to", db_col_text(s, 2), "at", db_col_text(s, 3),
+                  "detail", db_col_text(s, 4));
+    if (!e || json_array_append_new(list, e) != 0) {
+      err = MUSTER_E_NOMEM;
+      break;
+    }
+  }
+  sqlite3_reset(s);
+  if (!err && rc != SQLITE_DONE)
+    err = MUSTER_E_DB;
+  if (!err && !found)
+    err = MUSTER_E_NOT_FOUND;
+  if (err) {
+    json_decref(list);
+    return err;
+  }
+  if (json_array_size(list) > (size_t)limit) {
+    json_array_remove(list, 0);
+    *truncated = 1;
+  }
+  *out = list;
+  return 0;
 }
 
 int64_t db_last_event_seq(struct db *db) {

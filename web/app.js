@@ -1,14 +1,18 @@
-// muster's web UI: the worker table with live states, logs, stop.
-// Plain ES module, nothing fetched from outside the controller.
+// muster's web UI: the worker table with live states, search, stop, and
+// a worker's detail (fields, events, logs) at #/workers/ID.
+// Plain ES modules, nothing fetched from outside the controller.
 //
 // Sign-in as Jupyter's: /?token=T stores T in localStorage and removes it
 // from the address bar. Every API call carries "Authorization: Bearer T",
 // except the event stream: EventSource cannot set headers, so it passes the
 // token as ?access_token= (the controller accepts that on /api/v1/events only).
 
+import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText } from './format.js';
+import { renderEvents, renderFields } from './detail.js';
+import { logs, logsClose, logsInit, logsOpen, pollLogs, selectTab } from './logs.js';
+
 const TOKEN_KEY = 'muster.token';
 const STATUSES = ['scheduling', 'starting', 'running', 'succeeded', 'failed', 'stopped'];
-const LIVE = new Set(['scheduling', 'starting', 'running']);
 const RANK = { scheduling: 0, starting: 1, running: 2, succeeded: 3, failed: 3, stopped: 3 };
 
 const $ = (id) => document.getElementById(id);
@@ -27,6 +31,8 @@ const state = {
   pendingTimer: null,
   filterStatus: '',
   filterSession: '',
+  search: '', // what the search box holds, lower case
+  runs: new Map(), // run id -> the run's record, as last fetched
   next: undefined, // cursor of the next older page; null when all are loaded
 };
 window.__muster = state; // for debugging and tests
@@ -45,19 +51,35 @@ function takeTokenFromUrl() {
 }
 
 function showSignin(why) {
+  why = why || 'This page needs the controller\u2019s API token.';
+  // Already shown for this reason: the polls that also got a 401 change nothing.
+  if (!$('signin').hidden && $('signin-why').textContent === why) return;
   stopEvents();
+  // The detail shows no worker of a controller that refused us; the
+  // address keeps it, so signing in again opens it afresh.
+  closeDetail();
   $('workers').hidden = true;
   $('conn').hidden = true;
   $('signout').hidden = true;
   $('signin').hidden = false;
-  $('signin-why').textContent = why || 'This page needs the controller\u2019s API token.';
-  $('signin-url').textContent = `${location.protocol}//${location.host}/?token=<the token in ~/.muster/token>`;
+  $('signin-why').textContent = why;
+  const hint = (file) => {
+    $('signin-url').textContent = `${location.protocol}//${location.host}/?token=<the token in ${file}>`;
+  };
+  hint('the controller\u2019s state directory, file token');
+  // The controller names its own token file (a path, never the token).
+  fetch('/api/v1/health', { cache: 'no-store' })
+    .then((r) => r.json())
+    .then((h) => {
+      if (h && h.token_file) hint(h.token_file);
+    })
+    .catch(() => {});
 }
 
 function signOut() {
   localStorage.removeItem(TOKEN_KEY);
   state.token = null;
-  closeLogs();
+  closeDetail();
   showSignin('Signed out.');
 }
 
@@ -74,6 +96,8 @@ async function api(path, opts = {}) {
   const headers = { Authorization: `Bearer ${state.token}`, ...(opts.headers || {}) };
   const r = await fetch(path, { ...opts, headers, cache: 'no-store' });
   if (r.status === 401) {
+    // The polls check the token: with none, they stop asking.
+    state.token = null;
     showSignin('The controller refused the stored token (was its state directory reset?).');
     localStorage.removeItem(TOKEN_KEY);
     throw new ApiError(401, 'unauthorized');
@@ -97,19 +121,6 @@ function showMessage(text) {
 
 // ---------- formatting ----------
 
-// precise: tenths of a second under 10 s (run durations); ages tick in seconds.
-function fmtDuration(ms, precise = false) {
-  if (!(ms >= 0)) return '';
-  if (precise && ms < 10000) return `${(Math.floor(ms / 100) / 10).toFixed(1)}s`;
-  const s = Math.floor(ms / 1000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m ${s % 60}s`;
-  const h = Math.floor(m / 60);
-  if (h < 48) return `${h}h ${m % 60}m`;
-  return `${Math.floor(h / 24)}d ${h % 24}h`;
-}
-
 function ageText(w, now) {
   const created = Date.parse(w.created_at);
   if (LIVE.has(w.status)) return { text: fmtDuration(now - created), title: `created ${w.created_at}` };
@@ -120,24 +131,6 @@ function ageText(w, now) {
     text: `ran ${fmtDuration(end - start, true)}`,
     title: `created ${w.created_at}, finished ${w.finished_at}`,
   };
-}
-
-function fmtNum(v) {
-  if (v === null || v === undefined) return '–';
-  return String(Math.round(v * 100) / 100);
-}
-
-function resText(w) {
-  let s = `${fmtNum(w.cpu)} cpu · ${fmtNum(w.memory)} GiB`;
-  if (w.nvidia_gpu) s += ` · ${w.nvidia_gpu} gpu`;
-  return s;
-}
-
-function fmtBytes(b) {
-  if (b === null || b === undefined) return '–';
-  if (b < 1024 * 1024) return `${Math.round(b / 1024)} KiB`;
-  if (b < 1024 * 1024 * 1024) return `${Math.round(b / (1024 * 1024))} MiB`;
-  return `${(b / (1024 * 1024 * 1024)).toFixed(1)} GiB`;
 }
 
 // What a worker uses, beside what it asked for: cores (from two samples of
@@ -154,12 +147,6 @@ function useText(w) {
   if (!prev || u.cpu_seconds !== prev.cpu) cpuSeen.set(w.id, { cpu: u.cpu_seconds, t: now, cores: cores ?? prev?.cores });
   const c = cores ?? prev?.cores;
   return `uses ${c === undefined || c === null ? fmtNum(u.cpu_seconds) + ' cpu·s' : fmtNum(c) + ' cpu'} · ${fmtBytes(u.memory_bytes)}`;
-}
-
-function exitText(w) {
-  if (w.exit_code !== null && w.exit_code !== undefined) return String(w.exit_code);
-  if (w.signal) return `sig ${w.signal}`;
-  return '';
 }
 
 // ---------- table ----------
@@ -192,7 +179,13 @@ function makeRow(w) {
   c.status = cell('c-status');
   c.badge = document.createElement('span');
   c.badge.className = 'badge';
-  c.status.appendChild(c.badge);
+  // Why a scheduling worker waits; which run a worker is part of, and how
+  // that run went.
+  c.wait = document.createElement('span');
+  c.wait.className = 'waiting';
+  c.runNote = document.createElement('span');
+  c.runNote.className = 'run-note';
+  c.status.append(c.badge, c.wait, c.runNote);
   c.ip = cell('c-ip');
   c.res = cell('c-res');
   c.req = document.createElement('span');
@@ -215,13 +208,13 @@ function makeRow(w) {
   tr.cells_ = c;
   tr.addEventListener('click', (ev) => {
     if (ev.target.closest('button')) return;
-    openLogs(tr.dataset.id);
+    go(tr.dataset.id);
   });
   tr.addEventListener('keydown', (ev) => {
     if (ev.target !== tr) return;
     if (ev.key === 'Enter' || ev.key === ' ') {
       ev.preventDefault();
-      openLogs(tr.dataset.id);
+      go(tr.dataset.id);
     } else if (ev.key === 'ArrowDown' || ev.key === 'ArrowUp') {
       ev.preventDefault();
       let n = ev.key === 'ArrowDown' ? tr.nextElementSibling : tr.previousElementSibling;
@@ -248,8 +241,14 @@ function fillRow(tr, w, now) {
   c.name.hidden = !w.name;
   c.role.textContent = w.role || '';
   c.session.textContent = w.session || '';
-  c.badge.textContent = w.status;
-  c.badge.className = `badge s-${w.status}`;
+  const o = outcome(w, w.run ? state.runs.get(w.run) : null);
+  c.badge.textContent = o.label;
+  c.badge.className = `badge s-${o.kind === 'completed' ? 'completed' : w.status}`;
+  tr.dataset.outcome = o.kind;
+  c.runNote.textContent = o.note;
+  c.runNote.hidden = !o.note;
+  c.wait.textContent = w.status === 'scheduling' && w.waiting_for ? `waiting for ${w.waiting_for}` : '';
+  c.wait.hidden = !c.wait.textContent;
   c.ip.textContent = w.ip_address || '';
   c.req.textContent = resText(w);
   c.use.textContent = useText(w);
@@ -259,13 +258,16 @@ function fillRow(tr, w, now) {
   c.age.title = a.title;
   c.exit.textContent = exitText(w);
   // One line in the table (the sentence and the last line of the stderr it
-  // quotes); the whole failure, traceback and all, in the tooltip.
-  c.failure.textContent = failureLine(w.failure);
+  // quotes); the whole failure, traceback and all, in the tooltip and the
+  // detail.
+  const failLine = failureLine(w.failure);
+  c.failure.textContent = failLine;
   c.failure.title = w.failure || '';
-  c.status.dataset.failure = failureLine(w.failure);
+  c.status.dataset.failure = failLine;
   c.stop.hidden = !LIVE.has(w.status);
   c.stop.setAttribute('aria-label', `Stop ${w.name || w.id}`);
-  tr.setAttribute('aria-label', `${w.name || w.id}, ${w.status}${w.failure ? ': ' + failureLine(w.failure) : ''}`);
+  const why = failLine || c.wait.textContent || o.note;
+  tr.setAttribute('aria-label', `${w.name || w.id}, ${o.label}${why ? ': ' + why : ''}`);
   tr.hidden = !matchesFilter(w);
 }
 
@@ -274,6 +276,8 @@ function matchesFilter(w) {
   if (fs === 'live' && !LIVE.has(w.status)) return false;
   if (fs && fs !== 'live' && w.status !== fs) return false;
   if (state.filterSession && w.session !== state.filterSession) return false;
+  const q = state.search;
+  if (q && !w.id.toLowerCase().includes(q) && !(w.name || '').toLowerCase().includes(q)) return false;
   return true;
 }
 
@@ -299,9 +303,73 @@ function upsert(w) {
       }
     }
     tbody.insertBefore(tr, before);
+    tr.classList.toggle('selected', w.id === detail.id);
   }
   fillRow(tr, w, Date.now());
-  if (logs.id === w.id) updateLogsHead();
+  if (w.run && !LIVE.has(w.status)) wantRun(w.run);
+  if (detail.id === w.id) {
+    // The detail's own read failed or is still retrying: the worker is here
+    // now, so are its events and logs.
+    if (!detail.loaded) detailLoaded();
+    renderDetail();
+  }
+}
+
+// ---------- runs: the outcome of a run, shown on its workers ----------
+
+// Runs to fetch soon: those of ended workers (a stopped worker of a run
+// that succeeded is no abort) and of the open detail.
+const runsWanted = new Set();
+let runsTimer = null;
+
+function wantRun(id) {
+  const r = state.runs.get(id);
+  if (r && r.status !== 'running') return; // an ended run never changes
+  runsWanted.add(id);
+  if (!runsTimer) runsTimer = setTimeout(fetchRuns, 50);
+}
+
+async function fetchRun(id) {
+  let run;
+  try {
+    const r = await api(`/api/v1/runs/${encodeURIComponent(id)}`);
+    run = await r.json();
+  } catch (err) {
+    // Gone (pruned): asked no more, the rows show their status alone. The
+    // controller away: asked again with the next change.
+    if (err.status === 404) state.runs.set(id, { id, status: null });
+    return;
+  }
+  const before = state.runs.get(id);
+  state.runs.set(id, run);
+  if (before && before.status === run.status) return;
+  const now = Date.now();
+  for (const [wid, tr] of state.rows) {
+    const w = state.workers.get(wid);
+    if (w && w.run === id) fillRow(tr, w, now);
+  }
+  if (detail.id && state.workers.get(detail.id)?.run === id) renderDetail();
+}
+
+// A few at a time: a first page can hold the workers of many runs.
+async function fetchRuns() {
+  const ids = [...runsWanted];
+  runsWanted.clear();
+  for (let i = 0; i < ids.length; i += 8) await Promise.all(ids.slice(i, i + 8).map(fetchRun));
+  runsTimer = null;
+  if (runsWanted.size) runsTimer = setTimeout(fetchRuns, 50);
+}
+
+// A run's end comes after its workers were stopped, with no event of its
+// own: the runs that still run, with an ended worker shown, are read again.
+function pollRuns() {
+  const shown = new Set();
+  for (const w of state.workers.values()) if (w.run && !LIVE.has(w.status)) shown.add(w.run);
+  for (const id of shown) {
+    const r = state.runs.get(id);
+    // Never read (the controller was away then), or still running.
+    if (!r || r.status === 'running') wantRun(id);
+  }
 }
 
 function renderSummary() {
@@ -453,6 +521,7 @@ async function loadSessions() {
 function setFilters() {
   state.filterStatus = $('filter-status').value;
   state.filterSession = $('filter-session').value;
+  state.search = $('search').value.trim().toLowerCase();
   const now = Date.now();
   for (const [id, tr] of state.rows) fillRow(tr, state.workers.get(id), now);
   renderSummary();
@@ -531,6 +600,7 @@ function startEvents() {
       // cannot replay (a worker's ip or failure); refresh the live ones.
       state.needResync = false;
       for (const w of state.workers.values()) if (LIVE.has(w.status)) queueRefetch(w.id);
+      if (detail.id && detail.loaded) loadDetailEvents();
     }
   };
   es.onmessage = (ev) => {
@@ -582,6 +652,7 @@ function startEvents() {
 
 function onEvent(e) {
   if (typeof e.seq === 'number' && e.seq > state.lastSeq) state.lastSeq = e.seq;
+  if (e.worker_id === detail.id) loadDetailEvents();
   const w = state.workers.get(e.worker_id);
   if (!w || e.from === null) {
     queueRefetch(e.worker_id);
@@ -649,131 +720,202 @@ async function stopWorker(id) {
   }
 }
 
-// ---------- logs ----------
+// ---------- the worker detail (#/workers/ID) ----------
 
-const MAX_LOG_CHARS = 1 << 20; // keep the last 1 Mi characters on the page
-
-const logs = {
-  id: null,
-  stream: 'stdout',
-  data: {}, // stream -> {offset, text, decoder}
-  timer: null,
-  busy: false,
-  gen: 0,
+// The open detail: the worker's id, its events (null until loaded, and
+// whether older ones were left out), the row to give focus back to, and a
+// generation that stale answers check. missing: why there is no such
+// worker (a 404); loaded: whether its events and logs were started;
+// retry: the timer that reads it again after an error.
+const detail = {
+  id: null, events: null, truncated: false, evError: null, evReq: 0, missing: null,
+  trouble: null, loaded: false, opener: null, gen: 0, retry: null, shown: '',
 };
 
-function openLogs(id) {
-  const w = state.workers.get(id);
-  if (!w) return;
-  if (logs.id !== id) {
-    logs.id = id;
-    logs.gen++;
-    logs.data = {};
-    $('logs-text').textContent = '';
-  }
-  logs.opener = state.rows.get(id);
-  $('logs').hidden = false;
-  document.body.classList.add('logs-open');
+// Opens worker id's detail (its fields, events and logs) beside the list;
+// again = read it afresh when it is the one already open.
+function openDetail(id, again = false) {
+  if (detail.id === id && !again) return;
+  if (detail.id === id) logsClose(); // logsOpen starts over below
+  clearTimeout(detail.retry);
+  detail.id = id;
+  detail.gen++;
+  detail.events = null;
+  detail.truncated = false;
+  detail.evError = null;
+  detail.missing = null;
+  detail.trouble = null;
+  detail.loaded = false;
+  detail.shown = '';
+  detail.opener = document.activeElement && document.activeElement.closest?.('#rows tr')
+    ? document.activeElement : state.rows.get(id) || null;
+  logsOpen(id);
+  $('detail').hidden = false;
+  document.body.classList.add('detail-open');
   for (const tr of state.rows.values()) tr.classList.toggle('selected', tr.dataset.id === id);
   selectTab(logs.stream, false);
-  updateLogsHead();
-  $(`tab-${logs.stream}`).focus();
+  renderDetail();
+  $('detail-close').focus();
+  readDetail(detail.gen, 0);
+}
+
+// Reads the open worker afresh (a deep link can name a worker older than
+// the list's first page), then its events and logs. Only a 404 says there
+// is no such worker; any other error (the controller restarting) is
+// retried, backing off to 10 s.
+async function readDetail(gen, tries) {
+  const id = detail.id;
+  try {
+    const r = await api(`/api/v1/workers/${encodeURIComponent(id)}`);
+    const w = await r.json();
+    if (gen !== detail.gen) return;
+    detail.trouble = null;
+    upsert(w);
+    if (w.run) wantRun(w.run);
+    if (!detail.loaded) detailLoaded();
+  } catch (err) {
+    if (gen !== detail.gen || err.status === 401) return;
+    if (err.status === 404) {
+      detail.missing = `There is no worker ${id} (it may have been pruned).`;
+    } else {
+      detail.trouble = `Could not read ${id} (${err.message}); trying again…`;
+      detail.retry = setTimeout(() => readDetail(gen, tries + 1), Math.min(10000, 1000 * 2 ** tries));
+    }
+    renderDetail();
+  }
+}
+
+// The open worker is known: its events and logs start.
+function detailLoaded() {
+  detail.loaded = true;
+  detail.missing = null;
+  loadDetailEvents();
   pollLogs();
 }
 
-function closeLogs() {
-  if (!logs.id) return;
-  const opener = logs.opener;
-  logs.id = null;
-  logs.gen++;
-  clearTimeout(logs.timer);
-  $('logs').hidden = true;
-  document.body.classList.remove('logs-open');
+function closeDetail() {
+  if (!detail.id) return;
+  const opener = detail.opener;
+  detail.id = null;
+  detail.gen++;
+  clearTimeout(detail.retry);
+  logsClose();
+  $('detail').hidden = true;
+  document.body.classList.remove('detail-open');
   for (const tr of state.rows.values()) tr.classList.remove('selected');
   if (opener && document.contains(opener)) opener.focus();
 }
 
-function updateLogsHead() {
-  const w = state.workers.get(logs.id);
-  if (!w) return;
-  $('logs-title').textContent = `Logs of ${w.name || w.id}`;
-  const s = $('logs-state');
-  s.textContent = LIVE.has(w.status) ? `${w.status} · following` : w.status;
-  s.className = `logs-state badge s-${w.status}`;
-}
-
-function selectTab(stream, poll = true) {
-  logs.stream = stream;
-  for (const b of document.querySelectorAll('.tabs [role=tab]')) {
-    const on = b.dataset.stream === stream;
-    b.setAttribute('aria-selected', String(on));
-    b.tabIndex = on ? 0 : -1;
-  }
-  const d = logs.data[stream];
-  const pre = $('logs-text');
-  pre.textContent = d ? d.text : '';
-  pre.classList.toggle('placeholder', !d || !d.text);
-  if (!d || !d.text) pre.textContent = d ? '(nothing on ' + stream + ' yet)' : 'loading…';
-  pre.scrollTop = pre.scrollHeight;
-  if (poll) pollLogs();
-}
-
-// Fetches what is new on one stream of worker id, for the panel of
-// generation gen: nothing once the panel closed or moved to another worker
-// (the id is the one the poll started with, never a later one, or null).
-async function fetchStream(id, stream, gen) {
-  if (gen !== logs.gen) return;
-  let d = logs.data[stream];
-  if (!d) d = logs.data[stream] = { offset: 0, text: '', decoder: new TextDecoder() };
-  const r = await api(
-    `/api/v1/workers/${encodeURIComponent(id)}/logs?stream=${stream}&offset=${d.offset}`,
-  );
-  const buf = await r.arrayBuffer();
-  if (gen !== logs.gen) return;
-  d.loaded = true;
-  if (!buf.byteLength) return;
-  d.offset += buf.byteLength;
-  d.text += d.decoder.decode(buf, { stream: true });
-  if (d.text.length > MAX_LOG_CHARS) d.text = '[…]\n' + d.text.slice(-MAX_LOG_CHARS);
-  if (stream === logs.stream) {
-    const pre = $('logs-text');
-    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
-    pre.classList.remove('placeholder');
-    pre.textContent = d.text;
-    if (atEnd) pre.scrollTop = pre.scrollHeight;
-  }
-}
-
-async function pollLogs() {
-  clearTimeout(logs.timer);
-  if (!logs.id || logs.busy) return;
-  const gen = logs.gen;
-  const id = logs.id;
-  const w = state.workers.get(id);
-  const live = w && LIVE.has(w.status);
-  logs.busy = true;
+// Reads the open worker's events. Only the newest request's answer counts
+// (two quick changes start two reads); an error is shown and read again
+// with the next event or resync.
+async function loadDetailEvents() {
+  const id = detail.id;
+  const gen = detail.gen;
+  if (!id || !detail.loaded) return;
+  const n = ++detail.evReq;
   try {
-    // The shown stream first; the other one too, so switching tabs is instant.
-    await fetchStream(id, logs.stream, gen);
-    await fetchStream(id, logs.stream === 'stdout' ? 'stderr' : 'stdout', gen);
-    if (gen === logs.gen) {
-      const d = logs.data[logs.stream];
-      if (d && !d.text) {
-        const pre = $('logs-text');
-        pre.classList.add('placeholder');
-        pre.textContent = `(nothing on ${logs.stream}${live ? ' yet' : ''})`;
-      }
-    }
+    const r = await api(`/api/v1/workers/${encodeURIComponent(id)}/events`);
+    const body = await r.json();
+    if (gen !== detail.gen || n !== detail.evReq) return;
+    detail.events = body.events;
+    detail.truncated = !!body.truncated;
+    detail.evError = null;
   } catch (err) {
-    if (err.status === 401) return;
-  } finally {
-    logs.busy = false;
+    if (gen !== detail.gen || n !== detail.evReq || err.status === 401) return;
+    detail.evError = `events unavailable (${err.message}); trying again…`;
+    clearTimeout(detail.evRetry);
+    detail.evRetry = setTimeout(() => {
+      if (gen === detail.gen && detail.evError) loadDetailEvents();
+    }, 3000);
   }
-  if (gen !== logs.gen) return;
-  // Follow a live worker; once it has ended, one last fetch (above) suffices,
-  // but keep polling while the state we hold may still be catching up.
-  const now = state.workers.get(logs.id);
-  if (now && (LIVE.has(now.status) || live)) logs.timer = setTimeout(pollLogs, 1000);
+  renderEvents($('detail-events'), detail.events, detail.truncated, detail.evError);
+}
+
+function renderDetail() {
+  const w = state.workers.get(detail.id);
+  const title = $('detail-title');
+  if (!w) {
+    title.textContent = detail.id;
+    $('detail-state').hidden = true;
+    $('detail-stop').hidden = true;
+    $('detail-fields').textContent = detail.missing || detail.trouble || 'loading…';
+    $('detail-events').textContent = '';
+    $('logs').hidden = !!detail.missing;
+    detail.shown = '';
+    return;
+  }
+  $('logs').hidden = false;
+  const run = w.run ? state.runs.get(w.run) : null;
+  const o = outcome(w, run);
+  title.textContent = w.name ? `${w.name} (${w.id})` : w.id;
+  const st = $('detail-state');
+  st.hidden = false;
+  st.textContent = o.label;
+  st.className = `badge s-${o.kind === 'completed' ? 'completed' : w.status}`;
+  $('detail-stop').hidden = !LIVE.has(w.status);
+  $('detail-stop').setAttribute('aria-label', `Stop ${w.name || w.id}`);
+  // Rebuilt only when something shown changed: a selection in it (a
+  // command being copied) survives the polls.
+  const shown = JSON.stringify([w, run && run.status, run && run.causes]);
+  if (shown !== detail.shown) {
+    detail.shown = shown;
+    renderFields($('detail-fields'), w, run);
+  }
+  renderEvents($('detail-events'), detail.events, detail.truncated, detail.evError);
+  const s = $('logs-state');
+  s.textContent = LIVE.has(w.status) ? 'following' : '';
+}
+
+// ---------- routes: #/ (the list) and #/workers/ID, each with ?q=SEARCH ----------
+
+function parseHash() {
+  const h = location.hash.replace(/^#/, '');
+  const qi = h.indexOf('?');
+  const p = qi < 0 ? h : h.slice(0, qi);
+  const params = new URLSearchParams(qi < 0 ? '' : h.slice(qi + 1));
+  const m = /^\/workers\/([^/]+)$/.exec(p);
+  let id = null;
+  if (m) {
+    try {
+      id = decodeURIComponent(m[1]);
+    } catch (_) {
+      id = m[1];
+    }
+  }
+  return { id, q: params.get('q') || '' };
+}
+
+function hashFor(id, q) {
+  let h = id ? `#/workers/${encodeURIComponent(id)}` : '#/';
+  if (q) h += `?q=${encodeURIComponent(q)}`;
+  return h;
+}
+
+// Opens worker id's detail (null: the list alone) as a new history entry,
+// so that back and forward move between them.
+function go(id) {
+  const h = hashFor(id, $('search').value.trim());
+  if (location.hash !== h) location.hash = h;
+  else route(true);
+}
+
+// Shows what the address says: the search, and the detail it names.
+// again: the user asked for the open worker once more (read it afresh).
+function route(again = false) {
+  if (!state.token) return;
+  const r = parseHash();
+  if ($('search').value.trim() !== r.q) $('search').value = r.q;
+  if (state.search !== r.q.toLowerCase()) setFilters();
+  if (r.id) openDetail(r.id, again === true);
+  else closeDetail();
+}
+
+// Typing in the search box narrows the list at once; the address follows
+// without a history entry per key.
+function onSearch() {
+  history.replaceState(history.state, '', location.pathname + location.search + hashFor(detail.id, $('search').value.trim()));
+  setFilters();
 }
 
 // ---------- start ----------
@@ -793,7 +935,12 @@ async function start() {
   });
   $('filter-status').addEventListener('change', setFilters);
   $('filter-session').addEventListener('change', setFilters);
-  $('logs-close').addEventListener('click', closeLogs);
+  $('search').addEventListener('input', onSearch);
+  $('detail-close').addEventListener('click', () => go(null));
+  $('detail-stop').addEventListener('click', () => {
+    if (detail.id) stopWorker(detail.id);
+  });
+  window.addEventListener('hashchange', route);
   for (const b of document.querySelectorAll('.tabs [role=tab]')) {
     b.addEventListener('click', () => selectTab(b.dataset.stream));
     b.addEventListener('keydown', (ev) => {
@@ -806,14 +953,15 @@ async function start() {
     });
   }
   document.addEventListener('keydown', (ev) => {
-    if (ev.key === 'Escape' && logs.id) closeLogs();
+    if (ev.key === 'Escape' && detail.id && !ev.target.closest?.('input')) go(null);
   });
   setInterval(tickAges, 1000);
-  // Usage is sampled once a second and changes no state: no event says so,
-  // so the running workers are read again every few seconds.
+  // Usage is sampled once a second, and a waiting worker's reason changes
+  // as others come and go, with no event of its own: the running and
+  // waiting workers are read again every few seconds.
   setInterval(() => {
     if (document.hidden || !state.token) return;
-    api('/api/v1/workers?status=running&limit=500')
+    api('/api/v1/workers?status=scheduling,running&limit=500')
       .then((r) => r.json())
       .then((body) => body.workers.forEach(upsert))
       .catch(() => {});
@@ -822,9 +970,23 @@ async function start() {
   setInterval(() => {
     if (document.hidden || !state.token) return;
     loadSessions().catch(() => {});
+    pollRuns();
   }, 2000);
+  logsInit(api, (id) => state.workers.get(id)?.status);
   state.token = takeTokenFromUrl();
   boot();
+}
+
+// Forgets the workers and runs shown: a sign-in (again) may be to another
+// controller, or to one whose state directory was reset.
+function clearList() {
+  state.workers.clear();
+  state.rows.clear();
+  state.runs.clear();
+  state.lastSeq = 0;
+  state.next = undefined;
+  cpuSeen.clear();
+  $('rows').textContent = '';
 }
 
 async function boot() {
@@ -837,6 +999,7 @@ async function boot() {
   $('workers').hidden = false;
   $('signout').hidden = false;
   setConn('down', 'connecting…');
+  clearList();
   for (;;) {
     try {
       state.lastSeq = await loadList();
@@ -848,6 +1011,7 @@ async function boot() {
     }
   }
   startEvents();
+  route();
 }
 
 start();

@@ -346,6 +346,31 @@ START_TEST(tokens_are_required) {
 }
 END_TEST
 
+START_TEST(a_workers_events_come_oldest_first) {
+  json_t *workers, *ans = NULL, *ev;
+  char path[96], auth[200];
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1}");
+  json_decref(h_wait_status(&ctl, h_str(json_array_get(workers, 0), "id"), "running", 30));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/events",
+           h_str(json_array_get(workers, 0), "id"));
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", &ans, NULL), 200);
+  ev = json_object_get(ans, "events");
+  ck_assert(json_is_null(json_object_get(json_array_get(ev, 0), "from")));
+  ck_assert_str_eq(h_str(json_array_get(ev, json_array_size(ev) - 1), "to"), "running");
+  ck_assert(json_is_false(json_object_get(ans, "truncated")));
+  json_decref(ans);
+  h_worker_token(&ctl, h_str(json_array_get(workers, 0), "id"), auth, sizeof(auth));
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, auth, NULL, NULL), 401);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers/w-0000000000/events", NULL, "", 0, 0), 404);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/workers/%3Cimg%3E/events", NULL, "", 0, 0), 404);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 START_TEST(bad_requests_name_what_was_wrong) {
   json_t *ans = NULL;
   char *big;
@@ -762,6 +787,7 @@ int main(void) {
   tcase_add_test(tc, tokens_are_required);
   tcase_add_test(tc, sessions_hand_out_the_exec_token_to_clients_only);
   tcase_add_test(tc, bad_requests_name_what_was_wrong);
+  tcase_add_test(tc, a_workers_events_come_oldest_first);
   tcase_add_test(tc, lost_heartbeats_fail_the_worker);
   tcase_add_test(tc, a_killed_workerd_is_reported_at_once);
   tcase_add_test(tc, restart_after_kill9_keeps_state_and_reattaches_workers);

@@ -197,6 +197,41 @@ START_TEST(events_since_formats_sse) {
 }
 END_TEST
 
+/* A worker requeued over and over has more events than one answer holds:
+ * its detail shows the newest (the latest transition and why), oldest
+ * first, and says that earlier ones were left out. */
+START_TEST(a_requeued_workers_detail_shows_its_newest_events) {
+  struct db *db = open_ok();
+  json_t *ev = NULL;
+  int truncated = -1;
+
+  insert(db, "w-aaaaaaaaaa");
+  insert(db, "w-bbbbbbbbbb");
+  ck_assert_int_eq(
+      sql_exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1200) "
+               "INSERT INTO events(worker_id, at, \"from\", \"to\", detail) "
+               "SELECT 'w-aaaaaaaaaa', 't', 'scheduling', 'scheduling', 'round ' || i FROM n"),
+      SQLITE_OK);
+  ck_assert_int_eq(db_worker_events(db, "w-aaaaaaaaaa", 1000, &ev, &truncated), 0);
+  ck_assert_int_eq(json_array_size(ev), 1000);
+  ck_assert_int_eq(truncated, 1);
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ev, 999), "detail")),
+                   "round 1200");
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ev, 0), "detail")),
+                   "round 201");
+  json_decref(ev);
+  /* A worker with few: all of them, oldest (its creation) first. */
+  ck_assert_int_eq(db_worker_events(db, "w-bbbbbbbbbb", 1000, &ev, &truncated), 0);
+  ck_assert_int_eq(json_array_size(ev), 1);
+  ck_assert_int_eq(truncated, 0);
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ev, 0), "to")), "scheduling");
+  json_decref(ev);
+  ck_assert_int_eq(db_worker_events(db, "w-0000000000", 1000, &ev, &truncated), MUSTER_E_NOT_FOUND);
+  ck_assert_ptr_null(ev);
+  db_close(db);
+}
+END_TEST
+
 START_TEST(upgrade_from_version_1_keeps_data_and_adds_exec_tokens) {
   struct db *db;
   json_t *sess;
@@ -429,6 +464,7 @@ int main(void) {
   tcase_add_test(tc, stale_from_status_is_a_conflict);
   tcase_add_test(tc, database_guards_terminal_states_and_events);
   tcase_add_test(tc, events_since_formats_sse);
+  tcase_add_test(tc, a_requeued_workers_detail_shows_its_newest_events);
   tcase_add_test(tc, state_machine_table);
   tcase_add_test(tc, upgrade_from_version_1_keeps_data_and_adds_exec_tokens);
   tcase_add_test(tc, upgrade_from_version_2_gives_live_workers_an_attempt);

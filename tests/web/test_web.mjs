@@ -165,13 +165,15 @@ async function main() {
   const page = context.pages()[0] || (await context.newPage());
   const pageErrors = [];
   let restarting = false; // the controller is being restarted on purpose
+  let expectedErrors = null; // a regexp: error answers a step provokes on purpose
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   // Connection refused is expected while the controller restarts (step 5).
   // So is a 503 while it shuts down: "shutting down" is the controller's
   // answer then, and the page retries.
   page.on('console', (m) => {
     const expected = m.text().includes('ERR_CONNECTION_REFUSED') ||
-      (restarting && m.text().includes('status of 503'));
+      (restarting && m.text().includes('status of 503')) ||
+      (expectedErrors !== null && expectedErrors.test(m.text()));
     if (m.type() === 'error' && !expected) pageErrors.push(m.text());
   });
   // An error answer names its request, so a failure says which one.
@@ -213,6 +215,13 @@ async function main() {
       ok(text.includes('Open the link the controller printed') && text.includes('/?token='),
         'without a token the page shows the sign-in hint', text);
       ok(await page.isHidden('#workers'), 'without a token no worker table is shown');
+      // The hint names this controller's token file (its --state-dir), not a default.
+      const tokenFile = path.join(fs.realpathSync(stateDir), 'token');
+      await page.waitForFunction((f) => document.getElementById('signin-url').textContent.includes(f), tokenFile)
+        .catch(() => {});
+      const hint = await page.textContent('#signin-url');
+      ok(hint.includes(tokenFile) && !hint.includes('~/.muster/token'),
+        `the sign-in hint names the controller's own token file (${tokenFile})`, hint);
       await page.screenshot({ path: path.join(shotDir, 'web-ui-signin.png') });
     });
 
@@ -435,6 +444,293 @@ async function main() {
         'no reload happened across the restart');
       await api('DELETE', `/api/v1/workers/${w.id}`);
       await rowStatus(page, w.id, 'stopped');
+    });
+
+    // 5a. A worker's detail, reached by its deep link in a fresh page load.
+    await step('a failed worker\'s detail opens from its deep link', async () => {
+      const w = await launch({
+        name: 'deep-failer',
+        code: 'import sys\nprint("deep link: the last words", file=sys.stderr)\nsys.exit(3)',
+        env: { DEEP_PLAIN: 'visible-value' },
+        secret_env: { DEEP_SECRET: 'hunter2-never-shown' },
+      });
+      await until(async () => (await getWorker(w.id)).status === 'failed', `${w.id} to fail`);
+      const api3 = await getWorker(w.id);
+      const events = await api('GET', `/api/v1/workers/${w.id}/events`);
+      ok(events.worker_id === w.id && events.events.length >= 2 && events.events.at(-1).to === 'failed',
+        `GET /api/v1/workers/ID/events lists its changes (${events.events.map((e) => e.to).join(', ')})`);
+      const none = await fetch(`${baseUrl}/api/v1/workers/w-0000000000/events`, { headers: { Authorization: `Bearer ${token}` } });
+      ok(none.status === 404, `the events of no such worker are a 404 (${none.status})`);
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/#/workers/${w.id}`);
+      await page.waitForSelector('#detail', { state: 'visible' });
+      const field = (k) => page.textContent(`#detail-fields dd[data-field="${k}"]`).catch(() => null);
+      await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, w.id);
+      ok(true, `#/workers/${w.id} opens that worker's detail on a fresh load`);
+      const cmd = await field('command');
+      ok(cmd && cmd.includes('sys.exit(3)'), `the detail shows what the worker runs ("${cmd}")`);
+      const failure = await field('failure');
+      ok(failure === api3.failure, `the detail shows its whole failure ("${failure}")`, api3.failure);
+      const env = await field('env');
+      const secret = await field('secret_env');
+      ok(env && env.includes('DEEP_PLAIN') && secret && secret.includes('DEEP_SECRET'),
+        `the detail shows env and secret_env keys ("${env}", "${secret}")`);
+      const html = await page.content();
+      ok(!html.includes('hunter2-never-shown') && !html.includes('visible-value'),
+        'no env or secret_env value is anywhere on the page');
+      await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
+        .some((li) => li.textContent.includes('→ failed')));
+      const shown = await page.$$eval('#detail-events li', (lis) => lis.map((li) => li.textContent));
+      ok(shown.some((e) => e.includes('→ scheduling')) && shown.some((e) => e.includes('→ failed')),
+        `the detail lists the worker's events (${shown.join(' | ')})`);
+      await page.click('#tab-stderr');
+      await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('deep link: the last words'));
+      ok(true, 'its log panel shows its stderr');
+      await page.click('#tab-stdout');
+      await page.screenshot({ path: path.join(shotDir, 'web-ui-detail.png') });
+    });
+
+    await step('opening a row changes the address; back and forward follow', async () => {
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/`);
+      await page.waitForSelector('#rows tr', { state: 'attached' });
+      const a = await launch({ name: 'route-a', code: 'print("a")' });
+      await rowStatus(page, a.id, 'succeeded');
+      await page.click(`${rowSel(a.id)} .c-id`);
+      await page.waitForSelector('#detail', { state: 'visible' });
+      ok(page.url().endsWith(`#/workers/${a.id}`), `the address names the open worker (${page.url()})`);
+      await page.goBack();
+      await page.waitForSelector('#detail', { state: 'hidden' });
+      ok(!page.url().includes('/workers/'), `back closes the detail (${page.url()})`);
+      await page.goForward();
+      await page.waitForSelector('#detail', { state: 'visible' });
+      await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, a.id);
+      ok(true, 'forward opens it again');
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('a deep link to no such worker says there is none', async () => {
+      expectedErrors = /status of 404/;
+      try {
+        await page.goto('about:blank');
+        await page.goto(`${baseUrl}/#/workers/w-0000000000`);
+        await page.waitForSelector('#detail', { state: 'visible' });
+        await page.waitForFunction(() => document.getElementById('detail-fields').textContent
+          .includes('There is no worker w-0000000000'));
+        ok(true, '#/workers/w-0000000000 says "There is no worker w-0000000000"');
+        // A malformed id, HTML included: shown as text, never as markup.
+        await page.evaluate(() => { location.hash = '#/workers/%3Cimg%20src%3Dx%20onerror%3D%22window.__xss%3D1%22%3E'; });
+        await page.waitForFunction(() => document.getElementById('detail-fields').textContent
+          .includes('There is no worker <img src=x onerror="window.__xss=1">'));
+        ok(await page.evaluate(() => window.__xss === undefined && !document.querySelector('#detail img')),
+          'a malformed id in the address is named as text, and runs nothing');
+        ok(await page.isHidden('#logs'), 'no log panel for a worker that is not there');
+        await page.keyboard.press('Escape');
+        await page.waitForSelector('#detail', { state: 'hidden' });
+      } finally {
+        expectedErrors = null;
+      }
+    });
+
+    await step('a detail opened while the controller fails recovers by itself', async () => {
+      const w = await launch({ name: 'flaky-open', code: 'print("read after the 503")' });
+      await rowStatus(page, w.id, 'succeeded');
+      let refusedOnce = 0;
+      const only = (u) => u.pathname === `/api/v1/workers/${w.id}`;
+      await page.route(only, (route) => {
+        if (refusedOnce++ === 0) {
+          return route.fulfill({ status: 503, contentType: 'application/json',
+            body: '{"error": {"code": "shutting_down", "message": "shutting down"}}' });
+        }
+        return route.continue();
+      });
+      expectedErrors = /status of 503/;
+      try {
+        await page.click(`${rowSel(w.id)} .c-id`);
+        await page.waitForSelector('#detail', { state: 'visible' });
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('read after the 503'));
+        await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
+          .some((li) => li.textContent.includes('→ succeeded')));
+        ok(refusedOnce >= 2, `after a 503 on opening, the detail reads the worker again and shows its events and logs (${refusedOnce} reads)`);
+      } finally {
+        expectedErrors = null;
+        await page.unroute(only);
+      }
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('switching quickly to another worker shows that worker\'s logs', async () => {
+      const a = await launch({ name: 'switch-from', code: 'print("the first worker\'s log")' });
+      const b = await launch({ name: 'switch-to', code: 'print("the second worker\'s log")' });
+      await rowStatus(page, a.id, 'succeeded');
+      await rowStatus(page, b.id, 'succeeded');
+      // A's log read is still on its way (a big log) when the user opens B.
+      let release;
+      const released = new Promise((res) => { release = res; });
+      let held;
+      const holding = new Promise((res) => { held = res; });
+      const aLogs = (u) => u.pathname === `/api/v1/workers/${a.id}/logs`;
+      await page.route(aLogs, async (route) => {
+        held();
+        await released;
+        try {
+          await route.continue();
+        } catch (_) { /* the page gave it up */ }
+      });
+      try {
+        await page.click(`${rowSel(a.id)} .c-id`);
+        await holding;
+        await page.click(`${rowSel(b.id)} .c-id`);
+        await page.waitForFunction((id) => document.querySelector('#detail-fields dd[data-field="id"]')?.textContent === id, b.id);
+        release();
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('the second worker\'s log'));
+        ok(!(await page.textContent('#logs-text')).includes('the first worker\'s log'),
+          'after a quick switch, the second worker\'s logs load (and only its)');
+      } finally {
+        release();
+        await page.unroute(aLogs);
+      }
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('a refused token closes the detail; signing in again reloads it', async () => {
+      const w = await launch({ name: 'resign', code: 'print("shown after signing in again")' });
+      await rowStatus(page, w.id, 'succeeded');
+      let refusedOnce = 0;
+      const evs = (u) => u.pathname === `/api/v1/workers/${w.id}/events`;
+      await page.route(evs, (route) => (refusedOnce++ === 0
+        ? route.fulfill({ status: 401, contentType: 'application/json', body: '{"error": {"code": "unauthorized", "message": "unauthorized"}}' })
+        : route.continue()));
+      expectedErrors = /status of 401/;
+      try {
+        await page.click(`${rowSel(w.id)} .c-id`);
+        await page.waitForSelector('#signin', { state: 'visible' });
+        await page.waitForSelector('#detail', { state: 'hidden' });
+        ok(true, 'the sign-in page does not keep a worker\'s detail beside it');
+        await page.fill('#signin-token', token);
+        await page.press('#signin-token', 'Enter');
+        await page.waitForSelector('#detail', { state: 'visible' });
+        await page.waitForFunction(() => [...document.querySelectorAll('#detail-events li')]
+          .some((li) => li.textContent.includes('→ succeeded')));
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('shown after signing in again'));
+        ok(true, 'signing in again reads the open worker afresh: its events and logs');
+      } finally {
+        expectedErrors = null;
+        await page.unroute(evs);
+      }
+      await page.keyboard.press('Escape');
+      await page.waitForSelector('#detail', { state: 'hidden' });
+    });
+
+    await step('the open detail and its logs leave every Stop button clickable', async () => {
+      const idle = await launch({ name: 'stop-beside-logs' });
+      const talker = await launch({ name: 'logs-beside-stop', code: 'print("next to a stop button")' });
+      try {
+        await rowStatus(page, idle.id, 'running');
+        await rowStatus(page, talker.id, 'succeeded');
+        await page.click(`${rowSel(talker.id)} .c-id`);
+        await page.waitForSelector('#logs', { state: 'visible' });
+        await page.waitForFunction(() => document.getElementById('logs-text').textContent.includes('next to a stop button'));
+        const sel = `${rowSel(idle.id)} button.stop`;
+        await page.waitForSelector(sel, { state: 'visible' });
+        const hit = await page.$eval(sel, (b) => {
+          b.scrollIntoView({ block: 'center', inline: 'center' });
+          const r = b.getBoundingClientRect();
+          const at = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+          return { on: at === b || b.contains(at), what: at ? `${at.tagName}#${at.id}.${at.className}` : 'nothing', x: r.left };
+        });
+        ok(hit.on, `a running worker's Stop button is not covered by the open logs (at x=${Math.round(hit.x)}: ${hit.what})`);
+        await page.keyboard.press('Escape');
+        await page.waitForSelector('#detail', { state: 'hidden' });
+      } finally {
+        await api('DELETE', `/api/v1/workers/${idle.id}`);
+      }
+      await rowStatus(page, idle.id, 'stopped');
+    });
+
+    await step('the search box narrows the list to matching ids and names', async () => {
+      const a = await launch({ name: 'needle-alpha', code: 'print(1)' });
+      const b = await launch({ name: 'needle-beta', code: 'print(2)' });
+      await page.waitForSelector(rowSel(a.id), { state: 'attached' });
+      await page.waitForSelector(rowSel(b.id), { state: 'attached' });
+      await page.fill('#search', 'needle-al');
+      await page.waitForFunction(() => document.querySelectorAll('#rows tr:not([hidden])').length === 1);
+      const shown = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.map((t) => t.dataset.id));
+      ok(shown.length === 1 && shown[0] === a.id, `searching a name shows only that worker (${shown.join(', ')})`);
+      ok(page.url().includes('q=needle-al'), `the search is in the address (${page.url()})`);
+      await page.fill('#search', b.id.slice(0, 8));
+      await page.waitForFunction((id) => [...document.querySelectorAll('#rows tr:not([hidden])')].some((t) => t.dataset.id === id), b.id);
+      const byId = await page.$$eval('#rows tr:not([hidden])', (trs) => trs.map((t) => t.dataset.id));
+      ok(byId.includes(b.id) && !byId.includes(a.id) && byId.length < await page.$$eval('#rows tr', (t) => t.length),
+        `searching an id's start narrows the list (${byId.length} rows)`);
+      await page.fill('#search', '');
+      await page.waitForFunction(() => document.querySelectorAll('#rows tr[hidden]').length === 0);
+    });
+
+    await step('a waiting worker\'s row says what it waits for', async () => {
+      const hold = await launch({ name: 'hold-a-core', cpu: 1 });
+      await rowStatus(page, hold.id, 'running');
+      const big = await launch({ name: 'waits-for-room', cpu: 4 });
+      try {
+        await until(async () => (await getWorker(big.id)).waiting_for, `${big.id} to say what it waits for`);
+        const why = (await getWorker(big.id)).waiting_for;
+        await page.waitForFunction(({ sel, why }) => (document.querySelector(sel)?.textContent || '').includes(why),
+          { sel: `${rowSel(big.id)} .c-status`, why });
+        ok(true, `the waiting worker's row says "waiting for ${why}"`);
+      } finally {
+        // The cores go back whatever happened: later steps need them.
+        await api('DELETE', `/api/v1/workers/${big.id}`);
+        await api('DELETE', `/api/v1/workers/${hold.id}`);
+      }
+      await rowStatus(page, big.id, 'stopped');
+    });
+
+    await step('a worker stopped at the end of a successful run shows as completed', async () => {
+      await api('PUT', '/api/v1/sessions/web-run/lease', { ttl_seconds: 3600, holder: 'web-holder' });
+      const runOk = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['true'], holder: 'web-holder', session: 'web-run' });
+      const runBad = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['false'], holder: 'web-holder', session: 'web-run' });
+      const good = await launch({ name: 'run-ok-0', session: 'web-run', run: runOk.id });
+      const bad = await launch({ name: 'run-bad-0', session: 'web-run', run: runBad.id });
+      await rowStatus(page, good.id, 'running');
+      await rowStatus(page, bad.id, 'running');
+      // As muster run ends: the workers are stopped, then the run's end recorded.
+      await api('DELETE', `/api/v1/workers/${good.id}`);
+      await api('DELETE', `/api/v1/workers/${bad.id}`);
+      await api('POST', `/api/v1/runs/${runOk.id}/end`, { status: 'succeeded' });
+      await api('POST', `/api/v1/runs/${runBad.id}/end`, { status: 'failed', failure: 'rank 1 failed' });
+      await page.waitForSelector(`${rowSel(good.id)}[data-outcome="completed"]`, { state: 'attached' });
+      await page.waitForSelector(`${rowSel(bad.id)}[data-outcome="aborted"]`, { state: 'attached' });
+      const gb = (await page.textContent(`${rowSel(good.id)} .badge`)).trim();
+      const bb = (await page.textContent(`${rowSel(bad.id)} .badge`)).trim();
+      const gn = (await page.textContent(`${rowSel(good.id)} .run-note`)).trim();
+      ok(gb === 'completed' && gn.includes(runOk.id) && gn.includes('succeeded'),
+        `a worker stopped as its run succeeded reads "${gb}" ("${gn}")`);
+      ok(bb === 'stopped', `a worker of a failed run still reads "${bb}" ("${(await page.textContent(`${rowSel(bad.id)} .run-note`)).trim()}")`);
+      await api('DELETE', '/api/v1/sessions/web-run/lease?holder=web-holder');
+    });
+
+    await step('a worker stopped before its run restarted and succeeded does not read completed', async () => {
+      await api('PUT', '/api/v1/sessions/web-rerun/lease', { ttl_seconds: 3600, holder: 'web-holder' });
+      const run = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['true'], holder: 'web-holder', session: 'web-rerun', max_restarts: 1 });
+      const first = await launch({ name: 'attempt-0', session: 'web-rerun', run: run.id });
+      await rowStatus(page, first.id, 'running');
+      // As muster run restarts: the attempt's workers stopped, the restart recorded, new workers.
+      await api('DELETE', `/api/v1/workers/${first.id}`);
+      await api('POST', `/api/v1/runs/${run.id}/restarts`, { cause: 'worker 0 failed' });
+      const second = await launch({ name: 'attempt-1', session: 'web-rerun', run: run.id });
+      await rowStatus(page, second.id, 'running');
+      await api('DELETE', `/api/v1/workers/${second.id}`);
+      await api('POST', `/api/v1/runs/${run.id}/end`, { status: 'succeeded' });
+      await page.waitForSelector(`${rowSel(second.id)}[data-outcome="completed"]`, { state: 'attached' });
+      const o = await page.getAttribute(rowSel(first.id), 'data-outcome');
+      const b = (await page.textContent(`${rowSel(first.id)} .badge`)).trim();
+      const n = (await page.textContent(`${rowSel(first.id)} .run-note`)).trim();
+      ok(o === 'aborted' && b === 'stopped' && n.includes('restart 1'),
+        `a worker of a replaced attempt reads "${b}" ("${n}"), the last attempt's "completed"`);
+      await api('DELETE', '/api/v1/sessions/web-rerun/lease?holder=web-holder');
     });
 
     // Narrow screens: readable at 400 px.

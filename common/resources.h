@@ -3,12 +3,15 @@
  * numbers into the units each backend writes (cgroup bytes and quota,
  * Slurm's cpus and MiB). Validation refuses anything outside the ranges;
  * the conversions saturate anyway, so no backend can overflow an integer
- * into a different shape (a cpu of 3e9 once became one Slurm cpu).
+ * into a different shape (a cpu of 3e9 once became one Slurm cpu). And the
+ * words for those numbers that every message shares ("1 core", "23.5 GiB").
  */
 #ifndef MUSTER_RESOURCES_H
 #define MUSTER_RESOURCES_H
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 /* The ranges a launch accepts (docs/design.md). A cpu is a core (a share
  * of one below 1); memory is GiB. */
@@ -39,6 +42,49 @@ static inline long long res_cpu_quota_us(double cpu, long long period_us) {
 /* cpu as whole cpus (Slurm's --cpus-per-task): rounded up, at least 1. */
 static inline int res_cpu_count(double cpu) {
   return (int)res_ceil_sat(cpu - 1e-9, 1, (long long)RES_CPU_MAX);
+}
+
+/* An amount of cores or GiB in words a user reads: three significant
+ * digits below 100 ("23.5", "0.25", "1.7" for 1.7000000000000002), one
+ * decimal above, no trailing zeros ("128", not "128.0"). */
+static inline void res_words_amount(double v, char *buf, size_t len) {
+  char *dot;
+  size_t n;
+
+  if (!(v > -1e-9) || !len) {
+    snprintf(buf, len, "0");
+    return;
+  }
+  snprintf(buf, len, v < 99.95 ? "%.3g" : "%.1f", v < 1e-9 ? 0.0 : v);
+  dot = strchr(buf, '.');
+  if (!dot || strchr(buf, 'e'))
+    return;
+  n = strlen(buf);
+  while (n > 0 && buf[n - 1] == '0')
+    buf[--n] = '\0';
+  if (n > 0 && buf[n - 1] == '.')
+    buf[--n] = '\0';
+}
+
+/* "1 core", "0.5 cores", "2 cores". */
+static inline void res_words_cores(double v, char *buf, size_t len) {
+  char amount[32];
+
+  res_words_amount(v, amount, sizeof(amount));
+  snprintf(buf, len, "%s core%s", amount, strcmp(amount, "1") == 0 ? "" : "s");
+}
+
+/* "23.5 GiB". */
+static inline void res_words_gib(double v, char *buf, size_t len) {
+  char amount[32];
+
+  res_words_amount(v, amount, sizeof(amount));
+  snprintf(buf, len, "%s GiB", amount);
+}
+
+/* "1 GPU", "2 GPUs". */
+static inline void res_words_gpus(long n, char *buf, size_t len) {
+  snprintf(buf, len, "%ld GPU%s", n, n == 1 ? "" : "s");
 }
 
 #endif

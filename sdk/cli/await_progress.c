@@ -6,13 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The line's width at most: the reason is cut to fit a terminal. */
+#define LINE_MAX_CHARS 160
+
 static void progress_draw(struct progress *p) {
   size_t counts[MUSTER_STATUS_UNKNOWN + 1] = {0};
-  char line[256];
+  char line[LINE_MAX_CHARS + 1];
   size_t len = 0;
+  const char *why = NULL;
 
-  for (size_t i = 0; i < p->n; i++)
+  for (size_t i = 0; i < p->n; i++) {
     counts[p->st[i]]++;
+    if (!why && p->st[i] == MUSTER_SCHEDULING && p->why[i][0])
+      why = p->why[i];
+  }
   len += (size_t)snprintf(line + len, sizeof(line) - len, "%zu/%zu %s",
                           p->wfc ? counts[MUSTER_SUCCEEDED] : counts[MUSTER_RUNNING], p->n,
                           p->wfc ? "succeeded" : "running");
@@ -23,32 +30,48 @@ static void progress_draw(struct progress *p) {
     len += (size_t)snprintf(line + len, sizeof(line) - len, ", %zu %s", counts[s],
                             muster_status_name((muster_status)s));
   }
+  /* What the first scheduling one waits for (the others mostly the same). */
+  if (why && len < sizeof(line))
+    snprintf(line + len, sizeof(line) - len, " (waiting for %s)", why);
   fprintf(stderr, "\r\033[K%s", line);
   fflush(stderr);
 }
 
-static int progress_event(void *arg, const muster_event *e) {
-  struct progress *p = arg;
-
-  for (size_t i = 0; i < p->n; i++)
-    if (strcmp(p->ids[i], e->worker_id) == 0) {
-      p->st[i] = e->to;
-      progress_draw(p);
-    }
-  return 0;
+/* Takes the statuses and waiting reasons of the workers of l that are p's. */
+static void progress_take(struct progress *p, const muster_worker_list *l) {
+  for (size_t k = 0; k < l->count; k++)
+    for (size_t i = 0; i < p->n; i++)
+      if (strcmp(p->ids[i], l->items[k].id) == 0) {
+        p->st[i] = l->items[k].status;
+        (void)muster_worker_waiting_for(&l->items[k], p->why[i], sizeof(p->why[i]));
+      }
 }
 
+/* Awaits the workers a second at a time, redrawing the line after each
+ * (what a worker waits for changes without an event: when others end),
+ * until they are there or the client is cancelled. */
 static void *progress_main(void *arg) {
   struct progress *p = arg;
 
   progress_draw(p);
-  if (muster_events(p->c, p->since, progress_event, p) != 0)
-    return NULL;
+  for (;;) {
+    muster_await_result r;
+    int more;
+    if (muster_await(p->c, p->ids, p->n, p->wfc, 1.0, &r) != 0)
+      break;
+    progress_take(p, &r.workers);
+    progress_take(p, &r.failures);
+    more = r.timed_out;
+    muster_await_result_free(&r);
+    progress_draw(p);
+    if (!more)
+      break;
+  }
   return NULL;
 }
 
-/* Starts the progress line: reads the workers' current statuses and the
- * event seq of that moment, then follows from there. Best effort. */
+/* Starts the progress line: reads the workers' current statuses, then
+ * awaits them on a thread of its own. Best effort. */
 int progress_start(struct progress *p, const char *const *ids, size_t n, int wfc) {
   muster_worker_list all = {0};
 
@@ -57,15 +80,15 @@ int progress_start(struct progress *p, const char *const *ids, size_t n, int wfc
   p->n = n;
   p->wfc = wfc;
   p->st = calloc(n + 1, sizeof(*p->st));
-  if (!p->st || muster_client_new_default(&p->c) != 0 ||
+  p->why = calloc(n + 1, sizeof(*p->why));
+  if (!p->st || !p->why || muster_client_new_default(&p->c) != 0 ||
       muster_list(p->c, 1u << MUSTER_SCHEDULING | 1u << MUSTER_STARTING | 1u << MUSTER_RUNNING,
-                  NULL, NULL, &all, &p->since) != 0)
+                  NULL, NULL, &all, NULL) != 0)
     goto fail;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     p->st[i] = MUSTER_STATUS_UNKNOWN;
-    for (size_t k = 0; k < all.count; k++)
-      if (strcmp(all.items[k].id, ids[i]) == 0)
-        p->st[i] = all.items[k].status;
+  progress_take(p, &all);
+  for (size_t i = 0; i < n; i++) {
     /* Not live: it has ended already; ask how (a few at most, usually). */
     if (p->st[i] == MUSTER_STATUS_UNKNOWN && i < 64) {
       muster_worker w;
@@ -82,8 +105,10 @@ fail:
   muster_worker_list_free(&all);
   muster_client_free(p->c);
   free(p->st);
+  free(p->why);
   p->c = NULL;
   p->st = NULL;
+  p->why = NULL;
   return -1;
 }
 
@@ -95,4 +120,5 @@ void progress_stop(struct progress *p) {
   fprintf(stderr, "\r\033[K");
   muster_client_free(p->c);
   free(p->st);
+  free(p->why);
 }

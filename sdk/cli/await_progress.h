@@ -11,15 +11,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Live progress of an await, on a terminal: a thread follows the event
- * stream and redraws one line, e.g. "3/4 running, 1 failed". */
+/* Live progress of an await, on a terminal: a thread awaits the workers a
+ * second at a time and redraws one line, e.g. "3/4 running, 1 failed" or
+ * "1/2 running, 1 scheduling (waiting for 1 core (0 free of 2))". */
 struct progress {
   muster_client *c;
   const char *const *ids;
   size_t n;
   muster_status *st;
+  char (*why)[160]; /* what each scheduling one waits for, or "" */
   int wfc;
-  int64_t since;
   pthread_t thread;
 };
 

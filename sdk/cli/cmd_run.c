@@ -25,7 +25,8 @@ static const char usage_run[] =
     "Output comes prefixed with role and index. When any worker fails the rest are\n"
     "stopped and the failure is reported; every worker is stopped at the end.\n"
     "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
-    "the wait for the workers to start.\n"
+    "the wait for the workers to start; while they wait, what for is printed. A\n"
+    "run's workers must all run at once: a run that could never fit is refused.\n"
     "\n"
     "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
     "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
@@ -67,6 +68,14 @@ static void run_restart(void *arg, int attempt, const char *cause) {
   const muster_run_opts *o = arg;
   (void)o;
   fprintf(stderr, "muster run: restart %d: %s\n", attempt, cause);
+  fflush(stderr);
+}
+
+/* What the workers wait for while they are not all running yet (libmuster
+ * says so after a second, and when it changes). */
+static void run_waiting(void *arg, const char *what) {
+  (void)arg;
+  fprintf(stderr, "muster run: not running yet: %s\n", what);
   fflush(stderr);
 }
 
@@ -182,6 +191,7 @@ int cmd_run(int argc, char **argv) {
   o.argc = (size_t)(argc - i);
   o.on_output = run_output;
   o.on_restart = run_restart;
+  o.on_waiting = run_waiting;
   /* The rsh agent and the rank launcher are this very program. */
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {

@@ -83,6 +83,12 @@ typedef struct muster_usage {
  * controller says null). */
 int muster_worker_usage(const muster_worker *w, muster_usage *u);
 
+/* Why w waits in `scheduling` ("1 core (0 free of 2)"; "the Slurm queue:
+ * Resources"), as the controller last recorded it: copies it into buf (size
+ * bytes, cut to fit) and returns 1; returns 0 with buf "" when w waits for
+ * nothing recorded (it is not scheduling, or no placement was tried yet). */
+int muster_worker_waiting_for(const muster_worker *w, char *buf, size_t size);
+
 void muster_worker_cleanup(muster_worker *w);
 /* Frees the items of l and empties it; NULL is a no-op. */
 void muster_worker_list_free(muster_worker_list *l);
@@ -406,6 +412,10 @@ typedef struct muster_run_opts {
   const char *run_dir;
   /* Called when a restart begins (attempt = 1, 2, ...), with its cause. */
   void (*on_restart)(void *arg, int attempt, const char *cause);
+  /* Called while the workers are not all running yet, with what they wait
+   * for ("worker 2 (w-...) waits for 1 core (0 free of 2)"): after a second
+   * of waiting, then whenever that changes. NULL: not told. */
+  void (*on_waiting)(void *arg, const char *what);
 } muster_run_opts;
 
 typedef struct muster_run_result {

@@ -1,6 +1,7 @@
 /* run.c: muster_run_cluster(), see muster.h: the run's session, lease and
  * record, and its attempts (run_attempt.c), restarted from the trainer's
  * checkpoint while max_restarts allows. */
+#include "client_internal.h"
 #include "internal.h"
 #include "muster.h"
 #include "run_internal.h"
@@ -107,7 +108,7 @@ static const char *mode_name(muster_run_mode m) {
 }
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
-  char session[72], ckpt[1024] = "", causes[3800] = "", why[1024];
+  char session[72], ckpt[1024] = "", causes[3800] = "", why[1024], why_field[64] = "";
   const char **argv = NULL;
   muster_lease *lease = NULL;
   size_t argc = o->argc;
@@ -199,6 +200,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   }
   /* The record's end is best effort: the training's outcome stands. */
   snprintf(why, sizeof(why), "%.1000s", rc ? muster_client_errmsg(c) : r->failure);
+  if (rc && muster_client_errfield(c))
+    snprintf(why_field, sizeof(why_field), "%s", muster_client_errfield(c));
   {
     char *summary = NULL;
     if (!why[0] && r->summary)
@@ -210,6 +213,10 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
     (void)erc;
     free(summary);
   }
+  /* The caller reads the error of the run (a launch refused), not the
+   * record's. */
+  if (rc)
+    (void)muster_set_errorf_(c, rc, why_field[0] ? why_field : NULL, "%s", why);
   /* A run that succeeded needs its own checkpoint no more; a failed one
    * keeps it (--resume by hand). */
   if (own_ckpt && !why[0])

@@ -537,11 +537,14 @@ class Client:
                 then are not stopped.
 
         Returns:
-            dict: ``{"workers": [...], "failures": [...], "timed_out": bool}``.
+            dict: ``{"workers": [...], "failures": [...], "timed_out": bool,
+            "waiting_for": {id: why}}``.
             ``workers`` holds the workers that reached the target (running,
             or succeeded with ``wait_for_completion``); ``failures`` every
             other one: failed, stopped, finished before it ran, or still
-            pending when the timeout hit.
+            pending when the timeout hit. ``waiting_for`` says, for each one
+            still ``scheduling`` at the timeout, what it waits for (e.g.
+            ``"1 core (0 free of 2)"``); :func:`run_cluster` raises with it.
 
         Raises:
             MusterError: e.g. ``not_found`` for an unknown id.
@@ -556,9 +559,13 @@ class Client:
             sock_timeout = self.timeout  # the server refuses the value at once
         answer = self._request("POST", "/api/v1/workers/await", body, timeout=sock_timeout)
         path = "/api/v1/workers/await"
+        failures = self._expect(answer, "failures", "POST", path)
         return {"workers": self._expect(answer, "workers", "POST", path),
-                "failures": self._expect(answer, "failures", "POST", path),
-                "timed_out": bool(answer.get("timed_out", False))}
+                "failures": failures,
+                "timed_out": bool(answer.get("timed_out", False)),
+                "waiting_for": {w["id"]: w["waiting_for"] for w in failures
+                                if isinstance(w, dict) and w.get("status") == "scheduling"
+                                and w.get("waiting_for")}}
 
     def stop_workers(self, *worker_id):
         """Stops workers.
@@ -635,7 +642,10 @@ class Client:
         line of worker 0 / rank 0, parsed if JSON>, "run": <the run's id>,
         "restarts": <how many>}``; raises :class:`MusterError` (code
         ``"training_failed"``) naming the worker that failed and why (every
-        cause, after restarts). The workers are stopped in every case.
+        cause, after restarts; workers that did not start in
+        ``timeout_seconds``: what each waited for), or with the launch's
+        refusal (``"exceeds_capacity"``: workers that could never run at once,
+        with the arithmetic). The workers are stopped in every case.
 
         ``max_restarts`` (torchrun's ``--max-restarts``): when a worker or a
         rank fails, every worker is stopped, new ones start and the command
@@ -687,12 +697,18 @@ class Client:
                    MUSTER_SESSION=self.session)
         with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, bufsize=1) as proc:
-            last, failure, run_id, restarts = None, None, None, 0
+            last, failure, run_id, restarts, refused = None, None, None, 0, None
             for line in proc.stdout:
                 line = line.rstrip("\n")
                 (output or print)(line)
                 if line.startswith("muster run: FAILED: "):
                     failure = line[len("muster run: FAILED: "):]
+                elif line.startswith("muster: ") and refused is None:
+                    # Refused before it ran ("muster: exceeds_capacity: 3
+                    # workers × 1 core = 3 cores, but ..."): its code and words.
+                    code_words = line[len("muster: "):].split(": ", 1)
+                    if len(code_words) == 2 and re.match(r"^[a-z_]+$", code_words[0]):
+                        refused = code_words
                 elif line.startswith("muster run: restart "):
                     restarts += 1
                 elif line.startswith("muster run: the workers were stopped; the run is "):
@@ -700,6 +716,9 @@ class Client:
                 elif line.startswith(("[worker-0] ", "[rank-0] ")):
                     last = line.split("] ", 1)[1]
             code = proc.wait()
+        if code != 0 and failure is None and refused is not None:
+            m = re.match(r"^(.*) \(field: ([a-z_]+)\)$", refused[1])
+            raise MusterError(refused[0], m.group(1) if m else refused[1], m and m.group(2))
         if code != 0:
             raise MusterError("training_failed", failure or "muster run exited with code %d" % code)
         summary = last
@@ -820,10 +839,11 @@ def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
             limit. Default 60.
 
     Returns:
-        dict: ``{"workers": [...], "failures": [...], "timed_out": bool}``:
-        the workers that reached the target state (running, or succeeded),
-        and the ones that did not (failed, stopped, or still pending at the
-        timeout).
+        dict: ``{"workers": [...], "failures": [...], "timed_out": bool,
+        "waiting_for": {id: why}}``: the workers that reached the target
+        state (running, or succeeded), the ones that did not (failed,
+        stopped, or still pending at the timeout), and what each one still
+        ``scheduling`` waits for (``"1 core (0 free of 2)"``).
     """
     return default_client().await_workers(ids, wait_for_completion=wait_for_completion,
                                           timeout_seconds=timeout_seconds)

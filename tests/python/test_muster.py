@@ -242,6 +242,29 @@ class RunCluster(MusterTestCase):
         self.assertIn("exited with code 3", e.exception.message)
         self.assertLess(time.monotonic() - t0, 15)
 
+    def test_a_start_timeout_raises_naming_what_the_worker_waited_for(self):
+        # It raised "did not start: still not running when the timeout passed".
+        c = self.client("rc-waits")
+        big = self.launch(c, 1, 8, 0.5)[0]
+        c.await_workers(big, wait_for_completion=False, timeout_seconds=30)
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(1, 0, 1, 0.25, mode="exec", command=["true"], timeout_seconds=2,
+                          output=lambda line: None)
+        self.assertEqual(e.exception.code, "training_failed")
+        self.assertRegex(e.exception.message, r"^did not start in 2 s: worker 0 \(w-[a-z0-9]{10}\) "
+                                              r"waits for 1 core \(0 free of 8\)$")
+
+    def test_a_cluster_that_can_never_run_at_once_is_refused_with_the_arithmetic(self):
+        c = self.client("rc-gang")
+        t0 = time.monotonic()
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(3, 0, 4, 0.25, mode="exec", command=["true"], output=lambda line: None)
+        self.assertEqual(e.exception.code, "exceeds_capacity")
+        self.assertEqual(e.exception.field, "cpu")
+        self.assertIn("3 workers × 4 cores = 12 cores, but this host has 8 cores in all",
+                      e.exception.message)
+        self.assertLess(time.monotonic() - t0, 15)
+
     def test_an_allreduce_rank_that_fails_raises_naming_the_rank_its_worker_and_the_cause(self):
         # mpirun's exit code alone ("mpirun exited with code 3") named none of them.
         if not shutil.which("mpirun"):
@@ -329,6 +352,18 @@ class AwaitRunning(MusterTestCase):
                          [(waiting["id"], "scheduling")])
         self.assertGreaterEqual(elapsed, 0.9)
         self.assertLess(elapsed, 5)
+
+
+    def test_an_await_timeout_says_what_each_waiting_worker_waits_for(self):
+        # The controller knew why a worker waited; await said only
+        # "timed_out" and the worker's status.
+        c = self.client("waits")
+        big = self.launch(c, 1, 8, 0.5)[0]
+        c.await_workers(big, wait_for_completion=False, timeout_seconds=30)
+        waiting = self.launch(c, 1, 1, 0.5)[0]
+        r = c.await_workers(waiting, wait_for_completion=False, timeout_seconds=1)
+        self.assertTrue(r["timed_out"])
+        self.assertEqual(r["waiting_for"], {waiting["id"]: "1 core (0 free of 8)"})
 
 
 class Failures(MusterTestCase):

@@ -143,24 +143,37 @@ static int groups_prepare(json_t *body, struct group *grs, int *ngr, const char 
 }
 
 /* One resource of a gang's sum, in words: each group's count times its
- * share ("3 workers × 1 core"), joined by " + ", into buf. */
+ * share ("3 workers × 1 core"), joined by " + ", into buf. Only whole terms
+ * are written: where the next would not fit, the rest are counted instead
+ * (" + 5 more groups"), so the text is never cut inside a term, or inside
+ * the two bytes of "×" (invalid UTF-8 has no JSON string). */
 static void gang_terms(const struct group *grs, int ngr, int what, char *buf, size_t len) {
+  /* Room kept for " + 16 more groups" after the last whole term. */
+  const size_t tail = 32;
   size_t used = 0;
 
   buf[0] = '\0';
-  for (int k = 0; k < ngr && used < len; k++) {
+  for (int k = 0; k < ngr; k++) {
     const struct launch_req *lr = &grs[k].lr;
     const char *role = lr->role && *lr->role ? lr->role : "worker";
     size_t rl = strlen(role);
-    char each[48];
+    char each[48], term[160];
+    int tl;
     if (what == 0)
       res_words_cores(lr->cpu, each, sizeof(each));
     else if (what == 1)
       res_words_gib(lr->memory, each, sizeof(each));
     else
       res_words_gpus(lr->nvidia_gpu, each, sizeof(each));
-    used += (size_t)snprintf(buf + used, len - used, "%s%ld %.40s%s × %s", k ? " + " : "", lr->n,
-                             role, lr->n == 1 || (rl && role[rl - 1] == 's') ? "" : "s", each);
+    tl = snprintf(term, sizeof(term), "%s%ld %.40s%s × %s", k ? " + " : "", lr->n, role,
+                  lr->n == 1 || (rl && role[rl - 1] == 's') ? "" : "s", each);
+    if (tl < 0 || (size_t)tl >= sizeof(term) ||
+        used + (size_t)tl + (k + 1 < ngr ? tail : 0) >= len) {
+      snprintf(buf + used, len - used, " + %d more group%s", ngr - k, ngr - k == 1 ? "" : "s");
+      return;
+    }
+    memcpy(buf + used, term, (size_t)tl + 1);
+    used += (size_t)tl;
   }
 }
 
@@ -174,7 +187,7 @@ static int gang_could_ever_fit(const struct group *grs, int ngr, const char **fi
   struct backend_capacity cap = {0};
   double cpu = 0, memory = 0;
   long ngpu = 0, n = 0;
-  char terms[400], sum[48], all[48];
+  char terms[400], sum[48], all[48], sum_n[32], all_n[32];
   int what;
 
   if (!g.backend->capacity || !g.backend->capacity(&cap))
@@ -195,13 +208,15 @@ static int gang_could_ever_fit(const struct group *grs, int ngr, const char **fi
   if (cpu > cap.cpu + 1e-9) {
     what = 0;
     *field = "cpu";
-    res_words_cores(cpu, sum, sizeof(sum));
-    res_words_cores(cap.cpu, all, sizeof(all));
+    res_words_apart(cpu, cap.cpu, sum_n, all_n, sizeof(sum_n));
+    res_words_cores_of(sum_n, sum, sizeof(sum));
+    res_words_cores_of(all_n, all, sizeof(all));
   } else if (memory > cap.memory + 1e-9) {
     what = 1;
     *field = "memory";
-    res_words_gib(memory, sum, sizeof(sum));
-    res_words_gib(cap.memory, all, sizeof(all));
+    res_words_apart(memory, cap.memory, sum_n, all_n, sizeof(sum_n));
+    snprintf(sum, sizeof(sum), "%s GiB", sum_n);
+    snprintf(all, sizeof(all), "%s GiB", all_n);
   } else if (ngpu > cap.ngpu) {
     what = 2;
     *field = "nvidia_gpu";

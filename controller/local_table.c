@@ -210,15 +210,16 @@ int local_place(const char *id, const struct backend_req *r, struct backend_plac
   pthread_mutex_lock(&lb.mu);
   /* A little slack absorbs float rounding of fractional cores. */
   if (lb.cpu_used + r->cpu > lb.cfg.cpus + 1e-9) {
-    res_words_cores(r->cpu, want, sizeof(want));
-    res_words_amount(lb.cfg.cpus - lb.cpu_used, free_s, sizeof(free_s));
+    /* The request and what is free read apart ("1 core (0.9999 free"). */
+    res_words_apart(r->cpu, lb.cfg.cpus - lb.cpu_used, all, free_s, sizeof(all));
+    res_words_cores_of(all, want, sizeof(want));
     res_words_amount(lb.cfg.cpus, all, sizeof(all));
     snprintf(why, whylen, "%s (%s free of %s)", want, free_s, all);
     goto out;
   }
   if (lb.memory_used + r->memory > lb.cfg.memory + 1e-9) {
-    res_words_gib(r->memory, want, sizeof(want));
-    res_words_amount(lb.cfg.memory - lb.memory_used, free_s, sizeof(free_s));
+    res_words_apart(r->memory, lb.cfg.memory - lb.memory_used, all, free_s, sizeof(all));
+    snprintf(want, sizeof(want), "%s GiB", all);
     res_words_amount(lb.cfg.memory, all, sizeof(all));
     snprintf(why, whylen, "%s of memory (%s free of %s)", want, free_s, all);
     goto out;

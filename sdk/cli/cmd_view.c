@@ -104,9 +104,12 @@ static void print_show(const muster_worker *w) {
   printf("role:        %s\n", w->role ? w->role : "-");
   printf("name:        %s\n", w->name ? w->name : "-");
   {
-    char cores[48], gib[48], gpus[32];
-    res_words_cores(w->cpu, cores, sizeof(cores));
-    res_words_gib(w->memory, gib, sizeof(gib));
+    char cores[48], gib[48], gpus[32], amount[32];
+    /* What was asked for, exactly as %g would (12.25 cores, 1.234 GiB). */
+    res_words_amount_digits(w->cpu, 6, amount, sizeof(amount));
+    res_words_cores_of(amount, cores, sizeof(cores));
+    res_words_amount_digits(w->memory, 6, amount, sizeof(amount));
+    snprintf(gib, sizeof(gib), "%s GiB", amount);
     res_words_gpus(w->nvidia_gpu, gpus, sizeof(gpus));
     printf("resources:   %s, %s, %s\n", cores, gib, gpus);
   }

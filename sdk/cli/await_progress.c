@@ -5,13 +5,57 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
 
-/* The line's width at most: the reason is cut to fit a terminal. */
-#define LINE_MAX_CHARS 160
+/* The line as composed, before it is cut to the terminal's width. */
+#define LINE_MAX_BYTES 512
 
+/* The terminal's width in columns (stderr's), 80 where it says none. */
+static int terminal_width(void) {
+  struct winsize ws;
+
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 80;
+}
+
+size_t progress_fit(const char *line, int width, char *out, size_t outlen) {
+  size_t chars = 0, i = 0, keep = 0, total = 0;
+  size_t max = width > 1 ? (size_t)width - 1 : 1;
+
+  /* Characters are counted by their first bytes (one column each: the
+   * line holds the ASCII and "×" and "…" of muster's own words). */
+  for (size_t k = 0; line[k]; k++)
+    if (((unsigned char)line[k] & 0xC0) != 0x80)
+      total++;
+  if (total <= max && strlen(line) < outlen) {
+    memcpy(out, line, strlen(line) + 1);
+    return total;
+  }
+  /* Keep max - 1 characters whole, and "…" for the rest. */
+  while (line[i]) {
+    size_t next = i + 1;
+    while (line[next] && ((unsigned char)line[next] & 0xC0) == 0x80)
+      next++;
+    if (chars + 1 > max - 1 || next + sizeof("…") > outlen)
+      break;
+    chars++;
+    i = next;
+  }
+  keep = i;
+  memcpy(out, line, keep);
+  memcpy(out + keep, "…", sizeof("…"));
+  return chars + 1;
+}
+
+/* Draws the line, cut to the terminal's width minus one so that it never
+ * wraps ("\r\033[K" clears one row only, and a wrapped row would stay
+ * behind); only when it changed. */
 static void progress_draw(struct progress *p) {
   size_t counts[MUSTER_STATUS_UNKNOWN + 1] = {0};
-  char line[LINE_MAX_CHARS + 1];
+  char line[LINE_MAX_BYTES], fit[sizeof(p->shown)];
   size_t len = 0;
   const char *why = NULL;
 
@@ -32,8 +76,15 @@ static void progress_draw(struct progress *p) {
   }
   /* What the first scheduling one waits for (the others mostly the same). */
   if (why && len < sizeof(line))
-    snprintf(line + len, sizeof(line) - len, " (waiting for %s)", why);
-  fprintf(stderr, "\r\033[K%s", line);
+    len += (size_t)snprintf(line + len, sizeof(line) - len, " (waiting for %s)", why);
+  if (p->unreachable && len < sizeof(line))
+    snprintf(line + len, sizeof(line) - len, " (controller unreachable)");
+  (void)progress_fit(line, terminal_width(), fit, sizeof(fit));
+  if (p->drawn && strcmp(fit, p->shown) == 0)
+    return;
+  memcpy(p->shown, fit, strlen(fit) + 1);
+  p->drawn = 1;
+  fprintf(stderr, "\r\033[K%s", fit);
   fflush(stderr);
 }
 
@@ -47,18 +98,43 @@ static void progress_take(struct progress *p, const muster_worker_list *l) {
       }
 }
 
+/* Sleeps ms milliseconds, a tenth of a second at a time; 1 when
+ * progress_stop() asked the thread to end meanwhile. */
+static int progress_nap(struct progress *p, int ms) {
+  for (int t = 0; t < ms; t += 100) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    if (__atomic_load_n(&p->stopping, __ATOMIC_ACQUIRE))
+      return 1;
+    nanosleep(&ts, NULL);
+  }
+  return __atomic_load_n(&p->stopping, __ATOMIC_ACQUIRE);
+}
+
 /* Awaits the workers a second at a time, redrawing the line after each
  * (what a worker waits for changes without an event: when others end),
- * until they are there or the client is cancelled. */
+ * until they are there or progress_stop() ends it. A failed poll (the
+ * controller restarting, a blip) is tried again after 1, 2, 4, then 8 s,
+ * and the line says the controller is unreachable meanwhile. */
 static void *progress_main(void *arg) {
   struct progress *p = arg;
+  int backoff_ms = 1000;
 
   progress_draw(p);
   for (;;) {
     muster_await_result r;
     int more;
-    if (muster_await(p->c, p->ids, p->n, p->wfc, 1.0, &r) != 0)
-      break;
+    if (muster_await(p->c, p->ids, p->n, p->wfc, 1.0, &r) != 0) {
+      if (__atomic_load_n(&p->stopping, __ATOMIC_ACQUIRE))
+        break;
+      p->unreachable = 1;
+      progress_draw(p);
+      if (progress_nap(p, backoff_ms))
+        break;
+      backoff_ms = backoff_ms < 8000 ? backoff_ms * 2 : 8000;
+      continue;
+    }
+    backoff_ms = 1000;
+    p->unreachable = 0;
     progress_take(p, &r.workers);
     progress_take(p, &r.failures);
     more = r.timed_out;
@@ -115,6 +191,7 @@ fail:
 void progress_stop(struct progress *p) {
   if (!p->c)
     return;
+  __atomic_store_n(&p->stopping, 1, __ATOMIC_RELEASE);
   muster_client_cancel(p->c);
   pthread_join(p->thread, NULL);
   fprintf(stderr, "\r\033[K");

@@ -21,6 +21,10 @@ struct progress {
   muster_status *st;
   char (*why)[160]; /* what each scheduling one waits for, or "" */
   int wfc;
+  int unreachable;  /* the last poll failed: the line says so */
+  int stopping;     /* set by progress_stop() (atomically) */
+  int drawn;        /* shown holds what the terminal shows */
+  char shown[1024]; /* the line as last drawn, to draw only changes */
   pthread_t thread;
 };
 
@@ -29,6 +33,10 @@ struct progress {
  * counting those that succeeded (else those running). Best effort: returns
  * 0, or -1 with nothing started (progress_stop() is then a no-op). */
 int progress_start(struct progress *p, const char *const *ids, size_t n, int wfc);
+
+/* Cuts line to at most width - 1 characters (a character boundary, "…"
+ * for what was cut), into out (outlen bytes); returns the characters kept. */
+size_t progress_fit(const char *line, int width, char *out, size_t outlen);
 
 /* Stops the thread, clears the line and frees what progress_start() took. */
 void progress_stop(struct progress *p);

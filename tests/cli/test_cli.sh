@@ -585,6 +585,16 @@ check "muster_ps_shows_a_waiting_workers_reason (WHY: waiting for 1 core (0 free
 run 20 script -qec "env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST2' '$MUSTER' await --running --timeout 2 $BIG2" /dev/null
 check "await's live line on a terminal says what a scheduling worker waits for" \
   eval '[ $RC = 1 ] && has "$OUT" "0/1 running, 1 scheduling (waiting for 1 core (0 free of 1))"'
+# On a 40-column terminal each drawing of the line fits in 39 columns, cut
+# with "…": a longer line wrapped, and "\r\033[K" cleared only its last
+# row, so every redraw left a stale row behind.
+run 20 script -qec "stty cols 40; env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST2' '$MUSTER' await --running --timeout 2 $BIG2" /dev/null
+# (each drawing is "\r\033[K" and "N/M running, ..."; the last clearing is
+# followed by await's own output, which is not the live line)
+WIDEST=$(printf '%s' "$OUT" | tr '\r' '\n' | sed 's/\x1b\[K//g' | grep -aE '^[0-9]+/[0-9]+ ' |
+  LC_ALL=C.UTF-8 awk '{ if (length($0) > w) w = length($0) } END { print w + 0 }')
+check "await_live_line_fits_a_40_column_terminal (widest drawing: $WIDEST columns)" \
+  eval '[ $RC = 1 ] && [ "$WIDEST" -le 39 ] && has "$OUT" "0/1 running, 1 scheduling (waiting for…"'
 # muster run's workers wait behind BIG2: it says for what while it waits,
 # and its timeout names it (it said "still not running when the timeout
 # passed" after 60 s of silence).

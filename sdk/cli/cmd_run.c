@@ -72,7 +72,7 @@ static void run_restart(void *arg, int attempt, const char *cause) {
 }
 
 /* What the workers wait for while they are not all running yet (libmuster
- * says so after a second, and when it changes). */
+ * says so after 2 s, and when the reasons change). */
 static void run_waiting(void *arg, const char *what) {
   (void)arg;
   fprintf(stderr, "muster run: not running yet: %s\n", what);
@@ -202,9 +202,16 @@ int cmd_run(int argc, char **argv) {
     return code;
   rc = muster_run_cluster(c, &o, &r);
   if (rc) {
-    code = call_failed(c, rc);
+    /* Its own line, which no worker's or mpirun's passed-through line
+     * can look like: run_cluster (Python) raises with this code. */
+    const char *msg = muster_client_errmsg(c), *field = muster_client_errfield(c);
+    fprintf(stderr, "muster run: ERROR: %s: %s", muster_error_name(rc),
+            msg && *msg ? msg : muster_strerror(rc));
+    if (field)
+      fprintf(stderr, " (field: %s)", field);
+    fputc('\n', stderr);
     muster_client_free(c);
-    return code;
+    return exit_code_for(rc);
   }
   if (r.exit_code == 0) {
     fprintf(stderr,

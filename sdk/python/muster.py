@@ -645,7 +645,10 @@ class Client:
         cause, after restarts; workers that did not start in
         ``timeout_seconds``: what each waited for), or with the launch's
         refusal (``"exceeds_capacity"``: workers that could never run at once,
-        with the arithmetic). The workers are stopped in every case.
+        with the arithmetic), or with the code of any other call of ``muster
+        run``'s own that failed (``"unreachable"``, ``"conflict"``, ...: its
+        ``muster run: ERROR: <code>: ...`` line). The workers are stopped in
+        every case.
 
         ``max_restarts`` (torchrun's ``--max-restarts``): when a worker or a
         rank fails, every worker is stopped, new ones start and the command
@@ -695,18 +698,22 @@ class Client:
         args += ["--"] + [str(a) for a in command]
         env = dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.token,
                    MUSTER_SESSION=self.session)
+        # UTF-8 whatever the locale (the arithmetic of a refusal has "×").
         with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1) as proc:
+                              encoding="utf-8", errors="replace", bufsize=1) as proc:
             last, failure, run_id, restarts, refused = None, None, None, 0, None
             for line in proc.stdout:
                 line = line.rstrip("\n")
                 (output or print)(line)
                 if line.startswith("muster run: FAILED: "):
                     failure = line[len("muster run: FAILED: "):]
-                elif line.startswith("muster: ") and refused is None:
-                    # Refused before it ran ("muster: exceeds_capacity: 3
-                    # workers × 1 core = 3 cores, but ..."): its code and words.
-                    code_words = line[len("muster: "):].split(": ", 1)
+                elif line.startswith("muster run: ERROR: "):
+                    # A call of muster run's own failed ("muster run: ERROR:
+                    # exceeds_capacity: 3 workers × 1 core = 3 cores, but
+                    # ..."): its code and words. Only this prefix: mpirun's
+                    # untagged lines pass through as they are, and the rsh
+                    # agent's "muster: poll: ..." is not muster run's error.
+                    code_words = line[len("muster run: ERROR: "):].split(": ", 1)
                     if len(code_words) == 2 and re.match(r"^[a-z_]+$", code_words[0]):
                         refused = code_words
                 elif line.startswith("muster run: restart "):

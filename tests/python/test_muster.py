@@ -187,8 +187,17 @@ class MusterTestCase(unittest.TestCase):
         """c.launch_workers(...), remembered for the cleanup."""
         ws = _note(c.launch_workers(*args, **kw))
         ids = [w["id"] for w in ws]
-        self.addCleanup(lambda: _note(c.stop_workers(*ids)))
+        self.addCleanup(lambda: self._stop_and_await(c, ids))
         return ws
+
+    def _stop_and_await(self, c, ids):
+        """Stops ids and waits for them to end: a worker still in its stop
+        grace holds its cores, and the next test's workers would wait."""
+        _note(c.stop_workers(*ids))
+        try:
+            c.await_workers(ids, wait_for_completion=True, timeout_seconds=30)
+        except muster.MusterError:
+            pass  # ended some other way: what matters is that they did
 
     def env(self, **values):
         """Replaces the MUSTER_* environment for this test (None unsets)."""
@@ -264,6 +273,42 @@ class RunCluster(MusterTestCase):
         self.assertIn("3 workers × 4 cores = 12 cores, but this host has 8 cores in all",
                       e.exception.message)
         self.assertLess(time.monotonic() - t0, 15)
+
+    def test_a_passed_through_muster_poll_line_is_not_taken_for_muster_runs_error(self):
+        # mpirun's untagged lines pass through as they are, and the rsh agent
+        # prints "muster: poll: ..." on its way out: run_cluster took the
+        # first "muster: <word>: ..." line for muster run's own error and
+        # raised MusterError("poll"). A stand-in for muster run prints what an
+        # allreduce run whose restart's launch was refused prints.
+        fake = os.path.join(CTL["state_dir"], "fake-muster-run")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "echo '[rank-0] step 1'\n"
+                    "echo 'muster: poll: Interrupted system call' >&2\n"
+                    "echo 'muster run: restart 1: rank 1 (w-aaaaaaaaaa) exited with code 3' >&2\n"
+                    "echo 'muster run: ERROR: conflict: run r-aaaaaaaaaa has ended' >&2\n"
+                    "exit 4\n")
+        os.chmod(fake, 0o755)
+        self.env(MUSTER_CLI=fake)
+        c = self.client("rc-poll")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.5, 0.25, mode="allreduce", command=["true"],
+                          output=lambda line: None)
+        self.assertEqual(e.exception.code, "conflict")
+        self.assertEqual(e.exception.message, "run r-aaaaaaaaaa has ended")
+
+    def test_an_allreduce_run_printing_a_muster_poll_line_that_fails_raises_training_failed(self):
+        if not shutil.which("mpirun"):
+            self.skipTest("Open MPI's mpirun is not installed")
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"), OMPI_ALLOW_RUN_AS_ROOT="1",
+                 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        c = self.client("rc-ar-poll")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.5, 0.25, mode="allreduce", output=lambda line: None, command=[
+                "sh", "-c", 'echo "muster: poll: x"; echo "muster: poll: x" >&2; '
+                            'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'])
+        self.assertEqual(e.exception.code, "training_failed")
+        self.assertRegex(e.exception.message, r"^rank 1 \(w-[a-z0-9]+\) exited with code 3$")
 
     def test_an_allreduce_rank_that_fails_raises_naming_the_rank_its_worker_and_the_cause(self):
         # mpirun's exit code alone ("mpirun exited with code 3") named none of them.

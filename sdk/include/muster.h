@@ -413,8 +413,9 @@ typedef struct muster_run_opts {
   /* Called when a restart begins (attempt = 1, 2, ...), with its cause. */
   void (*on_restart)(void *arg, int attempt, const char *cause);
   /* Called while the workers are not all running yet, with what they wait
-   * for ("worker 2 (w-...) waits for 1 core (0 free of 2)"): after a second
-   * of waiting, then whenever that changes. NULL: not told. */
+   * for ("worker 2 (w-...) waits for 1 core (0 free of 2)"): after 2 s of
+   * waiting, then whenever the reasons change (not their counts or free
+   * amounts). NULL: not told. */
   void (*on_waiting)(void *arg, const char *what);
 } muster_run_opts;
 

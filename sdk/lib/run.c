@@ -77,6 +77,20 @@ static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resta
   return n;
 }
 
+/* Copies src into dst (len bytes), cut where it must be at a character's
+ * first byte, never inside one. */
+static void copy_whole_chars(char *dst, size_t len, const char *src) {
+  size_t n = strlen(src);
+
+  if (n >= len) {
+    n = len - 1;
+    while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+      n--;
+  }
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
 /* Removes the run's own checkpoint directory (best effort: the client sees
  * it where the workers' file system is shared, as on the local backend). */
 static void remove_run_dir(const char *ckpt) {
@@ -109,6 +123,7 @@ static const char *mode_name(muster_run_mode m) {
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
   char session[72], ckpt[1024] = "", causes[3800] = "", why[1024], why_field[64] = "";
+  long status;
   const char **argv = NULL;
   muster_lease *lease = NULL;
   size_t argc = o->argc;
@@ -199,7 +214,8 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
              r->restarts == 1 ? "" : "s", causes);
   }
   /* The record's end is best effort: the training's outcome stands. */
-  snprintf(why, sizeof(why), "%.1000s", rc ? muster_client_errmsg(c) : r->failure);
+  copy_whole_chars(why, sizeof(why), rc ? muster_client_errmsg(c) : r->failure);
+  status = c->last_status;
   if (rc && muster_client_errfield(c))
     snprintf(why_field, sizeof(why_field), "%s", muster_client_errfield(c));
   {
@@ -215,8 +231,10 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   }
   /* The caller reads the error of the run (a launch refused), not the
    * record's. */
-  if (rc)
+  if (rc) {
     (void)muster_set_errorf_(c, rc, why_field[0] ? why_field : NULL, "%s", why);
+    c->last_status = status; /* the launch's 422, not the record's 200 */
+  }
   /* A run that succeeded needs its own checkpoint no more; a failed one
    * keeps it (--resume by hand). */
   if (own_ckpt && !why[0])

@@ -109,15 +109,41 @@ static void waiting_words(const struct run *run, const muster_worker_list *pendi
     snprintf(buf + used, len - used, "; and %zu more", more);
 }
 
+/* The reasons the scheduling workers of pending wait for, without the
+ * amounts that come and go ("1 core" of "1 core (0.5 free of 2)"), each
+ * once, into buf: what on_waiting is told again only when it changes.
+ * Workers only starting wait for nothing a user can change. */
+static void waiting_key(const muster_worker_list *pending, char *buf, size_t len) {
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (size_t k = 0; k < pending->count && used < len; k++) {
+    char why[200], needle[204], *paren;
+    if (pending->items[k].status != MUSTER_SCHEDULING ||
+        !muster_worker_waiting_for(&pending->items[k], why, sizeof(why)))
+      continue;
+    paren = strstr(why, " (");
+    if (paren)
+      *paren = '\0';
+    snprintf(needle, sizeof(needle), "|%s|", why);
+    if (strstr(buf, needle))
+      continue;
+    used += (size_t)snprintf(buf + used, len - used, "%s%s|", used ? "" : "|", why);
+  }
+}
+
 /* Awaits every worker of the attempt running (or one of them ended), up to
  * o->timeout_seconds (0: no limit), into *ar. It waits a second at a time,
- * so that it can tell o->on_waiting what the workers wait for, once, and
- * again whenever that changes; the words of the last wait go to waiting
- * (len bytes). Returns 0 or the controller's error. */
+ * so that it can tell o->on_waiting what the workers wait for: not in the
+ * first 2 s (a start that is only slow says nothing), then once, and again
+ * whenever the reasons change (not their counts or free amounts); the
+ * words of the last wait go to waiting (len bytes). Returns 0 or the
+ * controller's error. */
 static int await_start(muster_client *c, struct run *run, const char *const *ids, size_t n,
                        muster_await_result *ar, char *waiting, size_t len) {
   const muster_run_opts *o = run->o;
-  double deadline = o->timeout_seconds > 0 ? now_s() + o->timeout_seconds : 0;
+  double t0 = now_s(), deadline = o->timeout_seconds > 0 ? t0 + o->timeout_seconds : 0;
+  char told[1024] = "";
   int rc;
 
   waiting[0] = '\0';
@@ -134,10 +160,14 @@ static int await_start(muster_client *c, struct run *run, const char *const *ids
     for (size_t k = 0; k < ar->failures.count; k++)
       ended |= muster_status_terminal(ar->failures.items[k].status);
     waiting_words(run, &ar->failures, words, sizeof(words));
-    if (strcmp(words, waiting) != 0) {
-      snprintf(waiting, len, "%s", words);
-      if (words[0] && o->on_waiting)
+    snprintf(waiting, len, "%s", words);
+    if (o->on_waiting && now_s() - t0 >= 2.0) {
+      char key[sizeof(told)];
+      waiting_key(&ar->failures, key, sizeof(key));
+      if (key[0] && strcmp(key, told) != 0) {
+        snprintf(told, sizeof(told), "%s", key);
         o->on_waiting(o->arg, words);
+      }
     }
     /* One ended: no need to wait for the rest. */
     if (ended || (deadline && now_s() >= deadline))

@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "resources.h"
 #include "state.h"
 #include "util.h"
 #include "validate.h"
@@ -141,6 +142,98 @@ static int groups_prepare(json_t *body, struct group *grs, int *ngr, const char 
   return 0;
 }
 
+/* One resource of a gang's sum, in words: each group's count times its
+ * share ("3 workers × 1 core"), joined by " + ", into buf. Only whole terms
+ * are written: where the next would not fit, the rest are counted instead
+ * (" + 5 more groups"), so the text is never cut inside a term, or inside
+ * the two bytes of "×" (invalid UTF-8 has no JSON string). */
+static void gang_terms(const struct group *grs, int ngr, int what, char *buf, size_t len) {
+  /* Room kept for " + 16 more groups" after the last whole term. */
+  const size_t tail = 32;
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (int k = 0; k < ngr; k++) {
+    const struct launch_req *lr = &grs[k].lr;
+    const char *role = lr->role && *lr->role ? lr->role : "worker";
+    size_t rl = strlen(role);
+    char each[48], term[160];
+    int tl;
+    if (what == 0)
+      res_words_cores(lr->cpu, each, sizeof(each));
+    else if (what == 1)
+      res_words_gib(lr->memory, each, sizeof(each));
+    else
+      res_words_gpus(lr->nvidia_gpu, each, sizeof(each));
+    tl = snprintf(term, sizeof(term), "%s%ld %.40s%s × %s", k ? " + " : "", lr->n, role,
+                  lr->n == 1 || (rl && role[rl - 1] == 's') ? "" : "s", each);
+    if (tl < 0 || (size_t)tl >= sizeof(term) ||
+        used + (size_t)tl + (k + 1 < ngr ? tail : 0) >= len) {
+      snprintf(buf + used, len - used, " + %d more group%s", ngr - k, ngr - k == 1 ? "" : "s");
+      return;
+    }
+    memcpy(buf + used, term, (size_t)tl + 1);
+    used += (size_t)tl;
+  }
+}
+
+/* A gang's workers must all run at once: 0 if together they could fit the
+ * backend when it is empty (or where the backend does not know its size),
+ * else MUSTER_E_CAPACITY with *field naming the resource and the arithmetic
+ * in msg ("3 workers × 1 core = 3 cores, but this host has 2 cores in
+ * all"). */
+static int gang_could_ever_fit(const struct group *grs, int ngr, const char **field, char *msg,
+                               size_t msglen) {
+  struct backend_capacity cap = {0};
+  double cpu = 0, memory = 0;
+  long ngpu = 0, n = 0;
+  char terms[400], sum[48], all[48], sum_n[32], all_n[32];
+  int what;
+
+  if (!g.backend->capacity || !g.backend->capacity(&cap))
+    return 0;
+  for (int k = 0; k < ngr; k++) {
+    cpu += (double)grs[k].lr.n * grs[k].lr.cpu;
+    memory += (double)grs[k].lr.n * grs[k].lr.memory;
+    ngpu += grs[k].lr.n * grs[k].lr.nvidia_gpu;
+    n += grs[k].lr.n;
+  }
+  if (n > cap.workers) {
+    *field = "n";
+    snprintf(msg, msglen, "%ld workers must run at once, but %s holds at most %ld live workers", n,
+             cap.where, cap.workers);
+    return MUSTER_E_CAPACITY;
+  }
+  /* The same slack as admission's, for fractional cores. */
+  if (cpu > cap.cpu + 1e-9) {
+    what = 0;
+    *field = "cpu";
+    res_words_apart(cpu, cap.cpu, sum_n, all_n, sizeof(sum_n));
+    res_words_cores_of(sum_n, sum, sizeof(sum));
+    res_words_cores_of(all_n, all, sizeof(all));
+  } else if (memory > cap.memory + 1e-9) {
+    what = 1;
+    *field = "memory";
+    res_words_apart(memory, cap.memory, sum_n, all_n, sizeof(sum_n));
+    snprintf(sum, sizeof(sum), "%s GiB", sum_n);
+    snprintf(all, sizeof(all), "%s GiB", all_n);
+  } else if (ngpu > cap.ngpu) {
+    what = 2;
+    *field = "nvidia_gpu";
+    res_words_gpus(ngpu, sum, sizeof(sum));
+    res_words_gpus(cap.ngpu, all, sizeof(all));
+  } else {
+    return 0;
+  }
+  gang_terms(grs, ngr, what, terms, sizeof(terms));
+  snprintf(msg, msglen,
+           "%s = %s, but %s has %s%s in all; the workers of %s must run at once, so they can "
+           "never start",
+           terms, sum, cap.where, all, what == 1 ? " of memory" : "",
+           grs[0].lr.run ? "a run" : "a launch of groups");
+  return MUSTER_E_CAPACITY;
+}
+
 static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)arg;
   struct group grs[LAUNCH_MAX_GROUPS];
@@ -157,6 +250,11 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
   if (!body)
     return ret;
   rc = groups_prepare(body, grs, &ngr, &field, msg, sizeof(msg));
+  /* A gang (a launch of groups, or a run's workers) is refused at once
+   * when it could never run together; a plain launch's workers may wait
+   * for each other's room (docs/design.md, "Gangs"). */
+  if (!rc && (json_object_get(body, "groups") || grs[0].lr.run))
+    rc = gang_could_ever_fit(grs, ngr, &field, msg, sizeof(msg));
   if (rc) {
     ret = api_respond_error(c, rc, field, "%s", msg);
     goto out;

@@ -33,11 +33,29 @@ enum MHD_Result api_respond_error(struct MHD_Connection *c, int err, const char 
   char msg[1024];
   json_t *e;
   va_list ap;
+  int n;
 
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt ? fmt : muster_strerror(err), ap);
+  n = vsnprintf(msg, sizeof(msg), fmt ? fmt : muster_strerror(err), ap);
   va_end(ap);
+  /* A long message is cut at a character's first byte, not inside one. */
+  if (n >= (int)sizeof(msg)) {
+    size_t end = sizeof(msg) - 1, lead = end - 1, need;
+    unsigned char b;
+    while (lead > 0 && ((unsigned char)msg[lead] & 0xC0) == 0x80)
+      lead--;
+    b = (unsigned char)msg[lead];
+    need = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+    if (lead + need > end)
+      msg[lead] = '\0';
+  }
   e = json_pack("{s:s, s:s}", "code", muster_error_name(err), "message", msg);
+  /* Jansson takes no invalid UTF-8: the error still has a body then,
+   * with the code's own sentence, rather than a dropped connection. */
+  if (!e)
+    e = json_pack("{s:s, s:s}", "code", muster_error_name(err), "message", muster_strerror(err));
+  if (!e)
+    return MHD_NO;
   if (field)
     json_object_set_new(e, "field", json_string(field));
   return api_respond_json(c, (unsigned)muster_error_http_status(err),

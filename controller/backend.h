@@ -37,6 +37,15 @@ struct backend_req {
   int ngpu;
 };
 
+/* What a backend holds in all, when empty: a gang (a launch whose workers
+ * must all run at once) larger than this can never start. */
+struct backend_capacity {
+  double cpu, memory; /* cores, GiB */
+  int ngpu;
+  long workers;      /* how many may be live at once */
+  const char *where; /* in words: "this host" */
+};
+
 /* Where a backend placed a worker (filled by place()). */
 struct backend_placement {
   char bind_ip[48];      /* address workerd binds to; "" to let it choose */
@@ -94,6 +103,11 @@ struct backend_ops {
   /* 0 if a worker of this size could fit the backend when empty; otherwise
    * MUSTER_E_CAPACITY with *field naming the field and a sentence in msg. */
   int (*could_ever_fit)(const struct backend_req *r, const char **field, char *msg, size_t msglen);
+  /* Optional (NULL, or returning 0: unknown): fills *cap with what the
+   * backend holds in all and returns 1. Without it a gang is not checked
+   * as a whole (each worker still is, by could_ever_fit). Called without
+   * the state lock. */
+  int (*capacity)(struct backend_capacity *cap);
   /* Reserves room for a worker now. Returns 1 with *where filled, 0 with
    * a sentence in why ("2 cores (1.5 free of 2)") when it must wait, or -1
    * with a sentence in why when it cannot place it at all (out of memory):

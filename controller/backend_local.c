@@ -339,6 +339,7 @@ const struct backend_ops backend_local_ops = {
     .init = local_init,
     .shutdown = local_shutdown,
     .could_ever_fit = local_could_ever_fit,
+    .capacity = local_capacity,
     .place = local_place,
     .submit = local_submit,
     .cancel = local_cancel,

@@ -165,6 +165,8 @@ uint64_t local_gpus_parse(const char *s);
 /* ---- local_table.c: the operations on room (they take lb.mu) ---- */
 
 int local_could_ever_fit(const struct backend_req *r, const char **field, char *msg, size_t msglen);
+/* backend_ops.capacity: the host's cores, memory, GPUs and addresses. */
+int local_capacity(struct backend_capacity *cap);
 int local_place(const char *id, const struct backend_req *r, struct backend_placement *where,
                 char *why, size_t whylen);
 void local_release(const char *id);

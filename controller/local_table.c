@@ -3,12 +3,13 @@
  * records: lookup by id, and the room each record holds (cores and memory
  * for admission, GPUs, a loopback address), with the operations that
  * reserve and give back room (place, release) or report it
- * (could_ever_fit, usage). See local_internal.h for the other parts.
+ * (could_ever_fit, capacity, usage). See local_internal.h for the other parts.
  */
 #include "local_internal.h"
 
 #include "fault.h"
 #include "muster_errors.h"
+#include "resources.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +171,8 @@ static void unreserve(struct lproc *p) {
 
 int local_could_ever_fit(const struct backend_req *r, const char **field, char *msg,
                          size_t msglen) {
+  char cores[48], gib[48], gpus[32];
+
   if (r->cpu > lb.cfg.cpus + 1e-9)
     *field = "cpu";
   else if (r->memory > lb.cfg.memory + 1e-9)
@@ -178,11 +181,23 @@ int local_could_ever_fit(const struct backend_req *r, const char **field, char *
     *field = "nvidia_gpu";
   else
     return 0;
+  res_words_cores(lb.cfg.cpus, cores, sizeof(cores));
+  res_words_gib(lb.cfg.memory, gib, sizeof(gib));
+  res_words_gpus(lb.cfg.gpus, gpus, sizeof(gpus));
   snprintf(msg, msglen,
-           "%s: the request can never fit the local backend (it has %g cores, %g GiB of "
-           "memory and %d GPUs in all)",
-           *field, lb.cfg.cpus, lb.cfg.memory, lb.cfg.gpus);
+           "%s: the request can never fit the local backend (it has %s, %s of memory and %s in "
+           "all)",
+           *field, cores, gib, gpus);
   return MUSTER_E_CAPACITY;
+}
+
+int local_capacity(struct backend_capacity *cap) {
+  cap->cpu = lb.cfg.cpus;
+  cap->memory = lb.cfg.memory;
+  cap->ngpu = lb.cfg.gpus;
+  cap->workers = IP_SLOTS; /* each live worker holds a loopback address */
+  cap->where = "this host";
+  return 1;
 }
 
 int local_place(const char *id, const struct backend_req *r, struct backend_placement *where,
@@ -190,23 +205,28 @@ int local_place(const char *id, const struct backend_req *r, struct backend_plac
   struct lproc *p;
   uint64_t mask = 0;
   int slot, taken = 0, ok = 0;
+  char want[48], free_s[32], all[32];
 
   pthread_mutex_lock(&lb.mu);
   /* A little slack absorbs float rounding of fractional cores. */
   if (lb.cpu_used + r->cpu > lb.cfg.cpus + 1e-9) {
-    snprintf(why, whylen, "%g cores (%g free of %g)", r->cpu,
-             lb.cfg.cpus - lb.cpu_used < 0 ? 0 : lb.cfg.cpus - lb.cpu_used, lb.cfg.cpus);
+    /* The request and what is free read apart ("1 core (0.9999 free"). */
+    res_words_apart(r->cpu, lb.cfg.cpus - lb.cpu_used, all, free_s, sizeof(all));
+    res_words_cores_of(all, want, sizeof(want));
+    res_words_amount(lb.cfg.cpus, all, sizeof(all));
+    snprintf(why, whylen, "%s (%s free of %s)", want, free_s, all);
     goto out;
   }
   if (lb.memory_used + r->memory > lb.cfg.memory + 1e-9) {
-    snprintf(why, whylen, "%g GiB of memory (%g free of %g)", r->memory,
-             lb.cfg.memory - lb.memory_used < 0 ? 0 : lb.cfg.memory - lb.memory_used,
-             lb.cfg.memory);
+    res_words_apart(r->memory, lb.cfg.memory - lb.memory_used, all, free_s, sizeof(all));
+    snprintf(want, sizeof(want), "%s GiB", all);
+    res_words_amount(lb.cfg.memory, all, sizeof(all));
+    snprintf(why, whylen, "%s of memory (%s free of %s)", want, free_s, all);
     goto out;
   }
   if (r->ngpu > free_gpus()) {
-    snprintf(why, whylen, "%d GPUs (%d free of %d on this host)", r->ngpu, free_gpus(),
-             lb.cfg.gpus);
+    res_words_gpus(r->ngpu, want, sizeof(want));
+    snprintf(why, whylen, "%s (%d free of %d on this host)", want, free_gpus(), lb.cfg.gpus);
     goto out;
   }
   p = lp_find(id);

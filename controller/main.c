@@ -5,6 +5,7 @@
 #include "hostport.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "resources.h"
 #include "state.h"
 #include "util.h"
 
@@ -319,11 +320,14 @@ int main(int argc, char **argv) {
     state_cleanup();
     return 1;
   }
-  if (strcmp(g.backend->name, "local") == 0)
-    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %g core%s, %.1f GiB, %d GPU%s)",
-        g.controller_url, g.cfg.state_dir, g.cfg.cpus, g.cfg.cpus == 1 ? "" : "s", g.cfg.memory,
-        g.cfg.gpus, g.cfg.gpus == 1 ? "" : "s");
-  else
+  if (strcmp(g.backend->name, "local") == 0) {
+    char cores[48], gib[48], gpus[32];
+    res_words_cores(g.cfg.cpus, cores, sizeof(cores));
+    res_words_gib(g.cfg.memory, gib, sizeof(gib));
+    res_words_gpus(g.cfg.gpus, gpus, sizeof(gpus));
+    LOG(LOG_INFO, "listening on %s (state in %s, local backend: %s, %s, %s)", g.controller_url,
+        g.cfg.state_dir, cores, gib, gpus);
+  } else
     LOG(LOG_INFO, "listening on %s (state in %s, %s backend%s%s)", g.controller_url,
         g.cfg.state_dir, g.backend->name, g.cfg.slurm_partition[0] ? ", partition " : "",
         g.cfg.slurm_partition);

@@ -25,8 +25,10 @@ static const char usage_run[] =
     "Output comes prefixed with role and index. When any worker fails the rest are\n"
     "stopped and the failure is reported; every worker is stopped at the end.\n"
     "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
-    "the wait for the workers to start. The workers and their ranks start here\n"
-    "(--cwd DIR: there) and find COMMAND on this shell's PATH.\n"
+    "the wait for the workers to start; while they wait, what for is printed. A\n"
+    "run's workers must all run at once: a run that could never fit is refused.\n"
+    "The workers and their ranks start here (--cwd DIR: there) and find COMMAND\n"
+    "on this shell's PATH.\n"
     "\n"
     "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
     "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
@@ -69,6 +71,14 @@ static void run_restart(void *arg, int attempt, const char *cause) {
   (void)o;
   fprintf(stderr, "muster run: restart %d: ", attempt);
   print_failure(stderr, cause, "  ");
+  fflush(stderr);
+}
+
+/* What the workers wait for while they are not all running yet (libmuster
+ * says so after 2 s, and when the reasons change). */
+static void run_waiting(void *arg, const char *what) {
+  (void)arg;
+  fprintf(stderr, "muster run: not running yet: %s\n", what);
   fflush(stderr);
 }
 
@@ -189,6 +199,7 @@ int cmd_run(int argc, char **argv) {
   o.argc = (size_t)(argc - i);
   o.on_output = run_output;
   o.on_restart = run_restart;
+  o.on_waiting = run_waiting;
   /* The rsh agent and the rank launcher are this very program. */
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
@@ -199,9 +210,16 @@ int cmd_run(int argc, char **argv) {
     return code;
   rc = muster_run_cluster(c, &o, &r);
   if (rc) {
-    code = call_failed(c, rc);
+    /* Its own line, which no worker's or mpirun's passed-through line
+     * can look like: run_cluster (Python) raises with this code. */
+    const char *msg = muster_client_errmsg(c), *field = muster_client_errfield(c);
+    fprintf(stderr, "muster run: ERROR: %s: %s", muster_error_name(rc),
+            msg && *msg ? msg : muster_strerror(rc));
+    if (field)
+      fprintf(stderr, " (field: %s)", field);
+    fputc('\n', stderr);
     muster_client_free(c);
-    return code;
+    return exit_code_for(rc);
   }
   if (r.exit_code == 0) {
     char ps[64] = "";

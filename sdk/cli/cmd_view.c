@@ -1,6 +1,7 @@
 /* cmd_view.c: the commands that show workers: muster ps (ls), show and
  * logs, and the table and the full view they print. */
 #include "cli.h"
+#include "resources.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -9,7 +10,8 @@ static const char usage_ps[] =
     "usage: muster ps [-a] [--session S] [--status S]... [--role R] [--json]\n"
     "\n"
     "Lists workers of every session (--session S: of one), newest first: the\n"
-    "live ones, or all with -a.\n";
+    "live ones, or all with -a. WHY says what a scheduling worker waits for, or\n"
+    "why a worker failed (its first line; muster show prints it whole).\n";
 
 static const char usage_show[] = "usage: muster show [--json] ID...\n\nShows workers in full.\n";
 
@@ -41,13 +43,39 @@ static void fmt_usage(const muster_worker *w, char *buf, size_t size) {
   snprintf(buf, size, "%.1fs/%s", u.cpu_seconds, mem);
 }
 
+/* The last cell of a row, WHY: what a scheduling worker waits for (cut to
+ * WHY_MAX bytes, on a character's boundary, with "..."), or why it failed
+ * (the sentence and its stderr's last line), so a table keeps one line per
+ * worker. */
+#define WHY_MAX 100
+static void fmt_why(const muster_worker *w, char *buf, size_t size) {
+  char why[512];
+  size_t n;
+
+  if (!muster_worker_waiting_for(w, why + 12, sizeof(why) - 12)) {
+    /* One line a worker: the sentence and its stderr's last line. */
+    fmt_failure_line(w->failure ? w->failure : "", buf, size);
+    return;
+  }
+  memcpy(why, "waiting for ", 12);
+  n = strcspn(why, "\r\n");
+  why[n] = '\0';
+  if (n > WHY_MAX) {
+    n = WHY_MAX - 3;
+    while (n > 0 && ((unsigned char)why[n] & 0xC0) == 0x80)
+      n--;
+    memcpy(why + n, "...", 4);
+  }
+  snprintf(buf, size, "%s", why);
+}
+
 static void print_table(const muster_worker_list *l) {
   printf("%-12s  %-10s  %-15s  %-8s  %-10s  %-15s  %5s  %6s  %12s  %3s  %5s  %4s  %s\n", "ID",
          "STATUS", "SESSION", "ROLE", "NAME", "IP", "CPU", "MEM", "USED", "GPU", "AGE", "EXIT",
-         "FAILURE");
+         "WHY");
   for (size_t i = 0; i < l->count; i++) {
     const muster_worker *w = &l->items[i];
-    char age[16], code[16], used[40], failure[4096];
+    char age[16], code[16], used[40], why[4096];
 
     fmt_age(age_of(w->created_at), age, sizeof(age));
     if (w->has_exit_code)
@@ -57,12 +85,11 @@ static void print_table(const muster_worker_list *l) {
     else
       snprintf(code, sizeof(code), "-");
     fmt_usage(w, used, sizeof(used));
-    /* One line a worker: the sentence and its stderr's last line. */
-    fmt_failure_line(w->failure ? w->failure : "", failure, sizeof(failure));
+    fmt_why(w, why, sizeof(why));
     printf("%-12s  %-10s  %-15s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %12s  %3d  %5s  %4s  %s\n",
            w->id, muster_status_name(w->status), w->session ? w->session : "-",
            w->role ? w->role : "-", w->name ? w->name : "-", w->ip_address ? w->ip_address : "-",
-           w->cpu, w->memory, used, w->nvidia_gpu, age, code, failure);
+           w->cpu, w->memory, used, w->nvidia_gpu, age, code, why);
   }
 }
 
@@ -73,10 +100,24 @@ static void print_show(const muster_worker *w) {
     printf("failure:     ");
     print_failure(stdout, w->failure, "             ");
   }
+  {
+    char why[512];
+    if (muster_worker_waiting_for(w, why, sizeof(why)))
+      printf("waiting for: %s\n", why);
+  }
   printf("session:     %s\n", w->session ? w->session : "-");
   printf("role:        %s\n", w->role ? w->role : "-");
   printf("name:        %s\n", w->name ? w->name : "-");
-  printf("resources:   %g cores, %g GiB, %d GPUs\n", w->cpu, w->memory, w->nvidia_gpu);
+  {
+    char cores[48], gib[48], gpus[32], amount[32];
+    /* What was asked for, exactly as %g would (12.25 cores, 1.234 GiB). */
+    res_words_amount_digits(w->cpu, 6, amount, sizeof(amount));
+    res_words_cores_of(amount, cores, sizeof(cores));
+    res_words_amount_digits(w->memory, 6, amount, sizeof(amount));
+    snprintf(gib, sizeof(gib), "%s GiB", amount);
+    res_words_gpus(w->nvidia_gpu, gpus, sizeof(gpus));
+    printf("resources:   %s, %s, %s\n", cores, gib, gpus);
+  }
   {
     muster_usage u;
     if (muster_worker_usage(w, &u))

@@ -289,10 +289,17 @@ int cmd_await(int argc, char **argv) {
              r.workers.items[i].ip_address ? r.workers.items[i].ip_address : "-");
     for (size_t i = 0; i < r.failures.count; i++) {
       const muster_worker *w = &r.failures.items[i];
-      printf("%s  %s  %s%s", w->id, muster_status_name(w->status),
-             w->ip_address ? w->ip_address : "-", w->failure ? "  " : "");
-      /* The lines its stderr ended with, indented under it. */
-      print_failure(stdout, w->failure ? w->failure : "", "    ");
+      char why[200];
+      /* Still waiting at the timeout: for what. */
+      if (muster_worker_waiting_for(w, why, sizeof(why))) {
+        printf("%s  %s  %s  waiting for %s\n", w->id, muster_status_name(w->status),
+               w->ip_address ? w->ip_address : "-", why);
+      } else {
+        printf("%s  %s  %s%s", w->id, muster_status_name(w->status),
+               w->ip_address ? w->ip_address : "-", w->failure ? "  " : "");
+        /* The lines its stderr ended with, indented under it. */
+        print_failure(stdout, w->failure ? w->failure : "", "    ");
+      }
     }
   }
   if (r.timed_out)

@@ -83,6 +83,12 @@ typedef struct muster_usage {
  * controller says null). */
 int muster_worker_usage(const muster_worker *w, muster_usage *u);
 
+/* Why w waits in `scheduling` ("1 core (0 free of 2)"; "the Slurm queue:
+ * Resources"), as the controller last recorded it: copies it into buf (size
+ * bytes, cut to fit) and returns 1; returns 0 with buf "" when w waits for
+ * nothing recorded (it is not scheduling, or no placement was tried yet). */
+int muster_worker_waiting_for(const muster_worker *w, char *buf, size_t size);
+
 void muster_worker_cleanup(muster_worker *w);
 /* Frees the items of l and empties it; NULL is a no-op. */
 void muster_worker_list_free(muster_worker_list *l);
@@ -422,6 +428,11 @@ typedef struct muster_run_opts {
    * NULL, this process's working directory. The workers get this process's
    * PATH. */
   const char *cwd;
+  /* Called while the workers are not all running yet, with what they wait
+   * for ("worker 2 (w-...) waits for 1 core (0 free of 2)"): after 2 s of
+   * waiting, then whenever the reasons change (not their counts or free
+   * amounts). NULL: not told. */
+  void (*on_waiting)(void *arg, const char *what);
 } muster_run_opts;
 
 typedef struct muster_run_result {

@@ -1,6 +1,7 @@
 /* run.c: muster_run_cluster(), see muster.h: the run's session, lease and
  * record, and its attempts (run_attempt.c), restarted from the trainer's
  * checkpoint while max_restarts allows. */
+#include "client_internal.h"
 #include "internal.h"
 #include "muster.h"
 #include "run_internal.h"
@@ -130,6 +131,8 @@ static const char *mode_name(muster_run_mode m) {
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
   char session[72], ckpt[1024] = "", causes[CAUSES_MAX] = "", why[sizeof(r->failure)];
+  char why_field[64] = "";
+  long status;
   const char **argv = NULL;
   muster_lease *lease = NULL;
   size_t argc = o->argc;
@@ -225,6 +228,9 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   }
   /* The record's end is best effort: the training's outcome stands. */
   muster_run_failure_fit_(rc ? muster_client_errmsg(c) : r->failure, why, sizeof(why));
+  status = c->last_status;
+  if (rc && muster_client_errfield(c))
+    snprintf(why_field, sizeof(why_field), "%s", muster_client_errfield(c));
   {
     char *summary = NULL;
     if (!why[0] && r->summary)
@@ -235,6 +241,12 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
      * runs out (or forever without one); the training's outcome stands. */
     (void)erc;
     free(summary);
+  }
+  /* The caller reads the error of the run (a launch refused), not the
+   * record's. */
+  if (rc) {
+    (void)muster_set_errorf_(c, rc, why_field[0] ? why_field : NULL, "%s", why);
+    c->last_status = status; /* the launch's 422, not the record's 200 */
   }
   /* A run that succeeded needs its own checkpoint no more; a failed one
    * keeps it (--resume by hand). */

@@ -72,6 +72,111 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
   return 0;
 }
 
+/* What the workers of the attempt that are not running yet wait for, in
+ * words, into buf: "worker 2 (w-...) waits for 1 core (0 free of 2)", one
+ * clause per worker (the first four; then how many more), "" when none
+ * waits. Terminal ones are left out: they are failures, not waits. */
+static void waiting_words(const struct run *run, const muster_worker_list *pending, char *buf,
+                          size_t len) {
+  size_t used = 0, named = 0, more = 0;
+
+  buf[0] = '\0';
+  for (size_t k = 0; k < pending->count; k++) {
+    const muster_worker *w = &pending->items[k];
+    const char *role = "worker";
+    char why[200];
+    long index = -1;
+    if (muster_status_terminal(w->status))
+      continue;
+    if (named == 4) {
+      more++;
+      continue;
+    }
+    for (size_t i = 0; i < run->ps.count; i++)
+      if (strcmp(run->ps.items[i].id, w->id) == 0) {
+        role = "ps";
+        index = (long)i;
+      }
+    for (size_t i = 0; index < 0 && i < run->workers.count; i++)
+      if (strcmp(run->workers.items[i].id, w->id) == 0)
+        index = (long)i;
+    if (!muster_worker_waiting_for(w, why, sizeof(why)))
+      snprintf(why, sizeof(why), "%s", w->status == MUSTER_STARTING ? "its start" : "room");
+    if (used < len)
+      used += (size_t)snprintf(buf + used, len - used, "%s%s %ld (%s) waits for %s",
+                               named ? "; " : "", role, index, w->id, why);
+    named++;
+  }
+  if (more && used < len)
+    snprintf(buf + used, len - used, "; and %zu more", more);
+}
+
+/* The reasons the scheduling workers of pending wait for, without the
+ * amounts that come and go ("1 core" of "1 core (0.5 free of 2)"), each
+ * once, into buf: what on_waiting is told again only when it changes.
+ * Workers only starting wait for nothing a user can change. */
+static void waiting_key(const muster_worker_list *pending, char *buf, size_t len) {
+  size_t used = 0;
+
+  buf[0] = '\0';
+  for (size_t k = 0; k < pending->count && used < len; k++) {
+    char why[200], needle[204], *paren;
+    if (pending->items[k].status != MUSTER_SCHEDULING ||
+        !muster_worker_waiting_for(&pending->items[k], why, sizeof(why)))
+      continue;
+    paren = strstr(why, " (");
+    if (paren)
+      *paren = '\0';
+    snprintf(needle, sizeof(needle), "|%s|", why);
+    if (strstr(buf, needle))
+      continue;
+    used += (size_t)snprintf(buf + used, len - used, "%s%s|", used ? "" : "|", why);
+  }
+}
+
+/* Awaits every worker of the attempt running (or one of them ended), up to
+ * o->timeout_seconds (0: no limit), into *ar. It waits a second at a time,
+ * so that it can tell o->on_waiting what the workers wait for: not in the
+ * first 2 s (a start that is only slow says nothing), then once, and again
+ * whenever the reasons change (not their counts or free amounts); the
+ * words of the last wait go to waiting (len bytes). Returns 0 or the
+ * controller's error. */
+static int await_start(muster_client *c, struct run *run, const char *const *ids, size_t n,
+                       muster_await_result *ar, char *waiting, size_t len) {
+  const muster_run_opts *o = run->o;
+  double t0 = now_s(), deadline = o->timeout_seconds > 0 ? t0 + o->timeout_seconds : 0;
+  char told[1024] = "";
+  int rc;
+
+  waiting[0] = '\0';
+  for (;;) {
+    double slice = 1.0, left = deadline ? deadline - now_s() : slice;
+    char words[1024];
+    int ended = 0;
+    if (left < slice)
+      slice = left > 0.01 ? left : 0.01;
+    muster_await_result_free(ar);
+    rc = muster_await(c, ids, n, 0, slice, ar);
+    if (rc || !ar->timed_out)
+      return rc;
+    for (size_t k = 0; k < ar->failures.count; k++)
+      ended |= muster_status_terminal(ar->failures.items[k].status);
+    waiting_words(run, &ar->failures, words, sizeof(words));
+    snprintf(waiting, len, "%s", words);
+    if (o->on_waiting && now_s() - t0 >= 2.0) {
+      char key[sizeof(told)];
+      waiting_key(&ar->failures, key, sizeof(key));
+      if (key[0] && strcmp(key, told) != 0) {
+        snprintf(told, sizeof(told), "%s", key);
+        o->on_waiting(o->arg, words);
+      }
+    }
+    /* One ended: no need to wait for the rest. */
+    if (ended || (deadline && now_s() >= deadline))
+      return 0;
+  }
+}
+
 /* One attempt of the run: launches, awaits, runs the command, stops every
  * worker. Returns 0 when it got as far as running (r->failure says whether
  * the command failed), or the controller's error. */
@@ -82,7 +187,7 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
   struct monitor mon;
   pthread_t mon_thread;
   int mon_started = 0, rc;
-  char master[64];
+  char master[64], waiting[1024];
   const char **ids = NULL;
   muster_await_result ar;
   json_t *cluster = NULL, *ps = json_array(), *wk = json_array();
@@ -126,7 +231,7 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
     ids[i] = run.ps.items[i].id;
   for (size_t i = 0; i < run.workers.count; i++)
     ids[run.ps.count + i] = run.workers.items[i].id;
-  rc = muster_await(c, ids, run.ps.count + run.workers.count, 0, o->timeout_seconds, &ar);
+  rc = await_start(c, &run, ids, run.ps.count + run.workers.count, &ar, waiting, sizeof(waiting));
   if (rc)
     goto stop;
   if (ar.failures.count) {
@@ -135,10 +240,18 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
     for (size_t k = 0; k < ar.failures.count; k++)
       if (ar.failures.items[k].status == MUSTER_STOPPED)
         run.final = 1;
-    muster_run_fail_(&run, f->id, "%s %s did not start: %s", f->role ? f->role : "worker", f->id,
-                     ar.timed_out && !muster_status_terminal(f->status)
-                         ? "still not running when the timeout passed"
-                         : (f->failure ? f->failure : muster_status_name(f->status)));
+    /* An ended one is the cause; else the timeout, and what they waited for. */
+    for (size_t k = 0; k < ar.failures.count; k++)
+      if (muster_status_terminal(ar.failures.items[k].status)) {
+        f = &ar.failures.items[k];
+        break;
+      }
+    if (!muster_status_terminal(f->status))
+      muster_run_fail_(&run, f->id, "did not start in %g s: %s", o->timeout_seconds,
+                       waiting[0] ? waiting : "still not running when the timeout passed");
+    else
+      muster_run_fail_(&run, f->id, "%s %s did not start: %s", f->role ? f->role : "worker", f->id,
+                       f->failure ? f->failure : muster_status_name(f->status));
     goto stop;
   }
   /* The running workers, with their addresses, in launch order. */

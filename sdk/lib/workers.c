@@ -32,6 +32,17 @@ int muster_worker_usage(const muster_worker *w, muster_usage *u) {
   return ok;
 }
 
+int muster_worker_waiting_for(const muster_worker *w, char *buf, size_t size) {
+  json_t *o = w && w->json && w->status == MUSTER_SCHEDULING ? json_loads(w->json, 0, NULL) : NULL;
+  const char *why = o ? json_string_value(json_object_get(o, "waiting_for")) : NULL;
+  int ok = why && *why;
+
+  if (size)
+    snprintf(buf, size, "%s", ok ? why : "");
+  json_decref(o);
+  return ok;
+}
+
 int muster_status_terminal(muster_status s) {
   switch (s) {
 #define MUSTER_X_STATUS(sym, name, terminal)                                                       \

@@ -596,11 +596,14 @@ class Client:
                 then are not stopped.
 
         Returns:
-            dict: ``{"workers": [...], "failures": [...], "timed_out": bool}``.
+            dict: ``{"workers": [...], "failures": [...], "timed_out": bool,
+            "waiting_for": {id: why}}``.
             ``workers`` holds the workers that reached the target (running,
             or succeeded with ``wait_for_completion``); ``failures`` every
             other one: failed, stopped, finished before it ran, or still
-            pending when the timeout hit.
+            pending when the timeout hit. ``waiting_for`` says, for each one
+            still ``scheduling`` at the timeout, what it waits for (e.g.
+            ``"1 core (0 free of 2)"``); :func:`run_cluster` raises with it.
 
         Raises:
             MusterError: e.g. ``not_found`` for an unknown id.
@@ -615,9 +618,13 @@ class Client:
             sock_timeout = self.timeout  # the server refuses the value at once
         answer = self._request("POST", "/api/v1/workers/await", body, timeout=sock_timeout)
         path = "/api/v1/workers/await"
+        failures = self._expect(answer, "failures", "POST", path)
         return {"workers": self._expect(answer, "workers", "POST", path),
-                "failures": self._expect(answer, "failures", "POST", path),
-                "timed_out": bool(answer.get("timed_out", False))}
+                "failures": failures,
+                "timed_out": bool(answer.get("timed_out", False)),
+                "waiting_for": {w["id"]: w["waiting_for"] for w in failures
+                                if isinstance(w, dict) and w.get("status") == "scheduling"
+                                and w.get("waiting_for")}}
 
     def stop_workers(self, *worker_id):
         """Stops workers.
@@ -696,7 +703,13 @@ class Client:
         many>}``, whose ``logs(rank)`` reads a rank's output back; raises
         :class:`MusterError` (code ``"training_failed"``, with the same
         :class:`Run` as ``.run``) naming the worker that failed and why (every
-        cause, after restarts). The workers are stopped in every case.
+        cause, after restarts; workers that did not start in
+        ``timeout_seconds``: what each waited for), or with the launch's
+        refusal (``"exceeds_capacity"``: workers that could never run at once,
+        with the arithmetic), or with the code of any other call of ``muster
+        run``'s own that failed (``"unreachable"``, ``"conflict"``, ...: its
+        ``muster run: ERROR: <code>: ...`` line). The workers are stopped in
+        every case.
 
         ``max_restarts`` (torchrun's ``--max-restarts``): when a worker or a
         rank fails, every worker is stopped, new ones start and the command
@@ -748,9 +761,10 @@ class Client:
         args += ["--"] + [str(a) for a in command]
         env = dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.token,
                    MUSTER_SESSION=self.session)
+        # UTF-8 whatever the locale (the arithmetic of a refusal has "×").
         with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1) as proc:
-            last, failure, run_id, restarts = None, None, None, 0
+                              encoding="utf-8", errors="replace", bufsize=1) as proc:
+            last, failure, run_id, restarts, refused = None, None, None, 0, None
             quoting = False
             for line in proc.stdout:
                 line = line.rstrip("\n")
@@ -764,6 +778,15 @@ class Client:
                 if line.startswith("muster run: FAILED: "):
                     failure = line[len("muster run: FAILED: "):]
                     quoting = True
+                elif line.startswith("muster run: ERROR: "):
+                    # A call of muster run's own failed ("muster run: ERROR:
+                    # exceeds_capacity: 3 workers × 1 core = 3 cores, but
+                    # ..."): its code and words. Only this prefix: mpirun's
+                    # untagged lines pass through as they are, and the rsh
+                    # agent's "muster: poll: ..." is not muster run's error.
+                    code_words = line[len("muster run: ERROR: "):].split(": ", 1)
+                    if len(code_words) == 2 and re.match(r"^[a-z_]+$", code_words[0]):
+                        refused = code_words
                 elif line.startswith("muster run: restart "):
                     restarts += 1
                 elif line.startswith("muster run: the workers were stopped; the run is "):
@@ -772,6 +795,9 @@ class Client:
                     last = line.split("] ", 1)[1]
             code = proc.wait()
         n_ps = int(n_ps) if mode == "ps" else 0
+        if code != 0 and failure is None and refused is not None:
+            m = re.match(r"^(.*) \(field: ([a-z_]+)\)$", refused[1])
+            raise MusterError(refused[0], m.group(1) if m else refused[1], m and m.group(2))
         if code != 0:
             err = MusterError("training_failed",
                               failure or "muster run exited with code %d" % code)
@@ -909,10 +935,11 @@ def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
             limit. Default 60.
 
     Returns:
-        dict: ``{"workers": [...], "failures": [...], "timed_out": bool}``:
-        the workers that reached the target state (running, or succeeded),
-        and the ones that did not (failed, stopped, or still pending at the
-        timeout).
+        dict: ``{"workers": [...], "failures": [...], "timed_out": bool,
+        "waiting_for": {id: why}}``: the workers that reached the target
+        state (running, or succeeded), the ones that did not (failed,
+        stopped, or still pending at the timeout), and what each one still
+        ``scheduling`` waits for (``"1 core (0 free of 2)"``).
     """
     return default_client().await_workers(ids, wait_for_completion=wait_for_completion,
                                           timeout_seconds=timeout_seconds)

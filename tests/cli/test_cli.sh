@@ -582,8 +582,43 @@ check "  ... at its timeout, not before (took ${MS} ms; the bound above leaves a
   eval '[ $MS -ge 900 ] && [ $MS -lt 9000 ]'
 check "  ... says timed out, and the worker is still scheduling" \
   eval 'has "$ERR" "timed out" && hasE "$OUT" "^$BIG2 +scheduling"'
+check "  ... and says what the worker still waits for" \
+  eval 'hasE "$OUT" "^$BIG2 +scheduling +- +waiting for 1 core \(0 free of 1\)$"'
 run env MUSTER_STATE_DIR="$ST2" "$MUSTER" show "$BIG2"
 check "  ... the timed-out worker was not stopped" eval 'hasE "$OUT" "^status: +scheduling$"'
+# Waits explain themselves: the controller knew why (waiting_for), the user
+# saw only "scheduling".
+check "muster_show_says_what_a_worker_waits_for (waiting for: 1 core (0 free of 1))" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^waiting for: 1 core \(0 free of 1\)$"'
+run env MUSTER_STATE_DIR="$ST2" "$MUSTER" ps
+check "muster_ps_shows_a_waiting_workers_reason (WHY: waiting for 1 core (0 free of 1)), one line per worker" \
+  eval '[ $RC = 0 ] && hasE "$(head -1 <<<"$OUT")" " WHY$" && hasE "$OUT" "^$BIG2 +scheduling .* waiting for 1 core \(0 free of 1\)$" && [ "$(nlines "$OUT")" = 3 ]'
+run 20 script -qec "env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST2' '$MUSTER' await --running --timeout 2 $BIG2" /dev/null
+check "await's live line on a terminal says what a scheduling worker waits for" \
+  eval '[ $RC = 1 ] && has "$OUT" "0/1 running, 1 scheduling (waiting for 1 core (0 free of 1))"'
+# On a 40-column terminal each drawing of the line fits in 39 columns, cut
+# with "…": a longer line wrapped, and "\r\033[K" cleared only its last
+# row, so every redraw left a stale row behind.
+run 20 script -qec "stty cols 40; env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST2' '$MUSTER' await --running --timeout 2 $BIG2" /dev/null
+# (each drawing is "\r\033[K" and "N/M running, ..."; the last clearing is
+# followed by await's own output, which is not the live line)
+WIDEST=$(printf '%s' "$OUT" | tr '\r' '\n' | sed 's/\x1b\[K//g' | grep -aE '^[0-9]+/[0-9]+ ' |
+  LC_ALL=C.UTF-8 awk '{ if (length($0) > w) w = length($0) } END { print w + 0 }')
+check "await_live_line_fits_a_40_column_terminal (widest drawing: $WIDEST columns)" \
+  eval '[ $RC = 1 ] && [ "$WIDEST" -le 39 ] && has "$OUT" "0/1 running, 1 scheduling (waiting for…"'
+# muster run's workers wait behind BIG2: it says for what while it waits,
+# and its timeout names it (it said "still not running when the timeout
+# passed" after 60 s of silence).
+run 40 env MUSTER_STATE_DIR="$ST2" "$MUSTER" run --mode exec --workers 1 --cpu 1 --timeout 3 -- true
+check "muster_run_start_timeout_names_what_it_waited_for (did not start in 3 s: worker 0 (w-...) waits for 1 core (0 free of 1))" \
+  eval '[ $RC = 1 ] && hasE "$ERR" "^muster run: FAILED: did not start in 3 s: worker 0 \(w-[a-z0-9]{10}\) waits for 1 core \(0 free of 1\)$"'
+check "  ... and said what it waited for while it waited, once (it did not change)" \
+  eval '[ "$(grep -cE "^muster run: not running yet: worker 0 \(w-[a-z0-9]{10}\) waits for 1 core \(0 free of 1\)$" <<<"$ERR")" = 1 ]'
+# A run's workers must run at once: 2 × 1 core never fit 1 core, and the
+# launch says so at once (it was accepted and waited out its timeout).
+run 40 env MUSTER_STATE_DIR="$ST2" "$MUSTER" run --mode exec --workers 2 --cpu 1 -- true
+check "a run that can never fit is refused at once with the arithmetic (exit 4, took ${MS} ms)" \
+  eval '[ $RC = 4 ] && has "$ERR" "2 workers × 1 core = 2 cores, but this host has 1 core in all" && [ $MS -lt 10000 ]'
 run env MUSTER_STATE_DIR="$ST2" "$MUSTER" stop "$BIG1"
 run env MUSTER_STATE_DIR="$ST2" "$MUSTER" await --running --timeout 15 "$BIG2"
 check "  ... and it runs once the first one is stopped" eval '[ $RC = 0 ] && hasE "$OUT" "^$BIG2 +running"'

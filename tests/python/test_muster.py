@@ -187,8 +187,17 @@ class MusterTestCase(unittest.TestCase):
         """c.launch_workers(...), remembered for the cleanup."""
         ws = _note(c.launch_workers(*args, **kw))
         ids = [w["id"] for w in ws]
-        self.addCleanup(lambda: _note(c.stop_workers(*ids)))
+        self.addCleanup(lambda: self._stop_and_await(c, ids))
         return ws
+
+    def _stop_and_await(self, c, ids):
+        """Stops ids and waits for them to end: a worker still in its stop
+        grace holds its cores, and the next test's workers would wait."""
+        _note(c.stop_workers(*ids))
+        try:
+            c.await_workers(ids, wait_for_completion=True, timeout_seconds=30)
+        except muster.MusterError:
+            pass  # ended some other way: what matters is that they did
 
     def env(self, **values):
         """Replaces the MUSTER_* environment for this test (None unsets)."""
@@ -272,6 +281,65 @@ class RunCluster(MusterTestCase):
         self.assertIn("worker 1", e.exception.message)
         self.assertIn("exited with code 3", e.exception.message)
         self.assertLess(time.monotonic() - t0, 15)
+
+    def test_a_start_timeout_raises_naming_what_the_worker_waited_for(self):
+        # It raised "did not start: still not running when the timeout passed".
+        c = self.client("rc-waits")
+        big = self.launch(c, 1, 8, 0.5)[0]
+        c.await_workers(big, wait_for_completion=False, timeout_seconds=30)
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(1, 0, 1, 0.25, mode="exec", command=["true"], timeout_seconds=2,
+                          output=lambda line: None)
+        self.assertEqual(e.exception.code, "training_failed")
+        self.assertRegex(e.exception.message, r"^did not start in 2 s: worker 0 \(w-[a-z0-9]{10}\) "
+                                              r"waits for 1 core \(0 free of 8\)$")
+
+    def test_a_cluster_that_can_never_run_at_once_is_refused_with_the_arithmetic(self):
+        c = self.client("rc-gang")
+        t0 = time.monotonic()
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(3, 0, 4, 0.25, mode="exec", command=["true"], output=lambda line: None)
+        self.assertEqual(e.exception.code, "exceeds_capacity")
+        self.assertEqual(e.exception.field, "cpu")
+        self.assertIn("3 workers × 4 cores = 12 cores, but this host has 8 cores in all",
+                      e.exception.message)
+        self.assertLess(time.monotonic() - t0, 15)
+
+    def test_a_passed_through_muster_poll_line_is_not_taken_for_muster_runs_error(self):
+        # mpirun's untagged lines pass through as they are, and the rsh agent
+        # prints "muster: poll: ..." on its way out: run_cluster took the
+        # first "muster: <word>: ..." line for muster run's own error and
+        # raised MusterError("poll"). A stand-in for muster run prints what an
+        # allreduce run whose restart's launch was refused prints.
+        fake = os.path.join(CTL["state_dir"], "fake-muster-run")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "echo '[rank-0] step 1'\n"
+                    "echo 'muster: poll: Interrupted system call' >&2\n"
+                    "echo 'muster run: restart 1: rank 1 (w-aaaaaaaaaa) exited with code 3' >&2\n"
+                    "echo 'muster run: ERROR: conflict: run r-aaaaaaaaaa has ended' >&2\n"
+                    "exit 4\n")
+        os.chmod(fake, 0o755)
+        self.env(MUSTER_CLI=fake)
+        c = self.client("rc-poll")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.5, 0.25, mode="allreduce", command=["true"],
+                          output=lambda line: None)
+        self.assertEqual(e.exception.code, "conflict")
+        self.assertEqual(e.exception.message, "run r-aaaaaaaaaa has ended")
+
+    def test_an_allreduce_run_printing_a_muster_poll_line_that_fails_raises_training_failed(self):
+        if not shutil.which("mpirun"):
+            self.skipTest("Open MPI's mpirun is not installed")
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"), OMPI_ALLOW_RUN_AS_ROOT="1",
+                 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        c = self.client("rc-ar-poll")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(2, 0, 0.5, 0.25, mode="allreduce", output=lambda line: None, command=[
+                "sh", "-c", 'echo "muster: poll: x"; echo "muster: poll: x" >&2; '
+                            'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'])
+        self.assertEqual(e.exception.code, "training_failed")
+        self.assertRegex(e.exception.message, r"^rank 1 \(w-[a-z0-9]+\) exited with code 3$")
 
     def test_an_allreduce_rank_that_fails_raises_naming_the_rank_its_worker_and_the_cause(self):
         # mpirun's exit code alone ("mpirun exited with code 3") named none of them.
@@ -400,6 +468,18 @@ class AwaitRunning(MusterTestCase):
                          [(waiting["id"], "scheduling")])
         self.assertGreaterEqual(elapsed, 0.9)
         self.assertLess(elapsed, 5)
+
+
+    def test_an_await_timeout_says_what_each_waiting_worker_waits_for(self):
+        # The controller knew why a worker waited; await said only
+        # "timed_out" and the worker's status.
+        c = self.client("waits")
+        big = self.launch(c, 1, 8, 0.5)[0]
+        c.await_workers(big, wait_for_completion=False, timeout_seconds=30)
+        waiting = self.launch(c, 1, 1, 0.5)[0]
+        r = c.await_workers(waiting, wait_for_completion=False, timeout_seconds=1)
+        self.assertTrue(r["timed_out"])
+        self.assertEqual(r["waiting_for"], {waiting["id"]: "1 core (0 free of 8)"})
 
 
 class Failures(MusterTestCase):

@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 static const char usage_run[] =
-    "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
+    "usage: muster run --mode ps|allreduce|exec [--ps K] [--workers N] [--cpu C]\n"
     "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
     "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
     "                  [--no-lease] [--run-dir DIR] [--cwd DIR] -- COMMAND [ARGS...]\n"
     "\n"
-    "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
+    "Launches K parameter servers (ps mode only; one or more) and N workers\n"
+    "(default 2) of C cores (default 1), G GiB (default 1) and --gpu K GPUs (default\n"
+    "0) each (parameter servers: no GPU, --ps-cpu and --ps-memory, default the\n"
+    "workers'), awaits them, and runs COMMAND (--port P, default 2222, in TF_CONFIG):\n"
     "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
     "  allreduce  as mpirun -np N COMMAND here, one rank inside each worker: Open\n"
     "             MPI's daemons and ranks start through the exec channels (one\n"
@@ -121,10 +124,12 @@ int cmd_run(int argc, char **argv) {
       mode_given = 1;
     } else if (strcmp(a, "--workers") == 0 || strcmp(a, "--ps") == 0 || strcmp(a, "--gpu") == 0 ||
                strcmp(a, "--port") == 0) {
+      int lo = strcmp(a, "--workers") == 0 ? 1 : 0;
+      int hi = strcmp(a, "--port") == 0 ? 65535 : strcmp(a, "--gpu") == 0 ? 64 : 1024;
       i++;
-      if (parse_int(v, strcmp(a, "--workers") == 0 ? 1 : 0, strcmp(a, "--port") == 0 ? 65535 : 1024,
-                    &l) != 0)
-        return usage_error(usage_run, "%s must be a whole number, not \"%s\"", a, v);
+      if (parse_int(v, lo, hi, &l) != 0)
+        return usage_error(usage_run, "%s must be a whole number from %d to %d, not \"%s\"", a, lo,
+                           hi, v);
       if (a[2] == 'w')
         o.n_workers = (int)l;
       else if (a[3] == 's')

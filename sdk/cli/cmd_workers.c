@@ -303,11 +303,11 @@ int cmd_await(int argc, char **argv) {
     }
   }
   if (r.timed_out)
-    fprintf(stderr, "muster: timed out after %g s waiting for %zu of %zu workers to %s\n", timeout,
-            r.failures.count, ids.n, wfc ? "end" : "run");
+    fprintf(stderr, "muster: timed out after %g s waiting for %zu of %zu worker%s to %s\n", timeout,
+            r.failures.count, ids.n, ids.n == 1 ? "" : "s", wfc ? "end" : "run");
   else if (r.failures.count)
-    fprintf(stderr, "muster: %zu of %zu workers did not %s\n", r.failures.count, ids.n,
-            wfc ? "succeed" : "reach running");
+    fprintf(stderr, "muster: %zu of %zu worker%s did not %s\n", r.failures.count, ids.n,
+            ids.n == 1 ? "" : "s", wfc ? "succeed" : "reach running");
   code = r.failures.count || r.timed_out ? EXIT_WORKERS : EXIT_OK;
 out:
   muster_await_result_free(&r);

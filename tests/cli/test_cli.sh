@@ -192,6 +192,9 @@ m frobnicate
 check "unknown command exits 2 and names it" eval '[ $RC = 2 ] && has "$ERR" "frobnicate" && [ -z "$OUT" ]'
 m
 check "no command exits 2" eval '[ $RC = 2 ] && has "$ERR" "usage: muster"'
+m run --mode exec --gpu 100 -- true
+check "muster run --gpu 100 exits 2 naming the range the controller takes (0 to 64)" \
+  eval '[ $RC = 2 ] && has "$ERR" "--gpu must be a whole number from 0 to 64"'
 m rank -- true
 check "muster rank outside muster run's mpirun exits 2 naming what is missing" \
   eval '[ $RC = 2 ] && has "$ERR" "OMPI_COMM_WORLD_RANK is not set"'

@@ -12,7 +12,8 @@ static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] --workers N [--cpu C]\n"
     "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
     "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
-    "                  [--no-lease] [--run-dir DIR] [--cwd DIR] -- COMMAND [ARGS...]\n"
+    "                  [--no-lease] [--run-dir DIR] [--cwd DIR] [--path P|--no-path]\n"
+    "                  -- COMMAND [ARGS...]\n"
     "\n"
     "Launches K parameter servers and N workers, awaits them, and runs COMMAND:\n"
     "  ps         on every PS and worker, with TF_CONFIG and MUSTER_CLUSTER\n"
@@ -26,7 +27,9 @@ static const char usage_run[] =
     "stopped and the failure is reported; every worker is stopped at the end.\n"
     "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
     "the wait for the workers to start. The workers and their ranks start here\n"
-    "(--cwd DIR: there) and find COMMAND on this shell's PATH.\n"
+    "(--cwd DIR: there; --cwd - or '', or MUSTER_SEND_CWD=0: in the controller's\n"
+    "--workdir) and find COMMAND on this shell's PATH (--path P: on P; --no-path,\n"
+    "--path '' or MUSTER_SEND_PATH=0: on the worker's own).\n"
     "\n"
     "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
     "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
@@ -96,6 +99,8 @@ int cmd_run(int argc, char **argv) {
       break;
     } else if (strcmp(a, "--no-lease") == 0) {
       o.lease_ttl = -1;
+    } else if (strcmp(a, "--no-path") == 0) {
+      o.path = "";
     } else if (!v) {
       return unknown_option(usage_run, a);
     } else if (strcmp(a, "--mode") == 0) {
@@ -164,9 +169,15 @@ int cmd_run(int argc, char **argv) {
       o.run_dir = v;
     } else if (strcmp(a, "--cwd") == 0) {
       i++;
-      if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0)
+      if (!*v || strcmp(v, "-") == 0)
+        o.cwd = ""; /* the controller's --workdir */
+      else if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0)
         return usage_error(usage_run, "--cwd %s is not a directory here: give an absolute path", v);
-      o.cwd = cwd_abs;
+      else
+        o.cwd = cwd_abs;
+    } else if (strcmp(a, "--path") == 0) {
+      i++;
+      o.path = v;
     } else {
       return unknown_option(usage_run, a);
     }

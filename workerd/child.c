@@ -504,45 +504,6 @@ bool child_exec_failed(int status_fd, struct exec_status *st) {
   return n == (ssize_t)sizeof(*st);
 }
 
-/* The PATH of envp (borrowed), or NULL. */
-static const char *envp_path(char *const *envp) {
-  for (char *const *e = envp; e && *e; e++)
-    if (strncmp(*e, "PATH=", 5) == 0)
-      return *e + 5;
-  return NULL;
-}
-
-/* Writes to buf (size bytes) the sentence for a child that failed before
- * its command started (st), which ran argv in cwd with envp, checking
- * script first (cwd and script may be NULL): "script /p/x.py not found",
- * "muster-train: not found on the worker's PATH (/a:/b)", "the working
- * directory /p does not exist on this worker's host". */
-void child_failure_sentence(const struct exec_status *st, const char *cwd, const char *script,
-                            char *const *argv, char *const *envp, char *buf, size_t size) {
-  const char *path = envp_path(envp);
-
-  if (st->stage == STAGE_SCRIPT && st->err == ENOENT)
-    snprintf(buf, size, "script %s not found", script);
-  else if (st->stage == STAGE_SCRIPT)
-    snprintf(buf, size, "script %s cannot be read: %s", script, strerror(st->err));
-  else if (st->stage == STAGE_CHDIR && st->err == ENOENT)
-    snprintf(buf, size, "the working directory %s does not exist on this worker's host", cwd);
-  else if (st->stage == STAGE_CHDIR)
-    snprintf(buf, size, "cannot change to the working directory %s: %s", cwd, strerror(st->err));
-  else if (st->stage == STAGE_EXEC && st->err == ENOENT && !strchr(argv[0], '/'))
-    snprintf(buf, size, "%s: not found on the worker's PATH (%.300s)", argv[0],
-             path ? path : "unset");
-  else if (st->stage == STAGE_EXEC && st->err == ENOENT)
-    snprintf(buf, size, "%s: not found", argv[0]);
-  else if (st->stage == STAGE_EXEC)
-    snprintf(buf, size, "cannot run \"%s\": %s", argv[0], strerror(st->err));
-  else if (st->stage == STAGE_CONFINE)
-    snprintf(buf, size, "cannot isolate \"%s\": %s", argv[0], strerror(st->err));
-  else
-    snprintf(buf, size, "cannot set up the standard streams of \"%s\": %s", argv[0],
-             strerror(st->err));
-}
-
 /* ------------------------------------------------------------------------ */
 /* The worker's command                                                     */
 

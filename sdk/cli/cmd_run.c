@@ -12,7 +12,8 @@ static const char usage_run[] =
     "usage: muster run --mode ps|allreduce|exec [--ps K] [--workers N] [--cpu C]\n"
     "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
     "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
-    "                  [--no-lease] [--run-dir DIR] [--cwd DIR] -- COMMAND [ARGS...]\n"
+    "                  [--no-lease] [--run-dir DIR] [--cwd DIR] [--path P|--no-path]\n"
+    "                  -- COMMAND [ARGS...]\n"
     "\n"
     "Launches K parameter servers (ps mode only; one or more) and N workers\n"
     "(default 2) of C cores (default 1), G GiB (default 1) and --gpu K GPUs (default\n"
@@ -30,8 +31,10 @@ static const char usage_run[] =
     "Exit code 0 only if the training succeeded. --timeout (default 60 s) bounds\n"
     "the wait for the workers to start; while they wait, what for is printed. A\n"
     "run's workers must all run at once: a run that could never fit is refused.\n"
-    "The workers and their ranks start here (--cwd DIR: there) and find COMMAND\n"
-    "on this shell's PATH.\n"
+    "The workers and their ranks start here (--cwd DIR: there; --cwd - or '', or\n"
+    "MUSTER_SEND_CWD=0: in the controller's --workdir) and find COMMAND on this\n"
+    "shell's PATH (--path P: on P; --no-path, --path '' or MUSTER_SEND_PATH=0: on\n"
+    "the worker's own).\n"
     "\n"
     "The run is recorded (muster runs). While it lasts it holds its session's lease\n"
     "(ttl --lease-ttl, default 30 s): if this command dies, even by kill -9, the\n"
@@ -109,6 +112,8 @@ int cmd_run(int argc, char **argv) {
       break;
     } else if (strcmp(a, "--no-lease") == 0) {
       o.lease_ttl = -1;
+    } else if (strcmp(a, "--no-path") == 0) {
+      o.path = "";
     } else if (!v) {
       return unknown_option(usage_run, a);
     } else if (strcmp(a, "--mode") == 0) {
@@ -179,9 +184,15 @@ int cmd_run(int argc, char **argv) {
       o.run_dir = v;
     } else if (strcmp(a, "--cwd") == 0) {
       i++;
-      if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0)
+      if (!*v || strcmp(v, "-") == 0)
+        o.cwd = ""; /* the controller's --workdir */
+      else if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0)
         return usage_error(usage_run, "--cwd %s is not a directory here: give an absolute path", v);
-      o.cwd = cwd_abs;
+      else
+        o.cwd = cwd_abs;
+    } else if (strcmp(a, "--path") == 0) {
+      i++;
+      o.path = v;
     } else {
       return unknown_option(usage_run, a);
     }

@@ -24,7 +24,11 @@ static const char usage_launch[] =
     "  --code STR        run inline code with the kernel ('!cmd' runs a shell command)\n"
     "  --kernel K        interpreter for --script/--code (default python3)\n"
     "  --cwd DIR         where the workers start and a relative --script is found\n"
-    "                    (default: here; they get this shell's PATH too)\n"
+    "                    (default: here, unless MUSTER_SEND_CWD=0; --cwd - or '':\n"
+    "                    the controller's --workdir)\n"
+    "  --path P          the PATH their commands are looked up on (default: this\n"
+    "                    shell's, less empty and . entries, unless\n"
+    "                    MUSTER_SEND_PATH=0; --no-path or --path '': the worker's own)\n"
     "  -- CMD ARGS       run a command directly\n"
     "  --arg A           an argument for the script (repeatable)\n"
     "  --env K=V         environment variable (repeatable)\n"
@@ -118,12 +122,20 @@ int cmd_launch(int argc, char **argv) {
       o.kernel = v;
     } else if (strcmp(a, "--cwd") == 0) {
       VALUE();
-      if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0) {
+      if (!*v || strcmp(v, "-") == 0) {
+        o.cwd = ""; /* the controller's --workdir */
+      } else if (cli_abs_dir(v, cwd_abs, sizeof(cwd_abs)) != 0) {
         code =
             usage_error(usage_launch, "--cwd %s is not a directory here: give an absolute path", v);
         goto out;
+      } else {
+        o.cwd = cwd_abs;
       }
-      o.cwd = cwd_abs;
+    } else if (strcmp(a, "--path") == 0) {
+      VALUE();
+      o.path = v;
+    } else if (strcmp(a, "--no-path") == 0) {
+      o.path = "";
     } else if (strcmp(a, "--arg") == 0) {
       VALUE();
       if (strv_push(&args, v) != 0) {

@@ -145,11 +145,15 @@ typedef struct muster_launch_opts {
   const char *run; /* the run (muster_run_record_new()) the workers join, or NULL */
   /* Where the workers start, and relative scripts resolve (absolute):
    * NULL, this process's working directory (as CML's workers start in the
-   * session's project directory); "": the controller's --workdir. */
+   * session's project directory), unless the environment has
+   * MUSTER_SEND_CWD=0; "": the controller's --workdir. Not UTF-8:
+   * MUSTER_E_INVALID naming cwd. */
   const char *cwd;
   /* The PATH the workers' commands are looked up on: NULL, this process's
-   * PATH (its commands are found as its shell finds them); "": the worker's
-   * own. An env PATH wins over both. */
+   * PATH less its empty and "." entries (its commands are found as its
+   * shell finds them), unless the environment has MUSTER_SEND_PATH=0; "":
+   * the worker's own. An env PATH wins over both. Not UTF-8:
+   * MUSTER_E_INVALID naming path. */
   const char *path;
 } muster_launch_opts;
 
@@ -425,14 +429,18 @@ typedef struct muster_run_opts {
   /* Called when a restart begins (attempt = 1, 2, ...), with its cause. */
   void (*on_restart)(void *arg, int attempt, const char *cause);
   /* Where the workers and their ranks start (muster_launch_opts' cwd):
-   * NULL, this process's working directory. The workers get this process's
-   * PATH. */
+   * NULL, this process's working directory (unless MUSTER_SEND_CWD=0);
+   * "": the controller's --workdir (for allreduce, the ranks then start
+   * where mpirun's daemons do). */
   const char *cwd;
   /* Called while the workers are not all running yet, with what they wait
    * for ("worker 2 (w-...) waits for 1 core (0 free of 2)"): after 2 s of
    * waiting, then whenever the reasons change (not their counts or free
    * amounts). NULL: not told. */
   void (*on_waiting)(void *arg, const char *what);
+  /* The workers' PATH (muster_launch_opts' path): NULL, this process's
+   * (unless MUSTER_SEND_PATH=0); "": the worker's own. */
+  const char *path;
 } muster_run_opts;
 
 typedef struct muster_run_result {

@@ -48,12 +48,60 @@ static json_t *kv_object(muster_client *c, const char *what, const char *const *
   return o;
 }
 
-/* Sets cwd and path of a launch body req from o: by default this
- * process's working directory and PATH. Returns 0, or an error set on c. */
-static int launch_where(muster_client *c, const muster_launch_opts *o, json_t *req) {
-  char here[PATH_MAX];
-  const char *cwd = o->cwd, *path = o->path ? o->path : getenv("PATH");
+/* Whether the environment variable name (MUSTER_SEND_CWD or
+ * MUSTER_SEND_PATH) lets a launch send this process's cwd or PATH: any
+ * value but "0". */
+static int sends(const char *name) {
+  const char *v = getenv(name);
+  return !v || strcmp(v, "0") != 0;
+}
 
+/* This process's PATH without its empty and "." entries (which would
+ * search the workers' cwd): a new string, or NULL if there is none. */
+static char *client_path(void) {
+  const char *p = getenv("PATH");
+  char *out;
+  size_t n = 0;
+
+  if (!p || !(out = malloc(strlen(p) + 1)))
+    return NULL;
+  while (*p) {
+    size_t len = strcspn(p, ":");
+    if (len > 0 && !(len == 1 && p[0] == '.')) {
+      if (n)
+        out[n++] = ':';
+      memcpy(out + n, p, len);
+      n += len;
+    }
+    p += len + (p[len] == ':');
+  }
+  out[n] = '\0';
+  return out;
+}
+
+/* Sets key (cwd or path) of a launch body req to v, unless v is NULL or
+ * "". Returns 0, or an error set on c (v not UTF-8). */
+static int set_where(muster_client *c, json_t *req, const char *key, const char *v) {
+  if (!v || !*v)
+    return 0;
+  if (json_object_set_new(req, key, json_string(v)) != 0)
+    return muster_set_errorf_(c, MUSTER_E_INVALID, key,
+                              "%s is not UTF-8 text: give a %s that is (\"\": the %s)", key, key,
+                              key[0] == 'c' ? "controller's --workdir" : "worker's own PATH");
+  return 0;
+}
+
+/* Sets cwd and path of a launch body req from o: by default this
+ * process's working directory and PATH (less its empty and "." entries),
+ * unless MUSTER_SEND_CWD=0 / MUSTER_SEND_PATH=0. Returns 0, or an error
+ * set on c. */
+static int launch_where(muster_client *c, const muster_launch_opts *o, json_t *req) {
+  char here[PATH_MAX], *own = NULL;
+  const char *cwd = o->cwd, *path = o->path;
+  int rc;
+
+  if (!cwd && !sends("MUSTER_SEND_CWD"))
+    cwd = "";
   if (!cwd) {
     if (!getcwd(here, sizeof(here)))
       return muster_set_errorf_(c, MUSTER_E_INVALID, "cwd",
@@ -61,11 +109,13 @@ static int launch_where(muster_client *c, const muster_launch_opts *o, json_t *r
                                 strerror(errno));
     cwd = here;
   }
-  if (*cwd)
-    json_object_set_new(req, "cwd", json_string(cwd));
-  if (path && *path)
-    json_object_set_new(req, "path", json_string(path));
-  return 0;
+  if (!path && sends("MUSTER_SEND_PATH"))
+    path = own = client_path();
+  rc = set_where(c, req, "cwd", cwd);
+  if (rc == 0)
+    rc = set_where(c, req, "path", path);
+  free(own);
+  return rc;
 }
 
 /* The launch body of o: a new object, or NULL with c's error set. */

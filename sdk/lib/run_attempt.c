@@ -38,6 +38,7 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
     lo[ng].session = session;
     lo[ng].run = run->run_id[0] ? run->run_id : NULL;
     lo[ng].cwd = o->cwd;
+    lo[ng].path = o->path;
     ng++;
   }
   muster_launch_opts_init(&lo[ng]);
@@ -49,6 +50,7 @@ static int launch_cluster(muster_client *c, struct run *run, const char *session
   lo[ng].session = session;
   lo[ng].run = run->run_id[0] ? run->run_id : NULL;
   lo[ng].cwd = o->cwd;
+  lo[ng].path = o->path;
   ng++;
   rc = muster_launch_groups(c, lo, ng, &all);
   if (rc)

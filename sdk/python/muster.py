@@ -531,9 +531,13 @@ class Client:
                 client's session).
             cwd (str, optional): the absolute directory the workers start in
                 (default: this process's working directory, as CML's workers
-                start in the project directory; ``""``: the controller's).
+                start in the project directory; ``""``, or ``MUSTER_SEND_CWD=0``
+                in the environment: the controller's ``--workdir``).
             path (str, optional): the PATH their commands are looked up on
-                (default: this process's ``PATH``; ``""``: the worker's own).
+                (default: this process's ``PATH`` less its empty and ``.``
+                entries; ``""``, or ``MUSTER_SEND_PATH=0`` in the environment:
+                the worker's own). A cwd or PATH that is not UTF-8 raises
+                ``MusterError`` naming it.
 
         Returns:
             list of dict: the launched workers, as the REST API describes
@@ -550,10 +554,9 @@ class Client:
             kernel = _own_kernel()
         if kernel is not None:
             body["kernel"] = kernel
-        cwd = os.getcwd() if cwd is None else cwd
+        cwd, path = _launch_where(cwd, path)
         if cwd:
             body["cwd"] = cwd
-        path = os.environ.get("PATH") if path is None else path
         if path:
             body["path"] = path
         if script:
@@ -885,13 +888,57 @@ def default_client():
 
 
 def _own_kernel():
-    """This process's interpreter (sys.executable), where the controller
-    takes it as a kernel (a path of letters, digits and . _ - + /, at most
-    255 characters), else "python3"."""
+    """This process's interpreter (sys.executable), where it is a python
+    (its name starts with "python": not the host program of an embedded
+    interpreter such as uwsgi) that can be run, and the controller takes it
+    as a kernel (a path of letters, digits and . _ - + /, at most 255
+    characters); else "python3"."""
     exe = sys.executable or ""
-    if exe and len(exe) <= 255 and re.fullmatch(r"[A-Za-z0-9._+/-]+", exe):
+    if (exe and len(exe) <= 255 and re.fullmatch(r"[A-Za-z0-9._+/-]+", exe)
+            and os.path.basename(exe).startswith("python") and os.access(exe, os.X_OK)):
         return exe
     return "python3"
+
+
+def _sends(name):
+    """Whether the environment variable name (MUSTER_SEND_CWD or
+    MUSTER_SEND_PATH) lets a launch send this process's cwd or PATH: any
+    value but "0"."""
+    return os.environ.get(name) != "0"
+
+
+def _client_path(path):
+    """path without its empty and "." entries (which would search the
+    workers' cwd)."""
+    return ":".join(e for e in path.split(":") if e and e != ".")
+
+
+def _utf8(value, field):
+    """value, or MusterError naming field where it is not UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MusterError("invalid_value", "%s %r is not UTF-8: give %s" % (field, value, field),
+                          field) from None
+    return value
+
+
+def _launch_where(cwd, path):
+    """The cwd and PATH a launch sends: by default this process's working
+    directory and PATH (unless MUSTER_SEND_CWD=0 / MUSTER_SEND_PATH=0);
+    "" sends none (the controller's --workdir, the worker's own PATH)."""
+    if cwd is None:
+        cwd = ""
+        if _sends("MUSTER_SEND_CWD"):
+            try:
+                cwd = os.getcwd()
+            except OSError as e:
+                raise MusterError("invalid_value",
+                                  "the notebook's working directory no longer exists (%s): "
+                                  "pass cwd=" % (e.strerror or e), "cwd") from None
+    if path is None:
+        path = _client_path(os.environ.get("PATH", "")) if _sends("MUSTER_SEND_PATH") else ""
+    return _utf8(cwd, "cwd"), _utf8(path, "path")
 
 
 def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="",
@@ -906,7 +953,9 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
         nvidia_gpu (int, optional): GPUs for each worker. Default 0.
         kernel (str, optional): the kernel/interpreter of ``script`` or
             ``code``. Default ``"python3"``: this process's own interpreter
-            (``sys.executable``).
+            (``sys.executable``, where it is a python; an explicit
+            ``"python3"`` is taken the same way: give ``"/usr/bin/python3"``
+            or ``"python3.X"`` to insist on another).
         script (str, optional): the script each worker runs (a relative
             path resolves against ``cwd``: this process's directory).
         code (str, optional): the source each worker runs, instead of a

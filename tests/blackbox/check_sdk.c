@@ -254,6 +254,58 @@ START_TEST(a_relative_script_from_a_client_in_another_directory_runs) {
 }
 END_TEST
 
+/* The worker's "cwd" and "path" as the controller has them, "null" for
+ * none, in buf: "CWD PATH". */
+static const char *where_of(const char *id, char *buf, size_t size) {
+  json_t *w = h_worker(&ctl, id);
+  const char *cwd = json_string_value(json_object_get(w, "cwd"));
+  const char *path = json_string_value(json_object_get(w, "path"));
+
+  snprintf(buf, size, "%s %s", cwd ? cwd : "null", path ? path : "null");
+  json_decref(w);
+  return buf;
+}
+
+/* A client whose directory and PATH mean nothing on the workers' hosts
+ * opts out with MUSTER_SEND_CWD=0 / MUSTER_SEND_PATH=0; the PATH sent has
+ * no empty or "." entries; a directory or PATH that is not UTF-8 fails the
+ * launch naming it (not a launch that silently starts elsewhere). */
+START_TEST(a_launch_sends_cwd_and_path_unless_told_not_to_and_refuses_non_utf8) {
+  muster_launch_opts o;
+  muster_worker_list ws;
+  char bad[] = "/tmp/muster-j\xfcrgen-XXXXXX", here[4096], buf[8300];
+
+  up();
+  ck_assert_ptr_nonnull(getcwd(here, sizeof(here)));
+  ck_assert_ptr_nonnull(mkdtemp(bad));
+  muster_launch_opts_init(&o);
+  o.cpu = 0.1;
+  setenv("PATH", ":/usr/bin:.::/bin:", 1);
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  snprintf(buf, sizeof(buf), "%s /usr/bin:/bin", here);
+  ck_assert_str_eq(where_of(ws.items[0].id, buf + 4200, 4000), buf);
+  muster_worker_list_free(&ws);
+  setenv("MUSTER_SEND_CWD", "0", 1);
+  setenv("MUSTER_SEND_PATH", "0", 1);
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
+  ck_assert_str_eq(where_of(ws.items[0].id, buf, sizeof(buf)), "null null");
+  muster_worker_list_free(&ws);
+  unsetenv("MUSTER_SEND_CWD");
+  unsetenv("MUSTER_SEND_PATH");
+
+  ck_assert_int_eq(chdir(bad), 0);
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), MUSTER_E_INVALID);
+  ck_assert_str_eq(muster_client_errfield(cl), "cwd");
+  ck_assert_ptr_nonnull(strstr(muster_client_errmsg(cl), "cwd is not UTF-8"));
+  ck_assert_int_eq(chdir(here), 0);
+  o.path = "/opt/j\xfcrgen/bin";
+  ck_assert_int_eq(muster_launch(cl, &o, &ws), MUSTER_E_INVALID);
+  ck_assert_str_eq(muster_client_errfield(cl), "path");
+  rmdir(bad);
+  down();
+}
+END_TEST
+
 struct seen {
   int n, want;
   char to[16][16];
@@ -670,6 +722,7 @@ int main(void) {
   tcase_add_test(tc, get_list_and_stop);
   tcase_add_test(tc, logs_plain_and_followed);
   tcase_add_test(tc, a_relative_script_from_a_client_in_another_directory_runs);
+  tcase_add_test(tc, a_launch_sends_cwd_and_path_unless_told_not_to_and_refuses_non_utf8);
   tcase_add_test(tc, events_follow_and_cancel);
   tcase_add_test(tc, errors_map_back_to_the_table);
   tcase_add_test(tc, default_client_discovers_the_local_controller);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -82,6 +83,81 @@ START_TEST(a_missing_working_directory_fails_naming_it) {
 }
 END_TEST
 
+/* A script or program that is there but whose #! interpreter is not: the
+ * sentence names the interpreter, not "not found on the PATH". */
+START_TEST(a_script_whose_interpreter_is_missing_names_the_interpreter) {
+  char body[512], script[128], want[256];
+  json_t *f;
+  FILE *fp;
+
+  up();
+  snprintf(script, sizeof(script), "%s/run.sh", project);
+  fp = fopen(script, "w");
+  ck_assert_ptr_nonnull(fp);
+  fputs("#!/nowhere/bin/foo -x\necho hi\n", fp);
+  fclose(fp);
+  ck_assert_int_eq(chmod(script, 0755), 0);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"./run.sh\"], \"cwd\": \"%s\"}", project);
+  f = failure_of(body);
+  ck_assert_str_eq(h_str(f, "failure"), "./run.sh: its interpreter /nowhere/bin/foo was not found");
+  json_decref(f);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"run.sh\"], \"path\": \"/nowhere:%s\"}",
+           project);
+  f = failure_of(body);
+  snprintf(want, sizeof(want), "%s: its interpreter /nowhere/bin/foo was not found", script);
+  ck_assert_str_eq(h_str(f, "failure"), want);
+  json_decref(f);
+  unlink(script);
+  down();
+}
+END_TEST
+
+/* Writes to buf (size bytes) head, then unit n times, then tail. */
+static void repeat(char *buf, size_t size, const char *head, const char *unit, int n,
+                   const char *tail) {
+  size_t len = (size_t)snprintf(buf, size, "%s", head);
+
+  for (int i = 0; i < n && len < size; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s", unit);
+  if (len < size)
+    snprintf(buf + len, size - len, "%s", tail);
+}
+
+/* A PATH or a working directory with non-ASCII characters, long enough that
+ * the sentence is cut inside one: the sentence still comes back (cut at a
+ * character), not a worker lost for want of an exit report. */
+START_TEST(a_long_non_ascii_path_or_cwd_still_fails_with_its_sentence) {
+  char body[1400], want[700];
+  json_t *f;
+  const char *got;
+
+  up();
+  /* "/xyzw" then ":/ü"s: byte 300 of the PATH falls inside a "ü". */
+  repeat(body, sizeof(body),
+         "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"muster-no-such-train\"], \"path\": \"/xyzw",
+         ":/\xc3\xbc", 100, "\"}");
+  f = failure_of(body);
+  repeat(want, sizeof(want), "muster-no-such-train: not found on the worker's PATH (/xyzw",
+         ":/\xc3\xbc", 73, ":/\xe2\x80\xa6)");
+  ck_assert_str_eq(h_str(f, "failure"), want);
+  json_decref(f);
+
+  /* A name too long to change to: "cannot change to the working directory
+   * /abc" is 43 bytes, so the reason's 511 bytes end inside a "ü". */
+  repeat(body, sizeof(body),
+         "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": \"true\", \"cwd\": \"/abc",
+         "\xc3\xbc", 300, "\"}");
+  f = failure_of(body);
+  got = h_str(f, "failure");
+  repeat(want, sizeof(want), "cannot change to the working directory /abc", "\xc3\xbc", 234, "");
+  ck_assert_msg(strncmp(got, want, strlen(want)) == 0, "failure: %s", got);
+  json_decref(f);
+  down();
+}
+END_TEST
+
 /* The worker object says where it starts and on which PATH; a launch that
  * names neither (an older client) gets null: the controller's --workdir
  * and the worker's own PATH, as before. A relative cwd is refused. */
@@ -140,6 +216,8 @@ int main(void) {
   tcase_add_test(tc, a_missing_command_says_not_found_on_the_workers_path);
   tcase_add_test(tc, a_missing_working_directory_fails_naming_it);
   tcase_add_test(tc, a_worker_says_where_it_starts_and_a_relative_cwd_is_refused);
+  tcase_add_test(tc, a_script_whose_interpreter_is_missing_names_the_interpreter);
+  tcase_add_test(tc, a_long_non_ascii_path_or_cwd_still_fails_with_its_sentence);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -702,6 +702,35 @@ fi
 w4 launch --cwd no-such-dir-here
 check "launch --cwd with a relative directory that is not here: exit 2, naming it" \
   eval '[ $RC = 2 ] && has "$ERR" "no-such-dir-here is not a directory here"'
+# A client whose directory and PATH mean nothing on the workers' hosts (a
+# laptop, a CI runner) opts out: the controller's --workdir, the worker's PATH.
+where() { jq -r '.[0] | "\(.cwd) \(.path)"' <<<"$OUT"; }
+w4 launch --cpu 0.1 --cwd '' --no-path --json
+check "launch --cwd '' --no-path: the workers start in the controller's --workdir with their own PATH" \
+  eval '[ $RC = 0 ] && [ "$(where)" = "null null" ]'
+OPTED=$(jq -r '.[0].id' <<<"$OUT")
+w4 launch --cpu 0.1 --cwd - --path /usr/bin:/bin --json
+check "launch --cwd - --path P: the controller's --workdir, PATH P" \
+  eval '[ $RC = 0 ] && [ "$(where)" = "null /usr/bin:/bin" ]'
+OPTED="$OPTED $(jq -r '.[0].id' <<<"$OUT")"
+MUSTER_SEND_CWD=0 MUSTER_SEND_PATH=0 w4 launch --cpu 0.1 --json
+check "MUSTER_SEND_CWD=0 MUSTER_SEND_PATH=0: launch sends neither this shell's directory nor its PATH" \
+  eval '[ $RC = 0 ] && [ "$(where)" = "null null" ]'
+OPTED="$OPTED $(jq -r '.[0].id' <<<"$OUT")"
+run env MUSTER_STATE_DIR="$ST4" PATH=":$TMP/clientbin:.::/usr/bin:/bin:" "$MUSTER" launch --cpu 0.1 --json
+check "the PATH a launch sends has no empty or . entries (which would search the project directory)" \
+  eval '[ $RC = 0 ] && [ "$(jq -r ".[0].path" <<<"$OUT")" = "$TMP/clientbin:/usr/bin:/bin" ]'
+OPTED="$OPTED $(jq -r '.[0].id' <<<"$OUT")"
+# shellcheck disable=SC2086
+run env MUSTER_STATE_DIR="$ST4" "$MUSTER" stop $OPTED
+w4 run --mode exec --workers 1 --cpu 0.1 --timeout 30 --cwd - --no-path -- sh -c 'echo "in $(pwd -P)"'
+check "muster run --cwd - --no-path starts the workers in the controller's --workdir, found on their own PATH" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^\[worker-0\] in $(cd "$TMP/where-wd" && pwd -P)$"'
+NOTUTF8=$TMP/j$(printf '\374')rgen
+mkdir -p "$NOTUTF8"
+w4 launch --cpu 0.1 --cwd "$NOTUTF8"
+check "launch from a directory whose name is not UTF-8 fails naming cwd (not started elsewhere)" \
+  eval '[ $RC != 0 ] && [ -z "$OUT" ] && has "$ERR" "cwd is not UTF-8"'
 
 # ======================= the end =======================
 # A notebook's worker, in a session of its own: stop --all (no --session, no

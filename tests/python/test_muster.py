@@ -395,7 +395,7 @@ class WhereWorkersStart(MusterTestCase):
     and commands, as CML's workers share the session's project directory."""
 
     def setUp(self):
-        self.project = tempfile.mkdtemp(prefix="muster-project-")
+        self.project = os.path.realpath(tempfile.mkdtemp(prefix="muster-project-"))
         self.addCleanup(shutil.rmtree, self.project, True)
         with open(os.path.join(self.project, "where.py"), "w") as f:
             f.write("import json, os, sys\n"
@@ -426,6 +426,51 @@ class WhereWorkersStart(MusterTestCase):
         res = c.run_cluster(1, 0, 0.1, 0.25, mode="exec", worker_script="where.py",
                             output=lambda line: None)
         self.assertEqual(res["summary"], {"cwd": self.project, "exe": sys.executable})
+
+    def test_muster_send_cwd_and_path_0_leave_the_workers_in_the_controllers_workdir(self):
+        self.env(MUSTER_SEND_CWD="0", MUSTER_SEND_PATH="0")
+        ws = self.launch(self.client("where"), 1, 0.2, 0.25)
+        self.assertEqual((ws[0]["cwd"], ws[0]["path"]), (None, None))
+
+    def test_launch_workers_with_cwd_and_path_empty_sends_neither(self):
+        ws = self.launch(self.client("where"), 1, 0.2, 0.25, cwd="", path="")
+        self.assertEqual((ws[0]["cwd"], ws[0]["path"]), (None, None))
+
+    def test_the_path_sent_has_no_empty_or_dot_entries(self):
+        with mock.patch.dict(os.environ, {"PATH": ":/usr/bin:.::/bin:"}):
+            ws = self.launch(self.client("where"), 1, 0.2, 0.25)
+        self.assertEqual(ws[0]["path"], "/usr/bin:/bin")
+
+    def test_a_deleted_notebook_directory_raises_muster_error_naming_cwd(self):
+        gone = tempfile.mkdtemp(prefix="muster-gone-")
+        os.chdir(gone)
+        os.rmdir(gone)
+        with self.assertRaises(muster.MusterError) as e:
+            self.client("where").launch_workers(1, 0.2, 0.25)
+        self.assertEqual((e.exception.code, e.exception.field), ("invalid_value", "cwd"))
+        self.assertIn("pass cwd=", e.exception.message)
+
+    def test_a_path_that_is_not_utf8_raises_muster_error_naming_path(self):
+        bad = os.fsdecode(b"/opt/j\xfcrgen/bin") + ":/usr/bin"
+        with mock.patch.dict(os.environ, {"PATH": bad}):
+            with self.assertRaises(muster.MusterError) as e:
+                self.client("where").launch_workers(1, 0.2, 0.25)
+        self.assertEqual((e.exception.code, e.exception.field), ("invalid_value", "path"))
+        self.assertIn("not UTF-8", e.exception.message)
+
+
+class OwnKernel(unittest.TestCase):
+    """The default kernel is this process's interpreter only where that is
+    a python: embedded hosts (uwsgi, apache) get "python3"."""
+
+    def test_an_embedded_hosts_executable_is_not_the_kernel(self):
+        for exe in ("/usr/bin/uwsgi", "/usr/sbin/apache2", ""):
+            with mock.patch.object(sys, "executable", exe):
+                self.assertEqual(muster._own_kernel(), "python3", exe)
+
+    def test_a_python_that_cannot_be_run_is_not_the_kernel(self):
+        with mock.patch.object(sys, "executable", "/nonexistent/bin/python3"):
+            self.assertEqual(muster._own_kernel(), "python3")
 
 
 class AwaitRunning(MusterTestCase):

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -63,6 +64,26 @@ static void usage(FILE *out) {
 }
 
 /* HOST:PORT, or :PORT for every address. */
+/* 1 when dir and its levels - 1 parents are directories of root or of this
+ * user that no one else may write to; else 0. */
+static int trusted_dir(const char *dir, int levels) {
+  char path[PATH_MAX];
+  struct stat st;
+
+  if (!realpath(dir, path))
+    return 0;
+  for (int i = 0; i < levels; i++) {
+    char *slash = strrchr(path, '/');
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022))
+      return 0;
+    if (!slash || slash == path)
+      break;
+    *slash = '\0';
+  }
+  return 1;
+}
+
 static MUST_CHECK int parse_listen(const char *arg, struct ctl_config *cfg) {
   char full[600];
 
@@ -107,9 +128,11 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     char web[sizeof(cfg->web_dir)];
     snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "%s/muster-workerd", bin);
     /* An installed controller (PREFIX/bin) serves PREFIX/share/muster/web;
-     * one run from its build directory, the source tree's web/. */
+     * one run from its build directory, the source tree's web/. Only a
+     * directory nobody else could have made or filled: a build in /tmp/b
+     * must not serve a /tmp/share/muster/web another user made there. */
     if (snprintf(web, sizeof(web), "%s/../share/muster/web", bin) < (int)sizeof(web) &&
-        access(web, R_OK | X_OK) == 0)
+        trusted_dir(web, 3))
       snprintf(cfg->web_dir, sizeof(cfg->web_dir), "%s", web);
   } else {
     snprintf(cfg->workerd_path, sizeof(cfg->workerd_path), "muster-workerd");

@@ -768,6 +768,7 @@ class Client:
         with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               encoding="utf-8", errors="replace", bufsize=1) as proc:
             last, failure, run_id, restarts, refused = None, None, None, 0, None
+            said = None
             quoting = False
             for line in proc.stdout:
                 line = line.rstrip("\n")
@@ -790,6 +791,11 @@ class Client:
                     code_words = line[len("muster run: ERROR: "):].split(": ", 1)
                     if len(code_words) == 2 and re.match(r"^[a-z_]+$", code_words[0]):
                         refused = code_words
+                elif line.startswith("muster: ") and said is None:
+                    # muster run's own first word on a usage error (exit 2)
+                    # or an unreachable controller (exit 5), before mpirun
+                    # or any worker ran.
+                    said = line[len("muster: "):]
                 elif line.startswith("muster run: restart "):
                     restarts += 1
                 elif line.startswith("muster run: the workers were stopped; the run is "):
@@ -801,6 +807,8 @@ class Client:
         if code != 0 and failure is None and refused is not None:
             m = re.match(r"^(.*) \(field: ([a-z_]+)\)$", refused[1])
             raise MusterError(refused[0], m.group(1) if m else refused[1], m and m.group(2))
+        if code in (2, 5) and failure is None and said is not None:
+            raise MusterError("invalid_value" if code == 2 else "unreachable", said)
         if code != 0:
             err = MusterError("training_failed",
                               failure or "muster run exited with code %d" % code)

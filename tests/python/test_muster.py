@@ -264,6 +264,14 @@ class RunCluster(MusterTestCase):
                 "sh", "-c", 'if [ "$RANK" = 1 ]; then echo "ValueError: bad batch" >&2; exit 3; fi'])
         self.assertIn("ValueError: bad batch", e.exception.run.logs(1, "stderr"))
 
+    def test_a_request_muster_run_refuses_raises_invalid_value_with_its_words(self):
+        c = self.client("rc-usage")
+        with self.assertRaises(muster.MusterError) as e:
+            c.run_cluster(1, 0, 0.1, 0.25, nvidia_gpu=100, mode="exec", command=["true"],
+                          output=lambda line: None)
+        self.assertEqual(e.exception.code, "invalid_value")
+        self.assertIn("--gpu must be a whole number from 0 to 64", e.exception.message)
+
     def test_the_sessions_other_workers_are_left_alone(self):
         c = self.client("rc-shared")
         idle = self.launch(c, 1, 0.1, 0.25)

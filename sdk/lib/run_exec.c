@@ -46,7 +46,9 @@ static void *exec_main(void *arg) {
    * no failure to restart after. */
   if (p->rc || p->exit_code == 128 + SIGTERM || p->exit_code == 128 + SIGKILL)
     muster_run_await_worker_failure_(p->run, 3);
-  if (p->rc)
+  /* workerd's refusals (a directory that is not there, a program it may
+   * not run) come with exit code 126 and a sentence: the sentence says it. */
+  if (p->rc || (p->exit_code != 0 && p->err[0]))
     muster_run_fail_(p->run, p->target.worker_id, "%s %d (%s): %s", p->role, p->index,
                      p->target.worker_id, exec_words(p->err));
   else if (p->exit_code != 0)

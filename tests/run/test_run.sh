@@ -222,6 +222,10 @@ printf '#!/bin/sh\necho never\n' > "$tmp/notexec.sh"
 chmod 644 "$tmp/notexec.sh"
 rank_fails rfnoexec "a script the workers may not run" \
   "rank [01] \\(w-[a-z0-9]+\\): cannot run \"$tmp/notexec.sh\": Permission denied" "$tmp/notexec.sh"
+timeout 120 "$muster" run --mode exec --workers 1 --cpu 0.5 --session xfnoexec -- "$tmp/notexec.sh" \
+  > "$tmp/xfnoexec.out" 2> "$tmp/xfnoexec.err"
+check "exec: a script the worker may not run is named with workerd's words, not 'exited with code 126'" \
+  grep -Eq "^muster run: FAILED: worker 0 \\(w-[a-z0-9]+\\): cannot run \"$tmp/notexec.sh\": Permission denied" "$tmp/xfnoexec.err"
 rank_fails rfsignal "rank 1 killed by signal 9" 'rank 1 \(w-[a-z0-9]+\) was killed by signal 9' \
   sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -9 $$; fi; sleep 30'
 w=$(grep -o 'FAILED: rank 1 (w-[a-z0-9]*)' "$tmp/rfexit.err" | grep -o 'w-[a-z0-9]*')

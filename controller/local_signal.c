@@ -79,6 +79,15 @@ void local_signal_workers(struct sigjob *jobs, int n) {
       continue;
     }
     jobs[i].leader_gone = rc != 0 && jobs[i].whose != SIG_CHILD;
+    /* A stop's SIGTERM goes to the live workerd alone, which hands it to
+     * its command and its exec'd commands once each: signalled here too,
+     * through the group or the session, a command got it twice, and a TERM
+     * handler (a checkpoint) ran twice. SIGKILL, and a TERM after
+     * workerd's end, still sweep the group and the session. */
+    if (!jobs[i].leader_gone && jobs[i].sig == SIGTERM) {
+      kill(jobs[i].pid, SIGTERM);
+      continue;
+    }
     if (!jobs[i].leader_gone) {
       /* The process itself (a fork server's child may not lead its session
        * yet), its group, then (below) its session. */

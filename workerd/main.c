@@ -34,6 +34,7 @@
  */
 #include "workerd.h"
 
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
@@ -87,6 +88,9 @@ static void stop_begin(enum finish_mode mode, int signo, int64_t now) {
   wd.mode = mode;
   wd.stop_signal = signo;
   if (wd.child > 0) {
+    /* Tests: the command gets its SIGTERM from here well after a stop
+     * began, so that any other SIGTERM would reach it first. */
+    FAULT_POINT("workerd_stop_term");
     kill(wd.child, SIGTERM);
     wd.kill_at_ms = now + WD_KILL_GRACE_MS;
   } else {

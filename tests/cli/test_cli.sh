@@ -630,7 +630,9 @@ check "  ... and it runs once the first one is stopped" eval '[ $RC = 0 ] && has
 # What the command prints on its way out reaches the controller after the
 # stop was recorded (a third controller whose workerds hold back what they
 # ship once stopping, 1.5 s: the fault point workerd_ship_after_stop).
-export MUSTER_FAULT=workerd_ship_after_stop:delay=1500
+# Its workerds also hand the stop's SIGTERM to their command 0.5 s late
+# (workerd_stop_term), so that any other SIGTERM would reach it first.
+export MUSTER_FAULT=workerd_ship_after_stop:delay=1500,workerd_stop_term:delay=500
 start_controller lastwords --cpus 1 --memory 64 || notok "start a third controller (with a fault point)"
 unset MUSTER_FAULT
 ST3=$TMP/lastwords/state
@@ -647,6 +649,19 @@ OUT=$(cat "$TMP/lw.out")
 ERR=$(cat "$TMP/lw.err")
 check "logs -f on a worker stopped while it runs shows its last output and returns by itself" \
   eval '[ $RC = 0 ] && [ "$OUT" = "$(printf "first words\nlast words")" ]'
+
+# A stopped worker's command gets one SIGTERM, as in a container: its TERM
+# handler (a checkpoint, say) runs once. The controller used to signal the
+# command's session too, so the handler ran again when workerd's own TERM
+# came.
+run env MUSTER_STATE_DIR="$ST3" "$MUSTER" launch --cpu 0.1 --kernel bash \
+  --code "n=0; trap 'n=\$((n+1)); echo term \$n; sleep 1; exit 0' TERM; echo up; while :; do :; done"
+TW=$OUT
+wait_for 15 "the TERM counter to start" eval 'env MUSTER_STATE_DIR="$ST3" "$MUSTER" logs "$TW" | grep -qx up'
+run env MUSTER_STATE_DIR="$ST3" "$MUSTER" stop "$TW"
+run timeout -k 2 30 env MUSTER_STATE_DIR="$ST3" "$MUSTER" logs -f "$TW"
+check "a stopped worker's command gets SIGTERM once (its handler ran: $(tr '\n' ' ' <<<"$OUT"))" \
+  eval '[ "$OUT" = "$(printf "up\nterm 1")" ]'
 
 # ======================= where workers start =======================
 # A client in $TMP/project (not the controller's --workdir, $TMP/where-wd):

@@ -111,32 +111,31 @@ check "  ... python3 imports it from there" eval '[ $RC = 0 ] && [ "$(realpath "
 # The installed controller serves the installed web files, not the source
 # tree's: a marker added to the installed index.html comes back.
 echo "<!-- installed copy $$ -->" >>"$P/share/muster/web/index.html"
-mkdir -p "$TMP/state"
-"$P/bin/muster-controller" --listen 127.0.0.1:0 --state-dir "$TMP/state" --backend external \
-  >"$TMP/ctl.log" 2>&1 &
-CTL=$!
-for _ in $(seq 300); do [ -s "$TMP/state/url" ] && break; kill -0 $CTL 2>/dev/null || break; sleep 0.1; done
-URL=$(cat "$TMP/state/url" 2>/dev/null)
-cap curl -sf --max-time 10 "$URL/index.html"
-kill $CTL 2>/dev/null
-wait $CTL 2>/dev/null
-LOG="$LOG
+# index_served: starts the installed controller (no backend), fetches its
+# index.html into LOG (its log appended), stops it.
+index_served() {
+  local ctl url
+  mkdir -p "$TMP/state"
+  rm -f "$TMP/state/url"
+  "$P/bin/muster-controller" --listen 127.0.0.1:0 --state-dir "$TMP/state" --backend external \
+    >"$TMP/ctl.log" 2>&1 &
+  ctl=$!
+  for _ in $(seq 300); do [ -s "$TMP/state/url" ] && break; kill -0 $ctl 2>/dev/null || break; sleep 0.1; done
+  url=$(cat "$TMP/state/url" 2>/dev/null)
+  cap curl -sf --max-time 10 "$url/index.html"
+  kill $ctl 2>/dev/null
+  wait $ctl 2>/dev/null
+  LOG="$LOG
 $(cat "$TMP/ctl.log")"
+}
+index_served
 check "the installed muster-controller serves the installed web UI (share/muster/web)" \
   eval 'grep -qF "<!-- installed copy $$ -->" <<<"$LOG"'
 # ... but not one that someone else could have made or filled: with share/
 # writable by others (as /tmp/share would be, for a build in /tmp/b), the
 # controller keeps the source tree's web/.
 chmod o+w "$P/share"
-rm -f "$TMP/state/url"
-"$P/bin/muster-controller" --listen 127.0.0.1:0 --state-dir "$TMP/state" --backend external \
-  >"$TMP/ctl.log" 2>&1 &
-CTL=$!
-for _ in $(seq 300); do [ -s "$TMP/state/url" ] && break; kill -0 $CTL 2>/dev/null || break; sleep 0.1; done
-URL=$(cat "$TMP/state/url" 2>/dev/null)
-cap curl -sf --max-time 10 "$URL/index.html"
-kill $CTL 2>/dev/null
-wait $CTL 2>/dev/null
+index_served
 chmod o-w "$P/share"
 check "  ... and not a web directory others may write to (it serves the source tree's then)" \
   eval '[ $RC = 0 ] && ! grep -qF "<!-- installed copy $$ -->" <<<"$LOG" && grep -q "<html" <<<"$LOG"'

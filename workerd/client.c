@@ -1,14 +1,15 @@
 /*
- * client.c: muster-workerd's client of the controller.
+ * client.c: muster-workerd's client of the controller: registration and
+ * heartbeats, as steps the main loop drives (the calls themselves are
+ * ctl_call.c's and never block).
  *
- * One libcurl easy handle, reused for keep-alive, POSTs to
- * {url}/api/v1/workers/{id}/{suffix} (http_post()); every call blocks, bounded
- * by a 10 s timeout. A call that must get through (registration, the exit
- * report) retries with a backoff of 100 ms doubling to 5 s, for 10 minutes
- * (backoff_wait()). Registration sends the worker's address and reads its
- * assignment (the command, environment, cwd, exec token) into wd. The
- * address itself, unless MUSTER_BIND_IP gives it, is the one that packets
- * toward the controller leave from (ip_toward_controller()).
+ * Registration sends the worker's address and reads its assignment (the
+ * command, environment, cwd, exec token) into wd; it is retried with a
+ * backoff of 100 ms doubling to 5 s, for 10 minutes (backoff_next()). A
+ * heartbeat's answer may stop the worker (hb_step()). The address itself,
+ * unless MUSTER_BIND_IP gives it, is the one that packets toward the
+ * controller leave from (ip_toward_controller()), searched for with the same
+ * backoff, waited for in poll() on the self-pipe (backoff_wait()).
  */
 #include "envlists.h"
 #include "workerd.h"
@@ -18,6 +19,7 @@
 #include "util.h"
 
 #include <curl/curl.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -113,155 +115,6 @@ out:
 }
 
 /* ------------------------------------------------------------------------ */
-/* HTTP                                                                     */
-
-/* libcurl's write callback: appends the answer body to wd.answer, keeping it
- * NUL-terminated. Past WD_ANSWER_MAX it refuses the data, which aborts the
- * transfer with CURLE_WRITE_ERROR. */
-static size_t http_on_data(char *data, size_t size, size_t nmemb, void *unused) {
-  size_t n = size * nmemb;
-
-  (void)unused;
-  if (n > WD_ANSWER_MAX - wd.answer_len) {
-    wd.answer_too_big = true;
-    return 0;
-  }
-  memcpy(wd.answer + wd.answer_len, data, n);
-  wd.answer_len += n;
-  wd.answer[wd.answer_len] = '\0';
-  return n;
-}
-
-/* Creates the one curl handle, its two header lists (both carrying the
- * bearer token) and the answer buffer; http_cleanup() frees them.
- * curl_global_init() must have been called. Returns 0 or MUSTER_E_NOMEM. */
-MUST_CHECK int http_init(void) {
-  char auth[WD_TOKEN_MAX + 32];
-  struct curl_slist *l;
-  int rc = MUSTER_E_NOMEM;
-
-  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", wd.token);
-  wd.answer = malloc(WD_ANSWER_MAX + 1);
-  wd.curl = curl_easy_init();
-  if (!wd.answer || !wd.curl)
-    goto out;
-  wd.answer[0] = '\0';
-  /* curl_slist_append returns NULL on failure and leaves the list as it was,
-   * so each step keeps the list in wd where http_cleanup can free it. */
-  if (!(l = curl_slist_append(NULL, auth)))
-    goto out;
-  wd.hdr_json = l;
-  /* "Expect:" stops libcurl from waiting for a 100-continue before large
-   * bodies, which only adds a round trip against our controller. */
-  if (!(l = curl_slist_append(wd.hdr_json, "Content-Type: application/json")))
-    goto out;
-  if (!(l = curl_slist_append(wd.hdr_json, "Expect:")))
-    goto out;
-  if (!(l = curl_slist_append(NULL, auth)))
-    goto out;
-  wd.hdr_bytes = l;
-  if (!(l = curl_slist_append(wd.hdr_bytes, "Content-Type: application/octet-stream")))
-    goto out;
-  if (!(l = curl_slist_append(wd.hdr_bytes, "Expect:")))
-    goto out;
-
-  curl_easy_setopt(wd.curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(wd.curl, CURLOPT_CONNECTTIMEOUT_MS, WD_CONNECT_TIMEOUT_MS);
-  curl_easy_setopt(wd.curl, CURLOPT_TIMEOUT_MS, WD_CALL_TIMEOUT_MS);
-  curl_easy_setopt(wd.curl, CURLOPT_WRITEFUNCTION, http_on_data);
-  curl_easy_setopt(wd.curl, CURLOPT_ERRORBUFFER, wd.curl_err);
-  curl_easy_setopt(wd.curl, CURLOPT_USERAGENT, "muster-workerd/" MUSTER_VERSION);
-  /* Workers talk to the controller directly, as they talk to each other; a
-   * site-wide http_proxy meant for the internet would only get in the way. */
-  curl_easy_setopt(wd.curl, CURLOPT_PROXY, "");
-#if LIBCURL_VERSION_NUM >= 0x075500
-  curl_easy_setopt(wd.curl, CURLOPT_PROTOCOLS_STR, "http,https");
-#endif
-  rc = 0;
-out:
-  /* The token must not linger on the stack. */
-  explicit_bzero(auth, sizeof(auth));
-  return rc;
-}
-
-/* Frees what http_init() created; harmless if it failed part way. */
-void http_cleanup(void) {
-  curl_slist_free_all(wd.hdr_json);
-  curl_slist_free_all(wd.hdr_bytes);
-  if (wd.curl)
-    curl_easy_cleanup(wd.curl);
-  free(wd.answer);
-  wd.hdr_json = wd.hdr_bytes = NULL;
-  wd.curl = NULL;
-  wd.answer = NULL;
-}
-
-/* POSTs body (len bytes; JSON if json, raw bytes otherwise) to
- * {url}/api/v1/workers/{id}/{suffix}. Returns 0 when the controller answered,
- * with the status in *status and the body in wd.answer (NUL-terminated, valid
- * until the next call); MUSTER_E_UNREACHABLE when no answer came (refused,
- * timed out, reset); MUSTER_E_TOO_LARGE when the answer passed 1 MiB;
- * MUSTER_E_NOMEM. */
-MUST_CHECK int http_post(const char *suffix, bool json, const void *body, size_t len,
-                         long *status) {
-  char url[WD_URL_MAX + WD_ID_MAX + 64];
-  sigset_t block, old;
-  CURLcode cc;
-  int rc = 0;
-  int n;
-
-  n = snprintf(url, sizeof(url), "%s/api/v1/workers/%s/%s", wd.url, wd.id, suffix);
-  if (n < 0 || (size_t)n >= sizeof(url))
-    return MUSTER_E_INTERNAL;
-  wd.answer_len = 0;
-  wd.answer[0] = '\0';
-  wd.answer_too_big = false;
-  wd.curl_err[0] = '\0';
-  *status = 0;
-  curl_easy_setopt(wd.curl, CURLOPT_URL, url);
-  curl_easy_setopt(wd.curl, CURLOPT_HTTPHEADER, json ? wd.hdr_json : wd.hdr_bytes);
-  curl_easy_setopt(wd.curl, CURLOPT_POSTFIELDS, body);
-  curl_easy_setopt(wd.curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-
-  /* Our handlers only write to the self-pipe, so holding the signals back
-   * during the call loses nothing, and keeps EINTR out of libcurl's poll()
-   * and the resolver; they are delivered as soon as the mask is restored. */
-  sigemptyset(&block);
-  sigaddset(&block, SIGCHLD);
-  sigaddset(&block, SIGTERM);
-  sigaddset(&block, SIGINT);
-  sigprocmask(SIG_BLOCK, &block, &old);
-  cc = curl_easy_perform(wd.curl);
-  sigprocmask(SIG_SETMASK, &old, NULL);
-
-  if (cc == CURLE_WRITE_ERROR && wd.answer_too_big) {
-    LOG(LOG_WARN, "the controller's answer to %s was larger than 1 MiB", suffix);
-    rc = MUSTER_E_TOO_LARGE;
-  } else if (cc == CURLE_OUT_OF_MEMORY) {
-    rc = MUSTER_E_NOMEM;
-  } else if (cc != CURLE_OK) {
-    if (wd.controller_up)
-      LOG(LOG_WARN, "cannot reach the controller at %s (%s); will keep trying", wd.url,
-          wd.curl_err[0] ? wd.curl_err : curl_easy_strerror(cc));
-    LOG(LOG_DEBUG, "POST %s: %s", suffix, wd.curl_err[0] ? wd.curl_err : curl_easy_strerror(cc));
-    wd.controller_up = false;
-    rc = MUSTER_E_UNREACHABLE;
-  } else {
-    curl_easy_getinfo(wd.curl, CURLINFO_RESPONSE_CODE, status);
-    /* A 5xx does not hold off MUSTER_ORPHAN_TIMEOUT: a proxy answers
-     * 502/503/504 for a controller that is gone, and one that fails every
-     * call for that long is no better. (Each caller says what a 5xx
-     * means for its own call.) */
-    if (*status < 500)
-      wd.last_contact_ms = util_mono_ms();
-    if (!wd.controller_up)
-      LOG(LOG_INFO, "the controller answers again");
-    wd.controller_up = true;
-  }
-  return rc;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Backoff                                                                  */
 
 /* Starts a backoff that gives up 10 minutes from now. */
@@ -272,9 +125,9 @@ void backoff_init(struct backoff *b) {
 
 /* Sleeps for the next delay of b (100 ms, doubling up to 5 s), never past
  * its end. Returns 0 when it is time to try again, MUSTER_E_TIMEOUT when the
- * 10 minutes are over, or, if interruptible, MUSTER_E_SHUTTING_DOWN as soon as
- * SIGTERM or SIGINT arrives (used before any child exists). */
-MUST_CHECK int backoff_wait(struct backoff *b, bool interruptible) {
+ * 10 minutes are over, or MUSTER_E_SHUTTING_DOWN as soon as SIGTERM or SIGINT
+ * arrives (it is used before anything else runs). */
+MUST_CHECK int backoff_wait(struct backoff *b) {
   int64_t now = util_mono_ms();
   int64_t until;
 
@@ -291,11 +144,22 @@ MUST_CHECK int backoff_wait(struct backoff *b, bool interruptible) {
 
     if (poll(&p, 1, (int)(until - now)) > 0) {
       signals_take(&child, &term);
-      if (term && interruptible)
+      if (term)
         return MUSTER_E_SHUTTING_DOWN;
     }
   }
   return 0;
+}
+
+/* When the next try of b is due after a failure at now (100 ms, doubling
+ * up to 5 s), or INT64_MAX once its time is up. */
+int64_t backoff_next(struct backoff *b, int64_t now) {
+  int64_t at = now + b->delay_ms;
+
+  if (now >= b->give_up_ms)
+    return INT64_MAX;
+  b->delay_ms = b->delay_ms * 2 > WD_RETRY_MAX_MS ? WD_RETRY_MAX_MS : b->delay_ms * 2;
+  return at < b->give_up_ms ? at : b->give_up_ms;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -466,22 +330,21 @@ static unsigned long long self_start_time(void) {
   return util_proc_stat(0, &st, &zombie) == 0 ? st : 0;
 }
 
-/* Registers this worker (address, hostname, exec port, pid) and reads the
- * assignment from the answer. Connection failures and 5xx answers are retried
- * with backoff for 10 minutes, since the controller may be restarting.
- * Returns 0; MUSTER_E_SHUTTING_DOWN if SIGTERM or SIGINT arrived meanwhile;
- * the matching MUSTER_E_* for a 4xx answer (the worker was stopped or is
- * unknown: its body is logged); MUSTER_E_TIMEOUT, MUSTER_E_PROTOCOL,
- * MUSTER_E_NOMEM. */
-MUST_CHECK int register_worker(void) {
+/* The registration in progress: its body, its slot, its backoff. */
+static struct {
+  char *body;
+  struct call call;
+  struct backoff backoff;
+  int64_t retry_at_ms; /* the next try; INT64_MAX while one is in flight */
+} reg;
+
+/* Prepares the registration: the worker's address, hostname, exec port and
+ * pid, tried by register_step() until the controller answers, with backoff
+ * for 10 minutes (or the orphan timeout, if shorter), since the controller
+ * may be restarting. Returns 0 or MUSTER_E_NOMEM. */
+MUST_CHECK int register_begin(void) {
   char host[256];
-  json_t *req = NULL;
-  json_t *ans = NULL;
-  json_error_t jerr;
-  char *body = NULL;
-  struct backoff b;
-  long status;
-  int rc;
+  json_t *req;
 
   if (gethostname(host, sizeof(host)) != 0)
     host[0] = '\0';
@@ -489,54 +352,168 @@ MUST_CHECK int register_worker(void) {
   req = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "ip_address", wd.ip, "hostname", host,
                   "exec_port", wd.exec_port, "pid", (json_int_t)getpid(), "attempt",
                   (json_int_t)wd.attempt, "start_time", (json_int_t)self_start_time());
-  if (!req || !(body = json_dumps(req, JSON_COMPACT))) {
-    rc = MUSTER_E_NOMEM;
-    goto out;
-  }
-  backoff_init(&b);
+  reg.body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+  json_decref(req);
+  if (!reg.body)
+    return MUSTER_E_NOMEM;
+  backoff_init(&reg.backoff);
   /* A controller that never answers is no better while registering than
    * later: the orphan timeout bounds this wait too. */
-  if (b.give_up_ms > util_mono_ms() + wd.orphan_ms)
-    b.give_up_ms = util_mono_ms() + wd.orphan_ms;
-  for (;;) {
-    rc = http_post("register", true, body, strlen(body), &status);
-    if (rc == 0 && status == 200)
-      break;
-    if (rc == 0 && status >= 400 && status < 500) {
-      LOG(LOG_ERROR, "the controller refused the registration (HTTP %ld): %.1000s", status,
-          wd.answer);
-      rc = status == 401   ? MUSTER_E_UNAUTHORIZED
-           : status == 403 ? MUSTER_E_FORBIDDEN
-           : status == 404 ? MUSTER_E_NOT_FOUND
-           : status == 409 ? MUSTER_E_CONFLICT
-                           : MUSTER_E_MALFORMED;
-      goto out;
-    }
-    if (rc == 0 && status < 500) {
-      LOG(LOG_ERROR, "unexpected HTTP %ld from the controller to the registration", status);
-      rc = MUSTER_E_PROTOCOL;
-      goto out;
-    }
-    if (rc == 0)
-      LOG(LOG_DEBUG, "registration: HTTP %ld; retrying", status);
-    else if (rc != MUSTER_E_UNREACHABLE)
-      goto out;
-    rc = backoff_wait(&b, true);
-    if (rc == MUSTER_E_TIMEOUT)
-      LOG(LOG_ERROR, "could not register within 10 minutes; giving up");
-    if (rc)
-      goto out;
+  if (reg.backoff.give_up_ms > util_mono_ms() + wd.orphan_ms)
+    reg.backoff.give_up_ms = util_mono_ms() + wd.orphan_ms;
+  reg.retry_at_ms = 0;
+  return 0;
+}
+
+/* The answer to the registration's call, taken: REG_OK with the assignment
+ * in wd, REG_BUSY when it must be tried again, or REG_FAILED with *rc (the
+ * matching MUSTER_E_* for a 4xx answer: the worker was stopped or is unknown,
+ * its body logged; MUSTER_E_PROTOCOL, MUSTER_E_NOMEM). */
+static enum reg_result register_answer(int64_t now, int *rc) {
+  json_error_t jerr;
+  json_t *ans;
+  long status;
+
+  *rc = call_take(&reg.call, &status);
+  if (*rc == 0 && status >= 400 && status < 500) {
+    LOG(LOG_ERROR, "the controller refused the registration (HTTP %ld): %.1000s", status,
+        reg.call.answer ? reg.call.answer : "");
+    *rc = status == 401   ? MUSTER_E_UNAUTHORIZED
+          : status == 403 ? MUSTER_E_FORBIDDEN
+          : status == 404 ? MUSTER_E_NOT_FOUND
+          : status == 409 ? MUSTER_E_CONFLICT
+                          : MUSTER_E_MALFORMED;
+    return REG_FAILED;
   }
-  ans = json_loadb(wd.answer, wd.answer_len, 0, &jerr);
+  if (*rc == 0 && status != 200 && status < 500) {
+    LOG(LOG_ERROR, "unexpected HTTP %ld from the controller to the registration", status);
+    *rc = MUSTER_E_PROTOCOL;
+    return REG_FAILED;
+  }
+  if (*rc == 0 && status >= 500)
+    LOG(LOG_DEBUG, "registration: HTTP %ld; retrying", status);
+  if ((*rc == 0 && status >= 500) || *rc == MUSTER_E_UNREACHABLE) {
+    reg.retry_at_ms = backoff_next(&reg.backoff, now);
+    if (reg.retry_at_ms != INT64_MAX)
+      return REG_BUSY;
+    LOG(LOG_ERROR, "could not register in time (10 minutes, or MUSTER_ORPHAN_TIMEOUT); "
+                   "giving up");
+    *rc = MUSTER_E_TIMEOUT;
+    return REG_FAILED;
+  }
+  if (*rc)
+    return REG_FAILED;
+  ans = json_loadb(reg.call.answer ? reg.call.answer : "", reg.call.answer_len, 0, &jerr);
   if (!ans) {
     LOG(LOG_ERROR, "the register answer is not JSON: %s", jerr.text);
-    rc = MUSTER_E_PROTOCOL;
-    goto out;
+    *rc = MUSTER_E_PROTOCOL;
+    return REG_FAILED;
   }
-  rc = assignment_parse(ans);
-out:
+  *rc = assignment_parse(ans);
   json_decref(ans);
-  json_decref(req);
-  free(body);
-  return rc;
+  return *rc ? REG_FAILED : REG_OK;
+}
+
+/* Moves the registration on: starts a try when one is due, takes its answer
+ * when it came. Never waits. Returns REG_BUSY, REG_OK (the assignment is in
+ * wd) or REG_FAILED with *rc as register_answer() says. */
+enum reg_result register_step(int64_t now, int *rc) {
+  *rc = 0;
+  if (reg.call.state == CALL_DONE)
+    return register_answer(now, rc);
+  if (reg.call.state == CALL_IDLE && now >= reg.retry_at_ms) {
+    *rc = call_start(&reg.call, "register", true, reg.body, strlen(reg.body), WD_CALL_TIMEOUT_MS);
+    if (*rc)
+      return REG_FAILED;
+  }
+  return REG_BUSY;
+}
+
+/* When register_step() must next run if no socket moves before. */
+int64_t register_deadline(void) {
+  return reg.call.state == CALL_IDLE ? reg.retry_at_ms : INT64_MAX;
+}
+
+/* Ends the registration, whatever its state: its call abandoned, its body
+ * freed. */
+void register_cancel(void) {
+  call_cancel(&reg.call);
+  free(reg.body);
+  reg.body = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Heartbeats                                                               */
+
+static struct call hb_call;
+
+/* The heartbeat's answer: a stop, or an answer saying that the controller
+ * no longer knows this worker, or that it was not heard from for too long. A
+ * controller that cannot be reached is not an error: the next interval tries
+ * again, and succeeding is all it takes to re-attach. */
+static enum hb_result hb_answer(int64_t now) {
+  enum hb_result res = HB_NONE;
+  json_t *ans = NULL;
+  json_t *stop;
+  long status;
+  int rc = call_take(&hb_call, &status);
+
+  if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
+    if (now - wd.last_contact_ms > wd.orphan_ms) {
+      LOG(LOG_ERROR,
+          "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
+          "ending this worker",
+          (now - wd.last_contact_ms) / 1000);
+      return HB_STOP_SILENT;
+    }
+    LOG(LOG_DEBUG, "heartbeat not delivered (%s); next one in %" PRId64 " ms",
+        rc ? "unreachable" : "server error", wd.hb_interval_ms);
+    return HB_NONE;
+  }
+  if (rc) {
+    LOG(LOG_WARN, "heartbeat failed: %s", muster_strerror(rc));
+    return HB_NONE;
+  }
+  if (status == 401 || status == 403 || status == 404 || status == 409) {
+    LOG(LOG_INFO, "the controller no longer runs this worker (HTTP %ld); stopping", status);
+    return HB_STOP_SILENT;
+  }
+  if (status != 200) {
+    LOG(LOG_WARN, "unexpected HTTP %ld to a heartbeat", status);
+    return HB_NONE;
+  }
+  ans = json_loadb(hb_call.answer ? hb_call.answer : "", hb_call.answer_len, 0, NULL);
+  stop = json_object_get(ans, "stop");
+  if (!json_is_boolean(stop)) {
+    LOG(LOG_WARN, "the heartbeat answer has no boolean \"stop\"");
+  } else if (json_is_true(stop)) {
+    LOG(LOG_INFO, "the controller asked this worker to stop");
+    res = HB_STOP_QUIET;
+  } else {
+    LOG(LOG_DEBUG, "heartbeat delivered");
+  }
+  json_decref(ans);
+  return res;
+}
+
+/* Moves heartbeats on: starts one when wd.next_hb_ms has come and none is
+ * in flight, takes the answer of one that ended (the next is due an
+ * interval after it). Never waits. Returns what the answer decides. */
+enum hb_result hb_step(int64_t now) {
+  if (hb_call.state == CALL_DONE) {
+    wd.next_hb_ms = now + wd.hb_interval_ms;
+    return hb_answer(now);
+  }
+  if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {
+    if (call_start(&hb_call, "heartbeat", true, "{}", 2, WD_CALL_TIMEOUT_MS) != 0)
+      wd.next_hb_ms = now + wd.hb_interval_ms;
+    else
+      wd.next_hb_ms = INT64_MAX; /* set when it ends */
+  }
+  return HB_NONE;
+}
+
+/* Abandons a heartbeat in flight: the worker is ending, its answer moot. */
+void hb_cancel(void) {
+  call_cancel(&hb_call);
 }

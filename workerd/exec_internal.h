@@ -37,6 +37,7 @@
 #define EX_LINGER_MS 2000         /* waiting for the client to close after X */
 #define EX_STALL_MS 60000         /* a client that reads nothing of its X */
 #define EX_STOP_MS 5000           /* workerd's stop: longest wait for exec */
+#define EX_SHIP_WAIT_MS 2000      /* an X waiting for its output to ship */
 #define EX_READS_PER_WAKE 16      /* reads per descriptor per poll round */
 #define EX_NAME_MAX 200           /* bytes of argv[0] in logs and errors */
 #define EX_TAIL_MAX EX_READ_CHUNK /* a line held back from the worker's log */
@@ -79,6 +80,10 @@ struct ex_conn {
   int64_t drain_until_ms; /* valid once exited */
   int64_t kill_at_ms;     /* SIGKILL to the group; INT64_MAX if none due */
   const char *stop_error; /* the X's error if workerd's stop killed it */
+  /* Once the command is over: its output must ship (the streams' counts at
+   * that moment) before the X goes, until this time at most (0: not yet). */
+  uint64_t ship_mark[2];
+  int64_t ship_wait_until_ms;
   int stdin_fd, out_fd, err_fd;
   unsigned char *pend; /* an I payload not yet all in the stdin pipe */
   size_t pend_len, pend_off;

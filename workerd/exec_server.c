@@ -305,10 +305,18 @@ static void ex_step(struct ex_conn *c, int64_t now) {
       else if (sig >= 0)
         LOG(LOG_INFO, "exec from %s: %s was killed by signal %d", c->peer, c->name, sig);
       /* What the command wrote is in the worker's log before its client
-       * hears that it ended (a stopping worker ships it on its way out). */
-      ex_pipes_close(c);
-      if (!wd.stopping)
-        streams_flush_now(now);
+       * hears that it ended: the X waits for it to ship, but never for a
+       * controller that is away or slow (2 s at most), and not while the
+       * worker stops (it ships it on its way out). */
+      if (!c->ship_wait_until_ms) {
+        ex_pipes_close(c);
+        streams_mark(c->ship_mark);
+        c->ship_wait_until_ms = now + EX_SHIP_WAIT_MS;
+        streams_ship_soon();
+      }
+      if (!streams_shipped(c->ship_mark) && wd.controller_up && !wd.stopping &&
+          now < c->ship_wait_until_ms)
+        break;
       ex_finish(c, code, sig, error, now);
     }
     break;
@@ -467,6 +475,8 @@ int64_t ex_next_deadline(void) {
       next = c->deadline_ms;
     if (c->state == EX_RUNNING && c->exited && c->drain_until_ms < next)
       next = c->drain_until_ms;
+    if (c->state == EX_RUNNING && c->ship_wait_until_ms && c->ship_wait_until_ms < next)
+      next = c->ship_wait_until_ms;
   }
   return next;
 }

@@ -4,11 +4,15 @@
  * Each stream (struct stream, in wd.out and wd.err) is a ring buffer of up to
  * 8 MiB of bytes the controller has not taken yet. The main loop reads the
  * command's pipes into it (stream_read()), the exec channel copies its
- * commands' output into it (stream_append()), and it is flushed once it
- * holds 64 KiB or 200 ms after its oldest byte (streams_flush_due()), or at
- * once before an exec command's end is told (streams_flush_now()), in POSTs
- * of at most 512 KiB. While the controller is away the bytes stay; a full
- * ring drops its oldest and says so in the log once it gets through.
+ * commands' output into it (stream_append()), and it is shipped once it
+ * holds 64 KiB or 200 ms after its oldest byte, or at once while an exec
+ * command's end waits for its output to be in the log (streams_ship_soon()),
+ * in POSTs of at most 512 KiB, one in flight per stream (ctl_call.c), so a
+ * stream's bytes arrive in order. Nothing waits on a POST: the pipes are
+ * read while it flies, into the ring behind the bytes it carries (a copy).
+ * While the controller is away the bytes stay; a full ring drops its oldest
+ * and says how many in a notice line, sent before the bytes that follow the
+ * gap.
  */
 #include "workerd.h"
 
@@ -26,6 +30,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* An exec command's end waits for its output to ship (streams_ship_soon()). */
+static bool soon;
+
 /* ------------------------------------------------------------------------ */
 /* Output streams                                                           */
 
@@ -37,9 +44,15 @@ static void stream_space(struct stream *s, char **where, size_t *room) {
   size_t tail;
 
   if (s->len == WD_STREAM_CAP) {
+    /* Bytes a POST in flight carries are not lost with the ring's copy:
+     * they are counted when the POST ends, as taken or as dropped. */
+    size_t carried = s->inflight < WD_FLUSH_BYTES ? s->inflight : WD_FLUSH_BYTES;
+
     s->start = (s->start + WD_FLUSH_BYTES) % WD_STREAM_CAP;
     s->len -= WD_FLUSH_BYTES;
-    s->dropped += WD_FLUSH_BYTES;
+    s->inflight -= carried;
+    s->dropped += WD_FLUSH_BYTES - carried;
+    s->settled += WD_FLUSH_BYTES - carried;
   }
   if (s->len == 0)
     s->start = 0;
@@ -53,6 +66,7 @@ static void stream_commit(struct stream *s, size_t n, int64_t now) {
   if (s->len == 0)
     s->first_ms = now;
   s->len += n;
+  s->appended += n;
 }
 
 /* Drops the n oldest bytes of s, which the controller has taken. */
@@ -117,118 +131,165 @@ void stream_read(struct stream *s, int64_t now) {
   }
 }
 
-/* Sends n bytes to the controller's log of the stream named suffix. Returns 0
- * when the controller took them, or refused them for good (a 4xx: logged; the
- * caller drops them, since sending them again can never succeed), and
- * MUSTER_E_UNREACHABLE when they must be kept for the next flush. */
-MUST_CHECK static int log_post(const char *suffix, const char *bytes, size_t n) {
-  long status;
-  int rc = http_post(suffix, false, bytes, n, &status);
-
-  if (rc || status >= 500)
-    return MUSTER_E_UNREACHABLE;
-  if (status < 200 || status >= 300)
-    LOG(LOG_WARN, "the controller refused %zu bytes of %s (HTTP %ld); dropping them", n, suffix,
-        status);
-  return 0;
+/* Whether s has something to ship. */
+static bool stream_pending(const struct stream *s) {
+  return s->ring && (s->len > 0 || s->dropped > 0);
 }
 
-/* Sends everything s holds, in POSTs of at most 512 KiB, preceded by a notice
- * if bytes were dropped. Returns 0 once s is empty, or MUSTER_E_UNREACHABLE
- * with the unsent bytes still in s. */
-MUST_CHECK static int stream_flush(struct stream *s) {
-  char suffix[32];
-  char notice[128];
-  int rc = 0;
+/* When s must next be shipped: INT64_MAX if it holds nothing or its POST is
+ * in flight; otherwise at 64 KiB, or 200 ms after its oldest byte, or at
+ * once if soon; but not before the retry time that a failed POST set. */
+static int64_t stream_due(const struct stream *s) {
+  int64_t due;
 
+  if (!stream_pending(s) || s->call.state != CALL_IDLE)
+    return INT64_MAX;
+  due = soon || s->len >= WD_FLUSH_BYTES || s->len == 0 ? 0 : s->first_ms + WD_FLUSH_DELAY_MS;
+  return due > wd.logs_retry_at_ms ? due : wd.logs_retry_at_ms;
+}
+
+/* When the main loop must next call streams_ship(). */
+int64_t streams_deadline(void) {
+  int64_t a = stream_due(&wd.out), b = stream_due(&wd.err);
+
+  return a < b ? a : b;
+}
+
+/* A POST of s got no usable answer (or could not start): postpones every
+ * stream's next POST by the backoff delay, so that a missing controller costs
+ * one try per delay, not one per loop round. */
+static void ship_failed(int64_t now) {
+  wd.logs_failures++;
+  wd.logs_retry_at_ms = now + wd.logs_backoff_ms;
+  wd.logs_backoff_ms =
+      wd.logs_backoff_ms * 2 > WD_RETRY_MAX_MS ? WD_RETRY_MAX_MS : wd.logs_backoff_ms * 2;
+}
+
+/* Starts s's next POST: the notice of dropped bytes first if there are any,
+ * else a copy of the ring's oldest bytes (at most 512 KiB, up to the ring's
+ * end). */
+static void stream_ship(struct stream *s, int64_t now) {
+  char suffix[32];
+  int rc;
+
+  /* Tests: what a stopping worker ships (its last words) reaches the
+   * controller well after the stop was recorded there. */
+  if (wd.stopping)
+    FAULT_POINT("workerd_ship_after_stop");
   snprintf(suffix, sizeof(suffix), "logs?stream=%s", s->name);
-  while (s->len > 0) {
+  if (s->dropped) {
+    int k = snprintf(s->notice, sizeof(s->notice),
+                     "[muster-workerd: %" PRIu64
+                     " bytes of output dropped while the controller was unreachable]\n",
+                     s->dropped);
+
+    s->notice_n = s->dropped;
+    rc = call_start(&s->call, suffix, false, s->notice, (size_t)k, WD_CALL_TIMEOUT_MS);
+  } else {
     size_t n = s->len;
 
-    /* Tests: what a stopping worker ships (its last words) reaches the
-     * controller well after the stop was recorded there. */
-    if (wd.stopping)
-      FAULT_POINT("workerd_ship_after_stop");
-    if (s->dropped) {
-      int k = snprintf(notice, sizeof(notice),
-                       "[muster-workerd: %" PRIu64
-                       " bytes of output dropped while the controller was unreachable]\n",
-                       s->dropped);
-      rc = log_post(suffix, notice, (size_t)k);
-      if (rc)
-        goto out;
-      s->dropped = 0;
+    if (!s->send && !(s->send = malloc(WD_POST_MAX))) {
+      ship_failed(now);
+      return;
     }
     if (n > WD_STREAM_CAP - s->start)
       n = WD_STREAM_CAP - s->start;
     if (n > WD_POST_MAX)
       n = WD_POST_MAX;
-    rc = log_post(suffix, s->ring + s->start, n);
-    if (rc)
-      goto out;
-    stream_consume(s, n);
+    memcpy(s->send, s->ring + s->start, n);
+    s->sent = s->inflight = n;
+    rc = call_start(&s->call, suffix, false, s->send, n, WD_CALL_TIMEOUT_MS);
   }
-out:
-  return rc;
+  if (rc) {
+    s->notice_n = 0;
+    s->sent = s->inflight = 0;
+    ship_failed(now);
+  }
 }
 
-/* When s must next be flushed: INT64_MAX if it is empty; otherwise at 64 KiB
- * or 200 ms after its oldest byte, but not before the retry time that a
- * failed flush set. */
-int64_t stream_deadline(const struct stream *s) {
-  int64_t due;
+/* Starts a POST for each stream that is due (or holds anything, if all) and
+ * has none in flight, unless a failure's retry time is still ahead. */
+void streams_ship(int64_t now, bool all) {
+  struct stream *both[2] = {&wd.out, &wd.err};
 
-  if (s->len == 0)
-    return INT64_MAX;
-  due = s->len >= WD_FLUSH_BYTES ? 0 : s->first_ms + WD_FLUSH_DELAY_MS;
-  return due > wd.logs_retry_at_ms ? due : wd.logs_retry_at_ms;
-}
-
-/* Flushes the streams that hold bytes: those whose deadline has come, or
- * all of them if now_too. Never before the retry time a failure set; a
- * failure postpones every stream's flush by the next backoff delay, so that a
- * missing controller costs one attempt per delay, not one per loop round. */
-static void streams_flush(int64_t now, bool now_too) {
-  struct stream *all[2] = {&wd.out, &wd.err};
-
+  if (!stream_pending(&wd.out) && !stream_pending(&wd.err))
+    soon = false;
   for (int i = 0; i < 2; i++) {
-    if (all[i]->len == 0 || now < wd.logs_retry_at_ms ||
-        (!now_too && now < stream_deadline(all[i])))
+    struct stream *s = both[i];
+
+    if (!stream_pending(s) || s->call.state != CALL_IDLE || now < wd.logs_retry_at_ms)
       continue;
-    if (stream_flush(all[i]) == 0) {
-      wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
-      continue;
-    }
-    wd.logs_retry_at_ms = util_mono_ms() + wd.logs_backoff_ms;
-    wd.logs_backoff_ms =
-        wd.logs_backoff_ms * 2 > WD_RETRY_MAX_MS ? WD_RETRY_MAX_MS : wd.logs_backoff_ms * 2;
-    break;
+    if (all || now >= stream_due(s))
+      stream_ship(s, now);
   }
 }
 
-/* Flushes the streams whose deadline has come. */
-void streams_flush_due(int64_t now) {
-  streams_flush(now, false);
+/* Takes the POST of s that ended, if one did: what the controller took, or
+ * refused for good (a 4xx: logged, dropped, since sending it again can never
+ * succeed), leaves the ring; after no answer or a 5xx the bytes stay for the
+ * next try, but those a full ring dropped meanwhile are counted dropped. */
+static void stream_take(struct stream *s, int64_t now) {
+  long status;
+  int rc;
+
+  if (s->call.state != CALL_DONE)
+    return;
+  rc = call_take(&s->call, &status);
+  if (rc || status >= 500) {
+    s->dropped += s->sent - s->inflight;
+    s->settled += s->sent - s->inflight;
+    s->notice_n = 0;
+    s->sent = s->inflight = 0;
+    ship_failed(now);
+    return;
+  }
+  if (status < 200 || status >= 300)
+    LOG(LOG_WARN, "the controller refused %zu bytes of %s (HTTP %ld); dropping them",
+        s->notice_n ? strlen(s->notice) : s->sent, s->name, status);
+  if (s->notice_n) {
+    s->dropped -= s->notice_n;
+    s->notice_n = 0;
+  } else {
+    stream_consume(s, s->inflight);
+    s->settled += s->sent;
+    s->sent = s->inflight = 0;
+  }
+  wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
 }
 
-/* Flushes every stream that holds bytes now, unless a failed flush's retry
- * time is still ahead or the controller was not reached last time (or the
- * worker is ending): one try, which blocks the loop as a due flush does.
- * The exec channel calls it before it tells a client that its command
- * ended, so that what the command wrote is in the worker's log by then. */
-void streams_flush_now(int64_t now) {
-  /* Only while the last call reached the controller: one that is away or
-   * hangs must not hold up the exec channel's answer (the bytes ship on the
-   * loop's own schedule then). */
-  if (wd.controller_up && !wd.ending)
-    streams_flush(now, true);
+/* Takes each stream's POST that ended. */
+void streams_take(int64_t now) {
+  stream_take(&wd.out, now);
+  stream_take(&wd.err, now);
 }
 
-/* Flushes both streams now. Returns 0 or MUSTER_E_UNREACHABLE. */
-MUST_CHECK int streams_flush_all(void) {
-  int rc = wd.out.ring ? stream_flush(&wd.out) : 0;
+/* True when both streams are shipped: nothing held, nothing in flight. */
+bool streams_idle(void) {
+  return !stream_pending(&wd.out) && !stream_pending(&wd.err) && wd.out.call.state == CALL_IDLE &&
+         wd.err.call.state == CALL_IDLE;
+}
 
-  if (rc == 0 && wd.err.ring)
-    rc = stream_flush(&wd.err);
-  return rc;
+/* Abandons the POSTs in flight (the worker ends without them). */
+void streams_cancel(void) {
+  call_cancel(&wd.out.call);
+  call_cancel(&wd.err.call);
+}
+
+/* Notes how many bytes each stream has been given so far, for
+ * streams_shipped(). */
+void streams_mark(uint64_t mark[2]) {
+  mark[0] = wd.out.appended;
+  mark[1] = wd.err.appended;
+}
+
+/* True once every byte given before mark was taken by the controller (or
+ * refused, or dropped): it is in the worker's log, or never will be. */
+bool streams_shipped(const uint64_t mark[2]) {
+  return wd.out.settled >= mark[0] && wd.err.settled >= mark[1];
+}
+
+/* Ships what the streams hold without the usual 200 ms wait, until they are
+ * empty: an exec command's end waits for its output to be in the log. */
+void streams_ship_soon(void) {
+  soon = true;
 }

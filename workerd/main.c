@@ -1,6 +1,6 @@
 /*
  * main.c: muster-workerd, the daemon that runs inside every worker: its
- * entry point, configuration, signals, main loop, heartbeats and end.
+ * entry point, start-up, stopping and main loop.
  *
  * It registers the worker's address with the controller, runs the worker's
  * command, ships the command's stdout and stderr to the controller, sends
@@ -9,25 +9,27 @@
  * the worker through it, as it would through SSH.
  *
  * It is single-threaded: one poll() loop over the command's two output pipes,
- * the exec channel's sockets and pipes, and a self-pipe that turns SIGCHLD,
- * SIGTERM and SIGINT into readable bytes.
- * HTTP calls are blocking (libcurl easy interface, one handle reused for
- * keep-alive); each is bounded by a 10 s timeout, and while one runs the
- * command simply fills its pipes and waits, which is the back-pressure we want.
+ * the exec channel's sockets and pipes, the sockets of its calls to the
+ * controller, and a self-pipe that turns SIGCHLD, SIGTERM and SIGINT into
+ * readable bytes. No call to the controller ever blocks it (libcurl's multi
+ * interface, ctl_call.c): a slow, paused or missing controller never holds
+ * up the exec channel, the command's output or a signal.
  *
  * The controller may restart at any moment. workerd survives that: register
  * and the exit report retry with backoff for 10 minutes, logs stay buffered
- * (up to 8 MiB per stream) until the next flush gets through, and heartbeats
+ * (up to 8 MiB per stream) until the next POST gets through, and heartbeats
  * are simply tried again at the next interval, so a worker re-attaches by
- * being heard again.
+ * being heard again. SIGTERM always works: the command gets it at once,
+ * SIGKILL 5 s later, and the exit report gets the rest of those 5 s.
  *
  * Environment: MUSTER_CONTROLLER_URL, MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN
  * (a secret: never logged), MUSTER_BIND_IP (optional), MUSTER_LOG_LEVEL
  * (optional: error, warn, info or debug). stderr is the daemon's log file.
  *
  * The other modules (workerd.h lists them): config.c reads the
- * configuration, signals.c turns signals into self-pipe bytes, client.c
- * talks to the controller, logship.c ships the command's output, child.c
+ * configuration, signals.c turns signals into self-pipe bytes, ctl_call.c
+ * makes the calls to the controller, client.c registers and beats,
+ * report.c ends, logship.c ships the command's output, child.c
  * starts children, exec_server.c serves the exec channel, zygote.c is the
  * fork server. This file drives them; none of them calls back into it (the
  * fork server gets worker_main() as a function pointer).
@@ -99,76 +101,129 @@ static void stop_begin(enum finish_mode mode, int signo, int64_t now) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Heartbeats and the main loop                                             */
+/* The main loop                                                            */
 
-/* Sends one heartbeat and acts on the answer: a stop, or an answer saying
- * that the controller no longer knows this worker, starts stopping. A
- * controller that cannot be reached is not an error: the next interval tries
- * again, and succeeding is all it takes to re-attach. */
-static void heartbeat(void) {
-  json_t *ans = NULL;
-  json_t *stop;
-  long status;
-  int rc = http_post("heartbeat", true, "{}", 2, &status);
-
-  if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
-    int64_t now = util_mono_ms();
-    if (now - wd.last_contact_ms > wd.orphan_ms) {
-      LOG(LOG_ERROR,
-          "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
-          "ending this worker",
-          (now - wd.last_contact_ms) / 1000);
-      stop_begin(FINISH_SILENT, 0, now);
-      goto out;
-    }
-    LOG(LOG_DEBUG, "heartbeat not delivered (%s); next one in %" PRId64 " ms",
-        rc ? "unreachable" : "server error", wd.hb_interval_ms);
-    goto out;
-  }
-  if (rc) {
-    LOG(LOG_WARN, "heartbeat failed: %s", muster_strerror(rc));
-    goto out;
-  }
-  if (status == 401 || status == 403 || status == 404 || status == 409) {
-    LOG(LOG_INFO, "the controller no longer runs this worker (HTTP %ld); stopping", status);
-    stop_begin(FINISH_SILENT, 0, util_mono_ms());
-    goto out;
-  }
-  if (status != 200) {
-    LOG(LOG_WARN, "unexpected HTTP %ld to a heartbeat", status);
-    goto out;
-  }
-  ans = json_loadb(wd.answer, wd.answer_len, 0, NULL);
-  stop = json_object_get(ans, "stop");
-  if (!json_is_boolean(stop)) {
-    LOG(LOG_WARN, "the heartbeat answer has no boolean \"stop\"");
-    goto out;
-  }
-  LOG(LOG_DEBUG, "heartbeat delivered");
-  if (json_is_true(stop)) {
-    LOG(LOG_INFO, "the controller asked this worker to stop");
-    stop_begin(FINISH_QUIET, 0, util_mono_ms());
-  }
-out:
-  json_decref(ans);
-}
+/* Where the worker is in its life. */
+enum phase {
+  PH_REGISTER, /* registering; nothing else runs yet */
+  PH_RUN,      /* the command runs (or the worker idles), exec served */
+  PH_FINISH,   /* the last output shipped, then the exit reported */
+  PH_DONE
+};
 
 /* The earlier of two deadlines. */
 static int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
-/* Runs until the worker must end: the command has exited and its pipes are
- * drained (or 2 s have passed), or an idle worker was told to stop; then the
- * exec channel is wound down (its commands killed, for at most 5 s). Reads
- * the pipes, ships logs, heartbeats, serves exec, and turns signals into
- * stop decisions.
- * Returns 0, or MUSTER_E_IO if poll() itself failed. */
-MUST_CHECK static int main_loop(void) {
-  int rc = 0;
+/* Ends, now, what the stopped command left in our process group (a
+ * daemonised grandchild that holds its pipes, say): a worker stopped by a
+ * signal ends with its command, as a container ends with its first process,
+ * and its rest need not be waited for. Only when workerd leads the group, as
+ * the backend's setsid() makes it; otherwise the group belongs to whoever
+ * started us (a shell, a test) and is not ours to signal. workerd does not
+ * hear its own SIGTERM. */
+static void group_term(void) {
+  struct sigaction ign, old;
 
-  for (;;) {
-    struct pollfd p[3 + EX_POLL_MAX];
+  if (wd.child <= 0 || getpgrp() != getpid())
+    return;
+  memset(&ign, 0, sizeof(ign));
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGTERM, &ign, &old);
+  kill(0, SIGTERM);
+  sigaction(SIGTERM, &old, NULL);
+}
+
+/* The run phase's decisions by the clock, before poll(): the worker's end
+ * (an idle worker told to stop, a command that exited and was drained) winds
+ * the exec channel down (its commands killed, their clients told, for at
+ * most 5 s); SIGKILL when the stop grace is over; heartbeats. Returns true
+ * once the run is over. */
+static bool run_step(int64_t now) {
+  enum hb_result hb;
+
+  if (!wd.ending && (wd.finish || (wd.child_done && ((wd.out.fd < 0 && wd.err.fd < 0) ||
+                                                     now >= wd.drain_until_ms)))) {
+    wd.ending = true;
+    fd_close(&wd.out.fd);
+    fd_close(&wd.err.fd);
+  }
+  if ((wd.ending || wd.stopping) && !ex_stopping())
+    ex_stop_all(now);
+  if (wd.ending && ex_done(now))
+    return true;
+  if (wd.stopping && !wd.child_done && now >= wd.kill_at_ms) {
+    LOG(LOG_WARN, "the command is still running %d s after SIGTERM; sending SIGKILL",
+        WD_KILL_GRACE_MS / 1000);
+    kill(wd.child, SIGKILL);
+    wd.kill_at_ms = INT64_MAX;
+  }
+  if (wd.stopping || wd.child_done || wd.ending) {
+    hb_cancel(); /* no more beats; one in flight is moot */
+    return false;
+  }
+  hb = hb_step(now);
+  if (hb != HB_NONE)
+    stop_begin(hb == HB_STOP_QUIET ? FINISH_QUIET : FINISH_SILENT, 0, now);
+  return false;
+}
+
+/* When run_step() must next run if nothing else wakes the loop. */
+static int64_t run_deadline(void) {
+  int64_t next = ex_next_deadline();
+
+  if (!wd.stopping && !wd.child_done && !wd.ending)
+    next = min64(next, wd.next_hb_ms);
+  if (wd.stopping && !wd.child_done)
+    next = min64(next, wd.kill_at_ms);
+  if (wd.child_done && !wd.ending)
+    next = min64(next, wd.drain_until_ms);
+  return next;
+}
+
+/* A SIGTERM or SIGINT arrived: in the run phase it stops the worker (the
+ * command gets SIGTERM); in the finish phase it cuts the report short. */
+static void on_term(enum phase ph, int term, int64_t now) {
+  LOG(LOG_INFO, "received %s; stopping", term == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (!wd.term_received) {
+    wd.term_received = term;
+    wd.term_at_ms = now;
+  }
+  if (ph == PH_RUN) {
+    stop_begin(FINISH_REPORT, term, now);
+    if (wd.child_done)
+      group_term();
+  } else if (ph == PH_FINISH) {
+    report_signal(now);
+  }
+}
+
+/* The command ended (SIGCHLD reaped it): when a signal is stopping the
+ * worker, what it left behind is told to end too. */
+static void on_child(int64_t now) {
+  bool was_done = wd.child_done;
+
+  child_reap(now);
+  if (!was_done && wd.child_done && wd.term_received)
+    group_term();
+}
+
+/* Runs the worker's life from registration to the exit report: registers
+ * (retrying while the controller is away), runs the command, reads its
+ * pipes, ships logs, heartbeats, serves exec, turns signals into stop
+ * decisions, and ends with the last output and the exit report. Calls to the
+ * controller are steps on the same loop: nothing here waits on the network.
+ * Returns 0; MUSTER_E_SHUTTING_DOWN when a signal came before registration
+ * ended; what registration failed with; MUSTER_E_TIMEOUT when the exit
+ * report was given up; MUSTER_E_IO if poll() itself failed. */
+MUST_CHECK static int main_loop(void) {
+  enum phase ph = PH_REGISTER;
+  int rc = register_begin();
+
+  while (rc == 0 && ph != PH_DONE) {
+    struct pollfd p[3 + EX_POLL_MAX + CALL_POLL_MAX];
     int nfds = 0, at_out = -1, at_err = -1;
     int64_t now = util_mono_ms();
     int64_t next = INT64_MAX;
@@ -176,56 +231,71 @@ MUST_CHECK static int main_loop(void) {
     bool child = false;
     int term = 0;
 
-    /* The worker's own end (an idle worker told to stop, a script that
-     * exited and was drained) waits for the exec channel to wind down:
-     * its commands are killed, their clients told, for at most 5 s. */
-    if (!wd.ending && (wd.finish || (wd.child_done && ((wd.out.fd < 0 && wd.err.fd < 0) ||
-                                                       now >= wd.drain_until_ms)))) {
-      wd.ending = true;
+    if (ph == PH_REGISTER) {
+      enum reg_result r = register_step(now, &rc);
+
+      if (r == REG_FAILED)
+        break;
+      if (r == REG_OK) {
+        register_cancel();
+        if (wd.argv)
+          LOG(LOG_INFO, "registered; running \"%s\" with %zu more arguments", wd.argv[0],
+              wd.argc - 1);
+        else
+          LOG(LOG_INFO, "registered as an idle worker");
+        wd.next_hb_ms = now + wd.hb_interval_ms;
+        if (wd.argv && command_start() != 0)
+          wd.finish = true; /* reported at the end, with wd.reason */
+        ph = PH_RUN;
+      }
+    }
+    if (ph == PH_RUN && run_step(now)) {
+      /* Nothing reaches the streams after this: their last bytes ship. */
       fd_close(&wd.out.fd);
       fd_close(&wd.err.fd);
+      ex_cleanup();
+      hb_cancel();
+      rc = report_begin(now);
+      if (rc)
+        break;
+      ph = PH_FINISH;
     }
-    if ((wd.ending || wd.stopping) && !ex_stopping())
-      ex_stop_all(now);
-    if (wd.ending && ex_done(now))
-      break;
-    if (wd.stopping && !wd.child_done && now >= wd.kill_at_ms) {
-      LOG(LOG_WARN, "the command is still running %d s after SIGTERM; sending SIGKILL",
-          WD_KILL_GRACE_MS / 1000);
-      kill(wd.child, SIGKILL);
-      wd.kill_at_ms = INT64_MAX;
-    }
-    if (!wd.stopping && !wd.child_done && !wd.ending && now >= wd.next_hb_ms) {
-      heartbeat();
-      wd.next_hb_ms = util_mono_ms() + wd.hb_interval_ms;
-      continue; /* the call took time, and may have decided a stop */
-    }
-    streams_flush_due(now);
+    if (ph == PH_RUN)
+      streams_ship(now, false);
+    if (ph == PH_FINISH) {
+      enum report_result r = report_step(now);
 
-    if (!wd.stopping && !wd.child_done && !wd.ending)
-      next = min64(next, wd.next_hb_ms);
-    if (wd.stopping && !wd.child_done)
-      next = min64(next, wd.kill_at_ms);
-    if (wd.child_done && !wd.ending)
-      next = min64(next, wd.drain_until_ms);
-    next = min64(next, ex_next_deadline());
-    if (wd.out.ring)
-      next = min64(next, stream_deadline(&wd.out));
-    if (wd.err.ring)
-      next = min64(next, stream_deadline(&wd.err));
+      if (r != REPORT_BUSY) {
+        rc = r == REPORT_DONE ? 0 : MUSTER_E_TIMEOUT;
+        ph = PH_DONE;
+        break;
+      }
+    }
+
+    if (ph == PH_REGISTER)
+      next = register_deadline();
+    if (ph == PH_RUN)
+      next = run_deadline();
+    if (ph == PH_FINISH)
+      next = report_deadline();
+    next = min64(next, streams_deadline());
+    next = min64(next, calls_next_deadline());
     now = util_mono_ms();
     timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)min64(next - now, INT_MAX);
 
     p[nfds++] = (struct pollfd){.fd = wd.sig_read_fd, .events = POLLIN};
-    if (wd.out.fd >= 0) {
-      at_out = nfds;
-      p[nfds++] = (struct pollfd){.fd = wd.out.fd, .events = POLLIN};
+    if (ph == PH_RUN) {
+      if (wd.out.fd >= 0) {
+        at_out = nfds;
+        p[nfds++] = (struct pollfd){.fd = wd.out.fd, .events = POLLIN};
+      }
+      if (wd.err.fd >= 0) {
+        at_err = nfds;
+        p[nfds++] = (struct pollfd){.fd = wd.err.fd, .events = POLLIN};
+      }
+      ex_poll_add(p, &nfds, now);
     }
-    if (wd.err.fd >= 0) {
-      at_err = nfds;
-      p[nfds++] = (struct pollfd){.fd = wd.err.fd, .events = POLLIN};
-    }
-    ex_poll_add(p, &nfds, now);
+    calls_poll_add(p, &nfds);
     if (poll(p, (nfds_t)nfds, timeout) < 0) {
       if (errno == EINTR)
         continue;
@@ -234,6 +304,10 @@ MUST_CHECK static int main_loop(void) {
       break;
     }
     now = util_mono_ms();
+    /* The controller's answers first: a log POST that ended frees its
+     * stream for the next, and an exec X waiting for it sees it below. */
+    calls_poll_handle(p, now);
+    streams_take(now);
     /* Pipes before SIGCHLD, so the drain window starts after what is here. */
     if (at_out >= 0 && p[at_out].revents)
       stream_read(&wd.out, now);
@@ -241,18 +315,23 @@ MUST_CHECK static int main_loop(void) {
       stream_read(&wd.err, now);
     if (p[0].revents) {
       signals_take(&child, &term);
-      if (child) {
-        child_reap(now);
+      if (child && ph == PH_RUN) {
+        on_child(now);
         ex_reap(now);
       }
-      if (term) {
-        wd.term_received = term;
-        LOG(LOG_INFO, "received %s; stopping", term == SIGTERM ? "SIGTERM" : "SIGINT");
-        stop_begin(FINISH_REPORT, term, now);
+      if (term && ph == PH_REGISTER) {
+        LOG(LOG_INFO, "stopped before registering");
+        rc = MUSTER_E_SHUTTING_DOWN;
+        break;
       }
+      if (term)
+        on_term(ph, term, now);
     }
-    ex_poll_handle(p, now);
+    if (ph == PH_RUN)
+      ex_poll_handle(p, now);
   }
+  if (rc && wd.child > 0 && !wd.child_done)
+    kill(wd.child, SIGKILL); /* never leave the command running unwatched */
   fd_close(&wd.out.fd);
   fd_close(&wd.err.fd);
   return rc;
@@ -261,124 +340,13 @@ MUST_CHECK static int main_loop(void) {
 /* ------------------------------------------------------------------------ */
 /* The end                                                                  */
 
-/* Builds the exit report: exit code, or signal, and the reason the command
- * could not start if that is what happened. Returns a new string (free()),
- * or NULL if out of memory. */
-static char *exit_body(void) {
-  json_t *o = json_object();
-  json_t *code = NULL, *sig = NULL, *reason = NULL;
-  char *s = NULL;
-
-  if (!o)
-    goto out;
-  if (wd.child_done && wd.wait_status >= 0 && WIFEXITED(wd.wait_status))
-    code = json_integer(WEXITSTATUS(wd.wait_status));
-  else if (wd.child_done && wd.wait_status >= 0 && WIFSIGNALED(wd.wait_status))
-    sig = json_integer(WTERMSIG(wd.wait_status));
-  else if (!wd.child_done && wd.stop_signal)
-    sig = json_integer(wd.stop_signal); /* an idle worker killed by a signal */
-  /* The controller's own stops never need a reason (the worker is stopped
-   * already and this report changes nothing). A signal from anyone else
-   * (a scancel, a node shutdown, a kill by hand) reaches workerd and the
-   * script together: say so, rather than only that the script was killed. */
-  if (!wd.reason[0] && wd.term_received && !code)
-    snprintf(wd.reason, sizeof(wd.reason),
-             MUSTER_OUTSIDE_STOP ": muster-workerd was sent %s (a Slurm cancel, a node "
-                                 "shutdown or a kill)",
-             wd.term_received == SIGTERM ? "SIGTERM" : "SIGINT");
-  reason = wd.reason[0] ? json_string(wd.reason) : json_null();
-  if (json_object_set_new(o, "exit_code", code ? code : json_null()) != 0 ||
-      json_object_set_new(o, "signal", sig ? sig : json_null()) != 0 ||
-      json_object_set_new(o, "reason", reason) != 0)
-    goto out;
-  s = json_dumps(o, JSON_COMPACT);
-out:
-  json_decref(o);
-  return s;
-}
-
-/* Ends the worker as wd.mode says. For FINISH_REPORT it ships the remaining
- * logs and then reports the exit, retrying both with backoff for 10 minutes
- * (a 4xx to the report means the controller already considers the worker
- * finished); for FINISH_QUIET, one try at each. The report always comes
- * after the last output: it tells a followed log that it is whole.
- * Returns 0, MUSTER_E_TIMEOUT (logged) or MUSTER_E_NOMEM. */
-MUST_CHECK static int finish(void) {
-  struct backoff b;
-  char *body = NULL;
-  long status;
-  int rc = 0;
-
-  if (wd.mode == FINISH_SILENT)
-    goto out;
-  if (wd.mode == FINISH_QUIET) {
-    /* One try: the controller stopped this worker and may refuse logs now.
-     * The report changes nothing there but says that the output is all in. */
-    if (streams_flush_all() != 0)
-      LOG(LOG_INFO, "the last output of the command could not be shipped");
-    else if (!(body = exit_body()))
-      rc = MUSTER_E_NOMEM;
-    else if (http_post("exit", true, body, strlen(body), &status) != 0)
-      LOG(LOG_INFO, "could not say that the last output was shipped");
-    goto out;
-  }
-  body = exit_body();
-  if (!body) {
-    rc = MUSTER_E_NOMEM;
-    goto out;
-  }
-  backoff_init(&b);
-  /* A worker ended by SIGTERM is most often being stopped by the controller,
-   * which knows the outcome already: a short try is enough. The long one is
-   * for a command that ended by itself, whose result must not be lost. */
-  if (wd.stop_signal)
-    b.give_up_ms = util_mono_ms() + 10 * 1000;
-  for (;;) {
-    if (streams_flush_all() == 0) {
-      rc = http_post("exit", true, body, strlen(body), &status);
-      if (rc == 0 && status >= 200 && status < 300) {
-        LOG(LOG_INFO, "reported the exit: %s", body);
-        break;
-      }
-      if (rc == 0 && status < 500) {
-        LOG(LOG_INFO, "the controller already considers this worker finished (HTTP %ld)", status);
-        break;
-      }
-    }
-    rc = backoff_wait(&b, false);
-    if (rc) {
-      LOG(LOG_ERROR, "could not report the exit in time; giving up");
-      goto out;
-    }
-  }
-  rc = 0;
-out:
-  free(body);
-  return rc;
-}
-
-/* Ends what the command left behind in our process group (say, a daemonised
- * grandchild that still holds its pipes): the worker ends with workerd, as a
- * container ends with its first process. Only when workerd leads the group,
- * as the backend's setsid() makes it; otherwise the group belongs to whoever
- * started us (a shell, a test) and is not ours to signal. */
-static void group_terminate(void) {
-  struct sigaction ign;
-
-  if (wd.child <= 0 || getpgrp() != getpid())
-    return;
-  memset(&ign, 0, sizeof(ign));
-  ign.sa_handler = SIG_IGN;
-  sigemptyset(&ign.sa_mask);
-  sigaction(SIGTERM, &ign, NULL);
-  kill(0, SIGTERM);
-}
-
 /* Frees everything in wd and closes its descriptors, so that sanitizer runs
  * see no leaks. */
 static void cleanup(void) {
   ex_cleanup();
-  http_cleanup();
+  register_cancel();
+  report_cleanup();
+  calls_cleanup();
   strv_free(wd.argv);
   strv_free(wd.envp);
   free(wd.cwd);
@@ -390,6 +358,8 @@ static void cleanup(void) {
   }
   free(wd.out.ring);
   free(wd.err.ring);
+  free(wd.out.send);
+  free(wd.err.send);
   fd_close(&wd.out.fd);
   fd_close(&wd.err.fd);
   fd_close(&wd.listen_fd);
@@ -460,7 +430,7 @@ static int worker_main(void) {
   if (rc == 0)
     rc = signals_install();
   if (rc == 0)
-    rc = http_init();
+    rc = calls_init();
   if (rc)
     goto out;
   if (!wd.ip[0]) {
@@ -470,7 +440,7 @@ static int worker_main(void) {
      * coming up; that is worth the same patience as the controller itself. */
     backoff_init(&b);
     while ((rc = ip_toward_controller(wd.ip, sizeof(wd.ip))) == MUSTER_E_UNREACHABLE) {
-      rc = backoff_wait(&b, true);
+      rc = backoff_wait(&b);
       if (rc)
         break;
     }
@@ -484,33 +454,11 @@ static int worker_main(void) {
     goto out;
   LOG(LOG_INFO, "worker %s on %s, exec port %d, controller %s", wd.id, wd.ip, wd.exec_port, wd.url);
 
-  rc = register_worker();
-  if (rc == MUSTER_E_SHUTTING_DOWN) {
-    LOG(LOG_INFO, "stopped before registering");
-    code = 0;
-  }
-  if (rc)
-    goto out;
-  if (wd.argv)
-    LOG(LOG_INFO, "registered; running \"%s\" with %zu more arguments", wd.argv[0], wd.argc - 1);
-  else
-    LOG(LOG_INFO, "registered as an idle worker");
-  wd.next_hb_ms = util_mono_ms() + wd.hb_interval_ms;
-
-  if (wd.argv && command_start() != 0)
-    wd.finish = true; /* reported below, with wd.reason */
   rc = main_loop();
-  if (rc) {
-    /* Never leave the command running without anyone to watch it. */
-    if (wd.child > 0 && !wd.child_done)
-      kill(wd.child, SIGKILL);
-    goto out;
-  }
-  rc = finish();
-  if (rc == 0)
+  if (rc == 0 || rc == MUSTER_E_SHUTTING_DOWN)
     code = 0;
 out:
-  group_terminate();
+  group_term();
   cleanup();
   return code;
 }

@@ -3,12 +3,14 @@
  * than one module uses, the daemon's one state (wd), and what each module
  * offers the others. main.c has the overall description; the modules:
  *
- *   main.c         main(), the main loop, heartbeats, the exit report,
+ *   main.c         main(), the main loop and its phases, stopping,
  *                  cleanup: the one module that drives the others
  *   wd_state.c     the daemon's one state, wd
  *   config.c       the configuration, from the environment
  *   signals.c      signals, turned into bytes on a self-pipe
- *   client.c       the controller client: HTTP, backoff, registration
+ *   ctl_call.c     calls to the controller, non-blocking (libcurl multi)
+ *   client.c       the controller client: backoff, registration, heartbeats
+ *   report.c       the end: the last logs, then the exit report
  *   logship.c      the command's output: ring buffers, shipped as logs
  *   child.c        starting children (the worker's command and exec commands)
  *   exec_server.c  the exec channel's server (docs/exec-protocol.md); its
@@ -69,6 +71,25 @@
 /* ------------------------------------------------------------------------ */
 /* Shared types                                                             */
 
+/* One call to the controller, made by a fixed slot (registration, heartbeat,
+ * a log stream, the exit report): at most one in flight per slot, driven by
+ * the main loop (ctl_call.c). The slot's owner starts it, and takes it once
+ * it is CALL_DONE. */
+enum call_state { CALL_IDLE, CALL_RUNNING, CALL_DONE };
+struct call {
+  enum call_state state;
+  CURL *easy; /* created at the slot's first call, kept for its life */
+  char url[WD_URL_MAX + WD_ID_MAX + 64];
+  char what[32]; /* the URL's last part, for the logs */
+  char err[CURL_ERROR_SIZE];
+  char *answer; /* the answer's body, NUL-terminated; grown as needed */
+  size_t answer_len, answer_cap;
+  bool answer_too_big;
+  int rc;      /* CALL_DONE: 0 or MUSTER_E_* (call_take()) */
+  long status; /* CALL_DONE with rc 0: the HTTP status */
+  int64_t started_ms;
+};
+
 /* One output stream of the worker (its command's, and the exec channel's
  * commands'): a ring buffer of the bytes that the controller has not
  * accepted yet. The ring is allocated once, at its full capacity; untouched
@@ -81,13 +102,25 @@ struct stream {
   char *ring;       /* WD_STREAM_CAP bytes; NULL until stream_open() */
   size_t start;     /* offset of the oldest byte */
   size_t len;       /* bytes held */
-  uint64_t dropped; /* bytes overwritten since the last successful flush */
+  uint64_t dropped; /* bytes overwritten and not yet told in a notice */
   int64_t first_ms; /* when the oldest held byte arrived; valid if len > 0 */
+  /* Shipping: the POST in flight carries a copy of the ring's first
+   * sent bytes (in send); while it flies, a full ring may drop some of them,
+   * which leaves inflight of them still held at the ring's start. A notice
+   * in flight carries notice_n dropped bytes instead. */
+  struct call call;
+  char *send; /* WD_POST_MAX bytes, allocated at the first POST */
+  size_t sent, inflight;
+  uint64_t notice_n;
+  char notice[128];
+  uint64_t appended; /* bytes ever appended ... */
+  uint64_t settled;  /* ... and ever taken by the controller, refused or dropped */
 };
 
 /* How the worker ends, decided by the first reason to stop. */
 enum finish_mode {
-  FINISH_REPORT, /* flush logs and report the exit, retrying for 10 minutes */
+  FINISH_REPORT, /* flush logs and report the exit, retrying for 10 minutes (or
+                    until the stop grace, when a signal stops the worker) */
   FINISH_QUIET,  /* the controller asked us to stop: one last flush and one try at the
                     report (it says the output is all in) */
   FINISH_SILENT  /* the controller no longer knows us: say nothing more */
@@ -149,14 +182,7 @@ struct wd_state {
   int listen_fd;
   int sig_read_fd;
 
-  /* HTTP. The answer buffer holds the body of the last call. */
-  CURL *curl;
-  struct curl_slist *hdr_json;
-  struct curl_slist *hdr_bytes;
-  char curl_err[CURL_ERROR_SIZE];
-  char *answer;
-  size_t answer_len;
-  bool answer_too_big;
+  /* The controller, as the last call found it (ctl_call.c). */
   bool controller_up;
   int64_t last_contact_ms; /* when the controller last answered (not a 5xx) */
   int64_t orphan_ms;       /* give up after this long without an answer */
@@ -190,12 +216,14 @@ struct wd_state {
   enum finish_mode mode;
   int stop_signal;    /* SIGTERM or SIGINT if that is why we stop, else 0 */
   int term_received;  /* SIGTERM or SIGINT came, whether or not it started the stop */
+  int64_t term_at_ms; /* when the first of them came */
   int64_t kill_at_ms; /* when to send SIGKILL; INT64_MAX once sent */
 
   /* Deadlines of the main loop. */
   int64_t next_hb_ms;
   int64_t logs_retry_at_ms;
   int64_t logs_backoff_ms;
+  unsigned long logs_failures; /* log POSTs that got no usable answer, ever */
 };
 
 extern struct wd_state wd;
@@ -220,15 +248,38 @@ MUST_CHECK int signals_install(void);
 void signals_take(bool *child, int *term);
 
 /* ------------------------------------------------------------------------ */
+/* ctl_call.c: calls to the controller, never blocking                      */
+
+/* Room the main loop's pollfd array keeps for calls_poll_add(). */
+#define CALL_POLL_MAX 16
+
+MUST_CHECK int calls_init(void);
+void calls_cleanup(void);
+MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const void *body,
+                          size_t len, int64_t timeout_ms);
+void call_cancel(struct call *c);
+MUST_CHECK int call_take(struct call *c, long *status);
+void calls_poll_add(struct pollfd *p, int *n);
+int64_t calls_next_deadline(void);
+void calls_poll_handle(const struct pollfd *p, int64_t now);
+
+/* ------------------------------------------------------------------------ */
 /* client.c: the controller client                                          */
 
+/* What a step of the registration or a heartbeat's answer decides. */
+enum reg_result { REG_BUSY, REG_OK, REG_FAILED };
+enum hb_result { HB_NONE, HB_STOP_QUIET, HB_STOP_SILENT };
+
 MUST_CHECK int ip_toward_controller(char *ip, size_t size);
-MUST_CHECK int http_init(void);
-void http_cleanup(void);
-MUST_CHECK int http_post(const char *suffix, bool json, const void *body, size_t len, long *status);
 void backoff_init(struct backoff *b);
-MUST_CHECK int backoff_wait(struct backoff *b, bool interruptible);
-MUST_CHECK int register_worker(void);
+MUST_CHECK int backoff_wait(struct backoff *b);
+int64_t backoff_next(struct backoff *b, int64_t now);
+MUST_CHECK int register_begin(void);
+enum reg_result register_step(int64_t now, int *rc);
+int64_t register_deadline(void);
+void register_cancel(void);
+enum hb_result hb_step(int64_t now);
+void hb_cancel(void);
 
 /* ------------------------------------------------------------------------ */
 /* logship.c: the worker's output, shipped as logs                          */
@@ -236,10 +287,25 @@ MUST_CHECK int register_worker(void);
 MUST_CHECK int stream_open(struct stream *s);
 void stream_append(struct stream *s, const char *data, size_t n, int64_t now);
 void stream_read(struct stream *s, int64_t now);
-int64_t stream_deadline(const struct stream *s);
-void streams_flush_due(int64_t now);
-void streams_flush_now(int64_t now);
-MUST_CHECK int streams_flush_all(void);
+int64_t streams_deadline(void);
+void streams_ship(int64_t now, bool all);
+void streams_take(int64_t now);
+bool streams_idle(void);
+void streams_cancel(void);
+void streams_mark(uint64_t mark[2]);
+bool streams_shipped(const uint64_t mark[2]);
+void streams_ship_soon(void);
+
+/* ------------------------------------------------------------------------ */
+/* report.c: the end                                                        */
+
+enum report_result { REPORT_BUSY, REPORT_DONE, REPORT_GAVE_UP };
+
+MUST_CHECK int report_begin(int64_t now);
+void report_signal(int64_t now);
+enum report_result report_step(int64_t now);
+int64_t report_deadline(void);
+void report_cleanup(void);
 
 /* ------------------------------------------------------------------------ */
 /* child.c: children, and small helpers every module uses                   */

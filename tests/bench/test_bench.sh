@@ -80,6 +80,7 @@ bench() {
 
 start=$(date +%s)
 bench await '^target: muster await on a running worker'
+bench away '^1\. exec, largest gap paused/reference: .* ratio;^2\. SIGTERM, workerd gone dead/alive: .* ratio'
 bench controller '^\(a\) first page;^\(e\) stop of .* awaits parked;^\(b\) .* heartbeating;^\(c\) bulk stop;^\(d\) launch \+ await;bare libmicrohttpd, same body: .* ratio'
 bench launch '^ +10 .*\(target: ratio >= 0\.90\);^await wake-up latency over'
 bench web '^state change -> updated row;ratio row/request'

@@ -11,6 +11,7 @@
  * its port (bytes it has not read, in /proc/net/tcp), or it is dead. Times
  * are measured (with a generous ceiling) and asserted after the clean-up,
  * so that a failing test says how long it took and leaves nothing behind. */
+#include "away.h"
 #include "harness.h"
 #include "muster.h"
 
@@ -27,244 +28,6 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define PATHLEN 96
-
-static struct ctl_proc ctl;
-static char tmp[64]; /* this test's own directory: the scripts' files */
-static pid_t guard_pid;
-static int guard_fd = -1;
-
-/* path gets name inside tmp. */
-static void in_tmp(char *path, const char *name) {
-  snprintf(path, PATHLEN, "%s/%s", tmp, name);
-}
-
-static void touch(const char *name) {
-  char path[PATHLEN];
-  FILE *f;
-
-  in_tmp(path, name);
-  f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fclose(f);
-}
-
-/* A controller whose workers heartbeat every 0.3 s, so that some call of
- * theirs is certain to meet a pause, and a fresh directory for the scripts. */
-static void up(void) {
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.extra[0] = "--heartbeat-interval";
-  ctl.extra[1] = "0.3";
-  h_start(&ctl);
-  snprintf(tmp, sizeof(tmp), "/tmp/muster-away-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmp));
-}
-
-static void down(void) {
-  char cmd[128];
-
-  h_finish(&ctl);
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", tmp);
-}
-
-/* Check ends a failed test with _exit(): no atexit handler runs, and the
- * SIGTERM that the controller gets when its parent dies (PR_SET_PDEATHSIG)
- * would stay pending for ever in a stopped controller. A guardian process
- * outlives the test and, unless unguard() tells it that all went well,
- * continues the controller, which then takes its SIGTERM and ends. */
-static void guard(pid_t pid) {
-  int p[2];
-
-  ck_assert_int_eq(pipe(p), 0);
-  guard_pid = fork();
-  ck_assert_int_ge(guard_pid, 0);
-  if (guard_pid == 0) {
-    char ok;
-
-    for (int k = 3; k < 1024; k++)
-      if (k != p[0])
-        close(k);
-    if (read(p[0], &ok, 1) != 1)
-      kill(pid, SIGCONT);
-    _exit(0);
-  }
-  close(p[0]);
-  guard_fd = p[1];
-}
-
-static void unguard(void) {
-  if (guard_fd < 0)
-    return;
-  if (write(guard_fd, "k", 1) != 1)
-    fprintf(stderr, "could not tell the guardian process\n");
-  close(guard_fd);
-  guard_fd = -1;
-  waitpid(guard_pid, NULL, 0);
-}
-
-/* The state letter of pid ('T' stopped, 'Z' zombie), or 0 when it is gone. */
-static char state_of(long pid) {
-  char buf[512];
-  const char *f = h_proc_stat(pid, buf, sizeof(buf));
-
-  return f ? f[0] : 0;
-}
-
-/* SIGSTOP to the controller; returns 1 once it is stopped (2 s at most).
- * Asserts nothing: the exec test calls it from a thread of its own. */
-static int ctl_stop(void) {
-  kill(ctl.pid, SIGSTOP);
-  for (double until = h_now() + 2; h_now() < until; usleep(5000))
-    if (state_of(ctl.pid) == 'T')
-      return 1;
-  return 0;
-}
-
-/* How many connections to port hold bytes that the listener has not read:
- * calls made to a controller that does not answer (from /proc/net/tcp; the
- * controller's own end of each, before or after accept()). */
-static int calls_waiting(int port) {
-  FILE *f = fopen("/proc/net/tcp", "r");
-  char line[512];
-  int n = 0;
-
-  if (!f)
-    return 0;
-  while (fgets(line, sizeof(line), f)) {
-    unsigned lport, st;
-    unsigned long txq, rxq;
-
-    if (sscanf(line, " %*u: %*x:%x %*x:%*x %x %lx:%lx", &lport, &st, &txq, &rxq) == 4 &&
-        (int)lport == port && st == 1 /* established */ && rxq > 0)
-      n++;
-  }
-  fclose(f);
-  return n;
-}
-
-/* Returns 1 once some call waits at the controller's port (5 s at most). */
-static int call_waits(void) {
-  for (double until = h_now() + 5; h_now() < until; usleep(10000))
-    if (calls_waiting(ctl.port) > 0)
-      return 1;
-  return 0;
-}
-
-/* Pauses the controller, under a guardian, and asserts that it stopped and
- * that a call of a workerd waits on it. */
-static void pause_ctl(int want_call) {
-  guard(ctl.pid);
-  ck_assert_msg(ctl_stop(), "the controller is not stopped 2 s after SIGSTOP");
-  if (want_call)
-    ck_assert_msg(call_waits(), "no call of workerd waits at the paused controller after 5 s "
-                                "(heartbeats every 0.3 s)");
-}
-
-static void resume_ctl(void) {
-  kill(ctl.pid, SIGCONT);
-  unguard();
-}
-
-/* t seconds as a message says them: "1.23 s", or "over C s" where the wait
- * gave up (t < 0) at its ceiling C. buf: 32 bytes. */
-static const char *secs(double t, double ceiling, char *buf) {
-  if (t < 0)
-    snprintf(buf, 32, "over %.0f s", ceiling);
-  else
-    snprintf(buf, 32, "%.2f s", t);
-  return buf;
-}
-
-/* Seconds from t0 until path exists, or -1 after ceiling seconds. */
-static double file_after(const char *path, double t0, double ceiling) {
-  while (access(path, F_OK) != 0) {
-    if (h_now() - t0 > ceiling)
-      return -1;
-    usleep(5000);
-  }
-  return h_now() - t0;
-}
-
-/* Seconds from t0 until pid is gone (or a zombie), or -1 after ceiling. */
-static double gone_after(long pid, double t0, double ceiling) {
-  double left = ceiling - (h_now() - t0);
-
-  return h_gone(pid, left > 0 ? left : 0) ? h_now() - t0 : -1;
-}
-
-/* How many processes have pid as their parent. */
-static int children_of(long pid) {
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  int n = 0;
-
-  ck_assert_ptr_nonnull(d);
-  while ((e = readdir(d)) != NULL) {
-    char buf[512], *end;
-    const char *f;
-    long p = strtol(e->d_name, &end, 10), ppid;
-
-    if (*end || p <= 0 || !(f = h_proc_stat(p, buf, sizeof(buf))))
-      continue;
-    if (sscanf(f, "%*c %ld", &ppid) == 1 && ppid == pid)
-      n++;
-  }
-  closedir(d);
-  return n;
-}
-
-/* Launches one worker (code under kernel; idle if code is NULL), waits until
- * it runs and copies its id into id. */
-static void launch(const char *kernel, const char *code, char *id, size_t len) {
-  json_t *b =
-      code ? json_pack("{s:i, s:f, s:s, s:s}", "n", 1, "cpu", 1.0, "kernel", kernel, "code", code)
-           : json_pack("{s:i, s:f}", "n", 1, "cpu", 1.0);
-  char *text = json_dumps(b, 0);
-  json_t *ws = h_launch(&ctl, text), *w;
-
-  snprintf(id, len, "%s", h_str(json_array_get(ws, 0), "id"));
-  w = h_wait_status(&ctl, id, "running", 30);
-  json_decref(w);
-  json_decref(ws);
-  json_decref(b);
-  free(text);
-}
-
-/* Worker id's stdout as GET .../logs gives it (malloc'ed). */
-static char *log_of(const char *id) {
-  char path[160], *out = NULL;
-
-  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", id);
-  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
-  return out ? out : strdup("");
-}
-
-/* The notices of a log that workerd dropped bytes ("[muster-workerd: N bytes
- * of output dropped while the controller was unreachable]\n"): their N added
- * up, and in *len the bytes the notices themselves take. */
-#define NOTICE "[muster-workerd: "
-static unsigned long long dropped_in(const char *text, size_t *len) {
-  unsigned long long sum = 0;
-  const char *p = text;
-
-  *len = 0;
-  while ((p = strstr(p, NOTICE)) != NULL) {
-    char *end;
-    unsigned long long n = strtoull(p + strlen(NOTICE), &end, 10);
-    const char *tail = strstr(end, "]\n");
-
-    ck_assert_msg(end > p + strlen(NOTICE) && strncmp(end, " bytes of output dropped", 24) == 0 &&
-                      tail,
-                  "a notice of workerd that is not one of dropped bytes: \"%.120s\"", p);
-    sum += n;
-    *len += (size_t)(tail + 2 - p);
-    p = tail + 2;
-  }
-  return sum;
-}
 
 /* ------------------------------------------------------------------------ */
 /* 1. The exec channel while the controller is paused                       */
@@ -329,11 +92,11 @@ static void *pauser(void *arg) {
   if (n < 3)
     return NULL;
   t0 = h_now();
-  f->stopped = ctl_stop();
-  f->waited = call_waits();
+  f->stopped = aw_ctl_stop();
+  f->waited = aw_call_waits();
   while ((n = lines_of(f)) >= 0 && n < 33 && h_now() < t0 + 6)
     usleep(2000);
-  f->still_stopped = state_of(ctl.pid) == 'T';
+  f->still_stopped = aw_state_of(ctl.pid) == 'T';
   f->stopped_for = (int)(h_now() - t0);
   kill(ctl.pid, SIGCONT);
   return NULL;
@@ -351,8 +114,8 @@ START_TEST(exec_output_flows_while_the_controller_is_paused) {
   int code = -1, rc, at = 0;
   pthread_t th;
 
-  up();
-  launch(NULL, NULL, id, sizeof(id));
+  aw_up();
+  aw_launch(NULL, NULL, id, sizeof(id));
   ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &cl), 0);
   ck_assert_int_eq(muster_exec_target_get(cl, id, &t), 0);
   muster_exec_opts_init(&o);
@@ -361,21 +124,21 @@ START_TEST(exec_output_flows_while_the_controller_is_paused) {
   o.on_stdout = on_out;
   o.arg = &f;
   o.stderr_fd = -1;
-  guard(ctl.pid);
+  aw_guard(ctl.pid);
   ck_assert_int_eq(pthread_create(&th, NULL, pauser, &f), 0);
   rc = muster_exec_at(&t, &o, &code, err, sizeof(err));
   pthread_mutex_lock(&f.mu);
   f.done = 1;
   pthread_mutex_unlock(&f.mu);
   pthread_join(th, NULL);
-  resume_ctl();
+  aw_resume_ctl();
   for (int i = 1; i < EXEC_LINES && i < f.lines; i++)
     if (f.at[i] - f.at[i - 1] > gap) {
       gap = f.at[i] - f.at[i - 1];
       at = i;
     }
   muster_client_free(cl);
-  down();
+  aw_down();
 
   ck_assert_msg(f.stopped && f.still_stopped,
                 "the controller was not stopped through the pause (stopped %d, still %d)",
@@ -400,14 +163,14 @@ END_TEST
 static long trapping_worker(char *id, size_t len) {
   char code[1000], ready[PATHLEN], f[PATHLEN];
 
-  in_tmp(f, "F");
-  in_tmp(ready, "READY");
+  aw_in_tmp(f, "F");
+  aw_in_tmp(ready, "READY");
   snprintf(code, sizeof(code),
            "trap 'echo t > %s; exit 0' TERM; sleep 600 </dev/null >/dev/null 2>&1 & "
            "echo > %s; wait",
            f, ready);
-  launch("sh", code, id, len);
-  ck_assert_msg(file_after(ready, h_now(), 20) >= 0, "the script did not start in 20 s");
+  aw_launch("sh", code, id, len);
+  ck_assert_msg(aw_file_after(ready, h_now(), 20) >= 0, "the script did not start in 20 s");
   return h_workerd_pid(&ctl, id);
 }
 
@@ -416,22 +179,22 @@ START_TEST(sigterm_ends_the_worker_at_once_when_the_controller_is_dead) {
   double t0, script, wd_end;
   long wd;
 
-  up();
+  aw_up();
   wd = trapping_worker(id, sizeof(id));
-  in_tmp(f, "F");
+  aw_in_tmp(f, "F");
   h_kill9(&ctl);
-  ck_assert_msg(state_of(wd) && state_of(wd) != 'Z', "workerd ended with its controller");
+  ck_assert_msg(aw_state_of(wd) && aw_state_of(wd) != 'Z', "workerd ended with its controller");
   t0 = h_now();
   ck_assert_int_eq(kill((pid_t)wd, SIGTERM), 0);
-  script = file_after(f, t0, 20);
-  wd_end = gone_after(wd, t0, 30);
-  down();
+  script = aw_file_after(f, t0, 20);
+  wd_end = aw_gone_after(wd, t0, 30);
+  aw_down();
   ck_assert_msg(script >= 0 && script <= 1.0, "the script got its SIGTERM %s after workerd did",
-                secs(script, 20, b1));
+                aw_secs(script, 20, b1));
   ck_assert_msg(wd_end >= 0 && wd_end - script <= 1.0,
                 "workerd ended %s after SIGTERM (its script %s after it), with its controller "
                 "dead",
-                secs(wd_end, 30, b1), secs(script, 20, b2));
+                aw_secs(wd_end, 30, b1), aw_secs(script, 20, b2));
 }
 END_TEST
 
@@ -441,24 +204,24 @@ START_TEST(sigterm_ends_the_worker_within_its_grace_when_the_controller_hangs) {
   long wd;
   int still;
 
-  up();
+  aw_up();
   wd = trapping_worker(id, sizeof(id));
-  in_tmp(f, "F");
-  pause_ctl(1);
+  aw_in_tmp(f, "F");
+  aw_pause_ctl(1);
   t0 = h_now();
   ck_assert_int_eq(kill((pid_t)wd, SIGTERM), 0);
-  script = file_after(f, t0, 20);
-  wd_end = gone_after(wd, t0, 30);
-  still = state_of(ctl.pid) == 'T';
-  resume_ctl();
-  down();
+  script = aw_file_after(f, t0, 20);
+  wd_end = aw_gone_after(wd, t0, 30);
+  still = aw_state_of(ctl.pid) == 'T';
+  aw_resume_ctl();
+  aw_down();
   ck_assert_msg(still, "the controller did not stay stopped");
   ck_assert_msg(script >= 0 && script <= 1.0,
                 "the script got its SIGTERM %s after workerd did, with the controller paused",
-                secs(script, 20, b1));
+                aw_secs(script, 20, b1));
   ck_assert_msg(wd_end >= 0 && wd_end <= 6.0,
                 "workerd ended %s after SIGTERM, past its 5 s grace, with the controller paused",
-                secs(wd_end, 30, b1));
+                aw_secs(wd_end, 30, b1));
 }
 END_TEST
 
@@ -467,32 +230,32 @@ START_TEST(a_script_that_ended_by_itself_still_obeys_sigterm) {
   double t0, wd_end;
   long wd;
 
-  up();
-  in_tmp(ready, "READY");
-  in_tmp(go, "GO");
-  in_tmp(ended, "ENDED");
+  aw_up();
+  aw_in_tmp(ready, "READY");
+  aw_in_tmp(go, "GO");
+  aw_in_tmp(ended, "ENDED");
   snprintf(code, sizeof(code),
            "echo > %s; while [ ! -e %s ]; do sleep 0.05; done; echo bye; echo > %s; exit 0", ready,
            go, ended);
-  launch("sh", code, id, sizeof(id));
-  ck_assert_msg(file_after(ready, h_now(), 20) >= 0, "the script did not start in 20 s");
+  aw_launch("sh", code, id, sizeof(id));
+  ck_assert_msg(aw_file_after(ready, h_now(), 20) >= 0, "the script did not start in 20 s");
   wd = h_workerd_pid(&ctl, id);
   h_kill9(&ctl);
-  touch("GO");
-  ck_assert_msg(file_after(ended, h_now(), 20) >= 0, "the script did not end in 20 s");
+  aw_touch("GO");
+  ck_assert_msg(aw_file_after(ended, h_now(), 20) >= 0, "the script did not end in 20 s");
   /* Its end is workerd's to see: the script is reaped, workerd lives on (it
    * has an exit to report, and a line to ship). */
-  for (double until = h_now() + 10; children_of(wd) > 0; usleep(10000))
+  for (double until = h_now() + 10; aw_children_of(wd) > 0; usleep(10000))
     ck_assert_msg(h_now() < until, "workerd still has a child 10 s after its script ended");
-  ck_assert_msg(state_of(wd) && state_of(wd) != 'Z',
+  ck_assert_msg(aw_state_of(wd) && aw_state_of(wd) != 'Z',
                 "workerd did not wait for its controller to report the script's exit");
   t0 = h_now();
   ck_assert_int_eq(kill((pid_t)wd, SIGTERM), 0);
-  wd_end = gone_after(wd, t0, 20);
-  down();
+  wd_end = aw_gone_after(wd, t0, 20);
+  aw_down();
   ck_assert_msg(wd_end >= 0 && wd_end <= 1.0,
                 "workerd, retrying its exit report to a dead controller, ended %s after SIGTERM",
-                secs(wd_end, 20, b1));
+                aw_secs(wd_end, 20, b1));
 }
 END_TEST
 
@@ -509,31 +272,31 @@ START_TEST(a_10_mb_script_is_not_blocked_while_the_controller_is_paused) {
   int still, exit_code = -1;
   json_t *w;
 
-  up();
+  aw_up();
   memset(line, 'x', 99);
   line[99] = '\0';
-  in_tmp(go, "GO");
-  in_tmp(done, "DONE");
-  in_tmp(end, "END");
+  aw_in_tmp(go, "GO");
+  aw_in_tmp(done, "DONE");
+  aw_in_tmp(end, "END");
   snprintf(code, sizeof(code),
            "while [ ! -e %s ]; do sleep 0.05; done; yes %s | head -n %d; echo end > %s; "
            "while [ ! -e %s ]; do sleep 0.05; done",
            go, line, BIG_LINES, done, end);
-  launch("sh", code, id, sizeof(id));
-  pause_ctl(1);
-  touch("GO");
-  took = file_after(done, h_now(), 20);
-  still = state_of(ctl.pid) == 'T';
-  resume_ctl();
+  aw_launch("sh", code, id, sizeof(id));
+  aw_pause_ctl(1);
+  aw_touch("GO");
+  took = aw_file_after(done, h_now(), 20);
+  still = aw_state_of(ctl.pid) == 'T';
+  aw_resume_ctl();
   /* The rest only when the script was not held (a long pause has the
    * worker failed as lost, which is not what this test is about). */
   if (took >= 0 && took <= 3.0) {
-    touch("END");
+    aw_touch("END");
     w = h_wait_status(&ctl, id, "succeeded", 60);
     exit_code = (int)json_integer_value(json_object_get(w, "exit_code"));
     json_decref(w);
-    text = log_of(id);
-    dropped = dropped_in(text, &notices);
+    text = aw_log_of(id);
+    dropped = aw_dropped_in(text, &notices);
     kept = strlen(text) - notices;
     for (const char *p = text; *p; p++) {
       if (strncmp(p, NOTICE, strlen(NOTICE)) == 0)
@@ -543,11 +306,11 @@ START_TEST(a_10_mb_script_is_not_blocked_while_the_controller_is_paused) {
     }
     free(text);
   }
-  down();
+  aw_down();
   ck_assert_msg(still, "the controller did not stay stopped");
   ck_assert_msg(took >= 0 && took <= 3.0,
                 "the script took %s to write 10 MB while the controller was paused",
-                secs(took, 20, b1));
+                aw_secs(took, 20, b1));
   ck_assert_msg(exit_code == 0, "the script exited with code %d", exit_code);
   ck_assert_msg(odd == 0, "the log holds %zu bytes that are neither the script's nor a notice",
                 odd);
@@ -628,20 +391,20 @@ START_TEST(after_a_restart_every_line_is_there_but_those_said_dropped) {
   double t0, restart;
   json_t *w;
 
-  up();
-  in_tmp(go, "GO");
+  aw_up();
+  aw_in_tmp(go, "GO");
   snprintf(code, sizeof(code),
            "p=$(printf '%%0%dd' 0); i=0; while [ ! -e %s ]; do i=$((i+1)); "
            "echo \"$i $EPOCHREALTIME $p\"; sleep 0.02; done; echo \"last $i\"",
            PAD, go);
-  launch("bash", code, id, sizeof(id));
-  pause_ctl(1);
+  aw_launch("bash", code, id, sizeof(id));
+  aw_pause_ctl(1);
   /* The pause itself is the scenario: 6 s by the clock. */
   t0 = h_now();
   while (h_now() < t0 + 6)
     usleep(20000);
-  ck_assert_msg(state_of(ctl.pid) == 'T', "the controller did not stay stopped");
-  resume_ctl();
+  ck_assert_msg(aw_state_of(ctl.pid) == 'T', "the controller did not stay stopped");
+  aw_resume_ctl();
   h_kill9(&ctl);
   restart = h_wall();
   h_restart(&ctl);
@@ -656,12 +419,12 @@ START_TEST(after_a_restart_every_line_is_there_but_those_said_dropped) {
     json_decref(w);
   }
   json_decref(w);
-  touch("GO");
+  aw_touch("GO");
   w = h_wait_status(&ctl, id, "succeeded", 60);
   json_decref(w);
 
-  text = log_of(id);
-  dropped = dropped_in(text, &notices);
+  text = aw_log_of(id);
+  dropped = aw_dropped_in(text, &notices);
   notice = strstr(text, NOTICE);
   for (char *p = text, *nl; (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
     int here;
@@ -673,7 +436,7 @@ START_TEST(after_a_restart_every_line_is_there_but_those_said_dropped) {
     by_notice = here;
   }
   free(text);
-  down();
+  aw_down();
   ck_assert_msg(s.last > 0, "the script's last line (\"last N\") is not in the log");
   ck_assert_msg(s.max == s.last, "the log's lines end at %ld; the script wrote %ld", s.max, s.last);
   ck_assert_msg(s.bad_lines == 0, "%ld lines of the log are cut or mangled", s.bad_lines);
@@ -716,9 +479,9 @@ START_TEST(sigterm_while_registering_with_a_paused_controller) {
   int status = 0, still;
   pid_t wd;
 
-  up();
-  in_tmp(log, "workerd.log");
-  pause_ctl(0);
+  aw_up();
+  aw_in_tmp(log, "workerd.log");
+  aw_pause_ctl(0);
   wd = fork();
   ck_assert_int_ge(wd, 0);
   if (wd == 0) {
@@ -738,7 +501,7 @@ START_TEST(sigterm_while_registering_with_a_paused_controller) {
     execl(MUSTER_WORKERD_BIN, "muster-workerd", (char *)NULL);
     _exit(127);
   }
-  ck_assert_msg(call_waits(),
+  ck_assert_msg(aw_call_waits(),
                 "muster-workerd made no call to the paused controller in 5 s (its "
                 "log: %s)",
                 log);
@@ -756,15 +519,15 @@ START_TEST(sigterm_while_registering_with_a_paused_controller) {
     kill(wd, SIGKILL);
     waitpid(wd, &status, 0);
   }
-  still = state_of(ctl.pid) == 'T';
-  resume_ctl();
+  still = aw_state_of(ctl.pid) == 'T';
+  aw_resume_ctl();
   tail_of(log, said, sizeof(said));
-  down();
+  aw_down();
   ck_assert_msg(still, "the controller did not stay stopped");
   ck_assert_msg(took >= 0 && took <= 1.0,
                 "muster-workerd, registering with a paused controller, ended %s after SIGTERM; "
                 "its log ended with:\n%s",
-                secs(took, 20, b1), said);
+                aw_secs(took, 20, b1), said);
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                 "muster-workerd stopped before registering exits 0, not with status %#x", status);
 }

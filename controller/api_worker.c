@@ -4,6 +4,7 @@
 #include "api_internal.h"
 
 #include "backend.h"
+#include "fault.h"
 #include "log.h"
 #include "log_tail.h"
 #include "muster_errors.h"
@@ -390,6 +391,8 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
   state_unlock();
   if (rc)
     return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
+  /* Tests: a controller that takes its time over each log POST. */
+  FAULT_POINT("log_append_slow");
   fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0)
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not open the log: %s", strerror(errno));

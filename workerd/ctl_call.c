@@ -223,6 +223,12 @@ MUST_CHECK static int call_setup(struct call *c) {
   /* Workers talk to the controller directly, as they talk to each other; a
    * site-wide http_proxy meant for the internet would only get in the way. */
   curl_easy_setopt(c->easy, CURLOPT_PROXY, "");
+#if LIBCURL_VERSION_NUM >= 0x075700
+  /* A call given up while its name is still being resolved must not wait
+   * for the resolver's thread (a DNS server that does not answer takes
+   * many seconds): libcurl leaves the thread behind instead. */
+  curl_easy_setopt(c->easy, CURLOPT_QUICK_EXIT, 1L);
+#endif
 #if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(c->easy, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif

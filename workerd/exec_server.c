@@ -312,9 +312,9 @@ static void ex_step(struct ex_conn *c, int64_t now) {
         ex_pipes_close(c);
         streams_mark(c->ship_mark);
         c->ship_wait_until_ms = now + EX_SHIP_WAIT_MS;
-        streams_ship_soon();
+        streams_ship_soon(c->ship_mark);
       }
-      if (!streams_shipped(c->ship_mark) && wd.controller_up && !wd.stopping &&
+      if (!streams_shipped(c->ship_mark) && wd.controller_up && !wd.stopping && !wd.ending &&
           now < c->ship_wait_until_ms)
         break;
       ex_finish(c, code, sig, error, now);
@@ -473,7 +473,8 @@ int64_t ex_next_deadline(void) {
       next = c->kill_at_ms;
     if ((c->state == EX_HELLO || (c->state == EX_CLOSING && c->sock >= 0)) && c->deadline_ms < next)
       next = c->deadline_ms;
-    if (c->state == EX_RUNNING && c->exited && c->drain_until_ms < next)
+    if (c->state == EX_RUNNING && c->exited && !c->ship_wait_until_ms &&
+        (c->out_fd >= 0 || c->err_fd >= 0) && c->drain_until_ms < next)
       next = c->drain_until_ms;
     if (c->state == EX_RUNNING && c->ship_wait_until_ms && c->ship_wait_until_ms < next)
       next = c->ship_wait_until_ms;

@@ -30,8 +30,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* An exec command's end waits for its output to ship (streams_ship_soon()). */
-static bool soon;
+/* Exec commands' ends wait until each stream's settled count reaches this
+ * (streams_ship_soon()): until then it ships without the usual wait. */
+static uint64_t soon[2];
 
 /* ------------------------------------------------------------------------ */
 /* Output streams                                                           */
@@ -138,13 +139,15 @@ static bool stream_pending(const struct stream *s) {
 
 /* When s must next be shipped: INT64_MAX if it holds nothing or its POST is
  * in flight; otherwise at 64 KiB, or 200 ms after its oldest byte, or at
- * once if soon; but not before the retry time that a failed POST set. */
+ * once while an exec X waits for it; but not before the retry time that a
+ * failed POST set. */
 static int64_t stream_due(const struct stream *s) {
+  bool urgent = s->settled < soon[s == &wd.out ? 0 : 1];
   int64_t due;
 
   if (!stream_pending(s) || s->call.state != CALL_IDLE)
     return INT64_MAX;
-  due = soon || s->len >= WD_FLUSH_BYTES || s->len == 0 ? 0 : s->first_ms + WD_FLUSH_DELAY_MS;
+  due = urgent || s->len >= WD_FLUSH_BYTES || s->len == 0 ? 0 : s->first_ms + WD_FLUSH_DELAY_MS;
   return due > wd.logs_retry_at_ms ? due : wd.logs_retry_at_ms;
 }
 
@@ -212,8 +215,6 @@ static void stream_ship(struct stream *s, int64_t now) {
 void streams_ship(int64_t now, bool all) {
   struct stream *both[2] = {&wd.out, &wd.err};
 
-  if (!stream_pending(&wd.out) && !stream_pending(&wd.err))
-    soon = false;
   for (int i = 0; i < 2; i++) {
     struct stream *s = both[i];
 
@@ -253,6 +254,9 @@ static void stream_take(struct stream *s, int64_t now) {
     stream_consume(s, s->inflight);
     s->settled += s->sent;
     s->sent = s->inflight = 0;
+    /* What came in while the POST flew waits its own 200 ms (or 64 KiB),
+     * so that a steady flow ships in batches, not one POST per answer. */
+    s->first_ms = now;
   }
   wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
 }
@@ -269,10 +273,16 @@ bool streams_idle(void) {
          wd.err.call.state == CALL_IDLE;
 }
 
-/* Abandons the POSTs in flight (the worker ends without them). */
+/* Abandons the POSTs in flight and what is still held: the worker ends
+ * without them. */
 void streams_cancel(void) {
-  call_cancel(&wd.out.call);
-  call_cancel(&wd.err.call);
+  struct stream *both[2] = {&wd.out, &wd.err};
+
+  for (int i = 0; i < 2; i++) {
+    call_cancel(&both[i]->call);
+    both[i]->start = both[i]->len = both[i]->sent = both[i]->inflight = 0;
+    both[i]->dropped = both[i]->notice_n = 0;
+  }
 }
 
 /* Notes how many bytes each stream has been given so far, for
@@ -288,8 +298,11 @@ bool streams_shipped(const uint64_t mark[2]) {
   return wd.out.settled >= mark[0] && wd.err.settled >= mark[1];
 }
 
-/* Ships what the streams hold without the usual 200 ms wait, until they are
- * empty: an exec command's end waits for its output to be in the log. */
-void streams_ship_soon(void) {
-  soon = true;
+/* Ships what the streams hold without the usual 200 ms wait, until every
+ * byte given before mark is settled: an exec command's end waits for its
+ * output to be in the log. */
+void streams_ship_soon(const uint64_t mark[2]) {
+  for (int i = 0; i < 2; i++)
+    if (mark[i] > soon[i])
+      soon[i] = mark[i];
 }

@@ -183,6 +183,14 @@ static int64_t run_deadline(void) {
   return next;
 }
 
+/* A signal stops the worker and its command has ended: what the command
+ * left is told to end too, and its output is read until the stop grace is
+ * over, not past it. */
+static void leftovers_end(void) {
+  group_term();
+  wd.drain_until_ms = min64(wd.drain_until_ms, wd.term_at_ms + WD_KILL_GRACE_MS);
+}
+
 /* A SIGTERM or SIGINT arrived: in the run phase it stops the worker (the
  * command gets SIGTERM); in the finish phase it cuts the report short. */
 static void on_term(enum phase ph, int term, int64_t now) {
@@ -194,20 +202,20 @@ static void on_term(enum phase ph, int term, int64_t now) {
   if (ph == PH_RUN) {
     stop_begin(FINISH_REPORT, term, now);
     if (wd.child_done)
-      group_term();
+      leftovers_end();
   } else if (ph == PH_FINISH) {
     report_signal(now);
   }
 }
 
 /* The command ended (SIGCHLD reaped it): when a signal is stopping the
- * worker, what it left behind is told to end too. */
+ * worker, what it left behind is told to end too (leftovers_end()). */
 static void on_child(int64_t now) {
   bool was_done = wd.child_done;
 
   child_reap(now);
   if (!was_done && wd.child_done && wd.term_received)
-    group_term();
+    leftovers_end();
 }
 
 /* Runs the worker's life from registration to the exit report: registers
@@ -275,10 +283,9 @@ MUST_CHECK static int main_loop(void) {
     if (ph == PH_REGISTER)
       next = register_deadline();
     if (ph == PH_RUN)
-      next = run_deadline();
+      next = min64(run_deadline(), streams_deadline());
     if (ph == PH_FINISH)
       next = report_deadline();
-    next = min64(next, streams_deadline());
     next = min64(next, calls_next_deadline());
     now = util_mono_ms();
     timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)min64(next - now, INT_MAX);

@@ -92,6 +92,7 @@ static void report_cut(int64_t signal_ms, int64_t now) {
     rp.deadline_ms = until;
   rp.one_try = true;
   rp.signalled = true;
+  rp.failures_at = wd.logs_failures; /* the one try starts now */
   /* A try waiting for its backoff goes now: it is the last. */
   rp.retry_at_ms = now;
   wd.logs_retry_at_ms = now;
@@ -129,82 +130,77 @@ void report_signal(int64_t now) {
     report_cut(now, now);
 }
 
+/* Ends the report without what is left of it; why says what failed. A
+ * quiet end was only a courtesy (REPORT_DONE: the controller stopped the
+ * worker and has its outcome); any other is given up (REPORT_GAVE_UP: the
+ * controller's reconcile learns how the worker ended). */
+static enum report_result report_abandon(const char *why) {
+  streams_cancel();
+  call_cancel(&rp.call);
+  rp.state = RS_DONE;
+  if (wd.mode == FINISH_QUIET && !rp.signalled) {
+    LOG(LOG_INFO, "%s; the controller, which stopped this worker, has its outcome", why);
+    return REPORT_DONE;
+  }
+  LOG(LOG_WARN, "%s; ending without the exit report", why);
+  return REPORT_GAVE_UP;
+}
+
 /* The answer to the exit report, taken: REPORT_DONE when the controller
  * took it or already had the worker finished (a 4xx), REPORT_BUSY with a
- * retry planned, REPORT_GAVE_UP when none may follow. */
+ * retry planned, else what report_abandon() says. */
 static enum report_result exit_answer(int64_t now) {
   long status;
   int rc = call_take(&rp.call, &status);
 
   if (rc == 0 && status >= 200 && status < 300) {
     LOG(LOG_INFO, "reported the exit: %s", rp.body);
+    rp.state = RS_DONE;
     return REPORT_DONE;
   }
   if (rc == 0 && status < 500) {
     LOG(LOG_INFO, "the controller already considers this worker finished (HTTP %ld)", status);
+    rp.state = RS_DONE;
     return REPORT_DONE;
   }
-  if (rp.one_try) {
-    if (wd.mode == FINISH_QUIET && !rp.signalled) {
-      LOG(LOG_INFO, "could not say that the last output was shipped");
-      return REPORT_DONE;
-    }
-    LOG(LOG_WARN, "the controller did not take the exit report within the stop grace; "
-                  "ending without it (the controller learns how the worker ended)");
-    return REPORT_GAVE_UP;
-  }
+  if (rp.one_try)
+    return report_abandon("the controller did not take the exit report");
   rp.retry_at_ms = backoff_next(&rp.backoff, now);
-  if (rp.retry_at_ms == INT64_MAX) {
-    LOG(LOG_ERROR, "could not report the exit in 10 minutes; giving up");
-    return REPORT_GAVE_UP;
-  }
+  if (rp.retry_at_ms == INT64_MAX)
+    return report_abandon("could not report the exit in 10 minutes");
   return REPORT_BUSY;
 }
 
 /* Moves the end on: ships the streams until they are empty, then reports
  * the exit. Never waits. Returns REPORT_BUSY, REPORT_DONE, or
- * REPORT_GAVE_UP (time ran out or a signal cut it; logged). */
+ * REPORT_GAVE_UP (time ran out, a call failed after a signal; logged). */
 enum report_result report_step(int64_t now) {
-  enum report_result res;
-
   if (rp.state == RS_DONE)
     return REPORT_DONE;
   if (now >= rp.deadline_ms) {
-    streams_cancel();
-    call_cancel(&rp.call);
-    rp.state = RS_DONE;
-    if (wd.mode == FINISH_QUIET && !rp.signalled) {
-      LOG(LOG_INFO, "could not say that the last output was shipped");
-      return REPORT_DONE;
-    }
-    LOG(LOG_WARN, "the controller did not answer %s in time; ending without it",
-        rp.signalled ? "within the stop grace" : "for 10 minutes");
-    return REPORT_GAVE_UP;
+    if (rp.signalled)
+      return report_abandon("no answer from the controller within the stop grace");
+    if (wd.mode == FINISH_QUIET)
+      return report_abandon("no answer from the controller in 10 s");
+    return report_abandon("no answer from the controller in 10 minutes");
   }
   if (rp.state == RS_SHIP) {
-    if (rp.one_try && wd.logs_failures != rp.failures_at) {
-      LOG(LOG_INFO, "the last output of the command could not be shipped");
-      streams_cancel();
-      rp.state = RS_EXIT;
-    } else {
-      streams_ship(now, true);
-      if (!streams_idle())
-        return REPORT_BUSY;
-      rp.state = RS_EXIT;
-    }
+    /* After a failed try, no report either: it would mark the log whole
+     * without its end. */
+    if (rp.one_try && wd.logs_failures != rp.failures_at)
+      return report_abandon("the last output of the command could not be shipped");
+    streams_ship(now, true);
+    if (!streams_idle())
+      return REPORT_BUSY;
+    rp.state = RS_EXIT;
     rp.retry_at_ms = now;
   }
-  if (rp.call.state == CALL_DONE) {
-    res = exit_answer(now);
-    if (res != REPORT_BUSY)
-      rp.state = RS_DONE;
-    return res;
-  }
+  if (rp.call.state == CALL_DONE)
+    return exit_answer(now);
   if (rp.call.state == CALL_IDLE && now >= rp.retry_at_ms &&
       call_start(&rp.call, "exit", true, rp.body, strlen(rp.body), rp.deadline_ms - now) != 0) {
     LOG(LOG_ERROR, "cannot make the exit report's call: out of memory");
-    rp.state = RS_DONE;
-    return REPORT_GAVE_UP;
+    return report_abandon("out of memory");
   }
   return REPORT_BUSY;
 }
@@ -215,6 +211,8 @@ int64_t report_deadline(void) {
 
   if (rp.state == RS_EXIT && rp.call.state == CALL_IDLE && rp.retry_at_ms < next)
     next = rp.retry_at_ms;
+  if (rp.state == RS_SHIP && streams_deadline() < next)
+    next = streams_deadline();
   return next;
 }
 

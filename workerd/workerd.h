@@ -294,7 +294,7 @@ bool streams_idle(void);
 void streams_cancel(void);
 void streams_mark(uint64_t mark[2]);
 bool streams_shipped(const uint64_t mark[2]);
-void streams_ship_soon(void);
+void streams_ship_soon(const uint64_t mark[2]);
 
 /* ------------------------------------------------------------------------ */
 /* report.c: the end                                                        */

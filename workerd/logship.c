@@ -158,11 +158,12 @@ int64_t streams_deadline(void) {
   return a < b ? a : b;
 }
 
-/* A POST of s got no usable answer (or could not start): postpones every
- * stream's next POST by the backoff delay, so that a missing controller costs
- * one try per delay, not one per loop round. */
-static void ship_failed(int64_t now) {
-  wd.logs_failures++;
+/* A POST that started at started_ms got no usable answer (or could not
+ * start): postpones every stream's next POST by the backoff delay, so that a
+ * missing controller costs one try per delay, not one per loop round. */
+static void ship_failed(int64_t started_ms, int64_t now) {
+  if (started_ms > wd.logs_failed_ms)
+    wd.logs_failed_ms = started_ms;
   wd.logs_retry_at_ms = now + wd.logs_backoff_ms;
   wd.logs_backoff_ms =
       wd.logs_backoff_ms * 2 > WD_RETRY_MAX_MS ? WD_RETRY_MAX_MS : wd.logs_backoff_ms * 2;
@@ -192,7 +193,7 @@ static void stream_ship(struct stream *s, int64_t now) {
     size_t n = s->len;
 
     if (!s->send && !(s->send = malloc(WD_POST_MAX))) {
-      ship_failed(now);
+      ship_failed(now, now);
       return;
     }
     if (n > WD_STREAM_CAP - s->start)
@@ -201,12 +202,13 @@ static void stream_ship(struct stream *s, int64_t now) {
       n = WD_POST_MAX;
     memcpy(s->send, s->ring + s->start, n);
     s->sent = s->inflight = n;
+    s->post_appended = s->appended;
     rc = call_start(&s->call, suffix, false, s->send, n, WD_CALL_TIMEOUT_MS);
   }
   if (rc) {
     s->notice_n = 0;
     s->sent = s->inflight = 0;
-    ship_failed(now);
+    ship_failed(now, now);
   }
 }
 
@@ -241,7 +243,7 @@ static void stream_take(struct stream *s, int64_t now) {
     s->settled += s->sent - s->inflight;
     s->notice_n = 0;
     s->sent = s->inflight = 0;
-    ship_failed(now);
+    ship_failed(s->call.started_ms, now);
     return;
   }
   if (status < 200 || status >= 300)
@@ -255,8 +257,10 @@ static void stream_take(struct stream *s, int64_t now) {
     s->settled += s->sent;
     s->sent = s->inflight = 0;
     /* What came in while the POST flew waits its own 200 ms (or 64 KiB),
-     * so that a steady flow ships in batches, not one POST per answer. */
-    s->first_ms = now;
+     * so that a steady flow ships in batches, not one POST per answer;
+     * bytes held from before it (past the ring's end) are due already. */
+    if (s->len <= s->appended - s->post_appended)
+      s->first_ms = now;
   }
   wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
 }
@@ -280,6 +284,9 @@ void streams_cancel(void) {
 
   for (int i = 0; i < 2; i++) {
     call_cancel(&both[i]->call);
+    /* Settled, as never to be shipped: what the ring holds (the bytes in
+     * flight included) and what it dropped from under the POST. */
+    both[i]->settled += both[i]->len + (both[i]->sent - both[i]->inflight);
     both[i]->start = both[i]->len = both[i]->sent = both[i]->inflight = 0;
     both[i]->dropped = both[i]->notice_n = 0;
   }

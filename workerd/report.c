@@ -40,9 +40,9 @@ static struct {
   struct backoff backoff;
   int64_t retry_at_ms;
   int64_t deadline_ms;
-  bool one_try;              /* a failure ends the step it is in */
-  bool signalled;            /* a signal has cut the report short */
-  unsigned long failures_at; /* wd.logs_failures when shipping began */
+  bool one_try;        /* a failure ends the step it is in */
+  bool signalled;      /* a signal has cut the report short */
+  int64_t try_from_ms; /* one try: log POSTs started since count */
 } rp;
 
 /* Builds the exit report: exit code, or signal, and the reason the command
@@ -92,7 +92,7 @@ static void report_cut(int64_t signal_ms, int64_t now) {
     rp.deadline_ms = until;
   rp.one_try = true;
   rp.signalled = true;
-  rp.failures_at = wd.logs_failures; /* the one try starts now */
+  rp.try_from_ms = now; /* the one try starts now */
   /* A try waiting for its backoff goes now: it is the last. */
   rp.retry_at_ms = now;
   wd.logs_retry_at_ms = now;
@@ -102,7 +102,7 @@ static void report_cut(int64_t signal_ms, int64_t now) {
  * channel closed (nothing more can reach the streams). Returns 0 or
  * MUSTER_E_NOMEM. */
 MUST_CHECK int report_begin(int64_t now) {
-  rp.failures_at = wd.logs_failures;
+  rp.try_from_ms = now;
   if (wd.mode == FINISH_SILENT) {
     rp.state = RS_DONE;
     return 0;
@@ -187,8 +187,10 @@ enum report_result report_step(int64_t now) {
   if (rp.state == RS_SHIP) {
     /* After a failed try, no report either: it would mark the log whole
      * without its end. */
-    if (rp.one_try && wd.logs_failures != rp.failures_at)
+    if (rp.one_try && wd.logs_failed_ms >= rp.try_from_ms)
       return report_abandon("the last output of the command could not be shipped");
+    if (rp.one_try)
+      wd.logs_retry_at_ms = now; /* a POST from before the try failed: it is the try */
     streams_ship(now, true);
     if (!streams_idle())
       return REPORT_BUSY;

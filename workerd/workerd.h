@@ -113,8 +113,9 @@ struct stream {
   size_t sent, inflight;
   uint64_t notice_n;
   char notice[128];
-  uint64_t appended; /* bytes ever appended ... */
-  uint64_t settled;  /* ... and ever taken by the controller, refused or dropped */
+  uint64_t post_appended; /* appended when the POST in flight started */
+  uint64_t appended;      /* bytes ever appended ... */
+  uint64_t settled;       /* ... and ever taken by the controller, refused or dropped */
 };
 
 /* How the worker ends, decided by the first reason to stop. */
@@ -223,7 +224,7 @@ struct wd_state {
   int64_t next_hb_ms;
   int64_t logs_retry_at_ms;
   int64_t logs_backoff_ms;
-  unsigned long logs_failures; /* log POSTs that got no usable answer, ever */
+  int64_t logs_failed_ms; /* when the last log POST that failed had started */
 };
 
 extern struct wd_state wd;

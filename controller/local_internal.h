@@ -125,11 +125,12 @@ static inline enum sig_whose lp_whose(const struct lproc *p) {
 }
 
 /* The settings one workerd is started with. */
-#define WVARS 8
+#define WVARS 9
 struct wvars {
   char url[640], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
   char cgroup[4200]; /* MUSTER_CGROUP: the cgroup directories workerd joins, one a line */
   char confine[600]; /* MUSTER_CONFINE: the directory the command must not see */
+  char run_as[96];   /* MUSTER_RUN_AS: the account the commands run as */
   const char *v[WVARS];
 };
 

@@ -38,6 +38,8 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
   snprintf(w->confine, sizeof(w->confine), "MUSTER_CONFINE=%s",
            cg_confined() ? lb.cfg.state_dir : "");
   w->v[7] = w->confine;
+  snprintf(w->run_as, sizeof(w->run_as), "MUSTER_RUN_AS=%s", lb.cfg.run_as);
+  w->v[8] = w->run_as;
 }
 
 /* Records that j's workerd runs as pid (and reports it), or, if the worker

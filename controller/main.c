@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@ static void usage(FILE *out) {
                "  --web-dir DIR             the web UI's files (default: ../share/muster/web\n"
                "                            beside this binary, else the source tree's)\n"
                "  --workdir DIR             where workers' scripts run (default: current dir)\n"
+               "  --run-as USER             local: workers' commands run as this account\n"
+               "                            (not root; the controller must run as root)\n"
                "  --http-threads N          HTTP thread pool size (default 4)\n"
                "  -v, --verbose             log debug lines\n"
                "  -h, --help                this text\n"
@@ -247,6 +250,10 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     } else if (strcmp(a, "--workdir") == 0) {
       NEED_VALUE();
       snprintf(cfg->workdir, sizeof(cfg->workdir), "%s", v);
+    } else if (strcmp(a, "--run-as") == 0) {
+      NEED_VALUE();
+      bad = strlen(v) >= sizeof(cfg->run_as) || !*v;
+      snprintf(cfg->run_as, sizeof(cfg->run_as), "%s", v);
     } else {
       fprintf(stderr, "muster-controller: unknown option %s (see --help)\n", a);
       return MUSTER_E_INVALID;
@@ -266,6 +273,31 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
             "heartbeats\n",
             cfg->heartbeat_interval_s, cfg->heartbeat_timeout_s);
     return MUSTER_E_INVALID;
+  }
+  if (cfg->run_as[0]) {
+    struct passwd *pw = getpwnam(cfg->run_as);
+
+    if (!pw) {
+      fprintf(stderr,
+              "muster-controller: --run-as: no account \"%s\" on this host (scripts/setup.sh "
+              "makes muster-worker)\n",
+              cfg->run_as);
+      return MUSTER_E_INVALID;
+    }
+    if (pw->pw_uid == 0 || pw->pw_uid == geteuid()) {
+      fprintf(stderr,
+              "muster-controller: --run-as: \"%s\" is %s; workers must run as an account "
+              "of their own\n",
+              cfg->run_as, pw->pw_uid == 0 ? "root" : "the controller's own account");
+      return MUSTER_E_INVALID;
+    }
+    if (geteuid() != 0 || strcmp(cfg->backend, "local") != 0) {
+      fprintf(stderr,
+              "muster-controller: --run-as needs the local backend and a controller run as "
+              "root (it switches each worker's commands to \"%s\")\n",
+              cfg->run_as);
+      return MUSTER_E_INVALID;
+    }
   }
   if (access(cfg->workerd_path, X_OK) != 0) {
     fprintf(stderr, "muster-controller: cannot run the worker daemon %s: %s (see --workerd)\n",

@@ -51,6 +51,7 @@ struct ctl_config {
   int port;
   char state_dir[512];
   char workdir[1024];
+  char run_as[64]; /* the account workers' commands run as ("": the controller's own) */
   char workerd_path[1024];
   char web_dir[1024];
   char backend[16];

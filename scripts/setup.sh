@@ -84,3 +84,14 @@ if [ ! -s "$mnist/t10k-labels-idx1-ubyte" ]; then
   done
   rm -rf "$tmp"
 fi
+
+# The account workers' commands run as under `muster-controller --run-as
+# muster-worker`: a system account with no login and no home of its own.
+if ! getent passwd muster-worker >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: the account muster-worker is missing; run as root to make it" >&2
+    exit 1
+  fi
+  echo "setup: adding the account muster-worker"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin muster-worker
+fi

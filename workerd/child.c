@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
@@ -445,6 +446,19 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     _exit(127);
   if (cs->confine && confine(cs, &st) != 0)
     goto fail;
+  /* The worker's account, last: the isolation needed root. Its uid drops
+   * every capability; no file may give them back. */
+  if (cs->run_uid != 0 &&
+      (setgroups(0, NULL) != 0 || setgid(cs->run_gid) != 0 || setuid(cs->run_uid) != 0 ||
+       prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)) {
+    st.stage = STAGE_USER;
+    st.err = errno;
+    goto fail;
+  }
+  /* A change of uid clears the parent-death signal: set it again. */
+  if (cs->run_uid != 0 && cs->own_group &&
+      (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != cs->parent))
+    _exit(127);
 
   if (cs->cwd && chdir(cs->cwd) != 0) {
     st.stage = STAGE_CHDIR;
@@ -541,7 +555,9 @@ MUST_CHECK int command_start(void) {
                             .envp = wd.envp,
                             .cwd = wd.cwd,
                             .script = wd.script,
-                            .confine = wd.confine[0] ? wd.confine : NULL};
+                            .confine = wd.confine[0] ? wd.confine : NULL,
+                            .run_uid = wd.run_uid,
+                            .run_gid = wd.run_gid};
 
     /* (formatted here: the child allocates and formats nothing) */
     if (cs.confine && geteuid() != 0) {

@@ -140,10 +140,16 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
 
   if (st->stage == STAGE_SCRIPT && st->err == ENOENT)
     snprintf(buf, size, "script %s not found", script);
+  else if (st->stage == STAGE_SCRIPT && wd.run_as[0])
+    snprintf(buf, size, "script %s cannot be read by the worker's account %s: %s", script,
+             wd.run_as, strerror(st->err));
   else if (st->stage == STAGE_SCRIPT)
     snprintf(buf, size, "script %s cannot be read: %s", script, strerror(st->err));
   else if (st->stage == STAGE_CHDIR && st->err == ENOENT)
     snprintf(buf, size, "the working directory %s does not exist on this worker's host", cwd);
+  else if (st->stage == STAGE_CHDIR && wd.run_as[0])
+    snprintf(buf, size, "the worker's account %s cannot enter the working directory %s: %s",
+             wd.run_as, cwd, strerror(st->err));
   else if (st->stage == STAGE_CHDIR)
     snprintf(buf, size, "cannot change to the working directory %s: %s", cwd, strerror(st->err));
   else if (st->stage == STAGE_EXEC && st->err == ENOENT &&
@@ -159,6 +165,9 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
     snprintf(buf, size, "%s: not found", argv[0]);
   else if (st->stage == STAGE_EXEC)
     snprintf(buf, size, "cannot run \"%s\": %s", argv[0], strerror(st->err));
+  else if (st->stage == STAGE_USER)
+    snprintf(buf, size, "cannot run \"%s\" as the worker's account %s: %s", argv[0], wd.run_as,
+             strerror(st->err));
   else if (st->stage == STAGE_CONFINE)
     snprintf(buf, size, "cannot isolate \"%s\": %s", argv[0], strerror(st->err));
   else

@@ -11,6 +11,7 @@
 #include "muster_errors.h"
 #include "util.h"
 
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,20 @@ MUST_CHECK int config_load(void) {
     snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
   }
   unsetenv("MUSTER_CONFINE");
+  /* The account every command of the worker runs as: never root. */
+  if (getenv("MUSTER_RUN_AS") && *getenv("MUSTER_RUN_AS")) {
+    const char *name = getenv("MUSTER_RUN_AS");
+    struct passwd *pw = strlen(name) < sizeof(wd.run_as) ? getpwnam(name) : NULL;
+
+    if (!pw || pw->pw_uid == 0) {
+      LOG(LOG_ERROR, "MUSTER_RUN_AS must name an account other than root on this host");
+      goto out;
+    }
+    snprintf(wd.run_as, sizeof(wd.run_as), "%s", name);
+    wd.run_uid = pw->pw_uid;
+    wd.run_gid = pw->pw_gid;
+  }
+  unsetenv("MUSTER_RUN_AS");
   unsetenv("MUSTER_WORKER_TOKEN"); /* kept in wd.token; no copy left in environ */
   wd.last_contact_ms = util_mono_ms();
   if (bind_ip && *bind_ip) {

@@ -61,7 +61,9 @@ MUST_CHECK int ex_spawn(struct ex_conn *c, const struct ex_cmd *cmd, int *code, 
                             .envp = cmd->envp,
                             .cwd = cwd,
                             .own_group = true,
-                            .parent = getpid()};
+                            .parent = getpid(),
+                            .run_uid = wd.run_uid,
+                            .run_gid = wd.run_gid};
 
     pid = child_spawn(&cs);
   }

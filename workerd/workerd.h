@@ -134,7 +134,8 @@ enum exec_stage {
   STAGE_CHDIR = 2,
   STAGE_EXEC = 3,
   STAGE_CONFINE = 4,
-  STAGE_SCRIPT = 5 /* the script the kernel would run is not there */
+  STAGE_SCRIPT = 5, /* the script the kernel would run is not there */
+  STAGE_USER = 6    /* could not become the worker's account */
 };
 struct exec_status {
   int stage;
@@ -158,6 +159,10 @@ struct child_spec {
   char uid_map[32], gid_map[32]; /* confine, not as root: the user namespace's maps */
   char user_sockets[4][64];      /* confine: the user's own buses and engines, blocked */
   pid_t parent;                  /* with own_group: workerd's pid, taken before fork() */
+  /* The account the command runs as (MUSTER_RUN_AS), after the isolation:
+   * supplementary groups none, no new privileges. run_uid 0: stay. */
+  uid_t run_uid;
+  gid_t run_gid;
 };
 
 /* Delays between attempts of a call that must eventually get through. */
@@ -178,7 +183,10 @@ struct wd_state {
   char token[WD_TOKEN_MAX + 1];
   char ip[WD_IP_MAX];
   char confine[1024]; /* MUSTER_CONFINE: the directory to hide ("": no confinement) */
-  long attempt;       /* the start attempt the backend started this workerd for */
+  char run_as[64];    /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
+  uid_t run_uid;
+  gid_t run_gid;
+  long attempt; /* the start attempt the backend started this workerd for */
   int exec_port;
   int listen_fd;
   int sig_read_fd;

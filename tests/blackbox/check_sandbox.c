@@ -1,0 +1,258 @@
+/* check_sandbox.c: a worker's code, played as an attacker's, under
+ * `muster-controller --run-as muster-worker` (issue 26). Its script and the
+ * commands the exec channel runs try to rewrite muster's web files and
+ * binaries, read the state directory's token, and bind the controller's
+ * port beside it with SO_REUSEPORT: every attempt fails, and the script's
+ * own output says so. A script the account cannot read fails the worker
+ * with a sentence naming the file and the account.
+ *
+ * The controller serves copies of the web files and runs a copy of
+ * muster-workerd (root's, 0755, in this test's own directory), so that an
+ * attempt that succeeded would spoil nothing of the build. Needs root and
+ * the account that scripts/setup.sh makes. */
+#include "harness.h"
+#include "muster.h"
+
+#include "../check_run.h"
+
+#include <check.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ACCOUNT "muster-worker"
+#define WEB_PAGE "<html>muster</html>\n"
+
+static struct ctl_proc ctl;
+static char dir[64];      /* this test's own directory (root's, 0755) */
+static char web[128];     /* the copy of the web files */
+static char workerd[128]; /* the copy of muster-workerd */
+static char wk[128];      /* the workers' working directory (the account's) */
+
+/* Runs a shell command of the test's own; fails the test if it fails. */
+static void sh(const char *fmt, const char *a, const char *b) {
+  char cmd[512];
+
+  snprintf(cmd, sizeof(cmd), fmt, a, b);
+  ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+}
+
+static void up(void) {
+  struct passwd *pw = getpwnam(ACCOUNT);
+  char page[160];
+  FILE *f;
+
+  ck_assert_msg(geteuid() == 0, "this test needs root (it switches workers to " ACCOUNT ")");
+  ck_assert_msg(pw != NULL, "no account " ACCOUNT " on this host: run scripts/setup.sh");
+  snprintf(dir, sizeof(dir), "/tmp/muster-sandbox-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(chmod(dir, 0755), 0);
+  snprintf(web, sizeof(web), "%s/web", dir);
+  snprintf(workerd, sizeof(workerd), "%s/muster-workerd", dir);
+  snprintf(wk, sizeof(wk), "%s/wk", dir);
+  ck_assert_int_eq(mkdir(web, 0755), 0);
+  ck_assert_int_eq(mkdir(wk, 0755), 0);
+  ck_assert_int_eq(chown(wk, pw->pw_uid, pw->pw_gid), 0);
+  sh("cp %s %s", MUSTER_WORKERD_BIN, workerd);
+  ck_assert_int_eq(chmod(workerd, 0755), 0);
+  snprintf(page, sizeof(page), "%s/index.html", web);
+  f = fopen(page, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(WEB_PAGE, f);
+  fclose(f);
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--run-as";
+  ctl.extra[1] = ACCOUNT;
+  ctl.extra[2] = "--workerd";
+  ctl.extra[3] = workerd;
+  ctl.extra[4] = "--web-dir";
+  ctl.extra[5] = web;
+  ctl.extra[6] = "--workdir";
+  ctl.extra[7] = wk;
+  h_start(&ctl);
+}
+
+static void down(void) {
+  h_finish(&ctl);
+  sh("rm -rf %s%s", dir, "");
+}
+
+/* Launches body (one worker), awaits its end and returns its stdout
+ * (malloc'ed); fails the test unless it succeeded. */
+static char *output_of(const char *body) {
+  json_t *workers = h_launch(&ctl, body), *ans;
+  char path[160], *out = NULL;
+  const char *id = h_str(json_array_get(workers, 0), "id");
+
+  ans = h_await(&ctl, workers, 1, 60);
+  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 0, "the worker failed: %s",
+                json_dumps(ans, 0));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", id);
+  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
+  json_decref(ans);
+  json_decref(workers);
+  return out;
+}
+
+/* The whole of a small file (malloc'ed), or NULL. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *buf = calloc(1, 1 << 16);
+
+  if (!f || !buf) {
+    if (f)
+      fclose(f);
+    free(buf);
+    return NULL;
+  }
+  if (fread(buf, 1, (1 << 16) - 1, f) == 0)
+    buf[0] = '\0';
+  fclose(f);
+  return buf;
+}
+
+START_TEST(a_workers_script_cannot_rewrite_muster_nor_read_its_token) {
+  char code[1024], body[1400], page[160];
+  char *out, *esc, *after;
+  struct stat before, now;
+
+  up();
+  ck_assert_int_eq(stat(workerd, &before), 0);
+  snprintf(page, sizeof(page), "%s/index.html", web);
+  snprintf(
+      code, sizeof(code),
+      "id -u\n"
+      "for f in %s %s %s/token %s/muster.db; do\n"
+      "  if echo x >> \"$f\" 2>/dev/null; then echo \"wrote $f\"; else echo \"refused $f\"; fi\n"
+      "done\n"
+      "if cat %s/token >/dev/null 2>&1; then echo 'read the token'; "
+      "else echo 'refused to read the token'; fi\n",
+      page, workerd, ctl.dir, ctl.dir, ctl.dir);
+  esc = json_dumps(json_string(code), JSON_ENCODE_ANY);
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": %s}", esc);
+  free(esc);
+  out = output_of(body);
+  ck_assert_msg(strncmp(out, "0\n", 2) != 0, "the script ran as root: %s", out);
+  ck_assert_msg(strstr(out, "wrote") == NULL, "the script wrote muster's files: %s", out);
+  ck_assert_msg(strstr(out, "refused to read the token") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "refused ") != NULL && strstr(out, workerd) != NULL, "%s", out);
+  after = slurp(page);
+  ck_assert_ptr_nonnull(after);
+  ck_assert_str_eq(after, WEB_PAGE);
+  ck_assert_int_eq(stat(workerd, &now), 0);
+  ck_assert_int_eq((long)now.st_size, (long)before.st_size);
+  free(after);
+  free(out);
+  down();
+}
+END_TEST
+
+START_TEST(a_workers_script_cannot_bind_the_controllers_port) {
+  char code[600], body[900], *esc, *out;
+
+  up();
+  snprintf(code, sizeof(code),
+           "import socket\n"
+           "s = socket.socket()\n"
+           "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n"
+           "try:\n"
+           "    s.bind(('127.0.0.1', %d)); s.listen(); print('bound the port')\n"
+           "except OSError as e:\n"
+           "    print('refused:', e.strerror)\n",
+           ctl.port);
+  esc = json_dumps(json_string(code), JSON_ENCODE_ANY);
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"python3\", \"code\": %s}",
+           esc);
+  free(esc);
+  out = output_of(body);
+  ck_assert_msg(strstr(out, "refused:") != NULL && strstr(out, "bound") == NULL,
+                "the script's attempt at the controller's port %d: %s", ctl.port, out);
+  free(out);
+  down();
+}
+END_TEST
+
+/* Collects an exec'd command's output. */
+static int collect(void *arg, const char *data, size_t len) {
+  char *buf = arg;
+  size_t have = strlen(buf);
+
+  if (have + len < 4096) {
+    memcpy(buf + have, data, len);
+    buf[have + len] = '\0';
+  }
+  return 0;
+}
+
+START_TEST(an_exec_command_cannot_read_the_token) {
+  char script[300], id[32], out[4096] = "", err[256] = "";
+  const char *argv[] = {"sh", "-c", script};
+  json_t *workers;
+  muster_client *cl = NULL;
+  muster_exec_target t;
+  muster_exec_opts o;
+  int code = -1;
+
+  up();
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.5}");
+  snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
+  json_decref(h_wait_status(&ctl, id, "running", 30));
+  json_decref(workers);
+  snprintf(script, sizeof(script),
+           "id -u; if cat %s/token; then echo 'read the token'; else echo 'refused'; fi", ctl.dir);
+  ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &cl), 0);
+  ck_assert_int_eq(muster_exec_target_get(cl, id, &t), 0);
+  muster_exec_opts_init(&o);
+  o.argv = argv;
+  o.argc = 3;
+  o.on_stdout = collect;
+  o.arg = out;
+  o.stderr_fd = -1;
+  ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), 0);
+  muster_client_free(cl);
+  ck_assert_msg(strncmp(out, "0\n", 2) != 0, "the exec'd command ran as root: %s", out);
+  ck_assert_msg(strstr(out, "refused") != NULL && strstr(out, ctl.token) == NULL,
+                "the exec'd command read the token: %s", out);
+  down();
+}
+END_TEST
+
+START_TEST(a_script_the_account_cannot_read_fails_naming_both) {
+  char secret[160], body[400], want[300];
+  json_t *workers, *ans, *f;
+
+  up();
+  snprintf(secret, sizeof(secret), "%s/private", dir);
+  ck_assert_int_eq(mkdir(secret, 0700), 0);
+  sh("echo 'print(1)' > %s/%s", secret, "train.py");
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"script\": \"%s/train.py\"}", secret);
+  workers = h_launch(&ctl, body);
+  ans = h_await(&ctl, workers, 1, 60);
+  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 1, "the worker did not fail");
+  f = json_array_get(json_object_get(ans, "failures"), 0);
+  snprintf(want, sizeof(want),
+           "script %s/train.py cannot be read by the worker's account " ACCOUNT
+           ": Permission denied",
+           secret);
+  ck_assert_str_eq(h_str(f, "failure"), want);
+  json_decref(ans);
+  json_decref(workers);
+  down();
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("sandbox");
+  TCase *tc = tcase_create("sandbox");
+
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_workers_script_cannot_rewrite_muster_nor_read_its_token);
+  tcase_add_test(tc, a_workers_script_cannot_bind_the_controllers_port);
+  tcase_add_test(tc, an_exec_command_cannot_read_the_token);
+  tcase_add_test(tc, a_script_the_account_cannot_read_fails_naming_both);
+  suite_add_tcase(s, tc);
+  return check_run(s);
+}

@@ -134,6 +134,13 @@ MUST_CHECK int config_load(void) {
     snprintf(wd.run_as, sizeof(wd.run_as), "%s", name);
     wd.run_uid = pw->pw_uid;
     wd.run_gid = pw->pw_gid;
+    /* Its commands see the account's own name and home, not root's (a
+     * launch's env still wins: it goes on top). */
+    if (setenv("HOME", pw->pw_dir, 1) != 0 || setenv("USER", name, 1) != 0 ||
+        setenv("LOGNAME", name, 1) != 0) {
+      LOG(LOG_ERROR, "out of memory");
+      goto out;
+    }
   }
   unsetenv("MUSTER_RUN_AS");
   unsetenv("MUSTER_WORKER_TOKEN"); /* kept in wd.token; no copy left in environ */

@@ -97,6 +97,16 @@ static char *output_of(const char *body) {
   return out;
 }
 
+/* text as a JSON string (malloc'ed). */
+static char *json_text(const char *text) {
+  json_t *j = json_string(text);
+  char *s = json_dumps(j, JSON_ENCODE_ANY);
+
+  json_decref(j);
+  ck_assert_ptr_nonnull(s);
+  return s;
+}
+
 /* The whole of a small file (malloc'ed), or NULL. */
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
@@ -125,18 +135,20 @@ START_TEST(a_workers_script_cannot_rewrite_muster_nor_read_its_token) {
   snprintf(
       code, sizeof(code),
       "id -u\n"
+      "echo \"user=$USER logname=$LOGNAME\"\n"
       "for f in %s %s %s/token %s/muster.db; do\n"
       "  if echo x >> \"$f\" 2>/dev/null; then echo \"wrote $f\"; else echo \"refused $f\"; fi\n"
       "done\n"
       "if cat %s/token >/dev/null 2>&1; then echo 'read the token'; "
       "else echo 'refused to read the token'; fi\n",
       page, workerd, ctl.dir, ctl.dir, ctl.dir);
-  esc = json_dumps(json_string(code), JSON_ENCODE_ANY);
+  esc = json_text(code);
   snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": %s}", esc);
   free(esc);
   out = output_of(body);
   ck_assert_msg(strncmp(out, "0\n", 2) != 0, "the script ran as root: %s", out);
   ck_assert_msg(strstr(out, "wrote") == NULL, "the script wrote muster's files: %s", out);
+  ck_assert_msg(strstr(out, "user=" ACCOUNT " logname=" ACCOUNT "\n") != NULL, "%s", out);
   ck_assert_msg(strstr(out, "refused to read the token") != NULL, "%s", out);
   ck_assert_msg(strstr(out, "refused ") != NULL && strstr(out, workerd) != NULL, "%s", out);
   after = slurp(page);
@@ -163,7 +175,7 @@ START_TEST(a_workers_script_cannot_bind_the_controllers_port) {
            "except OSError as e:\n"
            "    print('refused:', e.strerror)\n",
            ctl.port);
-  esc = json_dumps(json_string(code), JSON_ENCODE_ANY);
+  esc = json_text(code);
   snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"python3\", \"code\": %s}",
            esc);
   free(esc);

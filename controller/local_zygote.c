@@ -164,10 +164,11 @@ MUST_CHECK int local_spawn_direct(const struct wvars *w, pid_t *pid, char *err, 
     return MUSTER_E_NOMEM;
   }
   memcpy(envp, lb.base_env, lb.base_env_len * sizeof(*envp));
-  for (int i = 0; i < 5; i++)
-    envp[lb.base_env_len + (size_t)i] = (char *)w->v[i];
-  envp[lb.base_env_len + 5] = (char *)w->v[6]; /* (v[5] is the fork server's) */
-  envp[lb.base_env_len + 6] = (char *)w->v[7];
+  /* Every setting but the fork server's own (v[5]): one left out here
+   * would change what the worker is (its account, its confinement). */
+  for (size_t i = 0, k = lb.base_env_len; i < WVARS; i++)
+    if (i != 5)
+      envp[k++] = (char *)w->v[i];
   rc = spawn_workerd(pid, w->logpath, -1, argv, envp);
   free(envp);
   if (rc != 0) {

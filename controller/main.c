@@ -284,11 +284,13 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
               cfg->run_as);
       return MUSTER_E_INVALID;
     }
-    if (pw->pw_uid == 0 || pw->pw_uid == geteuid()) {
+    if (pw->pw_uid == 0 || pw->pw_uid == geteuid() || pw->pw_gid == 0 || pw->pw_gid == getegid()) {
       fprintf(stderr,
               "muster-controller: --run-as: \"%s\" is %s; workers must run as an account "
               "of their own\n",
-              cfg->run_as, pw->pw_uid == 0 ? "root" : "the controller's own account");
+              cfg->run_as,
+              pw->pw_uid == 0 || pw->pw_gid == 0 ? "root or in root's group as its own"
+                                                 : "the controller's own account or group");
       return MUSTER_E_INVALID;
     }
     if (geteuid() != 0 || strcmp(cfg->backend, "local") != 0) {

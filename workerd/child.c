@@ -447,7 +447,15 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   if (cs->confine && confine(cs, &st) != 0)
     goto fail;
   /* The worker's account, last: the isolation needed root. Its uid drops
-   * every capability; no file may give them back. */
+   * every capability; no file may give them back. Nothing of workerd's
+   * secrets stays in this copy of its memory, which the account may read
+   * until exec. */
+  if (cs->run_uid != 0) {
+    explicit_bzero(wd.token, sizeof(wd.token));
+    if (wd.exec_token)
+      explicit_bzero(wd.exec_token, strlen(wd.exec_token));
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  }
   if (cs->run_uid != 0 &&
       (setgroups(0, NULL) != 0 || setgid(cs->run_gid) != 0 || setuid(cs->run_uid) != 0 ||
        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)) {
@@ -465,10 +473,11 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     st.err = errno;
     goto fail;
   }
-  /* Checked here, after the chdir and the isolation, as the kernel would
-   * open it: a missing script is named, not left to the kernel's exit
-   * code (python's 2) and a line on stderr. */
-  if (cs->script && access(cs->script, F_OK) != 0) {
+  /* Checked here, after the chdir, the isolation and the switch to the
+   * worker's account, as the kernel would open it: a missing script (or one
+   * the account cannot read) is named, not left to the kernel's exit code
+   * (python's 2) and a line on stderr. */
+  if (cs->script && access(cs->script, cs->run_uid != 0 ? R_OK : F_OK) != 0) {
     st.stage = STAGE_SCRIPT;
     st.err = errno;
     goto fail;

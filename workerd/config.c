@@ -127,8 +127,9 @@ MUST_CHECK int config_load(void) {
     const char *name = getenv("MUSTER_RUN_AS");
     struct passwd *pw = strlen(name) < sizeof(wd.run_as) ? getpwnam(name) : NULL;
 
-    if (!pw || pw->pw_uid == 0) {
-      LOG(LOG_ERROR, "MUSTER_RUN_AS must name an account other than root on this host");
+    if (!pw || pw->pw_uid == 0 || pw->pw_gid == 0) {
+      LOG(LOG_ERROR, "MUSTER_RUN_AS must name an account on this host that is neither root nor "
+                     "in root's group");
       goto out;
     }
     snprintf(wd.run_as, sizeof(wd.run_as), "%s", name);

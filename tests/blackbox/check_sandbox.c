@@ -29,8 +29,9 @@
 static struct ctl_proc ctl;
 static char dir[64];      /* this test's own directory (root's, 0755) */
 static char web[128];     /* the copy of the web files */
-static char workerd[128]; /* the copy of muster-workerd */
+static char workerd[160]; /* the copy of muster-workerd (or a wrapper of it) */
 static char wk[128];      /* the workers' working directory (the account's) */
+static int direct;        /* the controller starts workerds without its fork server */
 
 /* Runs a shell command of the test's own; fails the test if it fails. */
 static void sh(const char *fmt, const char *a, const char *b) {
@@ -58,6 +59,17 @@ static void up(void) {
   ck_assert_int_eq(chown(wk, pw->pw_uid, pw->pw_gid), 0);
   sh("cp %s %s", MUSTER_WORKERD_BIN, workerd);
   ck_assert_int_eq(chmod(workerd, 0755), 0);
+  if (direct) {
+    /* A muster-workerd that will not be a fork server: the controller
+     * starts every worker's directly. */
+    char wrapper[160], text[400];
+
+    snprintf(wrapper, sizeof(wrapper), "%s/workerd-direct", dir);
+    snprintf(text, sizeof(text), "#!/bin/sh\n[ \"$1\" = --zygote ] && exit 1\nexec %s \"$@\"\n",
+             workerd);
+    h_write_exec(wrapper, text);
+    snprintf(workerd, sizeof(workerd), "%s", wrapper);
+  }
   snprintf(page, sizeof(page), "%s/index.html", web);
   f = fopen(page, "w");
   ck_assert_ptr_nonnull(f);
@@ -232,26 +244,54 @@ START_TEST(an_exec_command_cannot_read_the_token) {
 }
 END_TEST
 
-START_TEST(a_script_the_account_cannot_read_fails_naming_both) {
-  char secret[160], body[400], want[300];
+/* Launches a script the account cannot read (path) and asserts the
+ * sentence its failure gives. */
+static void unreadable_script_fails(const char *path) {
+  char body[400], want[300];
   json_t *workers, *ans, *f;
 
-  up();
-  snprintf(secret, sizeof(secret), "%s/private", dir);
-  ck_assert_int_eq(mkdir(secret, 0700), 0);
-  sh("echo 'print(1)' > %s/%s", secret, "train.py");
-  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"script\": \"%s/train.py\"}", secret);
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"script\": \"%s\"}", path);
   workers = h_launch(&ctl, body);
   ans = h_await(&ctl, workers, 1, 60);
   ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 1, "the worker did not fail");
   f = json_array_get(json_object_get(ans, "failures"), 0);
   snprintf(want, sizeof(want),
-           "script %s/train.py cannot be read by the worker's account " ACCOUNT
-           ": Permission denied",
-           secret);
+           "script %s cannot be read by the worker's account " ACCOUNT ": Permission denied", path);
   ck_assert_str_eq(h_str(f, "failure"), want);
   json_decref(ans);
   json_decref(workers);
+}
+
+START_TEST(a_script_the_account_cannot_read_fails_naming_both) {
+  char secret[160], path[200];
+
+  up();
+  /* in a directory it cannot enter */
+  snprintf(secret, sizeof(secret), "%s/private", dir);
+  ck_assert_int_eq(mkdir(secret, 0700), 0);
+  sh("echo 'print(1)' > %s/%s", secret, "train.py");
+  snprintf(path, sizeof(path), "%s/train.py", secret);
+  unreadable_script_fails(path);
+  /* a file of its own mode 0600 in a directory it can read */
+  sh("echo 'print(1)' > %s/%s", dir, "mine.py");
+  snprintf(path, sizeof(path), "%s/mine.py", dir);
+  ck_assert_int_eq(chmod(path, 0600), 0);
+  unreadable_script_fails(path);
+  down();
+}
+END_TEST
+
+START_TEST(a_worker_started_without_the_fork_server_runs_as_the_account_too) {
+  char *out;
+
+  direct = 1;
+  up();
+  direct = 0;
+  out =
+      output_of("{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"id -u; echo $USER\"}");
+  ck_assert_msg(strncmp(out, "0\n", 2) != 0 && strstr(out, ACCOUNT) != NULL,
+                "a worker started without the fork server ran as: %s", out);
+  free(out);
   down();
 }
 END_TEST
@@ -265,6 +305,7 @@ int main(void) {
   tcase_add_test(tc, a_workers_script_cannot_bind_the_controllers_port);
   tcase_add_test(tc, an_exec_command_cannot_read_the_token);
   tcase_add_test(tc, a_script_the_account_cannot_read_fails_naming_both);
+  tcase_add_test(tc, a_worker_started_without_the_fork_server_runs_as_the_account_too);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -41,11 +41,12 @@ static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, cons
   api_reader_put(rd);
   shutting = g.shutting_down;
   return api_respond_json(c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
-                          json_pack("{s:s, s:s, s:s, s:s, s:o, s:s}", "status",
+                          json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o}", "status",
                                     shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
                                     "backend", g.cfg.backend, "isolation",
                                     g.backend->isolation ? g.backend->isolation() : "none",
-                                    "workers", counts, "token_file", token_file));
+                                    "workers", counts, "token_file", token_file, "run_as",
+                                    g.cfg.run_as[0] ? json_string(g.cfg.run_as) : json_null()));
 }
 
 /* One live worker's usage, as three labelled samples (their HELP and TYPE

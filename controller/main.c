@@ -389,6 +389,14 @@ int main(int argc, char **argv) {
         g.cfg.state_dir, g.backend->name, g.cfg.slurm_partition[0] ? ", partition " : "",
         g.cfg.slurm_partition);
   printf("muster-controller: listening on %s\n", g.controller_url);
+  /* Who runs the workers' code is the first thing to know about their
+   * boundary: said at every start, as health says it. */
+  if (g.cfg.run_as[0])
+    printf("muster-controller: workers' commands run as %s\n", g.cfg.run_as);
+  else if (strcmp(g.backend->name, "local") == 0)
+    printf("muster-controller: workers' commands run as this controller's account%s (see "
+           "--run-as)\n",
+           geteuid() == 0 ? ", root," : "");
   /* The sign-in link carries the token: it goes to a terminal, once, never
    * into a file that stdout may be redirected to. */
   if (g.token_new && isatty(STDOUT_FILENO))

@@ -283,10 +283,14 @@ END_TEST
 
 START_TEST(a_worker_started_without_the_fork_server_runs_as_the_account_too) {
   char *out;
+  json_t *health = NULL;
 
   direct = 1;
   up();
   direct = 0;
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &health, NULL), 200);
+  ck_assert_str_eq(h_str(health, "run_as"), ACCOUNT);
+  json_decref(health);
   out =
       output_of("{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"id -u; echo $USER\"}");
   ck_assert_msg(strncmp(out, "0\n", 2) != 0 && strstr(out, ACCOUNT) != NULL,

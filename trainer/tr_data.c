@@ -6,12 +6,14 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pwd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 uint64_t tr_rand_next(uint64_t *state) {
   return tr_rand_mix(*state += TR_RAND_STEP);
@@ -109,6 +111,14 @@ static MUST_CHECK int map_idx(const char *path, int ndims, uint32_t *dims, void 
   *map = NULL;
   *map_len = 0;
   *data = NULL;
+  if (!f && errno == EACCES && geteuid() != 0) {
+    /* A worker runs as an account of its own (--run-as): say which. */
+    struct passwd *pw = getpwuid(geteuid());
+
+    snprintf(err, errlen, "%s cannot be read by the account %s: %s", path,
+             pw ? pw->pw_name : "(unnamed)", strerror(EACCES));
+    return MUSTER_E_IO;
+  }
   if (!f) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return MUSTER_E_IO;

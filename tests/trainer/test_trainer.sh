@@ -169,6 +169,19 @@ head -c 100 /dev/zero >> "$tmp/wide/t10k-labels-idx1-ubyte"
 "$train" --data "$tmp/wide" --steps 1 --batch 8 > "$tmp/wide.out" 2>&1; rc=$?
 check "a test set whose images differ in size from the training set's: exit 2 saying so (got $rc: $(tail -1 "$tmp/wide.out"))" \
   bash -c "[ $rc -eq 2 ] && grep -q 'must have the same image size' '$tmp/wide.out'"
+# Data that a worker's account (--run-as) cannot read: the sentence names
+# the file and the account.
+if [ "$(id -u)" = 0 ] && getent passwd muster-worker >/dev/null; then
+  mkdir -p "$tmp/private"
+  cp "$data"/* "$tmp/private/"
+  chmod 755 "$tmp" "$tmp/private"
+  chmod 600 "$tmp/private/train-images-idx3-ubyte"
+  runuser -u muster-worker -- "$train" --data "$tmp/private" --steps 1 > "$tmp/acct.out" 2>&1; rc=$?
+  check "data the account cannot read: exit 2 naming the file and the account (got $rc: $(tail -1 "$tmp/acct.out"))" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'train-images-idx3-ubyte cannot be read by the account muster-worker' '$tmp/acct.out'"
+else
+  not_ok "data the account cannot read: needs root and the account muster-worker (scripts/setup.sh)"
+fi
 "$train" --data "$tmp/nowhere" --steps 1 > "$tmp/none.out" 2>&1; rc=$?
 check "a missing data directory: exit 2 and a hint to run setup" \
   bash -c "[ $rc -eq 2 ] && grep -q 'scripts/setup.sh' '$tmp/none.out'"

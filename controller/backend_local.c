@@ -194,8 +194,16 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   if (cg_enabled())
     LOG(LOG_INFO, "isolation: each worker runs in a cgroup of its own (%s): memory, cpu, pids",
         cg_mode());
+  else if (cfg->isolation != CG_OFF && cg_confined())
+    LOG(LOG_WARN,
+        "isolation: no cgroups, so workers run without limits (%s); their commands still get "
+        "namespaces of their own, the state directory out of their sight",
+        why);
   else if (cfg->isolation != CG_OFF)
-    LOG(LOG_WARN, "isolation: none; workers run without limits (%s)", why);
+    LOG(LOG_WARN,
+        "isolation: none; workers run without limits (%s), and their commands can see the state "
+        "directory (namespaces: %s)",
+        why, cg_confine_why());
   for (char **e = environ; *e; e++)
     n++;
   lb.base_env = calloc(n + 1, sizeof(*lb.base_env));
@@ -331,7 +339,7 @@ static int local_ref_from_register(long pid, unsigned long long start_time, char
 }
 
 static const char *local_isolation(void) {
-  return cg_enabled() ? "cgroup" : "none";
+  return cg_enabled() ? "cgroup" : cg_confined() ? "namespaces" : "none";
 }
 
 const struct backend_ops backend_local_ops = {

@@ -89,8 +89,18 @@ int cg_enabled(void) {
   return cg.version != 0;
 }
 
+/* Why confinement was refused (cg_confine_why()); kept apart from cg,
+ * which a failed setup clears. */
+static char confine_why[96];
+
 int cg_confined(void) {
   return cg.confined;
+}
+
+/* Why commands cannot be confined here ("" when they can, or before
+ * cg_setup()). */
+const char *cg_confine_why(void) {
+  return confine_why;
 }
 
 /* Whether a command can be confined here as workerd confines it (mount and
@@ -448,8 +458,19 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
   if (rc > 0)
     rc = setup_v1(tag, why, len);
   if (rc != 0) {
+    const char *step = "";
+
     memset(&cg, 0, sizeof(cg));
-    return want == CG_FORCE ? -1 : 0;
+    if (want == CG_FORCE)
+      return -1;
+    /* No cgroups (a controller run by an ordinary user, say): the
+     * commands can still get namespaces of their own, the state directory
+     * out of their sight, where the kernel lets this user make them. */
+    if (confine_probe(state_dir, &step) == 0)
+      cg.confined = 1;
+    else
+      snprintf(confine_why, sizeof(confine_why), "%s refused", step);
+    return 0;
   }
   for (int i = 0; i < cg.nh && cg.version == 1; i++)
     base_devices(&cg.h[i]);
@@ -459,6 +480,8 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
     if (confine_probe(state_dir, &step) == 0)
       cg.confined = 1;
     else
+      snprintf(confine_why, sizeof(confine_why), "%s refused", step);
+    if (!cg.confined)
       LOG(LOG_WARN,
           "isolation: workers' commands cannot get namespaces of their own here (%s "
           "refused): they run in their cgroups, but can see the state directory",

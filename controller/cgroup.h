@@ -59,6 +59,8 @@ int cg_enabled(void);
  * setup: a container, a seccomp profile or a distribution's policy may
  * refuse them while cgroups work). */
 int cg_confined(void);
+/* Why commands cannot be confined here: "" when they can. */
+const char *cg_confine_why(void);
 
 /* Creates worker name's cgroup in every hierarchy with its limits, and
  * writes into dirs the directories a process must join, one per line.

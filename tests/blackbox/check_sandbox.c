@@ -41,7 +41,9 @@ static void sh(const char *fmt, const char *a, const char *b) {
   ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
 }
 
-static void up(void) {
+/* This test's directory: copies of the web files and of muster-workerd
+ * (root's, 0755), and the workers' working directory (the account's). */
+static void up_dirs(void) {
   struct passwd *pw = getpwnam(ACCOUNT);
   char page[160];
   FILE *f;
@@ -75,6 +77,11 @@ static void up(void) {
   ck_assert_ptr_nonnull(f);
   fputs(WEB_PAGE, f);
   fclose(f);
+}
+
+/* up_dirs(), and a controller (run as root) with --run-as the account. */
+static void up(void) {
+  up_dirs();
   memset(&ctl, 0, sizeof(ctl));
   ctl.extra[0] = "--run-as";
   ctl.extra[1] = ACCOUNT;
@@ -300,6 +307,48 @@ START_TEST(a_worker_started_without_the_fork_server_runs_as_the_account_too) {
 }
 END_TEST
 
+/* A controller that an ordinary user runs (here the account itself, with
+ * copies of the binaries it can run) has no cgroups; its workers'
+ * commands still get namespaces of their own, so that the state directory,
+ * which their uid could read, is out of their sight. */
+START_TEST(a_controller_run_by_an_ordinary_user_hides_its_state_from_workers) {
+  struct passwd *pw = getpwnam(ACCOUNT);
+  char bin[160], code[300], body[600], *esc, *out;
+  json_t *health = NULL;
+
+  up_dirs();
+  snprintf(bin, sizeof(bin), "%s/muster-controller", dir);
+  sh("cp %s %s", MUSTER_CONTROLLER_BIN, bin);
+  ck_assert_int_eq(chmod(bin, 0755), 0);
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.bin = bin;
+  ctl.uid = pw->pw_uid;
+  ctl.gid = pw->pw_gid;
+  ctl.extra[0] = "--workerd";
+  ctl.extra[1] = workerd;
+  ctl.extra[2] = "--web-dir";
+  ctl.extra[3] = web;
+  ctl.extra[4] = "--workdir";
+  ctl.extra[5] = wk;
+  h_start(&ctl);
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &health, NULL), 200);
+  ck_assert_str_eq(h_str(health, "isolation"), "namespaces");
+  json_decref(health);
+  snprintf(code, sizeof(code),
+           "id -u; if cat %s/token >/dev/null 2>&1; then echo 'read the token'; "
+           "else echo 'refused to read the token'; fi",
+           ctl.dir);
+  esc = json_text(code);
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": %s}", esc);
+  free(esc);
+  out = output_of(body);
+  ck_assert_msg(strstr(out, "refused to read the token") != NULL,
+                "a worker of a controller run by %s: %s", ACCOUNT, out);
+  free(out);
+  down();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sandbox");
   TCase *tc = tcase_create("sandbox");
@@ -310,6 +359,7 @@ int main(void) {
   tcase_add_test(tc, an_exec_command_cannot_read_the_token);
   tcase_add_test(tc, a_script_the_account_cannot_read_fails_naming_both);
   tcase_add_test(tc, a_worker_started_without_the_fork_server_runs_as_the_account_too);
+  tcase_add_test(tc, a_controller_run_by_an_ordinary_user_hides_its_state_from_workers);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

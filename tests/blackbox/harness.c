@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -284,7 +285,7 @@ static void spawn(struct ctl_proc *c) {
 
   snprintf(listen, sizeof(listen), "127.0.0.1:%d", c->port);
   snprintf(workerd, sizeof(workerd), "%s", MUSTER_WORKERD_BIN);
-  argv[n++] = MUSTER_CONTROLLER_BIN;
+  argv[n++] = c->bin ? c->bin : MUSTER_CONTROLLER_BIN;
   argv[n++] = "--listen";
   argv[n++] = listen;
   argv[n++] = "--state-dir";
@@ -309,6 +310,8 @@ static void spawn(struct ctl_proc *c) {
     for (int k = 3; k < 1024; k++)
       close(k);
     setenv("MUSTER_ORPHAN_TIMEOUT", c->orphan_timeout ? c->orphan_timeout : "60", 1);
+    if (c->uid && (setgroups(0, NULL) != 0 || setgid(c->gid) != 0 || setuid(c->uid) != 0))
+      _exit(126);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -371,6 +374,8 @@ void h_start(struct ctl_proc *c) {
   if (!c->dir[0]) {
     snprintf(c->dir, sizeof(c->dir), "/tmp/muster-test-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(c->dir));
+    if (c->uid)
+      ck_assert_int_eq(chown(c->dir, c->uid, c->gid), 0);
   }
   if (!c->port)
     c->port = h_free_port();

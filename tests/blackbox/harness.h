@@ -19,6 +19,9 @@ struct ctl_proc {
   char log[160];
   const char *extra[16];      /* extra controller arguments, NULL-terminated */
   const char *orphan_timeout; /* its workerds' MUSTER_ORPHAN_TIMEOUT (NULL: 60) */
+  const char *bin;            /* the controller's binary (NULL: the build's) */
+  uid_t uid;                  /* not 0: the controller runs as this account ... */
+  gid_t gid;                  /* ... and group, owning its state directory */
 };
 
 /* Starts a controller with a fresh state directory (or c->dir if set) on

@@ -274,38 +274,82 @@ static int block_socket(const char *path) {
   return mount("/dev/null", path, NULL, MS_BIND, NULL);
 }
 
+/* The namespaces every confined command gets: flags (CLONE_NEWNS, and
+ * CLONE_NEWPID for the worker's command) and, without privileges, a user
+ * namespace mapping the uid to itself; then the mounts: nothing mounted
+ * here reaches the host; the state, the cgroups (their limits would be the
+ * command's to raise) and the service managers' sockets are out of reach.
+ * Returns 0, or -1 with errno set. */
+static int confine_mounts(const struct child_spec *cs, int flags) {
+  if (cs->uid_map[0])
+    flags |= CLONE_NEWUSER; /* namespaces without privileges */
+  if (unshare(flags) != 0)
+    return -1;
+  if (cs->uid_map[0] && (write_text("/proc/self/setgroups", "deny") != 0 ||
+                         write_text("/proc/self/uid_map", cs->uid_map) != 0 ||
+                         write_text("/proc/self/gid_map", cs->gid_map) != 0))
+    return -1;
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 || cover(cs->confine) != 0 ||
+      sys_read_only() != 0 || cover("/sys/fs/cgroup") != 0)
+    return -1;
+  for (size_t i = 0; i < sizeof(outside_sockets) / sizeof(outside_sockets[0]); i++)
+    if (block_socket(outside_sockets[i]) != 0)
+      return -1;
+  for (int i = 0; i < 4; i++)
+    if (cs->user_sockets[i][0] && block_socket(cs->user_sockets[i]) != 0)
+      return -1;
+  return 0;
+}
+
+/* The capabilities a confined command keeps (cap_kept()), none inherited
+ * past exec, no new privileges. Returns 0, or -1 with errno set. */
+static int confine_caps(void) {
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+
+  for (int cap = 0; cap <= 63; cap++)
+    if (!cap_kept(cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      return -1;
+  /* nothing inherited past exec, nothing gained from a setuid file */
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return -1;
+  if (syscall(SYS_capget, &hdr, data) != 0)
+    return -1;
+  data[0].inheritable = data[1].inheritable = 0;
+  if (syscall(SYS_capset, &hdr, data) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    return -1;
+  return 0;
+}
+
+/* An exec'd command's confinement: the mounts and capabilities of the
+ * worker's command, but no PID namespace of its own, so that the ranks of
+ * one training on this host (each an exec'd command, in the same or other
+ * workers) still share memory as Open MPI expects (its shared-memory
+ * transport fails across PID namespaces). Returns 0, or -1 with st
+ * filled. */
+static int confine_exec(const struct child_spec *cs, struct exec_status *st) {
+  st->stage = STAGE_CONFINE;
+  if (confine_mounts(cs, CLONE_NEWNS) != 0 || confine_caps() != 0) {
+    st->err = errno;
+    return -1;
+  }
+  return 0;
+}
+
 /* Returns 0 in C (the command's process, ready to execute), or -1 in A
  * with st filled (nothing was forked). B reports its own failures through
  * the status pipe and exits. Every signal stays blocked until the relays
  * are in place. */
 static int confine(const struct child_spec *cs, struct exec_status *st) {
-  int flags = CLONE_NEWNS | CLONE_NEWPID, sp[2] = {-1, -1}, lp[2] = {-1, -1}, status;
+  int sp[2] = {-1, -1}, lp[2] = {-1, -1}, status;
   sigset_t all;
   pid_t b, c;
 
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, NULL);
   st->stage = STAGE_CONFINE;
-  if (cs->uid_map[0])
-    flags |= CLONE_NEWUSER; /* namespaces without privileges */
-  if (unshare(flags) != 0)
+  if (confine_mounts(cs, CLONE_NEWNS | CLONE_NEWPID) != 0)
     goto fail;
-  if (cs->uid_map[0] && (write_text("/proc/self/setgroups", "deny") != 0 ||
-                         write_text("/proc/self/uid_map", cs->uid_map) != 0 ||
-                         write_text("/proc/self/gid_map", cs->gid_map) != 0))
-    goto fail;
-  /* Nothing mounted here reaches the host; the state, the cgroups (their
-   * limits would be the command's to raise) and the service managers'
-   * sockets are out of reach. */
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 || cover(cs->confine) != 0 ||
-      sys_read_only() != 0 || cover("/sys/fs/cgroup") != 0)
-    goto fail;
-  for (size_t i = 0; i < sizeof(outside_sockets) / sizeof(outside_sockets[0]); i++)
-    if (block_socket(outside_sockets[i]) != 0)
-      goto fail;
-  for (int i = 0; i < 4; i++)
-    if (cs->user_sockets[i][0] && block_socket(cs->user_sockets[i]) != 0)
-      goto fail;
   if (pipe2(sp, O_CLOEXEC) != 0 || pipe2(lp, O_CLOEXEC) != 0)
     goto fail;
   b = _Fork();
@@ -349,21 +393,10 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
   close(sp[1]);
   close(lp[0]);
   {
-    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct data[2];
     struct sigaction dfl;
     sigset_t none;
 
-    for (int cap = 0; cap <= 63; cap++)
-      if (!cap_kept(cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-        goto fail_c;
-    /* nothing inherited past exec, nothing gained from a setuid file */
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-      goto fail_c;
-    if (syscall(SYS_capget, &hdr, data) != 0)
-      goto fail_c;
-    data[0].inheritable = data[1].inheritable = 0;
-    if (syscall(SYS_capset, &hdr, data) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    if (confine_caps() != 0)
       goto fail_c;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
@@ -392,6 +425,30 @@ fail_c:
     (void)n;
     _exit(127);
   }
+}
+
+/* Fills in what every command of the worker shares (before fork(): the
+ * child allocates and formats nothing): its isolation (MUSTER_CONFINE: the
+ * directory to hide, the user namespace's maps when workerd is not root,
+ * the user's own buses and engines to block) and its account
+ * (MUSTER_RUN_AS). */
+void child_spec_worker(struct child_spec *cs) {
+  unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
+
+  cs->run_uid = wd.run_uid;
+  cs->run_gid = wd.run_gid;
+  if (!wd.confine[0])
+    return;
+  cs->confine = wd.confine;
+  if (uid != 0) {
+    snprintf(cs->uid_map, sizeof(cs->uid_map), "%u %u 1", uid, uid);
+    snprintf(cs->gid_map, sizeof(cs->gid_map), "%u %u 1", gid, gid);
+  }
+  snprintf(cs->user_sockets[0], sizeof(cs->user_sockets[0]), "/run/user/%u/bus", uid);
+  snprintf(cs->user_sockets[1], sizeof(cs->user_sockets[1]), "/run/user/%u/systemd/private", uid);
+  snprintf(cs->user_sockets[2], sizeof(cs->user_sockets[2]), "/run/user/%u/podman/podman.sock",
+           uid);
+  snprintf(cs->user_sockets[3], sizeof(cs->user_sockets[3]), "/run/user/%u/docker.sock", uid);
 }
 
 /* Runs in the child after fork(): wires the standard streams, resets the
@@ -444,7 +501,7 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   /* workerd died between fork() and prctl(): the death signal missed us. */
   if (cs->own_group && getppid() != cs->parent)
     _exit(127);
-  if (cs->confine && confine(cs, &st) != 0)
+  if (cs->confine && (cs->own_group ? confine_exec(cs, &st) : confine(cs, &st)) != 0)
     goto fail;
   /* The worker's account, last: the isolation needed root. Its uid drops
    * every capability; no file may give them back. Nothing of workerd's
@@ -463,8 +520,9 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     st.err = errno;
     goto fail;
   }
-  /* A change of uid clears the parent-death signal: set it again. */
-  if (cs->run_uid != 0 && cs->own_group &&
+  /* A change of uid (or of user namespace) clears the parent-death
+   * signal: set it again. */
+  if ((cs->run_uid != 0 || (cs->confine && cs->uid_map[0])) && cs->own_group &&
       (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != cs->parent))
     _exit(127);
 
@@ -563,26 +621,9 @@ MUST_CHECK int command_start(void) {
                             .argv = wd.argv,
                             .envp = wd.envp,
                             .cwd = wd.cwd,
-                            .script = wd.script,
-                            .confine = wd.confine[0] ? wd.confine : NULL,
-                            .run_uid = wd.run_uid,
-                            .run_gid = wd.run_gid};
+                            .script = wd.script};
 
-    /* (formatted here: the child allocates and formats nothing) */
-    if (cs.confine && geteuid() != 0) {
-      snprintf(cs.uid_map, sizeof(cs.uid_map), "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
-      snprintf(cs.gid_map, sizeof(cs.gid_map), "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
-    }
-    if (cs.confine) {
-      snprintf(cs.user_sockets[0], sizeof(cs.user_sockets[0]), "/run/user/%u/bus",
-               (unsigned)geteuid());
-      snprintf(cs.user_sockets[1], sizeof(cs.user_sockets[1]), "/run/user/%u/systemd/private",
-               (unsigned)geteuid());
-      snprintf(cs.user_sockets[2], sizeof(cs.user_sockets[2]), "/run/user/%u/podman/podman.sock",
-               (unsigned)geteuid());
-      snprintf(cs.user_sockets[3], sizeof(cs.user_sockets[3]), "/run/user/%u/docker.sock",
-               (unsigned)geteuid());
-    }
+    child_spec_worker(&cs);
 
     struct cg_mem cg;
 

@@ -61,9 +61,9 @@ MUST_CHECK int ex_spawn(struct ex_conn *c, const struct ex_cmd *cmd, int *code, 
                             .envp = cmd->envp,
                             .cwd = cwd,
                             .own_group = true,
-                            .parent = getpid(),
-                            .run_uid = wd.run_uid,
-                            .run_gid = wd.run_gid};
+                            .parent = getpid()};
+
+    child_spec_worker(&cs);
 
     pid = child_spawn(&cs);
   }

@@ -323,6 +323,7 @@ void fd_close(int *fd);
 /* Closes both ends of a pipe (either may be -1 already). */
 void fd_close_pair(int p[2]);
 void strv_free(char **v);
+void child_spec_worker(struct child_spec *cs);
 pid_t child_spawn(const struct child_spec *cs);
 bool child_exec_failed(int status_fd, struct exec_status *st);
 void child_failure_sentence(const struct exec_status *st, const char *cwd, const char *script,

@@ -218,8 +218,10 @@ static int collect(void *arg, const char *data, size_t len) {
   return 0;
 }
 
-START_TEST(an_exec_command_cannot_read_the_token) {
-  char script[300], id[32], out[4096] = "", err[256] = "";
+/* What an exec'd command that tries to read the token prints, in an idle
+ * worker of the controller ctl (its uid first). */
+static void exec_reads_token(char *out) {
+  char script[300], id[32], err[256] = "";
   const char *argv[] = {"sh", "-c", script};
   json_t *workers;
   muster_client *cl = NULL;
@@ -227,7 +229,6 @@ START_TEST(an_exec_command_cannot_read_the_token) {
   muster_exec_opts o;
   int code = -1;
 
-  up();
   workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.5}");
   snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
   json_decref(h_wait_status(&ctl, id, "running", 30));
@@ -244,7 +245,35 @@ START_TEST(an_exec_command_cannot_read_the_token) {
   o.stderr_fd = -1;
   ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), 0);
   muster_client_free(cl);
+}
+
+START_TEST(an_exec_command_cannot_read_the_token) {
+  char out[4096] = "";
+
+  up();
+  exec_reads_token(out);
   ck_assert_msg(strncmp(out, "0\n", 2) != 0, "the exec'd command ran as root: %s", out);
+  ck_assert_msg(strstr(out, "refused") != NULL && strstr(out, ctl.token) == NULL,
+                "the exec'd command read the token: %s", out);
+  down();
+}
+END_TEST
+
+/* Without --run-as, an exec'd command runs as the controller's account
+ * (root here), but in a mount namespace of its own, the state directory
+ * out of its sight, as the worker's script is. */
+START_TEST(an_exec_command_of_a_root_controller_cannot_see_the_state) {
+  char out[4096] = "";
+
+  up_dirs();
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--workerd";
+  ctl.extra[1] = workerd;
+  ctl.extra[2] = "--workdir";
+  ctl.extra[3] = wk;
+  h_start(&ctl);
+  exec_reads_token(out);
+  ck_assert_msg(strncmp(out, "0\n", 2) == 0, "the exec'd command's uid: %s", out);
   ck_assert_msg(strstr(out, "refused") != NULL && strstr(out, ctl.token) == NULL,
                 "the exec'd command read the token: %s", out);
   down();
@@ -357,6 +386,7 @@ int main(void) {
   tcase_add_test(tc, a_workers_script_cannot_rewrite_muster_nor_read_its_token);
   tcase_add_test(tc, a_workers_script_cannot_bind_the_controllers_port);
   tcase_add_test(tc, an_exec_command_cannot_read_the_token);
+  tcase_add_test(tc, an_exec_command_of_a_root_controller_cannot_see_the_state);
   tcase_add_test(tc, a_script_the_account_cannot_read_fails_naming_both);
   tcase_add_test(tc, a_worker_started_without_the_fork_server_runs_as_the_account_too);
   tcase_add_test(tc, a_controller_run_by_an_ordinary_user_hides_its_state_from_workers);

@@ -595,6 +595,10 @@ static void *run_main(void *arg) {
   "c\xc3\xb6"                                                                                      \
   "d\xc3\xa9"
 
+/* Where the commands of the traceback test leave their markers: not the
+ * state directory, which an exec'd command does not see. */
+static char marks[64];
+
 /* Waits for attempt's command to start (its marker file), then fails its
  * one worker as its workerd would: a traceback on its stderr (10 lines, a
  * line of 3-byte characters in it, placed so that the run's failure has
@@ -607,7 +611,7 @@ static void fail_attempt_with_a_traceback(const char *session, int attempt) {
   size_t n = 0, at, pad;
   double end = h_now() + 30;
 
-  snprintf(marker, sizeof(marker), "%s/started.%d", ctl.dir, attempt);
+  snprintf(marker, sizeof(marker), "%s/started.%d", marks, attempt);
   while (access(marker, F_OK) != 0 && h_now() < end)
     usleep(20000);
   ck_assert_msg(access(marker, F_OK) == 0, "attempt %d's command never started", attempt);
@@ -653,7 +657,7 @@ static int ends_with(const char *s, const char *end) {
 START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_its_last_line) {
   struct run_thread t;
   pthread_t th;
-  char cmd[300], path[64], *first_line;
+  char cmd[300], path[128], *first_line;
   const char *argv[3];
   json_t *run = NULL, *j;
   const char *nl;
@@ -662,7 +666,9 @@ START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_i
   memset(&t, 0, sizeof(t));
   ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &t.c), 0);
   muster_run_opts_init(&t.o);
-  snprintf(cmd, sizeof(cmd), "touch %s/started.$MUSTER_RESTART_COUNT; exec sleep 60", ctl.dir);
+  snprintf(marks, sizeof(marks), "/tmp/muster-sdk-marks-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(marks));
+  snprintf(cmd, sizeof(cmd), "touch %s/started.$MUSTER_RESTART_COUNT; exec sleep 60", marks);
   argv[0] = "sh";
   argv[1] = "-c";
   argv[2] = cmd;
@@ -707,6 +713,11 @@ START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_i
   json_decref(run);
   muster_run_result_free(&t.r);
   muster_client_free(t.c);
+  for (int a = 0; a < 2; a++) {
+    snprintf(path, sizeof(path), "%s/started.%d", marks, a);
+    unlink(path);
+  }
+  rmdir(marks);
   down();
 }
 END_TEST

@@ -511,11 +511,12 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     explicit_bzero(wd.token, sizeof(wd.token));
     if (wd.exec_token)
       explicit_bzero(wd.exec_token, strlen(wd.exec_token));
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   }
+  /* (not dumpable before and after the switch, which may reset it) */
   if (cs->run_uid != 0 &&
-      (setgroups(0, NULL) != 0 || setgid(cs->run_gid) != 0 || setuid(cs->run_uid) != 0 ||
-       prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)) {
+      (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || setgroups(0, NULL) != 0 ||
+       setgid(cs->run_gid) != 0 || setuid(cs->run_uid) != 0 ||
+       prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)) {
     st.stage = STAGE_USER;
     st.err = errno;
     goto fail;

@@ -310,7 +310,10 @@ static void spawn(struct ctl_proc *c) {
     for (int k = 3; k < 1024; k++)
       close(k);
     setenv("MUSTER_ORPHAN_TIMEOUT", c->orphan_timeout ? c->orphan_timeout : "60", 1);
-    if (c->uid && (setgroups(0, NULL) != 0 || setgid(c->gid) != 0 || setuid(c->uid) != 0))
+    /* (a change of uid clears the death signal: set again, and the test
+     * checked to be still there) */
+    if (c->uid && (setgroups(0, NULL) != 0 || setgid(c->gid) != 0 || setuid(c->uid) != 0 ||
+                   prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() == 1))
       _exit(126);
     execv(argv[0], (char *const *)argv);
     _exit(127);

@@ -393,10 +393,12 @@ int main(int argc, char **argv) {
    * boundary: said at every start, as health says it. */
   if (g.cfg.run_as[0])
     printf("muster-controller: workers' commands run as %s\n", g.cfg.run_as);
+  else if (strcmp(g.backend->name, "local") == 0 && geteuid() == 0)
+    printf("muster-controller: workers' commands run as root, this controller's account (see "
+           "--run-as)\n");
   else if (strcmp(g.backend->name, "local") == 0)
-    printf("muster-controller: workers' commands run as this controller's account%s (see "
-           "--run-as)\n",
-           geteuid() == 0 ? ", root," : "");
+    printf("muster-controller: workers' commands run as this controller's account (a controller "
+           "run as root can give them one of their own: --run-as)\n");
   /* The sign-in link carries the token: it goes to a terminal, once, never
    * into a file that stdout may be redirected to. */
   if (g.token_new && isatty(STDOUT_FILENO))

@@ -437,6 +437,8 @@ void child_spec_worker(struct child_spec *cs) {
 
   cs->run_uid = wd.run_uid;
   cs->run_gid = wd.run_gid;
+  cs->run_groups = wd.run_groups;
+  cs->n_run_groups = wd.n_run_groups;
   if (!wd.confine[0])
     return;
   cs->confine = wd.confine;
@@ -514,9 +516,10 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   }
   /* (not dumpable before and after the switch, which may reset it) */
   if (cs->run_uid != 0 &&
-      (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || setgroups(0, NULL) != 0 ||
-       setgid(cs->run_gid) != 0 || setuid(cs->run_uid) != 0 ||
-       prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)) {
+      (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 ||
+       setgroups((size_t)cs->n_run_groups, cs->run_groups) != 0 || setgid(cs->run_gid) != 0 ||
+       setuid(cs->run_uid) != 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 ||
+       prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)) {
     st.stage = STAGE_USER;
     st.err = errno;
     goto fail;

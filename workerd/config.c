@@ -11,7 +11,9 @@
 #include "muster_errors.h"
 #include "util.h"
 
+#include <grp.h>
 #include <pwd.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,40 @@ MUST_CHECK static int env_copy(const char *name, char *out, size_t size) {
   }
   memcpy(out, v, n + 1);
   return 0;
+}
+
+/* Groups that give root's power, or near it, over the host: never the
+ * worker's, whatever the account's entry says. */
+static bool group_privileged(gid_t gid) {
+  static const char *const names[] = {"root", "disk", "docker",  "adm", "shadow",
+                                      "sudo", "lxd",  "libvirt", "kvm", "systemd-journal"};
+  struct group *g;
+
+  if (gid == 0)
+    return true;
+  g = getgrgid(gid);
+  for (size_t i = 0; g && i < sizeof(names) / sizeof(names[0]); i++)
+    if (strcmp(g->gr_name, names[i]) == 0)
+      return true;
+  return false;
+}
+
+/* The supplementary groups of account name (primary gid) into
+ * wd.run_groups, less the privileged ones (a GPU's render or video group
+ * stays): at most WD_GROUPS_MAX. */
+static void run_groups(const char *name, gid_t gid) {
+  gid_t all[WD_GROUPS_MAX];
+  int n = WD_GROUPS_MAX;
+
+  wd.n_run_groups = 0;
+  if (getgrouplist(name, gid, all, &n) < 0) {
+    LOG(LOG_WARN, "%s is in more than %d groups: its commands get none of them", name,
+        WD_GROUPS_MAX);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    if (all[i] != gid && !group_privileged(all[i]))
+      wd.run_groups[wd.n_run_groups++] = all[i];
 }
 
 /* Reads and checks the configuration from the environment into wd.
@@ -135,6 +171,7 @@ MUST_CHECK int config_load(void) {
     snprintf(wd.run_as, sizeof(wd.run_as), "%s", name);
     wd.run_uid = pw->pw_uid;
     wd.run_gid = pw->pw_gid;
+    run_groups(name, pw->pw_gid);
     /* Its commands see the account's own name and home, not root's (a
      * launch's env still wins: it goes on top). */
     if (setenv("HOME", pw->pw_dir, 1) != 0 || setenv("USER", name, 1) != 0 ||

@@ -49,6 +49,7 @@
 #define WD_ARGV_MAX 4096                   /* most arguments in "command" */
 #define WD_ENV_MAX 4096                    /* most variables in "env" */
 #define WD_REASON_MAX 512                  /* the exit report's "reason" */
+#define WD_GROUPS_MAX 32                   /* supplementary groups of MUSTER_RUN_AS */
 #define WD_STREAM_CAP (8u << 20)           /* unshipped bytes kept per stream */
 #define WD_FLUSH_BYTES (64u << 10)         /* flush a stream once it holds this */
 #define WD_FLUSH_DELAY_MS 200              /* ... or this long after its first byte */
@@ -163,6 +164,8 @@ struct child_spec {
    * supplementary groups none, no new privileges. run_uid 0: stay. */
   uid_t run_uid;
   gid_t run_gid;
+  const gid_t *run_groups; /* its supplementary groups (n_run_groups of them) */
+  int n_run_groups;
 };
 
 /* Delays between attempts of a call that must eventually get through. */
@@ -186,6 +189,8 @@ struct wd_state {
   char run_as[64];    /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
   uid_t run_uid;
   gid_t run_gid;
+  gid_t run_groups[WD_GROUPS_MAX]; /* its own groups, less the privileged ones */
+  int n_run_groups;
   long attempt; /* the start attempt the backend started this workerd for */
   int exec_port;
   int listen_fd;

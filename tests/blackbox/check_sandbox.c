@@ -16,6 +16,7 @@
 #include "../check_run.h"
 
 #include <check.h>
+#include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,6 +379,30 @@ START_TEST(a_controller_run_by_an_ordinary_user_hides_its_state_from_workers) {
 }
 END_TEST
 
+/* The account's own supplementary groups (a GPU's render or video group,
+ * say) stay with its commands: here a group this test makes, and removes. */
+START_TEST(the_accounts_own_groups_stay_with_its_commands) {
+  char group[64], cmd[200], want[32], *out;
+  struct group *g;
+
+  snprintf(group, sizeof(group), "muster-test-%d", (int)getpid());
+  snprintf(cmd, sizeof(cmd), "groupadd %s && gpasswd -a " ACCOUNT " %s >/dev/null", group, group);
+  ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+  g = getgrnam(group);
+  ck_assert_ptr_nonnull(g);
+  snprintf(want, sizeof(want), " %u ", (unsigned)g->gr_gid);
+  up();
+  out = output_of(
+      "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"echo \\\" $(id -G) \\\"\"}");
+  down();
+  snprintf(cmd, sizeof(cmd), "groupdel %s", group);
+  ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+  ck_assert_msg(strstr(out, want) != NULL, "the account's group %s (%s) is not its command's: %s",
+                group, want, out);
+  free(out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sandbox");
   TCase *tc = tcase_create("sandbox");
@@ -390,6 +415,7 @@ int main(void) {
   tcase_add_test(tc, a_script_the_account_cannot_read_fails_naming_both);
   tcase_add_test(tc, a_worker_started_without_the_fork_server_runs_as_the_account_too);
   tcase_add_test(tc, a_controller_run_by_an_ordinary_user_hides_its_state_from_workers);
+  tcase_add_test(tc, the_accounts_own_groups_stay_with_its_commands);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

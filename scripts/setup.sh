@@ -86,12 +86,22 @@ if [ ! -s "$mnist/t10k-labels-idx1-ubyte" ]; then
 fi
 
 # The account workers' commands run as under `muster-controller --run-as
-# muster-worker`: a system account with no login and no home of its own.
+# muster-worker`: a system account with no login, whose home (where Python,
+# pip and torch keep their caches) is its own.
+home=/var/lib/muster-worker
 if ! getent passwd muster-worker >/dev/null; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: the account muster-worker is missing; run as root to make it" >&2
     exit 1
   fi
   echo "setup: adding the account muster-worker"
-  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin muster-worker
+  useradd --system --home-dir "$home" --shell /usr/sbin/nologin muster-worker
+fi
+have=$(getent passwd muster-worker | cut -d: -f6)
+if [ "$(id -u)" -eq 0 ] && { [ "$have" != "$home" ] || [ ! -d "$home" ]; }; then
+  echo "setup: giving muster-worker its home $home"
+  mkdir -p "$home"
+  chown muster-worker: "$home"
+  chmod 700 "$home"
+  [ "$have" = "$home" ] || usermod --home "$home" muster-worker
 fi

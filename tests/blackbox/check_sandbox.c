@@ -156,6 +156,7 @@ START_TEST(a_workers_script_cannot_rewrite_muster_nor_read_its_token) {
       code, sizeof(code),
       "id -u\n"
       "echo \"user=$USER logname=$LOGNAME\"\n"
+      "if touch \"$HOME/m.$$\" && rm \"$HOME/m.$$\"; then echo 'home is writable'; fi\n"
       "for f in %s %s %s/token %s/muster.db; do\n"
       "  if echo x >> \"$f\" 2>/dev/null; then echo \"wrote $f\"; else echo \"refused $f\"; fi\n"
       "done\n"
@@ -169,6 +170,7 @@ START_TEST(a_workers_script_cannot_rewrite_muster_nor_read_its_token) {
   ck_assert_msg(strncmp(out, "0\n", 2) != 0, "the script ran as root: %s", out);
   ck_assert_msg(strstr(out, "wrote") == NULL, "the script wrote muster's files: %s", out);
   ck_assert_msg(strstr(out, "user=" ACCOUNT " logname=" ACCOUNT "\n") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "home is writable") != NULL, "the account's HOME: %s", out);
   ck_assert_msg(strstr(out, "refused to read the token") != NULL, "%s", out);
   ck_assert_msg(strstr(out, "refused ") != NULL && strstr(out, workerd) != NULL, "%s", out);
   after = slurp(page);

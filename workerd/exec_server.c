@@ -300,15 +300,15 @@ static void ex_step(struct ex_conn *c, int64_t now) {
       int sig = ws >= 0 && WIFSIGNALED(ws) ? WTERMSIG(ws) : -1;
       const char *error = ws < 0 ? "muster-workerd lost track of the command" : c->stop_error;
 
-      if (code >= 0)
-        LOG(LOG_INFO, "exec from %s: %s exited with code %d", c->peer, c->name, code);
-      else if (sig >= 0)
-        LOG(LOG_INFO, "exec from %s: %s was killed by signal %d", c->peer, c->name, sig);
       /* What the command wrote is in the worker's log before its client
        * hears that it ended: the X waits for it to ship, but never for a
        * controller that is away or slow (2 s at most), and not while the
        * worker stops (it ships it on its way out). */
       if (!c->ship_wait_until_ms) {
+        if (code >= 0)
+          LOG(LOG_INFO, "exec from %s: %s exited with code %d", c->peer, c->name, code);
+        else if (sig >= 0)
+          LOG(LOG_INFO, "exec from %s: %s was killed by signal %d", c->peer, c->name, sig);
         ex_pipes_close(c);
         streams_mark(c->ship_mark);
         c->ship_wait_until_ms = now + EX_SHIP_WAIT_MS;

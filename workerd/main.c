@@ -142,8 +142,16 @@ static void group_term(void) {
  * most 5 s); SIGKILL when the stop grace is over; heartbeats. Returns true
  * once the run is over. */
 static bool run_step(int64_t now) {
-  enum hb_result hb;
+  /* Heartbeats first: a stop their answer decides is acted on below, in
+   * this same round (an idle worker has nothing else to wake the loop). */
+  if (wd.stopping || wd.child_done || wd.ending) {
+    hb_cancel(); /* no more beats; one in flight is moot */
+  } else {
+    enum hb_result hb = hb_step(now);
 
+    if (hb != HB_NONE)
+      stop_begin(hb == HB_STOP_QUIET ? FINISH_QUIET : FINISH_SILENT, 0, now);
+  }
   if (!wd.ending && (wd.finish || (wd.child_done && ((wd.out.fd < 0 && wd.err.fd < 0) ||
                                                      now >= wd.drain_until_ms)))) {
     wd.ending = true;
@@ -160,13 +168,6 @@ static bool run_step(int64_t now) {
     kill(wd.child, SIGKILL);
     wd.kill_at_ms = INT64_MAX;
   }
-  if (wd.stopping || wd.child_done || wd.ending) {
-    hb_cancel(); /* no more beats; one in flight is moot */
-    return false;
-  }
-  hb = hb_step(now);
-  if (hb != HB_NONE)
-    stop_begin(hb == HB_STOP_QUIET ? FINISH_QUIET : FINISH_SILENT, 0, now);
   return false;
 }
 

@@ -533,6 +533,38 @@ START_TEST(sigterm_while_registering_with_a_paused_controller) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* 8. An idle worker whose controller is gone ends by its orphan timeout    */
+
+/* The heartbeat that finds the controller gone too long decides the stop;
+ * an idle worker has nothing else to wake its loop, and must act on it. */
+START_TEST(an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout) {
+  char id[16], b1[32];
+  double t0, end;
+  long wd;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = "0.3";
+  ctl.orphan_timeout = "2";
+  h_start(&ctl);
+  snprintf(aw_tmp, sizeof(aw_tmp), "/tmp/muster-away-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(aw_tmp));
+  aw_launch(NULL, NULL, id, sizeof(id));
+  wd = h_workerd_pid(&ctl, id);
+  h_kill9(&ctl);
+  t0 = h_now();
+  end = aw_gone_after(wd, t0, 20);
+  if (end < 0)
+    kill((pid_t)wd, SIGKILL);
+  aw_down();
+  ck_assert_msg(
+      end >= 0 && end <= 2 + 3,
+      "an idle workerd whose controller was killed ended %s after it (orphan timeout 2 s)",
+      aw_secs(end, 20, b1));
+}
+END_TEST
+
 /* One case per test, named after it, so that CK_RUN_CASE=name runs one. */
 #define ADD_TEST(s, t)                                                                             \
   do {                                                                                             \
@@ -552,5 +584,6 @@ int main(void) {
   ADD_TEST(s, a_10_mb_script_is_not_blocked_while_the_controller_is_paused);
   ADD_TEST(s, after_a_restart_every_line_is_there_but_those_said_dropped);
   ADD_TEST(s, sigterm_while_registering_with_a_paused_controller);
+  ADD_TEST(s, an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout);
   return check_run(s);
 }

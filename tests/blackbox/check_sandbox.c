@@ -80,19 +80,32 @@ static void up_dirs(void) {
   fclose(f);
 }
 
+/* Starts a controller on this test's copies (up_dirs()): with --run-as
+ * the account if run_as; as bin, uid and gid if bin is not NULL. */
+static void ctl_start(int run_as, const char *bin, uid_t uid, gid_t gid) {
+  int n = 0;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.bin = bin;
+  ctl.uid = uid;
+  ctl.gid = gid;
+  if (run_as) {
+    ctl.extra[n++] = "--run-as";
+    ctl.extra[n++] = ACCOUNT;
+  }
+  ctl.extra[n++] = "--workerd";
+  ctl.extra[n++] = workerd;
+  ctl.extra[n++] = "--web-dir";
+  ctl.extra[n++] = web;
+  ctl.extra[n++] = "--workdir";
+  ctl.extra[n++] = wk;
+  h_start(&ctl);
+}
+
 /* up_dirs(), and a controller (run as root) with --run-as the account. */
 static void up(void) {
   up_dirs();
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.extra[0] = "--run-as";
-  ctl.extra[1] = ACCOUNT;
-  ctl.extra[2] = "--workerd";
-  ctl.extra[3] = workerd;
-  ctl.extra[4] = "--web-dir";
-  ctl.extra[5] = web;
-  ctl.extra[6] = "--workdir";
-  ctl.extra[7] = wk;
-  h_start(&ctl);
+  ctl_start(1, NULL, 0, 0);
 }
 
 static void down(void) {
@@ -269,12 +282,7 @@ START_TEST(an_exec_command_of_a_root_controller_cannot_see_the_state) {
   char out[4096] = "";
 
   up_dirs();
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.extra[0] = "--workerd";
-  ctl.extra[1] = workerd;
-  ctl.extra[2] = "--workdir";
-  ctl.extra[3] = wk;
-  h_start(&ctl);
+  ctl_start(0, NULL, 0, 0);
   exec_reads_token(out);
   ck_assert_msg(strncmp(out, "0\n", 2) == 0, "the exec'd command's uid: %s", out);
   ck_assert_msg(strstr(out, "refused") != NULL && strstr(out, ctl.token) == NULL,
@@ -352,17 +360,7 @@ START_TEST(a_controller_run_by_an_ordinary_user_hides_its_state_from_workers) {
   snprintf(bin, sizeof(bin), "%s/muster-controller", dir);
   sh("cp %s %s", MUSTER_CONTROLLER_BIN, bin);
   ck_assert_int_eq(chmod(bin, 0755), 0);
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.bin = bin;
-  ctl.uid = pw->pw_uid;
-  ctl.gid = pw->pw_gid;
-  ctl.extra[0] = "--workerd";
-  ctl.extra[1] = workerd;
-  ctl.extra[2] = "--web-dir";
-  ctl.extra[3] = web;
-  ctl.extra[4] = "--workdir";
-  ctl.extra[5] = wk;
-  h_start(&ctl);
+  ctl_start(0, bin, pw->pw_uid, pw->pw_gid);
   ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &health, NULL), 200);
   ck_assert_str_eq(h_str(health, "isolation"), "namespaces");
   json_decref(health);

@@ -1,4 +1,5 @@
 /* main.c: muster-controller's command line, start-up and shutdown. */
+#include "account.h"
 #include "api.h"
 #include "backend.h"
 #include "cgroup.h"
@@ -59,7 +60,8 @@ static void usage(FILE *out) {
                "                            beside this binary, else the source tree's)\n"
                "  --workdir DIR             where workers' scripts run (default: current dir)\n"
                "  --run-as USER             local: workers' commands run as this account\n"
-               "                            (not root; the controller must run as root)\n"
+               "                            (not root; the controller must run as root;\n"
+               "                            default for a root controller: muster-worker)\n"
                "  --http-threads N          HTTP thread pool size (default 4)\n"
                "  -v, --verbose             log debug lines\n"
                "  -h, --help                this text\n"
@@ -274,6 +276,19 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
             cfg->heartbeat_interval_s, cfg->heartbeat_timeout_s);
     return MUSTER_E_INVALID;
   }
+  /* A worker's code never runs as root: a root controller without
+   * --run-as gives it the setup script's account. */
+  if (!cfg->run_as[0] && geteuid() == 0 && strcmp(cfg->backend, "local") == 0) {
+    if (!getpwnam(MUSTER_DEFAULT_ACCOUNT)) {
+      fprintf(stderr,
+              "muster-controller: this controller runs as root and never runs a worker's code "
+              "as root, but there is no account " MUSTER_DEFAULT_ACCOUNT
+              " on this host: run scripts/setup.sh (it makes one) or name another with "
+              "--run-as USER\n");
+      return MUSTER_E_INVALID;
+    }
+    snprintf(cfg->run_as, sizeof(cfg->run_as), "%s", MUSTER_DEFAULT_ACCOUNT);
+  }
   if (cfg->run_as[0]) {
     struct passwd *pw = getpwnam(cfg->run_as);
 
@@ -393,9 +408,6 @@ int main(int argc, char **argv) {
    * boundary: said at every start, as health says it. */
   if (g.cfg.run_as[0])
     printf("muster-controller: workers' commands run as %s\n", g.cfg.run_as);
-  else if (strcmp(g.backend->name, "local") == 0 && geteuid() == 0)
-    printf("muster-controller: workers' commands run as root, this controller's account (see "
-           "--run-as)\n");
   else if (strcmp(g.backend->name, "local") == 0)
     printf("muster-controller: workers' commands run as this controller's account (a controller "
            "run as root can give them one of their own: --run-as)\n");

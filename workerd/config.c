@@ -6,6 +6,7 @@
  * named in the log, never its value. It calls no other module of workerd.
  */
 #include "workerd.h"
+#include "account.h"
 
 #include "log.h"
 #include "muster_errors.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Sets the log level from MUSTER_LOG_LEVEL, if it is set to a known name. */
 void log_level_from_env(void) {
@@ -158,11 +160,19 @@ MUST_CHECK int config_load(void) {
     snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
   }
   unsetenv("MUSTER_CONFINE");
-  /* The account every command of the worker runs as: never root. */
-  if (getenv("MUSTER_RUN_AS") && *getenv("MUSTER_RUN_AS")) {
-    const char *name = getenv("MUSTER_RUN_AS");
+  /* The account every command of the worker runs as: never root. A
+   * workerd run as root with none named uses the setup script's own. */
+  const char *named = getenv("MUSTER_RUN_AS");
+  if ((named && *named) || geteuid() == 0) {
+    const char *name = named && *named ? named : MUSTER_DEFAULT_ACCOUNT;
     struct passwd *pw = strlen(name) < sizeof(wd.run_as) ? getpwnam(name) : NULL;
 
+    if (!pw && name != named) {
+      LOG(LOG_ERROR, "muster-workerd runs as root and never runs a worker's code as root: there "
+                     "is no account " MUSTER_DEFAULT_ACCOUNT " on this host (scripts/setup.sh "
+                     "makes it), and MUSTER_RUN_AS names no other");
+      goto out;
+    }
     if (!pw || pw->pw_uid == 0 || pw->pw_gid == 0) {
       LOG(LOG_ERROR, "MUSTER_RUN_AS must name an account on this host that is neither root nor "
                      "in root's group");

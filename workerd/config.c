@@ -5,8 +5,8 @@
  * MUSTER_CONFINE) and the log level (MUSTER_LOG_LEVEL). A bad variable is
  * named in the log, never its value. It calls no other module of workerd.
  */
-#include "workerd.h"
 #include "account.h"
+#include "workerd.h"
 
 #include "log.h"
 #include "muster_errors.h"

@@ -649,6 +649,7 @@ MUST_CHECK int command_start(void) {
     char line[WD_REASON_MAX + 32];
     int k;
 
+    child_failure_settle(&st, wd.cwd, wd.argv, wd.envp);
     child_failure_sentence(&st, wd.cwd, wd.script, wd.argv, wd.envp, wd.reason, sizeof(wd.reason));
     LOG(LOG_WARN, "%s", wd.reason);
     /* The user reads the command's stderr first, so say it there too. */

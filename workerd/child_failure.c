@@ -66,6 +66,14 @@ static int found_file(const char *cwd, const char *cmd, const char *path, char *
   }
 }
 
+/* 1 if file has an execute bit for someone: one the worker's account
+ * cannot run is out of its reach, not a file that is no program. */
+static int executable(const char *file) {
+  struct stat sb;
+
+  return stat(file, &sb) == 0 && (sb.st_mode & 0111) != 0;
+}
+
 /* Writes to out (size bytes) the interpreter that file's "#!" line names,
  * or "" if it has none (an ELF file: its loader). */
 static void interpreter_of(const char *file, char *out, size_t size) {
@@ -127,6 +135,15 @@ static void utf8_mend(char *buf) {
   }
 }
 
+void child_failure_settle(struct exec_status *st, const char *cwd, char *const *argv,
+                          char *const *envp) {
+  char file[PATH_MAX];
+
+  if (st->stage == STAGE_EXEC && st->err == EACCES && !strchr(argv[0], '/') &&
+      found_file(cwd, argv[0], envp_path(envp), file) != 0)
+    st->err = ENOENT;
+}
+
 /* Writes to buf (size bytes) the sentence for a child that failed before
  * its command started (st), which ran argv in cwd with envp, checking
  * script first (cwd and script may be NULL): "script /p/x.py not found",
@@ -147,7 +164,7 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
     snprintf(buf, size, "script %s cannot be read: %s", script, strerror(st->err));
   else if (st->stage == STAGE_CHDIR && st->err == ENOENT)
     snprintf(buf, size, "the working directory %s does not exist on this worker's host", cwd);
-  else if (st->stage == STAGE_CHDIR && wd.run_as[0])
+  else if (st->stage == STAGE_CHDIR && st->err == EACCES && wd.run_as[0])
     snprintf(buf, size, "the worker's account %s cannot enter the working directory %s: %s",
              wd.run_as, cwd, strerror(st->err));
   else if (st->stage == STAGE_CHDIR)
@@ -163,6 +180,10 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
     snprintf(buf, size, "%s: not found on the worker's PATH (unset)", argv[0]);
   else if (st->stage == STAGE_EXEC && st->err == ENOENT)
     snprintf(buf, size, "%s: not found", argv[0]);
+  else if (st->stage == STAGE_EXEC && st->err == EACCES && wd.run_as[0] &&
+           found_file(cwd, argv[0], path, file) == 0 && executable(file))
+    snprintf(buf, size, "cannot run \"%s\" as the worker's account %s: %s", file, wd.run_as,
+             strerror(st->err));
   else if (st->stage == STAGE_EXEC)
     snprintf(buf, size, "cannot run \"%s\": %s", argv[0], strerror(st->err));
   else if (st->stage == STAGE_USER)

@@ -39,7 +39,8 @@ static void usage(FILE *f) {
           "  --lr L          learning rate (default 0.1); --momentum M (default 0.9)\n"
           "  --lr-schedule cosine|constant  decay --lr to 0 along a half cosine (default)\n"
           "  --threads T     BLAS threads per process (default 1)\n"
-          "  --checkpoint P  rank 0 writes P after every epoch (its directory is made)\n"
+          "  --checkpoint P  rank 0 writes P after every epoch (its directory is made;\n"
+          "                  a leading ~/ is $HOME)\n"
           "  --auto-resume   resume from --checkpoint's file when it exists (else from\n"
           "                  --resume, else from the start)\n"
           "\n"
@@ -169,6 +170,18 @@ static MUST_CHECK int parse_layers(const char *s, struct tr_opts *o) {
 }
 
 /* Fills o from argv; returns 0, or an exit code (0 after --help is 1). */
+/* path into out, with a leading "~/" made the home of the account this
+ * runs as ($HOME): muster run names its default checkpoint so, since a
+ * worker's code runs as an account of its own, not as the client's. */
+static void home_path(const char *path, char *out, size_t size) {
+  const char *home = getenv("HOME");
+
+  if (strncmp(path, "~/", 2) == 0 && home && *home)
+    snprintf(out, size, "%s/%s", home, path + 2);
+  else
+    snprintf(out, size, "%s", path);
+}
+
 static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
   memset(o, 0, sizeof(*o));
   o->mode = TR_SINGLE;
@@ -298,10 +311,10 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
       o->bench_allreduce = l;
     } else if (strcmp(a, "--checkpoint") == 0) {
       i++;
-      snprintf(o->checkpoint, sizeof(o->checkpoint), "%s", v);
+      home_path(v, o->checkpoint, sizeof(o->checkpoint));
     } else if (strcmp(a, "--resume") == 0) {
       i++;
-      snprintf(o->resume, sizeof(o->resume), "%s", v);
+      home_path(v, o->resume, sizeof(o->resume));
     } else if (strcmp(a, "--dump-params") == 0) {
       i++;
       snprintf(o->dump_params, sizeof(o->dump_params), "%s", v);

@@ -8,6 +8,7 @@
 #include "utf8.h"
 
 #include <dirent.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,15 +79,34 @@ static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resta
   return n;
 }
 
+/* The home of the account the workers' code runs as ("~" of a checkpoint
+ * muster-train wrote): the one health names, else this client's own. */
+static const char *workers_home(muster_client *c, char *buf, size_t size) {
+  json_t *h = NULL;
+  const char *acct, *home = getenv("HOME");
+  struct passwd *pw;
+
+  if (muster_json_call_(c, "GET", "/api/v1/health", NULL, &h) == 0 &&
+      (acct = json_string_value(json_object_get(h, "run_as"))) != NULL &&
+      (pw = getpwnam(acct)) != NULL)
+    home = pw->pw_dir;
+  snprintf(buf, size, "%s", home ? home : "/");
+  json_decref(h);
+  return buf;
+}
+
 /* Removes the run's own checkpoint directory (best effort: the client sees
  * it where the workers' file system is shared, as on the local backend). */
-static void remove_run_dir(const char *ckpt) {
-  char dir[1024], path[1300];
+static void remove_run_dir(muster_client *c, const char *ckpt) {
+  char dir[1024], path[1300], home[512];
   char *slash;
   DIR *d;
   struct dirent *e;
 
-  snprintf(dir, sizeof(dir), "%s", ckpt);
+  if (strncmp(ckpt, "~/", 2) == 0)
+    snprintf(dir, sizeof(dir), "%s/%s", workers_home(c, home, sizeof(home)), ckpt + 2);
+  else
+    snprintf(dir, sizeof(dir), "%s", ckpt);
   slash = strrchr(dir, '/');
   if (!slash)
     return;
@@ -168,18 +188,18 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   if (rc)
     goto out;
   /* muster-train checkpoints into the run's directory, unless told where;
-   * rank 0 makes the directory, where it runs. */
+   * rank 0 makes the directory, where it runs: by default in the home of
+   * the account it runs as ("~", which muster-train expands), since the
+   * workers' code does not run as this client's account. */
   if (trainer) {
     const char *given = arg_value(o->argv, o->argc, "--checkpoint");
     const char *dir = o->run_dir ? o->run_dir : getenv("MUSTER_RUN_DIR");
-    const char *home = getenv("HOME");
     if (given)
       snprintf(ckpt, sizeof(ckpt), "%s", given);
     else if (dir && *dir)
       snprintf(ckpt, sizeof(ckpt), "%s/%s/checkpoint", dir, r->run_id);
     else
-      snprintf(ckpt, sizeof(ckpt), "%s/.muster/runs/%s/checkpoint", home ? home : "/tmp",
-               r->run_id);
+      snprintf(ckpt, sizeof(ckpt), "~/.muster/runs/%s/checkpoint", r->run_id);
     own_ckpt = !given;
     argv = calloc(o->argc + 4, sizeof(*argv));
     if (!argv) {
@@ -251,7 +271,7 @@ int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_re
   /* A run that succeeded needs its own checkpoint no more; a failed one
    * keeps it (--resume by hand). */
   if (own_ckpt && !why[0])
-    remove_run_dir(ckpt);
+    remove_run_dir(c, ckpt);
 out:
   free(argv);
   if (lease)

@@ -37,8 +37,7 @@ void aw_up(void) {
   ctl.extra[0] = "--heartbeat-interval";
   ctl.extra[1] = "0.3";
   h_start(&ctl);
-  snprintf(aw_tmp, sizeof(aw_tmp), "/tmp/muster-away-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(aw_tmp));
+  h_shared_dir(aw_tmp, sizeof(aw_tmp), "away");
 }
 
 void aw_down(void) {

@@ -548,8 +548,7 @@ START_TEST(an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout
   ctl.extra[1] = "0.3";
   ctl.orphan_timeout = "2";
   h_start(&ctl);
-  snprintf(aw_tmp, sizeof(aw_tmp), "/tmp/muster-away-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(aw_tmp));
+  h_shared_dir(aw_tmp, sizeof(aw_tmp), "away");
   aw_launch(NULL, NULL, id, sizeof(id));
   wd = h_workerd_pid(&ctl, id);
   h_kill9(&ctl);

@@ -134,13 +134,13 @@ static void wait_file(const char *path, double timeout_s) {
  * every process of its cgroup, the daemon among them, is gone after, and so
  * is the cgroup. */
 static void daemon_case(const char *tail, int stop) {
-  char body[700], dir[] = "/tmp/muster-iso-XXXXXX", mark[64], cg[600];
+  char body[700], dir[64], mark[96], cg[600];
   json_t *workers, *ans;
   long pids[64], wd;
   int n;
   struct stat st;
 
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  h_shared_dir(dir, sizeof(dir), "iso");
   snprintf(mark, sizeof(mark), "%s/started", dir);
   snprintf(body, sizeof(body),
            "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 "
@@ -168,8 +168,7 @@ static void daemon_case(const char *tail, int stop) {
     usleep(100 * 1000);
   ck_assert_msg(stat(cg, &st) != 0 && errno == ENOENT, "the cgroup %s is still there", cg);
   json_decref(workers);
-  unlink(mark);
-  rmdir(dir);
+  h_shared_dir_remove(dir);
 }
 
 START_TEST(a_daemon_a_script_leaves_is_killed_and_the_cgroup_goes) {
@@ -187,7 +186,7 @@ END_TEST
  * token, its database (every worker's token), another worker's
  * environment, and undoing the mount that hides them. */
 START_TEST(a_script_cannot_reach_the_controllers_secrets) {
-  char body[1600], dir[] = "/tmp/muster-iso-XXXXXX", out[64], *text = NULL;
+  char body[1600], dir[64], *text = NULL;
   json_t *workers, *other, *ans;
   long other_pid;
 
@@ -198,25 +197,26 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   other = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"memory\": 0.25}");
   json_decref(h_await(&ctl, other, 0, 20));
   other_pid = h_workerd_pid(&ctl, h_str(json_array_get(other, 0), "id"));
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(out, sizeof(out), "%s/out", dir);
-  snprintf(body, sizeof(body),
-           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!"
-           "cat %s/token >/dev/null 2>&1 && echo token-read; "
-           "cat %s/muster.db >/dev/null 2>&1 && echo db-read; "
-           "ls -A %s | grep -q . && echo state-listed; "
-           "cat /proc/%ld/environ >/dev/null 2>&1 && echo environ-read; "
-           "umount %s 2>/dev/null && echo unmounted; "
-           "grep -l MUSTER_WORKER_TOKEN /proc/[0-9]*/environ 2>/dev/null | grep -q . && "
-           "echo some-token-seen; "
-           "ls -A /sys/fs/cgroup | grep -q . && echo cgroups-seen; "
-           "v=$(cat /proc/sys/kernel/sysrq); (echo $v > /proc/sys/kernel/sysrq) 2>/dev/null && "
-           "echo sysctl-written; "
-           "mknod %s/null c 1 3 2>/dev/null && echo mknod-done; "
-           "b=$(find /dev -maxdepth 1 -type b | head -1); if [ -z \\\"$b\\\" ]; then echo no-disk; "
-           "elif (: < $b) 2>&1 | grep -q 'not permitted'; then echo disk-denied; fi; "
-           "echo processes $(ls /proc | grep -c '^[0-9]'); echo done\"}",
-           ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir);
+  h_shared_dir(dir, sizeof(dir), "iso");
+  snprintf(
+      body, sizeof(body),
+      "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!"
+      "cat %s/token >/dev/null 2>&1 && echo token-read; "
+      "cat %s/muster.db >/dev/null 2>&1 && echo db-read; "
+      "ls -A %s | grep -q . && echo state-listed; "
+      "cat /proc/%ld/environ >/dev/null 2>&1 && echo environ-read; "
+      "umount %s 2>/dev/null && echo unmounted; "
+      "grep -l MUSTER_WORKER_TOKEN /proc/[0-9]*/environ 2>/dev/null | grep -q . && "
+      "echo some-token-seen; "
+      "ls -A /sys/fs/cgroup | grep -q . && echo cgroups-seen; "
+      "v=$(cat /proc/sys/kernel/sysrq); (echo $v > /proc/sys/kernel/sysrq) 2>/dev/null && "
+      "echo sysctl-written; "
+      "mknod %s/null c 1 3 2>/dev/null && echo mknod-done; "
+      "b=$(find /dev -maxdepth 1 -type b | head -1); if [ -z \\\"$b\\\" ]; then echo no-disk; "
+      "elif (: < $b) 2>&1 | grep -qE 'not permitted|Permission denied'; then echo disk-denied; "
+      "fi; "
+      "echo processes $(ls /proc | grep -c '^[0-9]'); echo uid=$(id -u).; echo done\"}",
+      ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir);
   workers = h_launch(&ctl, body);
   ans = h_await(&ctl, workers, 1, 20);
   json_decref(ans);
@@ -228,6 +228,7 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   }
   fprintf(stderr, "the script saw: %s", text ? text : "(nothing)\n");
   ck_assert_msg(text && strstr(text, "done"), "the script did not run to its end: %s", text);
+  ck_assert_msg(!strstr(text, "uid=0."), "the script ran as root");
   ck_assert_msg(!strstr(text, "token-read"), "the script read the controller's token");
   ck_assert_msg(!strstr(text, "db-read"), "the script read muster.db");
   ck_assert_msg(!strstr(text, "state-listed"), "the script listed the state directory");
@@ -242,9 +243,7 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   free(text);
   json_decref(workers);
   json_decref(other);
-  snprintf(out, sizeof(out), "%s/null", dir);
-  unlink(out);
-  rmdir(dir);
+  h_shared_dir_remove(dir);
 out:
   h_finish(&ctl);
 }
@@ -369,12 +368,12 @@ END_TEST
  * (MUSTER_DEV_DIR): opening one that the worker may use fails for want of
  * a driver (ENXIO), one that its cgroup denies with EPERM. */
 START_TEST(a_worker_reaches_only_the_gpus_it_was_given) {
-  char dev[] = "/tmp/muster-dev-XXXXXX", path[200], body[900], *out = NULL;
+  char dev[64], path[200], body[900], *out = NULL;
   json_t *workers, *ans, *h = NULL;
   const char *names[] = {"nvidia0", "nvidia1", "nvidiactl"};
   const unsigned minors[] = {0, 1, 255};
 
-  ck_assert_ptr_nonnull(mkdtemp(dev));
+  h_shared_dir(dev, sizeof(dev), "dev");
   for (int i = 0; i < 3; i++) {
     snprintf(path, sizeof(path), "%s/%s", dev, names[i]);
     if (mknod(path, S_IFCHR | 0666, makedev(195, minors[i])) != 0) {

@@ -230,11 +230,11 @@ START_TEST(a_relative_script_from_a_client_in_another_directory_runs) {
   muster_launch_opts o;
   muster_worker_list ws;
   struct text t = {.len = 0};
-  char project[] = "/tmp/muster-project-XXXXXX", here[4096], script[128], want[160];
+  char project[64], here[4096], script[128], want[160];
 
   up();
   ck_assert_ptr_nonnull(getcwd(here, sizeof(here)));
-  ck_assert_ptr_nonnull(mkdtemp(project));
+  h_shared_dir(project, sizeof(project), "project");
   snprintf(script, sizeof(script), "%s/where.sh", project);
   h_write_exec(script, "echo \"ran in $PWD\"\n");
   ck_assert_int_eq(chdir(project), 0);
@@ -248,8 +248,7 @@ START_TEST(a_relative_script_from_a_client_in_another_directory_runs) {
   snprintf(want, sizeof(want), "ran in %s\n", project);
   ck_assert_str_eq(t.buf, want);
   muster_worker_list_free(&ws);
-  unlink(script);
-  rmdir(project);
+  h_shared_dir_remove(project);
   down();
 }
 END_TEST
@@ -666,8 +665,7 @@ START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_i
   memset(&t, 0, sizeof(t));
   ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &t.c), 0);
   muster_run_opts_init(&t.o);
-  snprintf(marks, sizeof(marks), "/tmp/muster-sdk-marks-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(marks));
+  h_shared_dir(marks, sizeof(marks), "sdk-marks");
   snprintf(cmd, sizeof(cmd), "touch %s/started.$MUSTER_RESTART_COUNT; exec sleep 60", marks);
   argv[0] = "sh";
   argv[1] = "-c";
@@ -713,11 +711,7 @@ START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_i
   json_decref(run);
   muster_run_result_free(&t.r);
   muster_client_free(t.c);
-  for (int a = 0; a < 2; a++) {
-    snprintf(path, sizeof(path), "%s/started.%d", marks, a);
-    unlink(path);
-  }
-  rmdir(marks);
+  h_shared_dir_remove(marks);
   down();
 }
 END_TEST

@@ -15,18 +15,17 @@
 #include <unistd.h>
 
 static struct ctl_proc ctl;
-static char project[] = "/tmp/muster-where-XXXXXX";
+static char project[64]; /* a project the worker's account can enter */
 
 static void up(void) {
   memset(&ctl, 0, sizeof(ctl));
   h_start(&ctl);
-  memcpy(project + strlen(project) - 6, "XXXXXX", 6);
-  ck_assert_ptr_nonnull(mkdtemp(project));
+  h_shared_dir(project, sizeof(project), "where");
 }
 
 static void down(void) {
   h_finish(&ctl);
-  rmdir(project);
+  h_shared_dir_remove(project);
 }
 
 /* Launches body (one worker), awaits its end, and returns the one failure
@@ -66,6 +65,44 @@ START_TEST(a_missing_command_says_not_found_on_the_workers_path) {
   ck_assert_str_eq(h_str(f, "failure"),
                    "muster-no-such-train: not found on the worker's PATH (/nowhere/a:/nowhere/b)");
   json_decref(f);
+  down();
+}
+END_TEST
+
+/* A client's PATH may hold a directory the worker's account cannot search
+ * (root's ~/.pyenv/shims, say): a program on no directory of it is still
+ * "not found", and one only in that directory is out of the account's
+ * reach, not a file that is no program. */
+START_TEST(a_path_the_workers_account_cannot_search_still_says_not_found) {
+  char body[512], shut[80], prog[128], want[400];
+  json_t *f;
+
+  up();
+  snprintf(shut, sizeof(shut), "%s/shut", project);
+  ck_assert_int_eq(mkdir(shut, 0700), 0);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"muster-no-such-train\"], \"path\": "
+           "\"%s:/usr/bin:/bin\"}",
+           shut);
+  f = failure_of(body);
+  snprintf(want, sizeof(want),
+           "muster-no-such-train: not found on the worker's PATH (%s:/usr/bin:/bin)", shut);
+  ck_assert_str_eq(h_str(f, "failure"), want);
+  ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 127);
+  json_decref(f);
+  snprintf(prog, sizeof(prog), "%s/muster-shut-train", shut);
+  h_write_exec(prog, "#!/bin/sh\necho hi\n");
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"muster-shut-train\"], \"path\": "
+           "\"%s:/usr/bin:/bin\"}",
+           shut);
+  f = failure_of(body);
+  snprintf(want, sizeof(want),
+           "cannot run \"%s\" as the worker's account muster-worker: Permission denied", prog);
+  ck_assert_str_eq(h_str(f, "failure"), want);
+  json_decref(f);
+  unlink(prog);
+  rmdir(shut);
   down();
 }
 END_TEST
@@ -215,6 +252,7 @@ int main(void) {
   tcase_add_test(tc, a_missing_script_fails_with_script_not_found);
   tcase_add_test(tc, a_missing_command_says_not_found_on_the_workers_path);
   tcase_add_test(tc, a_missing_working_directory_fails_naming_it);
+  tcase_add_test(tc, a_path_the_workers_account_cannot_search_still_says_not_found);
   tcase_add_test(tc, a_worker_says_where_it_starts_and_a_relative_cwd_is_refused);
   tcase_add_test(tc, a_script_whose_interpreter_is_missing_names_the_interpreter);
   tcase_add_test(tc, a_long_non_ascii_path_or_cwd_still_fails_with_its_sentence);

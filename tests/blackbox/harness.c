@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -106,6 +107,29 @@ void h_write_exec(const char *path, const char *text) {
   fputs(text, f);
   fclose(f);
   ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
+void h_shared_dir(char *dir, size_t len, const char *tag) {
+  ck_assert_int_lt(snprintf(dir, len, "/var/tmp/muster-%s-XXXXXX", tag), (int)len);
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(chmod(dir, 0777), 0);
+}
+
+void h_shared_dir_remove(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[PATH_MAX];
+
+  if (!d)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
 }
 
 /* Kills the worker processes of c: the test started them, through its

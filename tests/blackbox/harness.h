@@ -101,6 +101,13 @@ void h_write_exec(const char *path, const char *text);
 
 const char *h_str(json_t *obj, const char *key);
 
+/* Makes a directory /var/tmp/muster-TAG-XXXXXX (into dir, len bytes) that
+ * the test and a worker share: workers' code runs as another account
+ * (muster-worker), so it is open to every account (0777). The test removes
+ * it, with what the worker left there, through h_shared_dir_remove. */
+void h_shared_dir(char *dir, size_t len, const char *tag);
+void h_shared_dir_remove(const char *dir);
+
 /* Worker id's own token, as its workerd holds it (read from c's database),
  * into auth. */
 void h_worker_token(struct ctl_proc *c, const char *id, char *auth, size_t len);

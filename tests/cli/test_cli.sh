@@ -27,6 +27,7 @@ done
 
 unset MUSTER_URL MUSTER_TOKEN MUSTER_SESSION MUSTER_STATE_DIR
 TMP=$(mktemp -d /tmp/muster-cli-test.XXXXXX)
+chmod 755 "$TMP"  # workers' code runs as muster-worker, which must enter it
 PASS=0
 FAIL=0
 CTL_PIDS=()   # controllers we started

@@ -35,6 +35,7 @@ fi
 command -v curl >/dev/null || fail "curl is needed"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/muster-notebook.XXXXXX")
+chmod 755 "$work"  # the workers' --workdir: their account (muster-worker) enters it
 state="$work/state"
 ctl_pid=""
 url=""

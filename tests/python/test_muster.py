@@ -64,13 +64,17 @@ def setUpModule():
             "at the build directory" % CONTROLLER_BIN)
     state_dir = tempfile.mkdtemp(prefix="muster-pytest-")
     CTL["state_dir"] = state_dir
+    # Workers start in a directory of their own: their code runs as another
+    # account (muster-worker), which may not enter the state directory.
+    CTL["workdir"] = tempfile.mkdtemp(prefix="muster-pytest-wd-")
+    os.chmod(CTL["workdir"], 0o755)
     CTL["log"] = os.path.join(state_dir, "controller.log")
     with open(CTL["log"], "wb") as log:
         # Port 0: the controller binds a free port itself (no race) and
         # writes the address it got to STATE_DIR/url.
         CTL["proc"] = subprocess.Popen(
             [CONTROLLER_BIN, "--listen", "127.0.0.1:0", "--state-dir", state_dir,
-             "--cpus", "8", "--workdir", state_dir],
+             "--cpus", "8", "--workdir", CTL["workdir"]],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url_file = os.path.join(state_dir, "url")
     token_file = os.path.join(state_dir, "token")
@@ -169,6 +173,8 @@ def tearDownModule():
                                              "cgroup_clean.sh"), CTL["state_dir"]], check=False)
     if CTL["state_dir"] and not os.environ.get("MUSTER_KEEP_STATE"):
         shutil.rmtree(CTL["state_dir"], ignore_errors=True)
+    if CTL.get("workdir"):
+        shutil.rmtree(CTL["workdir"], ignore_errors=True)
 
 
 class MusterTestCase(unittest.TestCase):
@@ -404,6 +410,7 @@ class WhereWorkersStart(MusterTestCase):
 
     def setUp(self):
         self.project = os.path.realpath(tempfile.mkdtemp(prefix="muster-project-"))
+        os.chmod(self.project, 0o755)  # the workers' account reads it
         self.addCleanup(shutil.rmtree, self.project, True)
         with open(os.path.join(self.project, "where.py"), "w") as f:
             f.write("import json, os, sys\n"

@@ -70,6 +70,7 @@ start_controller() {  # with MUSTER_FAULT=$ctl_fault, if set
   exit 1
 }
 mkdir -p "$tmp/state" "$tmp/runs"
+chmod 755 "$tmp"; chmod 777 "$tmp/runs"  # rank 0 (muster-worker) checkpoints there
 start_controller
 
 # Statuses of session $1's workers, sorted, one word each ("" if none).

@@ -11,6 +11,7 @@ src=$(cd "${2:-.}" && pwd)
 muster=$build/muster
 train=$build/muster-train
 tmp=$(mktemp -d /tmp/muster-run-test-XXXXXX)
+chmod 777 "$tmp"  # ranks run as muster-worker and write their parameters here
 pass=0
 fail=0
 ctl_pid=

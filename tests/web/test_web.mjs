@@ -38,6 +38,7 @@ for (const f of [controllerBin, CHROMIUM]) {
 }
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'muster-web-'));
+fs.chmodSync(tmp, 0o755); // the workers' directory: their account (muster-worker) enters it
 const stateDir = path.join(tmp, 'state');
 const shotDir = path.join(tmp, 'shots');
 fs.mkdirSync(stateDir);

@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev
-      check libsubunit-dev python3 iproute2 procps time
+      check libsubunit-dev python3 iproute2 procps time acl
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
       slurm-wlm munge slurmdbd mariadb-server)  # slurm-wlm pulls slurmctld, slurmd and slurm-client;
@@ -85,9 +85,10 @@ if [ ! -s "$mnist/t10k-labels-idx1-ubyte" ]; then
   rm -rf "$tmp"
 fi
 
-# The account workers' commands run as under `muster-controller --run-as
-# muster-worker`: a system account with no login, whose home (where Python,
-# pip and torch keep their caches) is its own.
+# The account workers' code runs as (a controller or workerd run as root
+# never runs it as root; --run-as names another): a system account with no
+# login, whose home (where Python, pip, torch and muster run's checkpoints
+# go) is its own.
 home=/var/lib/muster-worker
 if ! getent passwd muster-worker >/dev/null; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -104,4 +105,27 @@ if [ "$(id -u)" -eq 0 ] && { [ "$have" != "$home" ] || [ ! -d "$home" ]; }; then
   chown muster-worker: "$home"
   chmod 700 "$home"
   [ "$have" = "$home" ] || usermod --home "$home" muster-worker
+fi
+
+# Workers' code runs as muster-worker, and it runs from this checkout: the
+# trainer, MNIST, the tests' scripts. A checkout under a home made 0700
+# (Debian's default for /root and new users) is out of its reach: each
+# directory above the checkout that stops it gets an ACL entry letting
+# muster-worker pass through (search only: it lists and reads nothing there).
+if [ "$(id -u)" -eq 0 ] && ! runuser -u muster-worker -- test -r "$root/CMakeLists.txt"; then
+  d=
+  IFS=/ read -ra parts <<<"${root#/}"
+  for part in "${parts[@]}"; do
+    d=$d/$part
+    if ! runuser -u muster-worker -- test -x "$d"; then
+      echo "setup: letting muster-worker pass through $d (setfacl -m u:muster-worker:x)"
+      setfacl -m u:muster-worker:x "$d"
+    fi
+  done
+  if ! runuser -u muster-worker -- test -r "$root/CMakeLists.txt"; then
+    echo "setup: muster-worker cannot read $root/CMakeLists.txt: workers run this checkout's" \
+      "files as that account, so they must be readable by all (a checkout made under umask 077" \
+      "is not: chmod -R a+rX $root)" >&2
+    exit 1
+  fi
 fi

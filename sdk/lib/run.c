@@ -102,11 +102,14 @@ static void remove_run_dir(muster_client *c, const char *ckpt) {
   char *slash;
   DIR *d;
   struct dirent *e;
+  int n;
 
   if (strncmp(ckpt, "~/", 2) == 0)
-    snprintf(dir, sizeof(dir), "%s/%s", workers_home(c, home, sizeof(home)), ckpt + 2);
+    n = snprintf(dir, sizeof(dir), "%s/%s", workers_home(c, home, sizeof(home)), ckpt + 2);
   else
-    snprintf(dir, sizeof(dir), "%s", ckpt);
+    n = snprintf(dir, sizeof(dir), "%s", ckpt);
+  if (n < 0 || (size_t)n >= sizeof(dir))
+    return;
   slash = strrchr(dir, '/');
   if (!slash)
     return;

@@ -6,6 +6,7 @@
 #include "hostport.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "reach.h"
 #include "resources.h"
 #include "state.h"
 #include "util.h"
@@ -313,6 +314,25 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
               "muster-controller: --run-as needs the local backend and a controller run as "
               "root (it switches each worker's commands to \"%s\")\n",
               cfg->run_as);
+      return MUSTER_E_INVALID;
+    }
+  }
+  if (cfg->run_as[0]) {
+    char self[PATH_MAX], why[PATH_MAX + 512];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    struct reach_item items[] = {
+        {cfg->workerd_path, "the worker daemon", 0},
+        {self, "this controller's binary", 0},
+        {cfg->web_dir, "the web UI's files", 1},
+        {cfg->state_dir, "the state directory", 0},
+    };
+
+    if (k > 0)
+      self[k] = '\0';
+    else
+      snprintf(self, sizeof(self), "%s", cfg->workerd_path);
+    if (reach_check(cfg->run_as, items, 4, why, sizeof(why)) != 0) {
+      fprintf(stderr, "muster-controller: %s\n", why);
       return MUSTER_E_INVALID;
     }
   }

@@ -406,6 +406,45 @@ START_TEST(the_accounts_own_groups_stay_with_its_commands) {
 }
 END_TEST
 
+/* 1 if a controller started on this test's copies refuses to start, and
+ * says that the account can write want (within 10 s: one that starts runs
+ * until the timeout). */
+static int refuses_naming(const char *want) {
+  char cmd[900];
+
+  snprintf(cmd, sizeof(cmd),
+           "timeout 10 %s --listen 127.0.0.1:0 --state-dir %s/state --workerd %s --web-dir %s "
+           "--workdir %s >%s/out 2>&1; grep -qF 'account " ACCOUNT " can write %s (' %s/out",
+           MUSTER_CONTROLLER_BIN, dir, workerd, web, wk, dir, want, dir);
+  if (system(cmd) == 0)
+    return 1;
+  snprintf(cmd, sizeof(cmd), "cat %s/out >&2", dir);
+  (void)!system(cmd);
+  return 0;
+}
+
+/* What runs as root or is served to browsers must be out of the account's
+ * reach, or it is no boundary: a controller whose worker daemon, web files
+ * or their directories the account can write refuses to start, naming it. */
+START_TEST(a_controller_whose_files_the_account_can_write_refuses_to_start) {
+  struct passwd *pw = getpwnam(ACCOUNT);
+  char page[160];
+
+  up_dirs();
+  snprintf(page, sizeof(page), "%s/index.html", web);
+  ck_assert_int_eq(chmod(page, 0666), 0);
+  ck_assert_msg(refuses_naming(page), "a web file the account can write was accepted");
+  ck_assert_int_eq(chmod(page, 0644), 0);
+  ck_assert_int_eq(chown(workerd, pw->pw_uid, pw->pw_gid), 0);
+  ck_assert_msg(refuses_naming(workerd), "a worker daemon the account owns was accepted");
+  ck_assert_int_eq(chown(workerd, 0, 0), 0);
+  ck_assert_int_eq(chmod(dir, 0777), 0);
+  ck_assert_msg(refuses_naming(dir), "a directory the account can rename the daemon in");
+  ck_assert_int_eq(chmod(dir, 0755), 0);
+  sh("rm -rf %s%s", dir, "");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sandbox");
   TCase *tc = tcase_create("sandbox");
@@ -419,6 +458,7 @@ int main(void) {
   tcase_add_test(tc, a_worker_started_without_the_fork_server_runs_as_the_account_too);
   tcase_add_test(tc, a_controller_run_by_an_ordinary_user_hides_its_state_from_workers);
   tcase_add_test(tc, the_accounts_own_groups_stay_with_its_commands);
+  tcase_add_test(tc, a_controller_whose_files_the_account_can_write_refuses_to_start);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

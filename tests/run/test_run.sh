@@ -11,7 +11,8 @@ src=$(cd "${2:-.}" && pwd)
 muster=$build/muster
 train=$build/muster-train
 tmp=$(mktemp -d /tmp/muster-run-test-XXXXXX)
-chmod 777 "$tmp"  # ranks run as muster-worker and write their parameters here
+chmod 1777 "$tmp"  # ranks run as muster-worker and write their parameters here (sticky:
+# the account may not rename the state directory beside them)
 pass=0
 fail=0
 ctl_pid=

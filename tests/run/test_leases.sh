@@ -44,6 +44,8 @@ cleanup() {
   fi
   bash "$(dirname "$0")/../cgroup_clean.sh" "$tmp"
   rm -rf "$tmp"
+  # the restarted run's checkpoint, where a failure left it
+  [ -z "${rs_id:-}" ] || rm -rf "${acct_home:?}/.muster/runs/$rs_id"
 }
 trap cleanup EXIT
 
@@ -262,8 +264,12 @@ EPOCHS=12
 timeout 300 "$muster" run --mode allreduce --workers 2 --cpu 1 --session ref -- \
   "$train" --mode allreduce --epochs $EPOCHS --quiet > "$tmp/ref.out" 2> "$tmp/ref.err"; rc=$?
 check "an uninterrupted run of $EPOCHS epochs succeeds (exit $rc)" test $rc -eq 0
-timeout 300 "$muster" run --mode allreduce --workers 2 --cpu 1 --session rs --max-restarts 1 -- \
-  "$train" --mode allreduce --epochs $EPOCHS --quiet > "$tmp/rs.out" 2> "$tmp/rs.err" &
+# Its checkpoint goes where muster run puts it by default: the home of the
+# account the workers' code runs as (muster-worker), not this client's.
+acct_home=$(getent passwd muster-worker | cut -d: -f6)
+timeout 300 env -u MUSTER_RUN_DIR "$muster" run --mode allreduce --workers 2 --cpu 1 --session rs \
+  --max-restarts 1 -- "$train" --mode allreduce --epochs $EPOCHS --quiet \
+  > "$tmp/rs.out" 2> "$tmp/rs.err" &
 rs_pid=$!
 bg_pids+=("$rs_pid")
 victim=
@@ -274,7 +280,7 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 for _ in $(seq 3000); do
-  if [ -n "$rs_id" ] && [ -s "$tmp/runs/$rs_id/checkpoint" ]; then
+  if [ -n "$rs_id" ] && [ -s "$acct_home/.muster/runs/$rs_id/checkpoint" ]; then
     victim=$(sqlite3 "$tmp/state/muster.db" "SELECT id || ' ' || pid FROM workers WHERE session = 'rs' AND status = 'running' AND role = 'worker' ORDER BY rowid DESC LIMIT 1")
     break
   fi
@@ -301,11 +307,12 @@ if [ -n "$victim" ]; then
   fi
   check "...and the run's record says succeeded with 1 restart and its cause" \
     bash -c "[ '$(run_of rs status)/$(run_of rs restarts)' = succeeded/1 ] && '$muster' runs --session rs --json | grep -q 'killed by signal 9'"
-  check "...and its checkpoint directory, no longer needed, is gone" test ! -e "$tmp/runs/$rs_id"
+  check "...and its checkpoint directory, no longer needed, is gone" \
+    test ! -e "$acct_home/.muster/runs/$rs_id"
   check "...and lists the 2 replacements among its 4 workers" \
     test "$("$muster" runs --session rs --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)[0]["workers"]))')" = 4
 else
-  not_ok "no checkpoint appeared, or no worker ran: $(tail -3 "$tmp/rs.err")"
+  not_ok "no checkpoint appeared in $acct_home/.muster/runs, or no worker ran: $(tail -3 "$tmp/rs.err")"
   kill -KILL "$rs_pid" 2>/dev/null; wait "$rs_pid" 2>/dev/null
 fi
 

@@ -127,6 +127,17 @@ check "...and MASTER_ADDR is rank 0's worker ($m)" \
   bash -c "[ -n '$m' ] && [ \$(grep -c ' m=$m\$' '$tmp/ranks.out') = 3 ]"
 check "no sshd ran" no_sshd
 
+# --- an mpirun rank is a worker's code: it runs as the workers' account,
+# and the controller's state (its API token) is out of its sight
+timeout 120 "$muster" run --mode allreduce --workers 2 --cpu 0.5 -- \
+  sh -c "echo uid=\$(id -u); if cat '$tmp/state/token' >/dev/null 2>&1; then echo token-read; else echo token-refused; fi" \
+  > "$tmp/steal.out" 2> "$tmp/steal.err"; rc=$?
+acct_uid=$(id -u muster-worker)
+check "an mpirun rank runs as muster-worker ($acct_uid), not root (exit $rc)" \
+  test "$(grep -c "^\[rank-[01]\] uid=$acct_uid\$" "$tmp/steal.out")" = 2
+check "...and cannot read the controller's token" \
+  bash -c "[ \$(grep -c '^\[rank-[01]\] token-refused\$' '$tmp/steal.out') = 2 ] && ! grep -q token-read '$tmp/steal.out'"
+
 # --- PS: 1 PS + 2 workers, --sync, MNIST to >= 97% test accuracy
 timeout 300 "$muster" run --mode ps --ps 1 --workers 2 --cpu 0.5 -- \
   "$train" --mode ps --sync --epochs 4 --quiet > "$tmp/ps.out" 2> "$tmp/ps.err"; rc=$?

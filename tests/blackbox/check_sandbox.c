@@ -410,16 +410,18 @@ END_TEST
  * says that the account can write want (within 10 s: one that starts runs
  * until the timeout). */
 static int refuses_naming(const char *want) {
-  char cmd[900];
+  char cmd[2048];
 
-  snprintf(cmd, sizeof(cmd),
-           "timeout 10 %s --listen 127.0.0.1:0 --state-dir %s/state --workerd %s --web-dir %s "
-           "--workdir %s >%s/out 2>&1; grep -qF 'account " ACCOUNT " can write %s (' %s/out",
-           MUSTER_CONTROLLER_BIN, dir, workerd, web, wk, dir, want, dir);
+  ck_assert_int_lt(
+      snprintf(cmd, sizeof(cmd),
+               "timeout 10 %s --listen 127.0.0.1:0 --state-dir %s/state --workerd %s --web-dir %s "
+               "--workdir %s >%s/out 2>&1; grep -qF 'account " ACCOUNT " can write %s (' %s/out",
+               MUSTER_CONTROLLER_BIN, dir, workerd, web, wk, dir, want, dir),
+      (int)sizeof(cmd));
   if (system(cmd) == 0)
     return 1;
-  snprintf(cmd, sizeof(cmd), "cat %s/out >&2", dir);
-  (void)!system(cmd);
+  if (snprintf(cmd, sizeof(cmd), "cat %s/out >&2", dir) < (int)sizeof(cmd))
+    (void)!system(cmd);
   return 0;
 }
 

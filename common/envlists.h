@@ -47,9 +47,16 @@ static inline bool env_workerd_only(const char *var) {
   return env_in(var, list);
 }
 
-/* Whether the controller's variable var reaches the workers it starts. */
+/* Whether the controller's variable var reaches the workers it starts.
+ * The handles of the session that started the controller (its SSH and GPG
+ * agents, its desktop bus, its runtime directory, its Kerberos tickets) do
+ * not: a worker's code is not that user's, and a container does not
+ * inherit them. */
 static inline bool env_to_worker(const char *var) {
-  static const char *const controller_own[] = {"MUSTER_", "CDSW_", NULL};
+  static const char *const controller_own[] = {
+      "MUSTER_",          "CDSW_",           "SSH_AUTH_SOCK=",
+      "SSH_AGENT_PID=",   "GPG_AGENT_INFO=", "DBUS_SESSION_BUS_ADDRESS=",
+      "XDG_RUNTIME_DIR=", "KRB5CCNAME=",     NULL};
   static const char *const for_workerd[] = {
       "MUSTER_ORPHAN_TIMEOUT=", "MUSTER_LOG_LEVEL=", "MUSTER_FAULT=", NULL};
   return !env_in(var, controller_own) || env_in(var, for_workerd);

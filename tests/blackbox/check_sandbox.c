@@ -406,6 +406,26 @@ START_TEST(the_accounts_own_groups_stay_with_its_commands) {
 }
 END_TEST
 
+/* The handles of the session that started the controller (its agents,
+ * its bus, its runtime directory) do not reach a worker's code. */
+START_TEST(the_controllers_session_handles_do_not_reach_workers) {
+  char *out;
+
+  setenv("SSH_AUTH_SOCK", "/tmp/ssh-muster-test/agent.1", 1);
+  setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/0/bus", 1);
+  setenv("XDG_RUNTIME_DIR", "/run/user/0", 1);
+  up();
+  unsetenv("SSH_AUTH_SOCK");
+  unsetenv("DBUS_SESSION_BUS_ADDRESS");
+  unsetenv("XDG_RUNTIME_DIR");
+  out = output_of("{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"sh\", \"code\": \"env | grep -E "
+                  "'^(SSH_AUTH_SOCK|DBUS_SESSION_BUS_ADDRESS|XDG_RUNTIME_DIR)='; echo end\"}");
+  down();
+  ck_assert_msg(strcmp(out, "end\n") == 0, "the worker saw the controller's session: %s", out);
+  free(out);
+}
+END_TEST
+
 /* 1 if a controller started on this test's copies refuses to start, and
  * says that the account can write want (within 10 s: one that starts runs
  * until the timeout). */
@@ -461,6 +481,7 @@ int main(void) {
   tcase_add_test(tc, a_controller_run_by_an_ordinary_user_hides_its_state_from_workers);
   tcase_add_test(tc, the_accounts_own_groups_stay_with_its_commands);
   tcase_add_test(tc, a_controller_whose_files_the_account_can_write_refuses_to_start);
+  tcase_add_test(tc, the_controllers_session_handles_do_not_reach_workers);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -31,6 +31,10 @@ static int test_only(const struct backend_req *r, char *words, size_t len) {
   argv[n++] = "sbatch";
   argv[n++] = "--test-only";
   argv[n++] = "--job-name=muster-test";
+  if (sb.uid_arg[0]) { /* asked as the account the jobs run as */
+    argv[n++] = sb.uid_arg;
+    argv[n++] = sb.gid_arg;
+  }
   n = sb_shape_args(r, 1, argv, n, bufs);
   for (int i = 0; i < sb.cfg.nslurm_args && n < 60; i++)
     argv[n++] = sb.cfg.slurm_args[i];
@@ -176,7 +180,7 @@ void sb_submit_job(struct sb_job *j) {
     snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
     goto refuse;
   }
-  if (9 + j->ncomp * (10 + sb.cfg.nslurm_args) >= SB_ARGV_MAX) {
+  if (11 + j->ncomp * (10 + sb.cfg.nslurm_args) >= SB_ARGV_MAX) {
     snprintf(words, sizeof(words),
              "a job of %d shapes with %d --slurm-arg options has more sbatch arguments than "
              "muster passes (%d)",
@@ -230,7 +234,7 @@ void sb_submit_job(struct sb_job *j) {
   }
 
   snprintf(name, sizeof(name), "--job-name=muster-%s", j->launch);
-  snprintf(output, sizeof(output), "--output=%s/slurm/%%j.out", sb.cfg.state_dir);
+  snprintf(output, sizeof(output), "--output=%s/%%j.out", sb.out_dir);
   snprintf(chdir, sizeof(chdir), "--chdir=%s", sb.cfg.workdir);
   argv[n++] = "sbatch";
   argv[n++] = "--parsable";
@@ -248,6 +252,12 @@ void sb_submit_job(struct sb_job *j) {
   argv[n++] = comment_text;
   argv[n++] = output;
   argv[n++] = chdir;
+  /* A root controller's jobs run as the --run-as account (sbatch takes
+   * these from root only): a worker's code never runs as root. */
+  if (sb.uid_arg[0]) {
+    argv[n++] = sb.uid_arg;
+    argv[n++] = sb.gid_arg;
+  }
   /* One set of shape options per component, separated by ":" (the
    * heterogeneous job syntax); the --slurm-args go to each. */
   for (int c = 0, i = 0; c < j->ncomp; c++) {

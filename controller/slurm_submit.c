@@ -11,6 +11,7 @@
 
 #include "envlists.h"
 #include "fault.h"
+#include "job_secret.h"
 #include "log.h"
 #include "muster_errors.h"
 
@@ -191,13 +192,26 @@ void sb_submit_job(struct sb_job *j) {
   for (char **e = environ; *e; e++)
     if (env_to_slurm_job(*e))
       envp[nenv++] = *e;
-  for (int i = 0; i < j->n; i++) {
-    if (asprintf(&tok[i], "MUSTER_TOKEN_%d=%s", i, j->w[i].token) < 0) {
-      tok[i] = NULL;
+  /* One secret for the job, no worker's token: every step of the job can
+   * read its environment. Its launcher claims the tokens with it (once:
+   * the claim mints new ones) before any step runs. */
+  {
+    struct job_member *m = calloc((size_t)j->n, sizeof(*m));
+    char secret[JOB_SECRET_LEN + 1];
+    int bad = !m;
+
+    for (int i = 0; !bad && i < j->n; i++)
+      m[i] = (struct job_member){j->w[i].id, j->w[i].attempt, j->w[i].token};
+    bad = bad || job_secret(m, j->n, secret) != 0 ||
+          asprintf(&tok[0], "MUSTER_JOB_SECRET=%s", secret) < 0;
+    explicit_bzero(secret, sizeof(secret));
+    free(m);
+    if (bad) {
+      tok[0] = NULL;
       snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
       goto refuse;
     }
-    envp[nenv++] = tok[i];
+    envp[nenv++] = tok[0];
   }
   if (asprintf(&tok[j->n], "MUSTER_CONTROLLER_URL=%s", sb.controller_url) < 0) {
     tok[j->n] = NULL;
@@ -335,7 +349,10 @@ refuse:
 out:
   sb_out_free(&o);
   for (int i = 0; tok && i <= j->n; i++)
-    free(tok[i]);
+    if (tok[i]) {
+      explicit_bzero(tok[i], strlen(tok[i]));
+      free(tok[i]);
+    }
   free(tok);
   free(envp);
   free(script);

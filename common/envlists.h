@@ -39,11 +39,16 @@ static inline bool env_in(const char *var, const char *const *list) {
 
 /* The settings meant for workerd itself, which it does not hand on. */
 static inline bool env_workerd_only(const char *var) {
-  /* MUSTER_TOKEN_I: the tokens of a Slurm job's workers, one of which is
-   * this workerd's (backend_slurm.c). */
-  static const char *const list[] = {"MUSTER_WORKER_TOKEN=", "MUSTER_TOKEN_",
-                                     "MUSTER_BIND_IP=",      "MUSTER_ORPHAN_TIMEOUT=",
-                                     "MUSTER_LOG_LEVEL=",    NULL};
+  /* MUSTER_JOB_SECRET: a Slurm job's, which its launcher (muster-workerd
+   * --job) takes out before it starts any step; MUSTER_WORKER_TOKEN_FD:
+   * where a Slurm step's workerd reads its token. */
+  static const char *const list[] = {"MUSTER_WORKER_TOKEN=",
+                                     "MUSTER_WORKER_TOKEN_FD=",
+                                     "MUSTER_JOB_SECRET=",
+                                     "MUSTER_BIND_IP=",
+                                     "MUSTER_ORPHAN_TIMEOUT=",
+                                     "MUSTER_LOG_LEVEL=",
+                                     NULL};
   return env_in(var, list);
 }
 

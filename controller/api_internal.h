@@ -16,6 +16,7 @@
  *   api_health.c    GET /api/v1/health, GET /metrics
  *   api_web.c       the web UI's files (the router's fallback outside /api/)
  *   api_worker.c    the calls of a worker's own muster-workerd
+ *   api_claim.c     a queueing backend's job claiming its workers' tokens
  *   api_stream.c    the event stream and logs (followed or not)
  *   api_sessions.c  sessions' leases, the session list, one session
  *   api_runs.c      runs
@@ -82,6 +83,7 @@ struct api_route {
 
 extern const struct api_route api_health_routes[];   /* api_health.c */
 extern const struct api_route api_worker_routes[];   /* api_worker.c */
+extern const struct api_route api_claim_routes[];    /* api_claim.c */
 extern const struct api_route api_launch_routes[];   /* api_launch.c */
 extern const struct api_route api_list_routes[];     /* api_list.c */
 extern const struct api_route api_await_routes[];    /* api_await.c */

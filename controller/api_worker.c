@@ -67,7 +67,7 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
   struct lw *w;
   enum MHD_Result ret = MHD_NO;
   unsigned long long start_time;
-  char ref[64];
+  char ref[64], fresh[72];
   int rc, attempt;
 
   body = api_parse_body(c, rq, &ret);
@@ -87,6 +87,14 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  /* A rotating workerd asking again (the answer that carried its new token
+   * was lost) still holds the old one: from the same pid only. */
+  if (rc == MUSTER_E_FORBIDDEN && reg.rotate && (w = lw_find_locked(id)) && w->prev_token[0] &&
+      api_bearer(c) && util_secret_equal(api_bearer(c), w->prev_token) && f.pid > 0 &&
+      w->reg_pid == f.pid) {
+    rc = 0;
+    snprintf(status, sizeof(status), "%s", ws_name(w->status));
+  }
   if (rc) {
     state_unlock();
     json_decref(body);
@@ -139,10 +147,21 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
       rc = sm_transition(w, WS_STARTING, NULL, "started (its muster-workerd registered)");
     if (!rc)
       rc = sm_transition(w, WS_RUNNING, &f, detail);
+    /* A token that travelled (a Slurm step's, through srun) dies here: the
+     * workerd goes on with one that never left this answer. */
+    if (!rc && reg.rotate)
+      rc = util_random_hex(fresh, 24);
+    if (!rc && reg.rotate)
+      rc = db_worker_set_token(g.db, id, fresh);
     if (!rc)
       rc = sm_commit();
     else
       sm_rollback();
+    if (!rc && reg.rotate) {
+      snprintf(w->prev_token, sizeof(w->prev_token), "%s", w->token);
+      snprintf(w->token, sizeof(w->token), "%s", fresh);
+    }
+    explicit_bzero(fresh, sizeof(fresh));
   }
   /* A second register (the answer to the first was lost) is answered the
    * same way and changes nothing. */
@@ -172,6 +191,8 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
       json_object_set(answer, "exec_token", tok);
     json_decref(sess);
   }
+  if (reg.rotate)
+    json_object_set_new(answer, "token", json_string(w->token));
   db_worker_info_cleanup(&info);
   state_unlock();
   json_decref(body);

@@ -35,10 +35,12 @@
 #include "muster_errors.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* One round of squeue: reports what changed for every tracked job. */
 static void poll_jobs(void) {
@@ -308,16 +310,52 @@ static void *backend_main(void *arg) {
 
 /* ---- the operations ---- */
 
+/* Makes the directory jobs write their output to (sb.out_dir): the state
+ * directory's slurm/ when jobs run as the controller's account; else
+ * STATE-slurm, owned by the --run-as account (slurmstepd opens a job's
+ * output as the job's user) and 0700, so that only it and root read it.
+ * Returns 0 or MUSTER_E_IO with a sentence in err. */
+static int make_out_dir(const struct ctl_config *cfg, char *err, size_t errlen) {
+  struct passwd *pw = cfg->run_as[0] ? getpwnam(cfg->run_as) : NULL;
+  struct stat st;
+
+  if (!pw) {
+    snprintf(sb.out_dir, sizeof(sb.out_dir), "%s/slurm", cfg->state_dir);
+    if (mkdir(sb.out_dir, 0700) != 0 && errno != EEXIST)
+      goto fail;
+    return 0;
+  }
+  snprintf(sb.uid_arg, sizeof(sb.uid_arg), "--uid=%u", (unsigned)pw->pw_uid);
+  snprintf(sb.gid_arg, sizeof(sb.gid_arg), "--gid=%u", (unsigned)pw->pw_gid);
+  snprintf(sb.out_dir, sizeof(sb.out_dir), "%s-slurm", cfg->state_dir);
+  if (mkdir(sb.out_dir, 0700) != 0 && errno != EEXIST)
+    goto fail;
+  /* (lstat: the account owns the directory's contents, never where it
+   * points; an existing one must be a directory, and is given to it) */
+  if (lstat(sb.out_dir, &st) != 0)
+    goto fail;
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s, where Slurm jobs write their output, is not a directory",
+             sb.out_dir);
+    return MUSTER_E_IO;
+  }
+  if (chown(sb.out_dir, pw->pw_uid, pw->pw_gid) != 0 || chmod(sb.out_dir, 0700) != 0)
+    goto fail;
+  return 0;
+fail:
+  snprintf(err, errlen, "could not make %s (where Slurm jobs write their output): %s", sb.out_dir,
+           strerror(errno));
+  return MUSTER_E_IO;
+}
+
 static int slurm_init(const struct ctl_config *cfg, char *err, size_t errlen) {
-  char dir[600];
+  int rc;
 
   sb.cfg = *cfg;
   snprintf(sb.controller_url, sizeof(sb.controller_url), "%s", state_controller_url());
-  snprintf(dir, sizeof(dir), "%s/slurm", cfg->state_dir);
-  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-    snprintf(err, errlen, "could not create %s: %s", dir, strerror(errno));
-    return MUSTER_E_IO;
-  }
+  rc = make_out_dir(cfg, err, errlen);
+  if (rc)
+    return rc;
   util_cond_init_monotonic(&sb.cv);
   sb.stop = 0;
   if (pthread_create(&sb.thread, NULL, backend_main, NULL) != 0) {

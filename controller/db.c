@@ -80,6 +80,7 @@ static const char *const statement_sql[ST_COUNT_] = {
                    "AND status IN ('starting', 'running')",
     [ST_SET_WAITING] = "UPDATE workers SET waiting_for = ?2 WHERE id = ?1 "
                        "AND status = 'scheduling'",
+    [ST_SET_TOKEN] = "UPDATE workers SET token = ?2 WHERE id = ?1",
     [ST_PRUNE_PICK] = "SELECT id FROM workers WHERE finished_at IS NOT NULL "
                       "AND finished_at < ?1 AND status IN ('succeeded', 'failed', 'stopped') "
                       "LIMIT ?2",

@@ -119,6 +119,10 @@ int db_worker_page(struct db *db, const char *statuses_json, const char *session
 int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *ref)
     __attribute__((warn_unused_result));
 
+/* Replaces worker id's token (a job's claim mints new ones). */
+int db_worker_set_token(struct db *db, const char *id, const char *token)
+    __attribute__((warn_unused_result));
+
 /* Sets why a scheduling worker waits (NULL: it does not). */
 int db_worker_set_waiting(struct db *db, const char *id, const char *why)
     __attribute__((warn_unused_result));

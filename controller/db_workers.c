@@ -334,6 +334,14 @@ int db_worker_set_ref(struct db *db, const char *id, int attempt, const char *re
   return rc;
 }
 
+int db_worker_set_token(struct db *db, const char *id, const char *token) {
+  sqlite3_stmt *s = db_stmt(db, ST_SET_TOKEN);
+
+  db_bind_text_or_null(s, 1, id);
+  db_bind_text_or_null(s, 2, token);
+  return db_exec_write(db, s, id);
+}
+
 int db_worker_set_waiting(struct db *db, const char *id, const char *why) {
   sqlite3_stmt *s = db_stmt(db, ST_SET_WAITING);
   int rc;

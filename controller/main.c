@@ -60,9 +60,10 @@ static void usage(FILE *out) {
                "  --web-dir DIR             the web UI's files (default: ../share/muster/web\n"
                "                            beside this binary, else the source tree's)\n"
                "  --workdir DIR             where workers' scripts run (default: current dir)\n"
-               "  --run-as USER             local: workers' commands run as this account\n"
-               "                            (not root; the controller must run as root;\n"
-               "                            default for a root controller: muster-worker)\n"
+               "  --run-as USER             local, slurm: workers' commands (slurm: their jobs)\n"
+               "                            run as this account (not root; the controller\n"
+               "                            must run as root; default for a root controller:\n"
+               "                            muster-worker)\n"
                "  --http-threads N          HTTP thread pool size (default 4)\n"
                "  -v, --verbose             log debug lines\n"
                "  -h, --help                this text\n"
@@ -278,8 +279,10 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     return MUSTER_E_INVALID;
   }
   /* A worker's code never runs as root: a root controller without
-   * --run-as gives it the setup script's account. */
-  if (!cfg->run_as[0] && geteuid() == 0 && strcmp(cfg->backend, "local") == 0) {
+   * --run-as gives it the setup script's account (on Slurm, its jobs are
+   * submitted as that account). */
+  int switches = strcmp(cfg->backend, "local") == 0 || strcmp(cfg->backend, "slurm") == 0;
+  if (!cfg->run_as[0] && geteuid() == 0 && switches) {
     if (!getpwnam(MUSTER_DEFAULT_ACCOUNT)) {
       fprintf(stderr,
               "muster-controller: this controller runs as root and never runs a worker's code "
@@ -309,10 +312,11 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
                                                  : "the controller's own account or group");
       return MUSTER_E_INVALID;
     }
-    if (geteuid() != 0 || strcmp(cfg->backend, "local") != 0) {
+    if (geteuid() != 0 || !switches) {
       fprintf(stderr,
-              "muster-controller: --run-as needs the local backend and a controller run as "
-              "root (it switches each worker's commands to \"%s\")\n",
+              "muster-controller: --run-as needs the local or slurm backend and a controller "
+              "run as root (it switches each worker's commands, or submits its Slurm jobs, "
+              "to \"%s\")\n",
               cfg->run_as);
       return MUSTER_E_INVALID;
     }
@@ -426,8 +430,16 @@ int main(int argc, char **argv) {
   printf("muster-controller: listening on %s\n", g.controller_url);
   /* Who runs the workers' code is the first thing to know about their
    * boundary: said at every start, as health says it. */
-  if (g.cfg.run_as[0])
+  if (g.cfg.run_as[0] && strcmp(g.backend->name, "slurm") == 0)
+    printf("muster-controller: workers' commands run as %s (their Slurm jobs are submitted as "
+           "it)\n",
+           g.cfg.run_as);
+  else if (g.cfg.run_as[0])
     printf("muster-controller: workers' commands run as %s\n", g.cfg.run_as);
+  else if (strcmp(g.backend->name, "slurm") == 0)
+    printf("muster-controller: workers' commands run as this controller's account (their Slurm "
+           "jobs are submitted as it; a controller run as root submits them as another: "
+           "--run-as)\n");
   else if (strcmp(g.backend->name, "local") == 0)
     printf("muster-controller: workers' commands run as this controller's account (a controller "
            "run as root can give them one of their own: --run-as)\n");

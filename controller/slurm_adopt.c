@@ -132,6 +132,8 @@ static void ask_accounting(const struct backend_live *ws, const long *job, int n
     goto out;
   argv[a++] = "sacct";
   argv[a++] = "--allocations";
+  /* (every user's jobs, as root: the --run-as account's too) */
+  argv[a++] = "--allusers";
   argv[a++] = "--noheader";
   argv[a++] = "--parsable2";
   argv[a++] = "--jobs";

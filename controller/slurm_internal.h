@@ -6,7 +6,7 @@
  *   backend_slurm.c  its thread's loop, one poll of the queue, the operations
  *   slurm_adopt.c    after a restart: the jobs an earlier controller left
  *   slurm_fate.c     after a restart: what becomes of each worker (no I/O)
- *   slurm_retain.c   retention of ended jobs' output (STATE/slurm/JOBID.out)
+ *   slurm_retain.c   retention of ended jobs' output (OUT_DIR/JOBID.out)
  *   slurm_submit.c   sbatch (and --test-only), scontrol release, scancel
  *   slurm_script.c   a job's batch script and its shape options (no I/O)
  *   slurm_queue.c    squeue --json, read
@@ -83,6 +83,13 @@ struct sb_state {
   int running, stop;
   struct ctl_config cfg;
   char controller_url[600]; /* where workerd registers */
+  /* Where jobs write their output (sbatch --output): STATE/slurm when jobs
+   * run as the controller's own account; else a directory of the
+   * --run-as account beside the state directory (slurmstepd opens the
+   * file as the job's user, who must not enter the state directory). */
+  char out_dir[600];
+  /* sbatch --uid= and --gid= for a root controller's --run-as ("": none) */
+  char uid_arg[32], gid_arg[32];
   struct sb_job *jobs;
   /* Workers a restart could not match with a job (squeue failed then):
    * matched by the first poll that reads the queue. */

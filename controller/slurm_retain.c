@@ -1,7 +1,7 @@
 /*
  * slurm_retain.c: retention of the output Slurm writes for muster's jobs
- * (STATE/slurm/JOBID.out): an ended job's goes after --retain, as ended
- * workers' logs do. Calls slurm_queue.c (slurm_internal.h).
+ * (OUT_DIR/JOBID.out: STATE/slurm, or STATE-slurm for --run-as): an ended job's goes after
+ * --retain, as ended workers' logs do. Calls slurm_queue.c (slurm_internal.h).
  */
 #include "slurm_internal.h"
 
@@ -52,7 +52,7 @@ static int job_listed_live(const struct sq_job *q, size_t nq, int readable, long
   return 0;
 }
 
-/* Retention: the output (slurm/JOBID.out) of a job that has ended goes once
+/* Retention: the output (OUT_DIR/JOBID.out) of a job that has ended goes once
  * the file is older than --retain, as ended workers' logs do. A job this
  * controller tracks, or squeue lists as not ended, keeps its output
  * (workerd writes to it only at its start, so a long job's file is old).
@@ -72,7 +72,7 @@ void sb_prune_outputs(void) {
   if (!jobs_all_known())
     return;
 
-  snprintf(dir, sizeof(dir), "%s/slurm", sb.cfg.state_dir);
+  snprintf(dir, sizeof(dir), "%s", sb.out_dir);
   d = opendir(dir);
   if (!d)
     return;
@@ -83,7 +83,7 @@ void sb_prune_outputs(void) {
     if (end == e->d_name || id <= 0 || strcmp(end, ".out") != 0)
       continue;
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    if (stat(path, &st) != 0 || st.st_mtime >= cutoff || job_tracked(id))
+    if (lstat(path, &st) != 0 || st.st_mtime >= cutoff || job_tracked(id))
       continue;
     if (!asked++)
       readable = sb_queue_read(&root, &q, &nq, words, sizeof(words)) == 0;

@@ -2,7 +2,8 @@
  * slurm_script.c: what a job asks of Slurm, built: the shape of a task
  * (whole cores, memory per core, GPUs) as sbatch options and as words, and
  * the job's batch script, one srun step per worker. No I/O; reads only the
- * configuration (sb.cfg; slurm_internal.h).
+ * configuration (sb.cfg; slurm_internal.h). What the script's lines mean
+ * to muster-workerd --job is in workerd/job.c.
  */
 #include "resources.h"
 #include "slurm_internal.h"
@@ -80,41 +81,40 @@ static void sh_quote(const char *s, char *buf, size_t len) {
   buf[o] = '\0';
 }
 
-/* The batch script of job j: one srun step per worker, in the background,
- * then a wait. Each step's workerd gets its own id, attempt and token (the
- * tokens travel in the job's environment as MUSTER_TOKEN_I, never on a
- * command line). */
+/* The batch script of job j. Its first process is muster-workerd --job
+ * (the kernel runs it as the script's interpreter; through sh where its
+ * path cannot be one), which claims the workers' tokens with the job's
+ * secret (in the job's environment) before anything else of the job runs,
+ * then starts one srun step per "#@" line, handing each step's workerd its
+ * token through srun's stdin. The script carries no secret: every step of
+ * the job could read it. Its "#@" lines: ID ATTEMPT HET_GROUP (-1: not a
+ * heterogeneous job) CPUS MEM_PER_CPU_MIB (0: none asked) GPUS. */
 char *sb_job_script(const struct sb_job *j) {
   char workerd[2200];
-  size_t cap = 256 + (size_t)j->n * 2700, len = 0;
+  size_t cap = 2600 + (size_t)j->n * 120, len = 0;
   char *s = malloc(cap);
   int het = j->ncomp > 1;
+  const char *p = sb.cfg.workerd_path;
 
   if (!s)
     return NULL;
-  sh_quote(sb.cfg.workerd_path, workerd, sizeof(workerd));
+  /* (Linux reads 255 bytes of a #! line, split at blanks) */
+  if (p[0] == '/' && strlen(p) < 200 && !strpbrk(p, " \t\n")) {
+    len += (size_t)snprintf(s + len, cap - len, "#!%s --job\n", p);
+  } else {
+    sh_quote(p, workerd, sizeof(workerd));
+    len += (size_t)snprintf(s + len, cap - len, "#!/bin/sh\nexec %s --job \"$0\"\n", workerd);
+  }
   len += (size_t)snprintf(s + len, cap - len,
-                          "#!/bin/sh\n"
-                          "# muster launch %s: one job step per worker\n",
+                          "# muster launch %s: muster-workerd --job starts one job step per "
+                          "worker:\n# ID ATTEMPT HET_GROUP CPUS MEM_PER_CPU_MIB GPUS\n",
                           j->launch);
   for (int i = 0; i < j->n; i++) {
     const struct sb_worker *w = &j->w[i];
-    char shape[160], group[32] = "";
-    int sl = snprintf(shape, sizeof(shape), "-c %d", task_cpus(&w->req));
 
-    if (task_mem_per_cpu(&w->req) > 0)
-      sl += snprintf(shape + sl, sizeof(shape) - (size_t)sl, " --mem-per-cpu=%ld",
-                     task_mem_per_cpu(&w->req));
-    if (w->req.ngpu > 0)
-      snprintf(shape + sl, sizeof(shape) - (size_t)sl, " --gpus-per-task=%d", w->req.ngpu);
-    if (het)
-      snprintf(group, sizeof(group), " --het-group=%d", w->comp);
-    len += (size_t)snprintf(s + len, cap - len,
-                            "MUSTER_WORKER_ID=%s MUSTER_WORKER_ATTEMPT=%d "
-                            "MUSTER_WORKER_TOKEN=\"$MUSTER_TOKEN_%d\" "
-                            "srun%s --exact -n1 -N1 %s -J %s %s &\n",
-                            w->id, w->attempt, i, group, shape, w->id, workerd);
+    len += (size_t)snprintf(s + len, cap - len, "#@ %s %d %d %d %ld %d\n", w->id, w->attempt,
+                            het ? w->comp : -1, task_cpus(&w->req), task_mem_per_cpu(&w->req),
+                            w->req.ngpu);
   }
-  snprintf(s + len, cap - len, "wait\n");
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include "envlists.h"
 #include "fault.h"
+#include "job_secret.h"
 #include "log.h"
 #include "muster_errors.h"
 
@@ -31,6 +32,10 @@ static int test_only(const struct backend_req *r, char *words, size_t len) {
   argv[n++] = "sbatch";
   argv[n++] = "--test-only";
   argv[n++] = "--job-name=muster-test";
+  if (sb.uid_arg[0]) { /* asked as the account the jobs run as */
+    argv[n++] = sb.uid_arg;
+    argv[n++] = sb.gid_arg;
+  }
   n = sb_shape_args(r, 1, argv, n, bufs);
   for (int i = 0; i < sb.cfg.nslurm_args && n < 60; i++)
     argv[n++] = sb.cfg.slurm_args[i];
@@ -176,7 +181,7 @@ void sb_submit_job(struct sb_job *j) {
     snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
     goto refuse;
   }
-  if (9 + j->ncomp * (10 + sb.cfg.nslurm_args) >= SB_ARGV_MAX) {
+  if (11 + j->ncomp * (10 + sb.cfg.nslurm_args) >= SB_ARGV_MAX) {
     snprintf(words, sizeof(words),
              "a job of %d shapes with %d --slurm-arg options has more sbatch arguments than "
              "muster passes (%d)",
@@ -187,13 +192,26 @@ void sb_submit_job(struct sb_job *j) {
   for (char **e = environ; *e; e++)
     if (env_to_slurm_job(*e))
       envp[nenv++] = *e;
-  for (int i = 0; i < j->n; i++) {
-    if (asprintf(&tok[i], "MUSTER_TOKEN_%d=%s", i, j->w[i].token) < 0) {
-      tok[i] = NULL;
+  /* One secret for the job, no worker's token: every step of the job can
+   * read its environment. Its launcher claims the tokens with it (once:
+   * the claim mints new ones) before any step runs. */
+  {
+    struct job_member *m = calloc((size_t)j->n, sizeof(*m));
+    char secret[JOB_SECRET_LEN + 1];
+    int bad = !m;
+
+    for (int i = 0; !bad && i < j->n; i++)
+      m[i] = (struct job_member){j->w[i].id, j->w[i].attempt, j->w[i].token};
+    bad = bad || job_secret(m, j->n, secret) != 0 ||
+          asprintf(&tok[0], "MUSTER_JOB_SECRET=%s", secret) < 0;
+    explicit_bzero(secret, sizeof(secret));
+    free(m);
+    if (bad) {
+      tok[0] = NULL;
       snprintf(words, sizeof(words), "out of memory preparing the Slurm job");
       goto refuse;
     }
-    envp[nenv++] = tok[i];
+    envp[nenv++] = tok[0];
   }
   if (asprintf(&tok[j->n], "MUSTER_CONTROLLER_URL=%s", sb.controller_url) < 0) {
     tok[j->n] = NULL;
@@ -230,7 +248,7 @@ void sb_submit_job(struct sb_job *j) {
   }
 
   snprintf(name, sizeof(name), "--job-name=muster-%s", j->launch);
-  snprintf(output, sizeof(output), "--output=%s/slurm/%%j.out", sb.cfg.state_dir);
+  snprintf(output, sizeof(output), "--output=%s/%%j.out", sb.out_dir);
   snprintf(chdir, sizeof(chdir), "--chdir=%s", sb.cfg.workdir);
   argv[n++] = "sbatch";
   argv[n++] = "--parsable";
@@ -248,6 +266,12 @@ void sb_submit_job(struct sb_job *j) {
   argv[n++] = comment_text;
   argv[n++] = output;
   argv[n++] = chdir;
+  /* A root controller's jobs run as the --run-as account (sbatch takes
+   * these from root only): a worker's code never runs as root. */
+  if (sb.uid_arg[0]) {
+    argv[n++] = sb.uid_arg;
+    argv[n++] = sb.gid_arg;
+  }
   /* One set of shape options per component, separated by ":" (the
    * heterogeneous job syntax); the --slurm-args go to each. */
   for (int c = 0, i = 0; c < j->ncomp; c++) {
@@ -325,7 +349,10 @@ refuse:
 out:
   sb_out_free(&o);
   for (int i = 0; tok && i <= j->n; i++)
-    free(tok[i]);
+    if (tok[i]) {
+      explicit_bzero(tok[i], strlen(tok[i]));
+      free(tok[i]);
+    }
   free(tok);
   free(envp);
   free(script);

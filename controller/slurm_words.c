@@ -85,7 +85,7 @@ void sb_down_nodes(char *buf, size_t len) {
   sb_out_free(&o);
 }
 
-/* The last line of job jobid's output (STATE/slurm/JOBID.out) that says
+/* The last line of job jobid's output (OUT_DIR/JOBID.out) that says
  * "error:" and why (slurmstepd's words for a step that could not start: a
  * workerd that is not where --workerd says on that node, say), rather than
  * srun's summary of the task's exit, appended to buf. */
@@ -94,8 +94,9 @@ void sb_append_output_error(long jobid, char *buf, size_t len) {
   ssize_t n;
   int fd;
 
-  snprintf(path, sizeof(path), "%s/slurm/%ld.out", sb.cfg.state_dir, jobid);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  snprintf(path, sizeof(path), "%s/%ld.out", sb.out_dir, jobid);
+  /* (the jobs' account owns the directory: never a link it put there) */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return;
   if (lseek(fd, 0, SEEK_END) > (off_t)sizeof(tail) - 1)

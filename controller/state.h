@@ -85,6 +85,9 @@ struct ctl_config {
 struct lw {
   char id[16];
   char token[72];
+  /* the token a registration that asked for a new one (rotate) came with:
+   * its own retry, from the same pid, is answered once more ("": none) */
+  char prev_token[72];
   char session[72];
   char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;

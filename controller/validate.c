@@ -408,6 +408,7 @@ int validate_register(json_t *body, struct register_req *out, const char **field
   out->pid = (int)int_in(body, "pid", 1, (1 << 30) - 1);
   out->start_time = (unsigned long long)int_in(body, "start_time", 1, LLONG_MAX);
   out->attempt = (int)int_in(body, "attempt", 1, (1 << 30) - 1);
+  out->rotate = json_is_true(json_object_get(body, "rotate"));
   return 0;
 }
 

@@ -62,6 +62,7 @@ struct register_req {
   int pid;                       /* 1..2^30 - 1, or 0 */
   unsigned long long start_time; /* the pid's start time (/proc), or 0 */
   int attempt;                   /* the start attempt it belongs to, or 0 */
+  int rotate; /* "rotate": true: the answer carries a new token, the old one dies */
 };
 
 int validate_register(json_t *body, struct register_req *out, const char **field, char *msg,

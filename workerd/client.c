@@ -349,9 +349,10 @@ MUST_CHECK int register_begin(void) {
   if (gethostname(host, sizeof(host)) != 0)
     host[0] = '\0';
   host[sizeof(host) - 1] = '\0';
-  req = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "ip_address", wd.ip, "hostname", host,
+  req = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:b}", "ip_address", wd.ip, "hostname", host,
                   "exec_port", wd.exec_port, "pid", (json_int_t)getpid(), "attempt",
-                  (json_int_t)wd.attempt, "start_time", (json_int_t)self_start_time());
+                  (json_int_t)wd.attempt, "start_time", (json_int_t)self_start_time(), "rotate",
+                  wd.rotate);
   reg.body = req ? json_dumps(req, JSON_COMPACT) : NULL;
   json_decref(req);
   if (!reg.body)
@@ -410,6 +411,14 @@ static enum reg_result register_answer(int64_t now, int *rc) {
     return REG_FAILED;
   }
   *rc = assignment_parse(ans);
+  /* A token that travelled (srun held it a while) is traded at
+   * registration for one that never left the controller's answer. */
+  if (!*rc && wd.rotate) {
+    const char *tok = json_string_value(json_object_get(ans, "token"));
+    *rc = tok ? calls_set_token(tok) : MUSTER_E_PROTOCOL;
+    if (*rc)
+      LOG(LOG_ERROR, "the register answer has no usable new token");
+  }
   json_decref(ans);
   return *rc ? REG_FAILED : REG_OK;
 }

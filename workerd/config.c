@@ -1,6 +1,7 @@
 /*
  * config.c: muster-workerd's configuration, read once from the environment
- * into wd (MUSTER_CONTROLLER_URL, MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN,
+ * into wd (MUSTER_CONTROLLER_URL, MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN or
+ * MUSTER_WORKER_TOKEN_FD,
  * MUSTER_WORKER_ATTEMPT, MUSTER_BIND_IP, MUSTER_ORPHAN_TIMEOUT,
  * MUSTER_CONFINE) and the log level (MUSTER_LOG_LEVEL). A bad variable is
  * named in the log, never its value. It calls no other module of workerd.
@@ -12,12 +13,16 @@
 #include "muster_errors.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 /* Sets the log level from MUSTER_LOG_LEVEL, if it is set to a known name. */
@@ -49,6 +54,48 @@ MUST_CHECK static int env_copy(const char *name, char *out, size_t size) {
     return MUSTER_E_INVALID;
   }
   memcpy(out, v, n + 1);
+  return 0;
+}
+
+/* Reads the token from file descriptor fdtext (one line, within 60 s),
+ * then puts /dev/null in its place. Returns 0 or MUSTER_E_INVALID
+ * (logged). */
+MUST_CHECK static int token_from_fd(const char *fdtext) {
+  struct pollfd p = {.events = POLLIN};
+  size_t n = 0;
+  long fd;
+  int null;
+
+  if (util_parse_long(fdtext, 0, 1024, &fd) != 0) {
+    LOG(LOG_ERROR, "MUSTER_WORKER_TOKEN_FD must be a file descriptor number");
+    return MUSTER_E_INVALID;
+  }
+  p.fd = (int)fd;
+  while (n < sizeof(wd.token) - 1) {
+    ssize_t got;
+
+    if (poll(&p, 1, 60000) <= 0)
+      break;
+    got = read((int)fd, wd.token + n, sizeof(wd.token) - 1 - n);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      break;
+    n += (size_t)got;
+    if (memchr(wd.token, '\n', n))
+      break;
+  }
+  wd.token[n] = '\0';
+  wd.token[strcspn(wd.token, "\n")] = '\0';
+  null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) {
+    (void)dup3(null, (int)fd, 0);
+    close(null);
+  }
+  if (!wd.token[0]) {
+    LOG(LOG_ERROR, "no token came on MUSTER_WORKER_TOKEN_FD (%ld)", fd);
+    return MUSTER_E_INVALID;
+  }
   return 0;
 }
 
@@ -99,7 +146,15 @@ MUST_CHECK int config_load(void) {
   rc = env_copy("MUSTER_WORKER_ID", wd.id, sizeof(wd.id));
   if (rc)
     goto out;
-  rc = env_copy("MUSTER_WORKER_TOKEN", wd.token, sizeof(wd.token));
+  /* A Slurm step's token comes through a pipe (srun's stdin, from
+   * muster-workerd --job), never through the environment, which every
+   * step of its job could read. */
+  wd.rotate = getenv("MUSTER_WORKER_TOKEN_FD") != NULL;
+  if (wd.rotate)
+    rc = token_from_fd(getenv("MUSTER_WORKER_TOKEN_FD"));
+  else
+    rc = env_copy("MUSTER_WORKER_TOKEN", wd.token, sizeof(wd.token));
+  unsetenv("MUSTER_WORKER_TOKEN_FD");
   if (rc)
     goto out;
 
@@ -158,6 +213,11 @@ MUST_CHECK int config_load(void) {
       goto out;
     }
     snprintf(wd.confine, sizeof(wd.confine), "%s", getenv("MUSTER_CONFINE"));
+    /* (main.c made workerd non-dumpable; its command's user namespace
+     * needs it dumpable to write its own uid_map: a workerd not root
+     * confines it, whose /proc hides the rest) */
+    if (geteuid() != 0)
+      prctl(PR_SET_DUMPABLE, 1);
   }
   unsetenv("MUSTER_CONFINE");
   /* The account every command of the worker runs as: never root. A

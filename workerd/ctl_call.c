@@ -180,6 +180,23 @@ out:
   return rc;
 }
 
+/* Replaces the bearer token (wd.token and both header lists, in place: no
+ * call is in flight while registering, and the new token is as long as
+ * the old). Returns 0 or MUSTER_E_PROTOCOL. */
+MUST_CHECK int calls_set_token(const char *tok) {
+  size_t n = strlen(tok), at = strlen("Authorization: Bearer ");
+
+  if (n != strlen(wd.token) || !cc.hdr_json || !cc.hdr_bytes)
+    return MUSTER_E_PROTOCOL;
+  for (const char *p = tok; *p; p++)
+    if (*p <= ' ' || *p == 0x7f)
+      return MUSTER_E_PROTOCOL;
+  memcpy(cc.hdr_json->data + at, tok, n);
+  memcpy(cc.hdr_bytes->data + at, tok, n);
+  memcpy(wd.token, tok, n);
+  return 0;
+}
+
 /* Cancels every call and frees the slots' handles and answers, the multi
  * and the header lists; harmless if calls_init() failed part way. */
 void calls_cleanup(void) {

@@ -31,8 +31,8 @@
  * makes the calls to the controller, client.c registers and beats,
  * report.c ends, logship.c ships the command's output, child.c
  * starts children, exec_server.c serves the exec channel, zygote.c is the
- * fork server. This file drives them; none of them calls back into it (the
- * fork server gets worker_main() as a function pointer).
+ * fork server, job.c starts a Slurm job's steps (--job). This file drives them; none of them calls
+ * back into it (the fork server gets worker_main() as a function pointer).
  */
 #include "workerd.h"
 
@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -479,14 +480,29 @@ int main(int argc, char **argv) {
     printf("muster-workerd %s\n", MUSTER_VERSION);
     return 0;
   }
+  if (argc == 3 && strcmp(argv[1], "--job") == 0) {
+    /* a Slurm job's first process (job.c): before anything else */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+      return 1;
+    code = job_main(argv[2], argv[0]);
+    curl_global_cleanup();
+    return code;
+  }
   if (argc > 2 || (argc == 2 && strcmp(argv[1], ZYGOTE_ARG) != 0)) {
     fprintf(stderr,
-            "usage: muster-workerd [--zygote]\n"
+            "usage: muster-workerd [--zygote | --job SCRIPT]\n"
             "Started by the muster controller's backend, configured by MUSTER_CONTROLLER_URL,\n"
-            "MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN and optionally MUSTER_BIND_IP.\n"
-            "--zygote serves the local backend as a fork server on fd 3.\n");
+            "MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN (or MUSTER_WORKER_TOKEN_FD, a file\n"
+            "descriptor to read it from) and optionally MUSTER_BIND_IP.\n"
+            "--zygote serves the local backend as a fork server on fd 3.\n"
+            "--job SCRIPT starts the steps of a Slurm job muster submitted.\n");
     return 2;
   }
+  /* Only root reads a workerd's memory (its token) and environment, not
+   * the worker's own code, which may run as workerd's account (on Slurm);
+   * config_load() gives this back to a workerd that confines its command
+   * in a user namespace (it must write its own uid_map). */
+  prctl(PR_SET_DUMPABLE, 0);
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     LOG(LOG_ERROR, "cannot initialise libcurl");
     return 1;

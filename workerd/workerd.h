@@ -184,6 +184,7 @@ struct wd_state {
   char url[WD_URL_MAX + 1];
   char id[WD_ID_MAX + 1];
   char token[WD_TOKEN_MAX + 1];
+  bool rotate; /* the token travelled (MUSTER_WORKER_TOKEN_FD): register trades it */
   char ip[WD_IP_MAX];
   char confine[1024]; /* MUSTER_CONFINE: the directory to hide ("": no confinement) */
   char run_as[64];    /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
@@ -268,6 +269,8 @@ void signals_take(bool *child, int *term);
 #define CALL_POLL_MAX 16
 
 MUST_CHECK int calls_init(void);
+/* Replaces the bearer token of every later call (register's new one). */
+MUST_CHECK int calls_set_token(const char *tok);
 void calls_cleanup(void);
 MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const void *body,
                           size_t len, int64_t timeout_ms);
@@ -360,5 +363,13 @@ void ex_cleanup(void);
 /* Serves the fork server on ZYGOTE_FD; each worker it forks returns
  * run_worker() as its exit code (main.c passes the worker's main). */
 int zygote_main(int (*run_worker)(void));
+
+/* ---- job.c ---- */
+
+/* muster-workerd --job SCRIPT: a Slurm job's first process. Claims the
+ * tokens of the workers SCRIPT names with MUSTER_JOB_SECRET and starts
+ * their steps (srun, then workerd, at path workerd), each given its token
+ * on stdin; waits for them. Returns the exit code. */
+int job_main(const char *script, const char *workerd);
 
 #endif

@@ -466,7 +466,8 @@ void h_finish(struct ctl_proc *c) {
   reap_adopted();
   remove_cgroups(c);
   assert_no_sanitizer_reports(c);
-  snprintf(cmd, sizeof(cmd), "rm -rf %s %s", c->dir, c->log);
+  /* (DIR-slurm: a root slurm controller's job output, beside its state) */
+  snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s", c->dir, c->dir, c->log);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", c->dir);
 }

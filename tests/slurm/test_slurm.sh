@@ -33,6 +33,9 @@ export MUSTER_SLURM_DIR=/tmp/muster-slurm-test-$$
 net=${MUSTER_SLURM_NET:-10.78.0}
 tmp=$(mktemp -d /tmp/muster-slurm-ctl.XXXXXX)
 chmod 755 "$tmp"
+# (workers run as muster-worker, the root controller's account: what they
+# write goes here)
+mkdir -m 1777 "$tmp/shared"
 ctl_pid=
 pass=0 fail=0
 
@@ -293,7 +296,7 @@ train=$build/muster-train
 timeout 120 "$train" --steps 60 --batch 96 --quiet --dump-params "$tmp/single.bin" >"$tmp/single.out" 2>&1
 timeout 300 bash "$cluster" exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
   "$build/muster" run --mode allreduce --workers 3 --cpu 2 --memory 1 --session ar --timeout 60 -- \
-  "$train" --mode allreduce --steps 60 --batch 96 --quiet --dump-params "$tmp/ar.bin" >"$tmp/ar.out" 2>&1
+  "$train" --mode allreduce --steps 60 --batch 96 --quiet --dump-params "$tmp/shared/ar.bin" >"$tmp/ar.out" 2>&1
 rc=$?
 check "muster run --mode allreduce on 3 nodes succeeds (exit $rc)" test $rc -eq 0 ||
   tail -20 "$tmp/ar.out" | sed 's/^/#   /'
@@ -303,7 +306,7 @@ check "...its workers were on three nodes ($hosts)" test "$hosts" = "n1 n2 n3"
 s1=$(last_json "$tmp/single.out") a=$(last_json "$tmp/ar.out")
 ls1=$(json_field "$s1" final_loss 2>/dev/null || echo nan) la=$(json_field "$a" final_loss 2>/dev/null || echo nan)
 check "...to the final loss of muster-train --mode single ($la vs $ls1, within 1e-4)" near "$la" "$ls1" 1e-4
-d=$(max_diff "$tmp/single.bin" "$tmp/ar.bin")
+d=$(max_diff "$tmp/single.bin" "$tmp/shared/ar.bin")
 check "...and its weights (max difference ${d:-none} <= 1e-4)" le "${d:-1e9}" 1e-4
 
 # PS 1 + 2 workers, --sync (--batch is the global batch: the PS sums the
@@ -460,10 +463,11 @@ check "...and the worker runs on" is_status "$uid" running
 # --- retention: with --retain 3, the output of every job that ended goes;
 # the running job's stays
 ujob=$(login squeue --noheader --format='%i %k' | awk -v id="$uid" 'index($2, id) {print $1}')
-only_running_output() { [ "$(cd "$tmp/state/slurm" && ls -- *.out)" = "$ujob.out" ]; }
+# (the jobs run as muster-worker: their output is in STATE-slurm, its own)
+only_running_output() { [ "$(cd "$tmp/state-slurm" && ls -- *.out)" = "$ujob.out" ]; }
 wait_for 15 "old Slurm job output to be removed" only_running_output
 check "with --retain 3, ended jobs' output goes and the running job's ($ujob.out) stays" \
-  only_running_output || ls "$tmp/state/slurm" | sed 's/^/#   /'
+  only_running_output || ls "$tmp/state-slurm" | sed 's/^/#   /'
 
 # --- a job that ended while the controller was down, longer ago than squeue
 # remembers (MinJobAge, lowered to 2 s here): after the restart its worker

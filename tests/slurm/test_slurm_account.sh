@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# A worker's code never runs as root on Slurm, and no step of a job can
+# take another's identity (issue 26), on the real test cluster
+# (tests/slurm/cluster.sh) with a root controller and its default account
+# (muster-worker, scripts/setup.sh):
+#   - `id -u` in a worker is the account's, not 0;
+#   - a worker's script that looks for tokens everywhere a step of its job
+#     can look (every /proc/PID/environ, the memory of every process of its
+#     account, `scontrol write batch_script`, its own environment) and
+#     tries each one it finds on its sibling (register, heartbeat, and the
+#     job's claim), gets nowhere; the sibling runs to its end.
+#
+# usage: tests/slurm/test_slurm_account.sh BUILD_DIR   (as root; ctest runs it)
+set -uo pipefail
+build=$(cd "${1:?usage: test_slurm_account.sh BUILD_DIR}" && pwd)
+if [ "$(id -u)" -ne 0 ] || ! command -v slurmctld >/dev/null; then
+  echo "skipped: the Slurm test cluster needs root and slurm-wlm (scripts/setup.sh)"
+  exit 77
+fi
+account=muster-worker
+if ! id -u "$account" >/dev/null 2>&1; then
+  echo "skipped: there is no account $account (scripts/setup.sh makes it)"
+  exit 77
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=$here/cluster.sh
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+# A cluster of this test's own (its own address range: it may run beside
+# test_slurm.sh's), torn down whatever happens.
+export MUSTER_SLURM_PREFIX=msa$$
+export MUSTER_SLURM_DIR=/tmp/muster-slurm-acct-$$
+export MUSTER_SLURM_NET=${MUSTER_SLURM_ACCOUNT_NET:-10.79.0}
+net=$MUSTER_SLURM_NET
+tmp=$(mktemp -d /tmp/muster-slurm-acct.XXXXXX)
+chmod 755 "$tmp"
+ctl_pid=
+pass=0 fail=0
+
+cleanup() {
+  [ -n "$ctl_pid" ] && kill -9 "$ctl_pid" 2>/dev/null
+  if [ "$fail" -gt 0 ] && [ -f "$tmp/controller.log" ]; then
+    echo "# the controller's log, last lines:"
+    tail -25 "$tmp/controller.log" | sed 's/^/#   /'
+  fi
+  bash "$cluster" down >/dev/null 2>&1 || echo "# cluster.sh down failed" >&2
+  if [ -n "${KEEP:-}" ]; then echo "# kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+check() { # check "what a user sees" COMMAND...
+  local what=$1
+  shift
+  if "$@" >/dev/null 2>&1; then
+    echo "ok - $what"
+    pass=$((pass + 1))
+  else
+    echo "not ok - $what"
+    fail=$((fail + 1))
+    return 1
+  fi
+}
+login() { bash "$cluster" exec "$@"; }
+m() { login env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
+  "$build/muster" "$@"; }
+field() { python3 -c 'import json,sys; w=json.load(sys.stdin); print(w.get(sys.argv[1]) or "")' "$1"; }
+wait_for() { # wait_for SECONDS WHAT COMMAND...
+  local secs=$1 what=$2 end
+  shift 2
+  end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $end ]; then
+      echo "# gave up after ${secs} s waiting for $what" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+bash "$cluster" up >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log"; echo "not ok - the Slurm cluster came up"; exit 1; }
+bash "$cluster" exec "$build/muster-controller" --backend slurm --listen 0.0.0.0:8470 \
+  --advertise-url "http://$net.1:8470" --state-dir "$tmp/state" --workdir "$tmp" \
+  --start-timeout 60 >>"$tmp/controller.log" 2>&1 &
+ctl_pid=$!
+wait_for 20 "the controller to answer" login curl -sf http://127.0.0.1:8470/api/v1/health ||
+  { tail -20 "$tmp/controller.log"; exit 1; }
+
+# --- a worker's code runs as the account, never as root: its command, its
+# step's muster-workerd (the command's parent) and its Slurm job
+uid=$(id -u "$account")
+wid=$(m launch --cpu 1 --memory 0.25 --no-path -- /bin/sh -c \
+  'echo "uid=$(id -u) user=$(id -un)"; echo "step=$(awk "/^Uid:/ {print \$2}" /proc/$PPID/status)"; squeue --noheader --format="job=%u" --jobs "$SLURM_JOB_ID"')
+m await --timeout 90 "$wid" >/dev/null 2>&1
+m logs "$wid" >"$tmp/id.out" 2>/dev/null
+said=$(grep -o '^uid=.*' "$tmp/id.out" | head -1)
+step=$(grep -o '^step=.*' "$tmp/id.out" | head -1)
+job=$(grep -o '^job=.*' "$tmp/id.out" | head -1)
+check "id -u in a worker is not 0 ($said)" bash -c "[[ '$said' == uid=* && '$said' != uid=0* ]]"
+check "...it is $account's ($uid)" test "$said" = "uid=$uid user=$account"
+check "its step's muster-workerd runs as $account too, not root ($step)" test "$step" = "step=$uid"
+check "...in a Slurm job of $account's ($job)" test "$job" = "job=$account"
+
+# --- a step cannot take its sibling's identity. The thief looks for
+# secrets wherever a step of its job can, then tries each on its sibling.
+cat >"$tmp/thief.py" <<'PY'
+import glob, json, os, re, subprocess, sys, time, urllib.request
+
+me = os.environ["MUSTER_WORKER_ID"]
+url = os.environ["MUSTER_CONTROLLER_URL"]
+job = os.environ.get("SLURM_JOB_ID", "")
+hexes = re.compile(rb"(?<![0-9a-f])[0-9a-f]{48}(?![0-9a-f])|(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+found, where = set(), {}
+
+def take(blob, place):
+    for h in hexes.findall(blob):
+        if h not in found:
+            found.add(h)
+            where[h] = place
+
+# the sibling: the other step of this job
+sibling = ""
+for _ in range(100):
+    out = subprocess.run(["squeue", "--steps", "--noheader", "--format=%j", "--jobs", job],
+                         capture_output=True).stdout.decode()
+    names = [n for n in out.split() if n.startswith("w-") and n != me]
+    if names:
+        sibling = names[0]
+        break
+    time.sleep(0.2)
+print("sibling:", sibling or "none")
+take(b"\0".join(k.encode() + b"=" + v.encode() for k, v in os.environ.items()), "own env")
+readable_env = readable_mem = 0
+for d in glob.glob("/proc/[0-9]*"):
+    try:
+        take(open(d + "/environ", "rb").read(), d + "/environ")
+        readable_env += 1
+    except OSError:
+        pass
+    try:
+        if os.stat(d).st_uid != os.getuid() or int(d[6:]) == os.getpid():
+            continue
+        with open(d + "/maps") as maps, open(d + "/mem", "rb", 0) as mem:
+            for line in maps:
+                rng, perms = line.split()[:2]
+                if "r" not in perms or "w" not in perms:
+                    continue
+                a, b = (int(x, 16) for x in rng.split("-"))
+                if b - a > 64 << 20:
+                    continue
+                try:
+                    mem.seek(a)
+                    take(mem.read(b - a), d + "/mem")
+                except (OSError, ValueError, OverflowError):
+                    pass
+        readable_mem += 1
+    except (OSError, ValueError):
+        pass
+script = subprocess.run(["scontrol", "write", "batch_script", job, "-"], capture_output=True)
+take(script.stdout, "batch_script")
+print("read: %d environs, %d processes' memory, batch script %s; %d secrets found"
+      % (readable_env, readable_mem, "read" if script.returncode == 0 else "refused", len(found)))
+
+def call(path, tok, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": "Bearer " + tok,
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+taken = 0
+for h in sorted(found):
+    tok = h.decode()
+    codes = [call("/api/v1/workers/%s/register" % sibling, tok,
+                  {"ip_address": "127.0.0.1", "pid": os.getpid(), "attempt": 1}),
+             call("/api/v1/workers/%s/heartbeat" % sibling, tok, {}),
+             call("/api/v1/workers/%s/claim" % me, tok,
+                  {"workers": [{"id": me, "attempt": 1}, {"id": sibling, "attempt": 1}]}),
+             call("/api/v1/workers/%s/claim" % sibling, tok,
+                  {"workers": [{"id": sibling, "attempt": 1}, {"id": me, "attempt": 1}]})]
+    if any(c not in (401, 403, 0) for c in codes):
+        taken += 1
+        print("TAKEN with a secret from %s: %s" % (where[h], codes))
+print("secrets that worked as the sibling's: %d" % taken)
+PY
+chmod 644 "$tmp/thief.py"
+# Two workers of one gang (one Slurm job), a core each: the nodes have
+# two, so both steps share a node with the job's first process. The first
+# is the thief.
+mapfile -t pair < <(login curl -s -X POST -H "Authorization: Bearer $(cat "$tmp/state/token")" -H 'Content-Type: application/json' \
+  -d "{\"groups\": [{\"n\": 1, \"cpu\": 1, \"memory\": 0.25, \"role\": \"thief\", \"command\": [\"/usr/bin/python3\", \"$tmp/thief.py\"]}, {\"n\": 1, \"cpu\": 1, \"memory\": 0.25, \"role\": \"sibling\", \"command\": [\"/bin/sh\", \"-c\", \"sleep 25; echo sibling-ran-to-its-end\"]}]}" \
+  http://127.0.0.1:8470/api/v1/workers | python3 -c 'import json,sys; [print(w["id"]) for w in json.load(sys.stdin)["workers"]]')
+check "a gang of a thief and its sibling was launched (one Slurm job)" test ${#pair[@]} -eq 2
+thief=${pair[0]:-none} sib=${pair[1]:-none}
+m await --timeout 120 "$thief" "$sib" >/dev/null 2>&1
+m logs "$thief" >"$tmp/thief.out" 2>/dev/null
+sed 's/^/#   thief: /' "$tmp/thief.out"
+check "the thief found its sibling's step" grep -q "^sibling: $sib" "$tmp/thief.out"
+check "...looked through /proc, the memory of its account's processes and the batch script" \
+  grep -q '^read: [0-9]* environs, [0-9]* processes' "$tmp/thief.out"
+check "...and no secret it found worked as its sibling's (register, heartbeat, the job's claim)" \
+  grep -q '^secrets that worked as the sibling.s: 0$' "$tmp/thief.out"
+check "the sibling ran to its end" bash -c "[ \"\$(bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$sib' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"status\"])')\" = succeeded ]"
+check "...its output in its log" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sib' | grep -q sibling-ran-to-its-end"
+
+if grep -q 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"; then
+  echo "not ok - the controller's log has a sanitizer report"
+  fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,290 @@
+/*
+ * job.c: muster-workerd --job SCRIPT, the first process of a Slurm job
+ * muster submitted (the batch script's interpreter: controller/
+ * slurm_script.c writes the script).
+ *
+ * No step of the job may read another's token, and every step runs as the
+ * job's one account: anything in the job's script or environment, and the
+ * memory of any dumpable process of that account, is open to all of them.
+ * So the job carries one secret (MUSTER_JOB_SECRET, in its environment),
+ * and this launcher, before any step exists:
+ *   1. makes itself non-dumpable (its /proc/PID/environ and mem become
+ *      root's alone) and takes the secret out of its environment;
+ *   2. claims the workers' tokens with it (POST /api/v1/workers/{id}/claim):
+ *      the controller mints new tokens, so the secret is dead once claimed,
+ *      and a step that finds it later gets nothing from it;
+ *   3. starts one `srun ... muster-workerd` step per "#@" line of SCRIPT,
+ *      handing that step's token through srun's stdin (a pipe), never
+ *      through an environment or a command line; each workerd reads it
+ *      from fd 0 (MUSTER_WORKER_TOKEN_FD=0) and is itself non-dumpable;
+ *   4. waits for its steps, as the shell script before it did.
+ * Calls nothing else of workerd; main.c calls job_main().
+ */
+#include "workerd.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define JOB_MAX 1024          /* workers of one job */
+#define JOB_CLAIM_MS 600000   /* the claim is retried this long while the controller is away */
+#define JOB_ANSWER_MAX 262144 /* the claim's answer */
+
+extern char **environ;
+
+/* One "#@" line: a worker's step. */
+struct job_step {
+  char id[16];
+  int attempt, het, cpus, gpus;
+  long mem;
+  char token[72]; /* from the claim ("": none; its step is not started) */
+};
+
+/* What curl received. */
+struct job_buf {
+  char *p;
+  size_t n;
+};
+
+static size_t job_recv(char *data, size_t size, size_t nmemb, void *arg) {
+  struct job_buf *b = arg;
+  size_t add = size * nmemb;
+  char *grown;
+
+  if (b->n + add > JOB_ANSWER_MAX || !(grown = realloc(b->p, b->n + add + 1)))
+    return 0;
+  b->p = grown;
+  memcpy(b->p + b->n, data, add);
+  b->n += add;
+  b->p[b->n] = '\0';
+  return add;
+}
+
+/* Reads SCRIPT's "#@" lines into st (room for JOB_MAX). Returns their
+ * number, or -1 (said on stderr). */
+static int job_read_script(const char *path, struct job_step *st) {
+  FILE *f = fopen(path, "re");
+  char line[512];
+  int n = 0;
+
+  if (!f) {
+    fprintf(stderr, "muster-workerd: error: cannot read the job's script %s: %s\n", path,
+            strerror(errno));
+    return -1;
+  }
+  while (fgets(line, sizeof(line), f)) {
+    struct job_step *s = &st[n];
+
+    if (strncmp(line, "#@ ", 3) != 0)
+      continue;
+    if (n == JOB_MAX || sscanf(line + 3, "%15s %d %d %d %ld %d", s->id, &s->attempt, &s->het,
+                               &s->cpus, &s->mem, &s->gpus) != 6) {
+      fprintf(stderr, "muster-workerd: error: the job's script has a bad step line: %s", line);
+      fclose(f);
+      return -1;
+    }
+    n++;
+  }
+  fclose(f);
+  if (!n)
+    fprintf(stderr, "muster-workerd: error: the job's script names no worker\n");
+  return n ? n : -1;
+}
+
+/* Claims the tokens of st[0..n-1] with secret at url, into st[].token.
+ * Retries while the controller cannot be reached or answers 5xx. Returns 0
+ * or -1 (said on stderr). */
+static int job_claim(const char *url, const char *secret, struct job_step *st, int n) {
+  char path[700], auth[160];
+  json_t *body = json_object(), *ws = json_array(), *ans = NULL;
+  struct curl_slist *h = NULL;
+  int64_t until = util_mono_ms() + JOB_CLAIM_MS, wait_ms = 500;
+  char *text;
+  long code = 0;
+  int rc = -1;
+
+  json_object_set_new(body, "workers", ws);
+  for (int i = 0; i < n; i++)
+    json_array_append_new(ws, json_pack("{s:s, s:i}", "id", st[i].id, "attempt", st[i].attempt));
+  text = json_dumps(body, JSON_COMPACT);
+  json_decref(body);
+  snprintf(path, sizeof(path), "%s/api/v1/workers/%s/claim", url, st[0].id);
+  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", secret);
+  h = curl_slist_append(h, auth);
+  h = curl_slist_append(h, "Content-Type: application/json");
+  explicit_bzero(auth, sizeof(auth));
+  for (;;) {
+    struct job_buf b = {0};
+    CURL *c = curl_easy_init();
+    CURLcode cr;
+
+    if (!c || !text || !h)
+      break;
+    curl_easy_setopt(c, CURLOPT_URL, path);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    cr = curl_easy_perform(c);
+    code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    if (cr == CURLE_OK && code == 200) {
+      ans = json_loads(b.p ? b.p : "", 0, NULL);
+      if (b.p)
+        explicit_bzero(b.p, b.n);
+      free(b.p);
+      break;
+    }
+    if (cr == CURLE_OK && code < 500) {
+      fprintf(stderr,
+              "muster-workerd: error: the controller refused this job's claim of its workers "
+              "(HTTP %ld): %.300s\n",
+              code, b.p ? b.p : "");
+      free(b.p);
+      goto out;
+    }
+    free(b.p);
+    if (util_mono_ms() >= until) {
+      fprintf(stderr,
+              "muster-workerd: error: the controller at %s could not be reached for %d "
+              "minutes (%s)\n",
+              url, JOB_CLAIM_MS / 60000, cr == CURLE_OK ? "HTTP 5xx" : curl_easy_strerror(cr));
+      goto out;
+    }
+    usleep((useconds_t)wait_ms * 1000);
+    wait_ms = wait_ms * 2 > 10000 ? 10000 : wait_ms * 2;
+  }
+  {
+    json_t *list = json_object_get(ans, "workers"), *e;
+    size_t i;
+
+    json_array_foreach(list, i, e) {
+      const char *id = json_string_value(json_object_get(e, "id"));
+      const char *tok = json_string_value(json_object_get(e, "token"));
+
+      for (int k = 0; id && tok && strlen(tok) < sizeof(st[k].token) && k < n; k++)
+        if (strcmp(st[k].id, id) == 0)
+          snprintf(st[k].token, sizeof(st[k].token), "%s", tok);
+    }
+    rc = json_is_array(list) ? 0 : -1;
+    if (rc)
+      fprintf(stderr, "muster-workerd: error: the controller's answer to the claim has no "
+                      "workers\n");
+  }
+out:
+  json_decref(ans); /* (its strings held tokens: freed, as libc frees) */
+  curl_slist_free_all(h);
+  free(text);
+  return rc;
+}
+
+/* Starts step s: srun with its token on stdin (a pipe). Returns the pid,
+ * or -1 (said on stderr). */
+static pid_t job_start_step(const struct job_step *s, const char *workerd) {
+  char cpus[32], mem[48], gpus[48], het[32], attempt[24];
+  char *argv[24];
+  int p[2], a = 0;
+  pid_t pid;
+
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    fprintf(stderr, "muster-workerd: error: pipe: %s\n", strerror(errno));
+    return -1;
+  }
+  snprintf(cpus, sizeof(cpus), "%d", s->cpus);
+  snprintf(mem, sizeof(mem), "--mem-per-cpu=%ld", s->mem);
+  snprintf(gpus, sizeof(gpus), "--gpus-per-task=%d", s->gpus);
+  snprintf(het, sizeof(het), "--het-group=%d", s->het);
+  snprintf(attempt, sizeof(attempt), "%d", s->attempt);
+  argv[a++] = "srun";
+  if (s->het >= 0)
+    argv[a++] = het;
+  argv[a++] = "--exact";
+  argv[a++] = "-n1";
+  argv[a++] = "-N1";
+  argv[a++] = "-c";
+  argv[a++] = cpus;
+  if (s->mem > 0)
+    argv[a++] = mem;
+  if (s->gpus > 0)
+    argv[a++] = gpus;
+  argv[a++] = "-J";
+  argv[a++] = (char *)s->id;
+  argv[a++] = (char *)workerd;
+  argv[a] = NULL;
+  pid = fork();
+  if (pid == 0) {
+    if (dup2(p[0], 0) < 0 || setenv("MUSTER_WORKER_ID", s->id, 1) != 0 ||
+        setenv("MUSTER_WORKER_ATTEMPT", attempt, 1) != 0 ||
+        setenv("MUSTER_WORKER_TOKEN_FD", "0", 1) != 0)
+      _exit(127);
+    execvp(argv[0], argv);
+    fprintf(stderr, "muster-workerd: error: cannot run srun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  close(p[0]);
+  if (pid > 0) {
+    size_t len = strlen(s->token);
+    /* (a pipe holds far more than one line: this never blocks) */
+    if (write(p[1], s->token, len) != (ssize_t)len || write(p[1], "\n", 1) != 1)
+      fprintf(stderr, "muster-workerd: error: could not hand %s its token\n", s->id);
+  } else {
+    fprintf(stderr, "muster-workerd: error: fork: %s\n", strerror(errno));
+  }
+  close(p[1]);
+  return pid;
+}
+
+int job_main(const char *script, const char *workerd) {
+  static struct job_step st[JOB_MAX];
+  char secret[128] = "", url[600];
+  const char *v;
+  int n;
+
+  /* First: from now on only root reads this process's environment and
+   * memory (the secret), not the steps of this job's account. */
+  prctl(PR_SET_DUMPABLE, 0);
+  v = getenv("MUSTER_JOB_SECRET");
+  if (v && strlen(v) < sizeof(secret))
+    snprintf(secret, sizeof(secret), "%s", v);
+  if (v)
+    explicit_bzero((char *)v, strlen(v)); /* the copy in the original environment */
+  unsetenv("MUSTER_JOB_SECRET");
+  v = getenv("MUSTER_CONTROLLER_URL");
+  snprintf(url, sizeof(url), "%s", v ? v : "");
+  if (!secret[0] || !url[0]) {
+    fprintf(stderr, "muster-workerd: error: --job needs MUSTER_JOB_SECRET and "
+                    "MUSTER_CONTROLLER_URL (a job muster submitted has them)\n");
+    return 1;
+  }
+  n = job_read_script(script, st);
+  if (n < 0 || job_claim(url, secret, st, n) != 0) {
+    explicit_bzero(secret, sizeof(secret));
+    return 1;
+  }
+  explicit_bzero(secret, sizeof(secret));
+  /* (a worker the claim gave no token has ended, or has a newer attempt:
+   * its step is not started) */
+  for (int i = 0; i < n; i++) {
+    if (st[i].token[0])
+      (void)job_start_step(&st[i], workerd);
+    explicit_bzero(st[i].token, sizeof(st[i].token));
+  }
+  /* As the shell's `wait`: the job lasts while its steps do. */
+  while (wait(NULL) > 0 || errno == EINTR)
+    ;
+  return 0;
+}

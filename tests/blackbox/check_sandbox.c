@@ -463,6 +463,40 @@ START_TEST(a_controller_whose_files_the_account_can_write_refuses_to_start) {
   ck_assert_int_eq(chmod(dir, 0777), 0);
   ck_assert_msg(refuses_naming(dir), "a directory the account can rename the daemon in");
   ck_assert_int_eq(chmod(dir, 0755), 0);
+  /* Owned by the account, not writable: it may chmod it. */
+  ck_assert_int_eq(chown(workerd, pw->pw_uid, pw->pw_gid), 0);
+  ck_assert_int_eq(chmod(workerd, 0555), 0);
+  ck_assert_msg(refuses_naming(workerd), "a worker daemon the account owns (0555) was accepted");
+  ck_assert_int_eq(chown(workerd, 0, 0), 0);
+  ck_assert_int_eq(chmod(workerd, 0755), 0);
+  /* A web file deeper down. */
+  {
+    char sub[200], deep[240];
+    snprintf(sub, sizeof(sub), "%s/css", web);
+    snprintf(deep, sizeof(deep), "%s/app.css", sub);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    h_write_exec(deep, "body {}\n");
+    ck_assert_int_eq(chmod(deep, 0666), 0);
+    ck_assert_msg(refuses_naming(deep), "a web file below the web directory was accepted");
+    ck_assert_int_eq(unlink(deep), 0);
+    ck_assert_int_eq(rmdir(sub), 0);
+  }
+  /* --workerd a link to a daemon in a directory the account can write. */
+  {
+    char open_dir[120], target[160], link[160], cmd[900];
+    snprintf(open_dir, sizeof(open_dir), "%s/open", dir);
+    snprintf(target, sizeof(target), "%s/muster-workerd", open_dir);
+    snprintf(link, sizeof(link), "%s/workerd-link", dir);
+    ck_assert_int_eq(mkdir(open_dir, 0777), 0);
+    ck_assert_int_eq(chmod(open_dir, 0777), 0);
+    sh("cp %s %s", workerd, target);
+    ck_assert_int_eq(symlink(target, link), 0);
+    snprintf(cmd, sizeof(cmd),
+             "timeout 10 %s --listen 127.0.0.1:0 --state-dir %s/state --workerd %s --web-dir %s "
+             "--workdir %s 2>&1 | grep -qF 'account " ACCOUNT " can write %s ('",
+             MUSTER_CONTROLLER_BIN, dir, link, web, wk, open_dir);
+    ck_assert_msg(system(cmd) == 0, "a --workerd link into a directory the account can write");
+  }
   sh("rm -rf %s%s", dir, "");
 }
 END_TEST

@@ -6,11 +6,23 @@
 # missing (Debian 12, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
+
+# Workers run their code as the account muster-worker, never as root, and
+# it may not reach this checkout (a clone in root's 0700 home): what the
+# job runs is installed where every account may read it and only root may
+# write it, MNIST beside it, and the job starts there.
+prefix=${MUSTER_PREFIX:-/opt/muster}
+(
+  umask 022
+  cmake --install build --prefix "$prefix" >/dev/null
+  mkdir -p "$prefix/share/muster/mnist"
+  cp -u data/mnist/*-ubyte "$prefix/share/muster/mnist/"
+)
+bin=$prefix/bin
 
 state=${MUSTER_STATE_DIR:-$HOME/.muster}
 listen=${MUSTER_LISTEN:-127.0.0.1:8470}
@@ -19,7 +31,7 @@ url="http://$listen"
 if ! curl -sf "$url/api/v1/health" >/dev/null 2>&1; then
   echo "== starting muster-controller on $url (state in $state)"
   mkdir -p -m 0700 "$state"
-  nohup "$root/build/muster-controller" --listen "$listen" --state-dir "$state" \
+  nohup "$bin/muster-controller" --listen "$listen" --state-dir "$state" \
     >>"$state/controller.log" 2>&1 &
   for _ in $(seq 100); do
     curl -sf "$url/api/v1/health" >/dev/null 2>&1 && break
@@ -29,8 +41,9 @@ if ! curl -sf "$url/api/v1/health" >/dev/null 2>&1; then
 fi
 export MUSTER_STATE_DIR=$state
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-muster=$root/build/muster
-train=$root/build/muster-train
+muster=$bin/muster
+train=$bin/muster-train
+cd "$prefix"  # the workers' directory: their account reads it
 
 echo "== muster run --mode allreduce --workers 2 -- muster-train (real MNIST, 3 epochs)"
 echo "   two workers are launched and awaited; mpirun runs here and starts its daemons"
@@ -38,7 +51,7 @@ echo "   inside the workers through their exec channels (no SSH); the workers st
 out=$(mktemp)
 status=0
 "$muster" run --mode allreduce --workers 2 --cpu 1 --memory 1 --timeout 60 -- \
-  "$train" --mode allreduce --epochs 3 | tee "$out" || status=1
+  "$train" --mode allreduce --epochs 3 --data "$prefix/share/muster/mnist" | tee "$out" || status=1
 summary=$(grep -o '{"mode".*}' "$out" | tail -1)
 rm -f "$out"
 echo

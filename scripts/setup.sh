@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev
-      check libsubunit-dev python3 iproute2 procps time acl
+      check libsubunit-dev python3 iproute2 procps time
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
       slurm-wlm munge slurmdbd mariadb-server)  # slurm-wlm pulls slurmctld, slurmd and slurm-client;
@@ -107,25 +107,3 @@ if [ "$(id -u)" -eq 0 ] && { [ "$have" != "$home" ] || [ ! -d "$home" ]; }; then
   [ "$have" = "$home" ] || usermod --home "$home" muster-worker
 fi
 
-# Workers' code runs as muster-worker, and it runs from this checkout: the
-# trainer, MNIST, the tests' scripts. A checkout under a home made 0700
-# (Debian's default for /root and new users) is out of its reach: each
-# directory above the checkout that stops it gets an ACL entry letting
-# muster-worker pass through (search only: it lists and reads nothing there).
-if [ "$(id -u)" -eq 0 ] && ! runuser -u muster-worker -- test -r "$root/CMakeLists.txt"; then
-  d=
-  IFS=/ read -ra parts <<<"${root#/}"
-  for part in "${parts[@]}"; do
-    d=$d/$part
-    if ! runuser -u muster-worker -- test -x "$d"; then
-      echo "setup: letting muster-worker pass through $d (setfacl -m u:muster-worker:x)"
-      setfacl -m u:muster-worker:x "$d"
-    fi
-  done
-  if ! runuser -u muster-worker -- test -r "$root/CMakeLists.txt"; then
-    echo "setup: muster-worker cannot read $root/CMakeLists.txt: workers run this checkout's" \
-      "files as that account, so they must be readable by all (a checkout made under umask 077" \
-      "is not: chmod -R a+rX $root)" >&2
-    exit 1
-  fi
-fi

@@ -7,6 +7,17 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
+# The tests' workers run their code as muster-worker, from this checkout
+# (the trainer, the tests' scripts, MNIST): it must be able to reach it. A
+# clone in a 0700 home is out of its reach, and this script does not open
+# a home to it.
+if [ "$(id -u)" -eq 0 ] && ! runuser -u muster-worker -- test -r "$PWD/CMakeLists.txt"; then
+  echo "test.sh: the account muster-worker, which runs the workers' code, cannot read" \
+    "$PWD/CMakeLists.txt: clone muster where every account may read it (/opt, /srv, /var/tmp)," \
+    "or let it through the directories above: setfacl -m u:muster-worker:x DIR" >&2
+  exit 1
+fi
+
 status=0
 # The style rules a machine can check (format, banned functions, number
 # parsing): a failure fails the run, after the tests have run too.

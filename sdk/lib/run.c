@@ -8,6 +8,7 @@
 #include "utf8.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,36 +96,75 @@ static const char *workers_home(muster_client *c, char *buf, size_t size) {
   return buf;
 }
 
+/* Opens the directory path (absolute) without following a link at any
+ * step: the workers' account owns what lies below its home, and a root
+ * client must not be led elsewhere by a link it put there. Returns the
+ * fd, or -1. */
+static int open_dir_nofollow(const char *path) {
+  char part[256];
+  int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  for (const char *p = path; fd >= 0 && *p;) {
+    size_t len;
+    int next;
+
+    p += strspn(p, "/");
+    len = strcspn(p, "/");
+    if (!len)
+      break;
+    if (len >= sizeof(part)) {
+      close(fd);
+      return -1;
+    }
+    memcpy(part, p, len);
+    part[len] = '\0';
+    p += len;
+    next = openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(fd);
+    fd = next;
+  }
+  return fd;
+}
+
 /* Removes the run's own checkpoint directory (best effort: the client sees
- * it where the workers' file system is shared, as on the local backend). */
+ * it where the workers' file system is shared, as on the local backend):
+ * the checkpoint files in it, then the directory, following no link. */
 static void remove_run_dir(muster_client *c, const char *ckpt) {
-  char dir[1024], path[1300], home[512];
+  char dir[1024], home[512];
   char *slash;
   DIR *d;
   struct dirent *e;
-  int n;
+  int n, parent, fd;
 
   if (strncmp(ckpt, "~/", 2) == 0)
     n = snprintf(dir, sizeof(dir), "%s/%s", workers_home(c, home, sizeof(home)), ckpt + 2);
+  else if (ckpt[0] != '/' && getcwd(home, sizeof(home)))
+    n = snprintf(dir, sizeof(dir), "%s/%s", home, ckpt); /* a relative MUSTER_RUN_DIR */
   else
     n = snprintf(dir, sizeof(dir), "%s", ckpt);
-  if (n < 0 || (size_t)n >= sizeof(dir))
+  if (n < 0 || (size_t)n >= sizeof(dir) || dir[0] != '/')
     return;
-  slash = strrchr(dir, '/');
-  if (!slash)
+  slash = strrchr(dir, '/'); /* the checkpoint's file name */
+  *slash = '\0';
+  slash = strrchr(dir, '/'); /* the run's directory, in its parent */
+  if (!slash || !slash[1])
     return;
   *slash = '\0';
-  d = opendir(dir);
-  if (!d)
+  parent = open_dir_nofollow(dir[0] ? dir : "/");
+  if (parent < 0)
     return;
-  /* The checkpoint, and a rank's half-written one (checkpoint.tmp.PID). */
-  while ((e = readdir(d)) != NULL)
-    if (strncmp(e->d_name, "checkpoint", 10) == 0) {
-      snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-      unlink(path);
-    }
-  closedir(d);
-  rmdir(dir);
+  fd = openat(parent, slash + 1, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && (d = fdopendir(fd)) != NULL) {
+    /* The checkpoint, and a rank's half-written one (checkpoint.tmp.PID). */
+    while ((e = readdir(d)) != NULL)
+      if (strncmp(e->d_name, "checkpoint", 10) == 0)
+        unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    unlinkat(parent, slash + 1, AT_REMOVEDIR);
+  } else if (fd >= 0) {
+    close(fd);
+  }
+  close(parent);
 }
 
 /* The earlier causes of a failure after restarts, one line each, take at

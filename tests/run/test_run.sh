@@ -127,6 +127,25 @@ check "...and MASTER_ADDR is rank 0's worker ($m)" \
   bash -c "[ -n '$m' ] && [ \$(grep -c ' m=$m\$' '$tmp/ranks.out') = 3 ]"
 check "no sshd ran" no_sshd
 
+# --- a run's checkpoint directory lies where the workers' account writes:
+# removing it after a success follows no link the account put there
+mkdir -p "$tmp/fake" "$tmp/victim"
+echo keep > "$tmp/victim/checkpoint"
+cat > "$tmp/fake/muster-train" <<EOF
+#!/bin/sh
+# a rank 0 that leaves a link where its run's directory should be
+while [ \$# -gt 0 ]; do [ "\$1" = --checkpoint ] && ck=\$2; shift; done
+[ "\$OMPI_COMM_WORLD_RANK" = 0 ] && mkdir -p "\$(dirname "\$(dirname "\$ck")")" && ln -s '$tmp/victim' "\$(dirname "\$ck")"
+exit 0
+EOF
+chmod 755 "$tmp/fake/muster-train"
+timeout 120 env MUSTER_RUN_DIR="$tmp/runs" "$muster" run --mode allreduce --workers 1 --cpu 0.5 \
+  --max-restarts 1 -- "$tmp/fake/muster-train" > "$tmp/link.out" 2> "$tmp/link.err"; rc=$?
+check "a run whose rank 0 put a link where its checkpoint directory goes succeeds (exit $rc)" \
+  test $rc -eq 0
+check "...and removing that directory left the link's target alone" \
+  test -s "$tmp/victim/checkpoint"
+
 # --- an mpirun rank is a worker's code: it runs as the workers' account,
 # and the controller's state (its API token) is out of its sight
 timeout 120 "$muster" run --mode allreduce --workers 2 --cpu 0.5 -- \

@@ -215,8 +215,9 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
       "b=$(find /dev -maxdepth 1 -type b | head -1); if [ -z \\\"$b\\\" ]; then echo no-disk; "
       "elif (: < $b) 2>&1 | grep -qE 'not permitted|Permission denied'; then echo disk-denied; "
       "fi; "
-      "echo processes $(ls /proc | grep -c '^[0-9]'); echo uid=$(id -u).; echo done\"}",
-      ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir);
+      "echo processes $(ls /proc | grep -c '^[0-9]').; echo uid=$(id -u).; "
+      "grep -q ' %s ' /proc/self/mountinfo && echo state-covered; echo done\"}",
+      ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir, ctl.dir);
   workers = h_launch(&ctl, body);
   ans = h_await(&ctl, workers, 1, 20);
   json_decref(ans);
@@ -229,6 +230,16 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   fprintf(stderr, "the script saw: %s", text ? text : "(nothing)\n");
   ck_assert_msg(text && strstr(text, "done"), "the script did not run to its end: %s", text);
   ck_assert_msg(!strstr(text, "uid=0."), "the script ran as root");
+  /* The uid alone refuses most of what follows: the namespaces are
+   * checked for themselves (the state covered, few processes in sight). */
+  ck_assert_msg(strstr(text, "state-covered"), "the state directory is not covered");
+  {
+    const char *p = strstr(text, "processes ");
+    char *end = NULL;
+    long n = p ? strtol(p + 10, &end, 10) : -1;
+    ck_assert_msg(end && *end == '.' && n > 0 && n <= 10,
+                  "the script sees the host's processes: %s", p ? p : "(none)");
+  }
   ck_assert_msg(!strstr(text, "token-read"), "the script read the controller's token");
   ck_assert_msg(!strstr(text, "db-read"), "the script read muster.db");
   ck_assert_msg(!strstr(text, "state-listed"), "the script listed the state directory");

@@ -237,7 +237,7 @@ static int collect(void *arg, const char *data, size_t len) {
 /* What an exec'd command that tries to read the token prints, in an idle
  * worker of the controller ctl (its uid first). */
 static void exec_reads_token(char *out) {
-  char script[300], id[32], err[256] = "";
+  char script[600], id[32], err[256] = "";
   const char *argv[] = {"sh", "-c", script};
   json_t *workers;
   muster_client *cl = NULL;
@@ -249,8 +249,12 @@ static void exec_reads_token(char *out) {
   snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
   json_decref(h_wait_status(&ctl, id, "running", 30));
   json_decref(workers);
+  /* The uid alone refuses it; the cover (a mount over the state
+   * directory, in the command's own mount namespace) is checked too. */
   snprintf(script, sizeof(script),
-           "id -u; if cat %s/token; then echo 'read the token'; else echo 'refused'; fi", ctl.dir);
+           "id -u; if cat %s/token; then echo 'read the token'; else echo 'refused'; fi; "
+           "grep -q ' %s ' /proc/self/mountinfo && echo covered",
+           ctl.dir, ctl.dir);
   ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &cl), 0);
   ck_assert_int_eq(muster_exec_target_get(cl, id, &t), 0);
   muster_exec_opts_init(&o);
@@ -288,6 +292,7 @@ START_TEST(an_exec_command_of_a_root_controller_runs_as_the_default_account) {
   ctl_start(0, NULL, 0, 0);
   exec_reads_token(out);
   ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "the exec'd command's uid: %s", out);
+  ck_assert_msg(strstr(out, "covered") != NULL, "the state directory is not covered: %s", out);
   ck_assert_msg(strstr(out, "refused") != NULL && strstr(out, ctl.token) == NULL,
                 "the exec'd command read the token: %s", out);
   down();

@@ -453,6 +453,28 @@ void child_spec_worker(struct child_spec *cs) {
   snprintf(cs->user_sockets[3], sizeof(cs->user_sockets[3]), "/run/user/%u/docker.sock", uid);
 }
 
+/* 1 if some directory of this process's PATH (execvp's default without
+ * one) holds name where this process can see it. Runs in the child:
+ * allocates nothing. */
+static int on_path(const char *name) {
+  const char *p = getenv("PATH");
+  char file[PATH_MAX];
+  struct stat sb;
+
+  if (!p)
+    p = "/bin:/usr/bin";
+  for (;;) {
+    size_t len = strcspn(p, ":");
+    int n = len ? snprintf(file, sizeof(file), "%.*s/%s", (int)len, p, name)
+                : snprintf(file, sizeof(file), "%s", name);
+    if (n > 0 && (size_t)n < sizeof(file) && stat(file, &sb) == 0)
+      return 1;
+    if (!p[len])
+      return 0;
+    p += len + 1;
+  }
+}
+
 /* Runs in the child after fork(): wires the standard streams, resets the
  * signals, enters cwd, sets the environment to the prepared one and executes
  * the command. On failure it sends the stage and errno through status_fd and
@@ -550,6 +572,14 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   execvp(cs->argv[0], cs->argv);
   st.stage = STAGE_EXEC;
   st.err = errno;
+  /* execvp says EACCES when some PATH entry could not be searched (root's
+   * ~/.pyenv/shims, for the worker's account) even where no entry holds
+   * the program: seen from the account, it is not there. Checked here, as
+   * the account, so that nothing of a directory it cannot search leaks. */
+  if (st.err == EACCES && !strchr(cs->argv[0], '/') && !on_path(cs->argv[0])) {
+    st.stage = STAGE_PATH;
+    st.err = ENOENT;
+  }
 fail:
   n = write(cs->status_fd, &st, sizeof(st));
   (void)n;
@@ -649,7 +679,6 @@ MUST_CHECK int command_start(void) {
     char line[WD_REASON_MAX + 32];
     int k;
 
-    child_failure_settle(&st, wd.cwd, wd.argv, wd.envp);
     child_failure_sentence(&st, wd.cwd, wd.script, wd.argv, wd.envp, wd.reason, sizeof(wd.reason));
     LOG(LOG_WARN, "%s", wd.reason);
     /* The user reads the command's stderr first, so say it there too. */

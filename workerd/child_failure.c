@@ -67,7 +67,9 @@ static int found_file(const char *cwd, const char *cmd, const char *path, char *
 }
 
 /* 1 if file has an execute bit for someone: one the worker's account
- * cannot run is out of its reach, not a file that is no program. */
+ * cannot run is out of its reach, not a file that is no program. (A
+ * program on the PATH that the account cannot see at all is "not found":
+ * the child says ENOENT itself.) */
 static int executable(const char *file) {
   struct stat sb;
 
@@ -135,15 +137,6 @@ static void utf8_mend(char *buf) {
   }
 }
 
-void child_failure_settle(struct exec_status *st, const char *cwd, char *const *argv,
-                          char *const *envp) {
-  char file[PATH_MAX];
-
-  if (st->stage == STAGE_EXEC && st->err == EACCES && !strchr(argv[0], '/') &&
-      found_file(cwd, argv[0], envp_path(envp), file) != 0)
-    st->err = ENOENT;
-}
-
 /* Writes to buf (size bytes) the sentence for a child that failed before
  * its command started (st), which ran argv in cwd with envp, checking
  * script first (cwd and script may be NULL): "script /p/x.py not found",
@@ -172,17 +165,20 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
   else if (st->stage == STAGE_EXEC && st->err == ENOENT &&
            found_file(cwd, argv[0], path, file) == 0)
     missing_interpreter(strchr(argv[0], '/') ? argv[0] : file, file, buf, size);
-  else if (st->stage == STAGE_EXEC && st->err == ENOENT && !strchr(argv[0], '/') && path) {
+  else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT &&
+           !strchr(argv[0], '/') && path) {
     size_t fit = utf8_fit(path, PATH_QUOTE_MAX);
     snprintf(buf, size, "%s: not found on the worker's PATH (%.*s%s)", argv[0], (int)fit, path,
              path[fit] ? "…" : "");
-  } else if (st->stage == STAGE_EXEC && st->err == ENOENT && !strchr(argv[0], '/'))
+  } else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT &&
+             !strchr(argv[0], '/'))
     snprintf(buf, size, "%s: not found on the worker's PATH (unset)", argv[0]);
   else if (st->stage == STAGE_EXEC && st->err == ENOENT)
     snprintf(buf, size, "%s: not found", argv[0]);
   else if (st->stage == STAGE_EXEC && st->err == EACCES && wd.run_as[0] &&
-           found_file(cwd, argv[0], path, file) == 0 && executable(file))
-    snprintf(buf, size, "cannot run \"%s\" as the worker's account %s: %s", file, wd.run_as,
+           !(strchr(argv[0], '/') && found_file(cwd, argv[0], path, file) == 0 &&
+             !executable(file)))
+    snprintf(buf, size, "cannot run \"%s\" as the worker's account %s: %s", argv[0], wd.run_as,
              strerror(st->err));
   else if (st->stage == STAGE_EXEC)
     snprintf(buf, size, "cannot run \"%s\": %s", argv[0], strerror(st->err));

@@ -78,8 +78,7 @@ MUST_CHECK int ex_spawn(struct ex_conn *c, const struct ex_cmd *cmd, int *code, 
   setpgid(pid, pid);
   fd_close(&statp[1]);
   if (child_exec_failed(statp[0], &st)) {
-    child_failure_settle(&st, cwd, cmd->argv, cmd->envp);
-    *code = st.stage == STAGE_EXEC && st.err == ENOENT ? 127 : 126;
+    *code = (st.stage == STAGE_EXEC && st.err == ENOENT) || st.stage == STAGE_PATH ? 127 : 126;
 
     /* It has written its status and is exiting: reap it here, so that it
      * is never mistaken for a running command. */

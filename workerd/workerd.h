@@ -136,7 +136,8 @@ enum exec_stage {
   STAGE_EXEC = 3,
   STAGE_CONFINE = 4,
   STAGE_SCRIPT = 5, /* the script the kernel would run is not there */
-  STAGE_USER = 6    /* could not become the worker's account */
+  STAGE_USER = 6,   /* could not become the worker's account */
+  STAGE_PATH = 7    /* no directory of the PATH that the account can see holds it */
 };
 struct exec_status {
   int stage;
@@ -334,11 +335,6 @@ void strv_free(char **v);
 void child_spec_worker(struct child_spec *cs);
 pid_t child_spawn(const struct child_spec *cs);
 bool child_exec_failed(int status_fd, struct exec_status *st);
-/* execvp's EACCES for a name that no directory of the command's PATH holds
- * (one entry that the worker's account may not search, a PATH under /root
- * say, makes execvp say EACCES) becomes ENOENT: "not found", exit 127. */
-void child_failure_settle(struct exec_status *st, const char *cwd, char *const *argv,
-                          char *const *envp);
 void child_failure_sentence(const struct exec_status *st, const char *cwd, const char *script,
                             char *const *argv, char *const *envp, char *buf, size_t size);
 MUST_CHECK int command_start(void);

@@ -90,6 +90,8 @@ START_TEST(a_path_the_workers_account_cannot_search_still_says_not_found) {
   ck_assert_str_eq(h_str(f, "failure"), want);
   ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 127);
   json_decref(f);
+  /* One there, out of the account's sight: "not found" as well, so that
+   * nothing of root's directory shows. */
   snprintf(prog, sizeof(prog), "%s/muster-shut-train", shut);
   h_write_exec(prog, "#!/bin/sh\necho hi\n");
   snprintf(body, sizeof(body),
@@ -98,8 +100,22 @@ START_TEST(a_path_the_workers_account_cannot_search_still_says_not_found) {
            shut);
   f = failure_of(body);
   snprintf(want, sizeof(want),
-           "cannot run \"%s\" as the worker's account muster-worker: Permission denied", prog);
+           "muster-shut-train: not found on the worker's PATH (%s:/usr/bin:/bin)", shut);
   ck_assert_str_eq(h_str(f, "failure"), want);
+  json_decref(f);
+  unlink(prog);
+  /* One the account sees but may not run (root's, 0700). */
+  snprintf(prog, sizeof(prog), "%s/muster-own-train", project);
+  h_write_exec(prog, "#!/bin/sh\necho hi\n");
+  ck_assert_int_eq(chmod(prog, 0700), 0);
+  snprintf(body, sizeof(body),
+           "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"muster-own-train\"], \"path\": "
+           "\"%s:/usr/bin:/bin\"}",
+           project);
+  f = failure_of(body);
+  ck_assert_str_eq(h_str(f, "failure"),
+                   "cannot run \"muster-own-train\" as the worker's account muster-worker: "
+                   "Permission denied");
   json_decref(f);
   unlink(prog);
   rmdir(shut);

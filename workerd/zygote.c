@@ -11,10 +11,13 @@
  */
 #include "workerd.h"
 
+#include "account.h"
 #include "zygote_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +122,19 @@ int zygote_main(int (*run_worker)(void)) {
   pid_t hello = ZYGOTE_HELLO;
 
   signal(SIGPIPE, SIG_IGN);
+  /* Every worker looks its account up (config.c): the name service's
+   * modules and its configuration are loaded here, once, and every fork
+   * inherits them, instead of each worker loading them again (3 ms a
+   * worker, a third of a launch, with nss-systemd). */
+  {
+    struct passwd *pw = getpwnam(MUSTER_DEFAULT_ACCOUNT);
+    gid_t groups[8];
+    int ng = 8;
+
+    if (pw)
+      (void)getgrouplist(pw->pw_name, pw->pw_gid, groups, &ng);
+    (void)getgrgid(0);
+  }
   /* The middle processes of zygote_fork() are reaped by the kernel. */
   signal(SIGCHLD, SIG_IGN);
   /* Says it is ready (and is a fork server at all). */

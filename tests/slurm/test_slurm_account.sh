@@ -121,8 +121,9 @@ check "...the built one (0711) starts non-dumpable and goes on" \
 
 # --- a token that reached another process is noticed: root stands in for
 # a process of the account that read a step's token from its srun (the
-# memory, or the stdin pipe, of a dumpable process of the account) and
-# registers with it after the real workerd did. The worker fails, saying
+# memory, or the stdin pipe, of a dumpable process of the account; root
+# finds it in the launcher's memory, which keeps it while the step runs)
+# and registers with it after the real workerd did. The worker fails, saying
 # so, rather than answering the intruder or ignoring it.
 victim=$(m launch --cpu 1 --memory 0.25 --no-path -- sleep 60)
 wait_for 60 "$victim to run" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$victim' | grep -q '\"running\"'"
@@ -133,7 +134,9 @@ found = set()
 for d in glob.glob("/proc/[0-9]*"):
     try:
         cmd = open(d + "/cmdline", "rb").read().split(b"\0")
-        if not cmd or not cmd[0].endswith(b"srun") or victim.encode() not in cmd:
+        step = cmd[0].endswith(b"srun") and victim.encode() in cmd
+        launcher = b"--job" in cmd and any(a.endswith(b"muster-workerd") for a in cmd)
+        if not step and not launcher:
             continue
         with open(d + "/maps") as maps, open(d + "/mem", "rb", 0) as mem:
             for line in maps:

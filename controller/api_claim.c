@@ -81,11 +81,17 @@ static int claim_locked(const char *secret, struct claimed *cl, int n) {
 
   if (!m)
     return MUSTER_E_NOMEM;
-  /* (the first is the one the launcher claims for: unless it is live, no
-   * database read or digest is spent on a request nobody authenticated) */
-  if (!lw_find_locked(cl[0].id)) {
-    free(m);
-    return MUSTER_E_FORBIDDEN;
+  /* (no database read or digest is spent on a request nobody has
+   * authenticated unless one of its workers is live: a memory lookup) */
+  {
+    int any = 0;
+
+    for (int i = 0; i < n && !any; i++)
+      any = lw_find_locked(cl[i].id) != NULL;
+    if (!any) {
+      free(m);
+      return MUSTER_E_FORBIDDEN;
+    }
   }
   for (int i = 0; i < n && !rc; i++) {
     struct lw *w = lw_find_locked(cl[i].id);

@@ -17,11 +17,13 @@
 #include "state.h"
 #include "util.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CLAIM_MAX 1024 /* workers of one job (a launch's most) */
+#define CLAIM_MAX 1024      /* workers of one job (a launch's most) */
+#define CLAIM_WARN_MS 10000 /* at most one refusal logged in this */
 
 /* One worker named by a claim, with what the controller knows of it. */
 struct claimed {
@@ -79,6 +81,18 @@ static int claim_locked(const char *secret, struct claimed *cl, int n) {
 
   if (!m)
     return MUSTER_E_NOMEM;
+  /* (no database read or digest is spent on a request nobody has
+   * authenticated unless one of its workers is live: a memory lookup) */
+  {
+    int any = 0;
+
+    for (int i = 0; i < n && !any; i++)
+      any = lw_find_locked(cl[i].id) != NULL;
+    if (!any) {
+      free(m);
+      return MUSTER_E_FORBIDDEN;
+    }
+  }
   for (int i = 0; i < n && !rc; i++) {
     struct lw *w = lw_find_locked(cl[i].id);
     struct db_worker_info info;
@@ -107,7 +121,7 @@ static int claim_locked(const char *secret, struct claimed *cl, int n) {
         rc = db_worker_set_token(g.db, cl[i].id, cl[i].fresh);
     if (!rc)
       rc = db_commit(g.db);
-    else
+    if (rc) /* (a failed commit too: the transaction must not stay open) */
       db_rollback(g.db);
   }
   for (int i = 0; i < n && !rc; i++)
@@ -136,9 +150,28 @@ static enum MHD_Result api_claim(struct MHD_Connection *c, struct req *rq, const
                              why ? why : "out of memory");
   state_lock();
   rc = claim_locked(secret, cl, n);
+  if (rc) {
+    /* (at most one warning in CLAIM_WARN_MS, under the state lock: a
+     * flood of refusals is unauthenticated and must not flood the log) */
+    static int64_t warned_ms;
+    static long quiet;
+    int64_t now = util_mono_ms();
+
+    if (!warned_ms || now - warned_ms >= CLAIM_WARN_MS) {
+      char more[64] = "";
+
+      if (quiet)
+        snprintf(more, sizeof(more), "; %ld more refused, unlogged", quiet);
+      LOG(LOG_WARN, "%s: refused a claim of its job's tokens (%s)%s", id, muster_error_name(rc),
+          more);
+      warned_ms = now;
+      quiet = 0;
+    } else {
+      quiet++;
+    }
+  }
   state_unlock();
   if (rc) {
-    LOG(LOG_WARN, "%s: refused a claim of its job's tokens (%s)", id, muster_error_name(rc));
     free(cl);
     return api_respond_error(c, rc, NULL,
                              rc == MUSTER_E_FORBIDDEN

@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "fault.h"
+#include "job_secret.h"
 #include "log.h"
 #include "log_tail.h"
 #include "muster_errors.h"
@@ -42,6 +43,7 @@ static MUST_CHECK int worker_auth_locked(struct MHD_Connection *c, const char *i
   if (w) {
     if (!util_secret_equal(t, w->token))
       return MUSTER_E_FORBIDDEN;
+    w->rotation_open = 0; /* the new token is in use: no retry with the old */
     *live = w;
     snprintf(status, statuslen, "%s", ws_name(w->status));
     return 0;
@@ -53,6 +55,48 @@ static MUST_CHECK int worker_auth_locked(struct MHD_Connection *c, const char *i
   snprintf(status, statuslen, "%s", info.status);
   db_worker_info_cleanup(&info);
   return ok ? 0 : MUSTER_E_FORBIDDEN;
+}
+
+/* 1 if t is the token worker w had before a register traded it for its
+ * current one (job_rotated_token). */
+static int token_traded(const struct lw *w, const char *t) {
+  char derived[ROTATED_TOKEN_LEN + 1];
+  int hit = t && job_rotated_token(g.api_token, w->id, t, derived) == 0 &&
+            util_secret_equal(derived, w->token);
+
+  explicit_bzero(derived, sizeof(derived));
+  return hit;
+}
+
+/* Worker w's token reached a process that is not its workerd: a second
+ * registrant came with the token it traded (traded: 1), or its launcher
+ * says its workerd got none (reg->token_lost). Fails the worker, saying
+ * so, and answers the caller 409. Called locked; unlocks. */
+static enum MHD_Result register_intruder_locked(struct MHD_Connection *c, struct lw *w,
+                                                const struct register_req *reg, int traded,
+                                                json_t *body) {
+  char why[400], id[16];
+  long first = w->reg_pid;
+  int rc;
+
+  snprintf(id, sizeof(id), "%s", w->id);
+  if (reg->token_lost)
+    snprintf(why, sizeof(why),
+             "worker %s's muster-workerd got no token on its stdin: another process of its "
+             "account read the token from srun first%s",
+             id, traded ? ", and registered as this worker" : "");
+  else
+    snprintf(why, sizeof(why),
+             "two processes registered as worker %s: pid %ld, then pid %d with the token that "
+             "was handed to its muster-workerd; another process of its account read that token",
+             id, first, reg->pid);
+  LOG(LOG_WARN, "%s", why);
+  rc = sm_fail_locked(w, why);
+  state_unlock();
+  json_decref(body);
+  if (rc)
+    return api_respond_error(c, rc, NULL, "could not fail %s", id);
+  return api_respond_error(c, MUSTER_E_CONFLICT, "token", "%s", why);
 }
 
 /* ---- worker-facing calls ---- */
@@ -87,13 +131,17 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
-  /* A rotating workerd asking again (the answer that carried its new token
-   * was lost) still holds the old one: from the same pid only. */
-  if (rc == MUSTER_E_FORBIDDEN && reg.rotate && (w = lw_find_locked(id)) && w->prev_token[0] &&
-      api_bearer(c) && util_secret_equal(api_bearer(c), w->prev_token) && f.pid > 0 &&
-      w->reg_pid == f.pid) {
+  /* The token a register traded for a new one (rotate): its own workerd
+   * asking again (the answer was lost), from the same pid and before the
+   * new token was used, is answered; anyone else holding it read it where
+   * the workerd was handed it, and the worker fails, saying so. */
+  if (rc == MUSTER_E_FORBIDDEN && (w = lw_find_locked(id)) && token_traded(w, api_bearer(c))) {
+    if (reg.token_lost || !reg.rotate || !w->rotation_open || f.pid <= 0 || w->reg_pid != f.pid)
+      return register_intruder_locked(c, w, &reg, 1, body);
     rc = 0;
     snprintf(status, sizeof(status), "%s", ws_name(w->status));
+  } else if (rc == 0 && w && reg.token_lost) {
+    return register_intruder_locked(c, w, &reg, 0, body);
   }
   if (rc) {
     state_unlock();
@@ -149,8 +197,8 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
       rc = sm_transition(w, WS_RUNNING, &f, detail);
     /* A token that travelled (a Slurm step's, through srun) dies here: the
      * workerd goes on with one that never left this answer. */
-    if (!rc && reg.rotate)
-      rc = util_random_hex(fresh, 24);
+    if (!rc && reg.rotate && job_rotated_token(g.api_token, id, w->token, fresh) != 0)
+      rc = MUSTER_E_INTERNAL;
     if (!rc && reg.rotate)
       rc = db_worker_set_token(g.db, id, fresh);
     if (!rc)
@@ -158,8 +206,8 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
     else
       sm_rollback();
     if (!rc && reg.rotate) {
-      snprintf(w->prev_token, sizeof(w->prev_token), "%s", w->token);
       snprintf(w->token, sizeof(w->token), "%s", fresh);
+      w->rotation_open = 1;
     }
     explicit_bzero(fresh, sizeof(fresh));
   }

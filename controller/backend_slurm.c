@@ -35,11 +35,14 @@
 #include "muster_errors.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* One round of squeue: reports what changed for every tracked job. */
@@ -315,32 +318,85 @@ static void *backend_main(void *arg) {
  * STATE-slurm, owned by the --run-as account (slurmstepd opens a job's
  * output as the job's user) and 0700, so that only it and root read it.
  * Returns 0 or MUSTER_E_IO with a sentence in err. */
-static int make_out_dir(const struct ctl_config *cfg, char *err, size_t errlen) {
-  struct passwd *pw = cfg->run_as[0] ? getpwnam(cfg->run_as) : NULL;
-  struct stat st;
+/* 0 if account pw can enter and write dir (tried as it, in a child), or
+ * -1 (errno set: EACCES for "it cannot"). */
+static int account_reaches(const struct passwd *pw, const char *dir) {
+  int status;
+  pid_t pid = fork();
 
-  if (!pw) {
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0)
+      _exit(2);
+    _exit(access(dir, R_OK | W_OK | X_OK) == 0 ? 0 : 1);
+  }
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return 0;
+  errno = WIFEXITED(status) && WEXITSTATUS(status) == 1 ? EACCES : EPERM;
+  return -1;
+}
+
+static int make_out_dir(const struct ctl_config *cfg, char *err, size_t errlen) {
+  struct passwd *pw;
+  struct stat st;
+  int fd;
+
+  if (!cfg->run_as[0]) {
     snprintf(sb.out_dir, sizeof(sb.out_dir), "%s/slurm", cfg->state_dir);
     if (mkdir(sb.out_dir, 0700) != 0 && errno != EEXIST)
       goto fail;
     return 0;
   }
+  /* (never falls back to the controller's own account: that is root) */
+  errno = 0;
+  pw = getpwnam(cfg->run_as);
+  if (!pw || strlen(pw->pw_name) >= sizeof(sb.run_user) ||
+      strlen(pw->pw_dir) >= sizeof(sb.run_home)) {
+    snprintf(err, errlen,
+             "cannot look up the account %s that Slurm jobs run as (%s); no job is submitted as "
+             "root instead",
+             cfg->run_as,
+             pw      ? "its name or home is too long"
+             : errno ? strerror(errno)
+                     : "no such account");
+    return MUSTER_E_IO;
+  }
   snprintf(sb.uid_arg, sizeof(sb.uid_arg), "--uid=%u", (unsigned)pw->pw_uid);
   snprintf(sb.gid_arg, sizeof(sb.gid_arg), "--gid=%u", (unsigned)pw->pw_gid);
+  snprintf(sb.run_user, sizeof(sb.run_user), "%s", pw->pw_name);
+  snprintf(sb.run_home, sizeof(sb.run_home), "%s", pw->pw_dir);
   snprintf(sb.out_dir, sizeof(sb.out_dir), "%s-slurm", cfg->state_dir);
   if (mkdir(sb.out_dir, 0700) != 0 && errno != EEXIST)
     goto fail;
-  /* (lstat: the account owns the directory's contents, never where it
-   * points; an existing one must be a directory, and is given to it) */
-  if (lstat(sb.out_dir, &st) != 0)
-    goto fail;
-  if (!S_ISDIR(st.st_mode)) {
+  /* (the account owns the directory's contents, never where it points:
+   * an existing one must be a directory itself, not a link to one, and is
+   * given to it through the descriptor, so no swap can redirect that) */
+  fd = open(sb.out_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && (errno == ENOTDIR || errno == ELOOP)) {
     snprintf(err, errlen, "%s, where Slurm jobs write their output, is not a directory",
              sb.out_dir);
     return MUSTER_E_IO;
   }
-  if (chown(sb.out_dir, pw->pw_uid, pw->pw_gid) != 0 || chmod(sb.out_dir, 0700) != 0)
+  if (fd < 0)
     goto fail;
+  if (fstat(fd, &st) != 0 || fchown(fd, pw->pw_uid, pw->pw_gid) != 0 || fchmod(fd, 0700) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    goto fail;
+  }
+  close(fd);
+  if (account_reaches(pw, sb.out_dir) != 0) {
+    snprintf(err, errlen,
+             "%s cannot reach %s, where its Slurm jobs write their output (%s): a directory "
+             "above it is not searchable by it. Choose a --state-dir whose parent %s can enter",
+             pw->pw_name, sb.out_dir, strerror(errno), pw->pw_name);
+    return MUSTER_E_IO;
+  }
   return 0;
 fail:
   snprintf(err, errlen, "could not make %s (where Slurm jobs write their output): %s", sb.out_dir,

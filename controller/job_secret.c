@@ -3,6 +3,7 @@
 #include "job_secret.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,5 +32,25 @@ int job_secret(const struct job_member *m, int n, char out[JOB_SECRET_LEN + 1]) 
     return -1;
   for (unsigned i = 0; i < mdlen; i++)
     snprintf(out + 2 * i, 3, "%02x", md[i]);
+  return 0;
+}
+
+int job_rotated_token(const char *key, const char *id, const char *old,
+                      char out[ROTATED_TOKEN_LEN + 1]) {
+  unsigned char md[EVP_MAX_MD_SIZE], data[256];
+  unsigned mdlen = 0;
+  int len = snprintf((char *)data, sizeof(data), "muster rotated token v1\n%s\n%s", id, old);
+
+  out[0] = '\0';
+  if (len < 0 || (size_t)len >= sizeof(data) ||
+      !HMAC(EVP_sha256(), key, (int)strlen(key), data, (size_t)len, md, &mdlen) ||
+      mdlen < ROTATED_TOKEN_LEN / 2) {
+    explicit_bzero(data, sizeof(data));
+    return -1;
+  }
+  for (int i = 0; i < ROTATED_TOKEN_LEN / 2; i++)
+    snprintf(out + 2 * i, 3, "%02x", md[i]);
+  explicit_bzero(md, sizeof(md));
+  explicit_bzero(data, sizeof(data));
   return 0;
 }

@@ -25,4 +25,14 @@ struct job_member {
 int job_secret(const struct job_member *m, int n, char out[JOB_SECRET_LEN + 1])
     __attribute__((warn_unused_result));
 
+/* The token a register that asks for a new one (rotate) gives worker id
+ * whose token was old: an HMAC-SHA256 of both under key (the controller's
+ * API token, kept in its state directory), its first 24 bytes in hex, so
+ * that a restarted controller still recognises old as the token that
+ * register traded (its retry is answered; another's is an intruder).
+ * Returns 0, or -1 (out is then empty). */
+#define ROTATED_TOKEN_LEN 48
+int job_rotated_token(const char *key, const char *id, const char *old,
+                      char out[ROTATED_TOKEN_LEN + 1]) __attribute__((warn_unused_result));
+
 #endif

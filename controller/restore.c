@@ -33,6 +33,9 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   w->status = st;
   w->attempt = info->attempt;
   w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
+  /* (a register answered just before the restart may have been lost: its
+   * retry, from that pid, is answered until the new token is used) */
+  w->rotation_open = w->reg_pid > 0;
   if (st == WS_SCHEDULING && !lw_submitted(w))
     return;
   if (r->n == r->cap) {

@@ -90,6 +90,7 @@ struct sb_state {
   char out_dir[600];
   /* sbatch --uid= and --gid= for a root controller's --run-as ("": none) */
   char uid_arg[32], gid_arg[32];
+  char run_user[64], run_home[500]; /* that account's name and home */
   struct sb_job *jobs;
   /* Workers a restart could not match with a job (squeue failed then):
    * matched by the first poll that reads the queue. */

@@ -162,9 +162,16 @@ static int submit_later(struct sb_job *j, const char *words) {
  * could not answer may have queued the job all the same: before the next
  * sbatch, the queue is searched for the job's comment, so that a launch is
  * never queued twice. */
+/* 1 for the variables that name whoever runs: HOME, USER, LOGNAME (and
+ * MUSTER_JOB_ACCOUNT, which the controller sets itself). */
+static int sb_env_is_account(const char *e) {
+  return strncmp(e, "HOME=", 5) == 0 || strncmp(e, "USER=", 5) == 0 ||
+         strncmp(e, "LOGNAME=", 8) == 0 || strncmp(e, "MUSTER_JOB_ACCOUNT=", 19) == 0;
+}
+
 void sb_submit_job(struct sb_job *j) {
   char *argv[SB_ARGV_MAX], bufs[SB_COMP_MAX][4][64], name[64], output[700], chdir[1100];
-  char **envp = NULL, **tok = NULL;
+  char **envp = NULL, **tok = NULL, acct_env[4][600];
   char *script = sb_job_script(j), *comment_text = NULL;
   size_t nenv = 0, clen = 0;
   struct sb_out o = {0};
@@ -174,7 +181,7 @@ void sb_submit_job(struct sb_job *j) {
 
   for (char **e = environ; *e; e++)
     nenv++;
-  envp = calloc(nenv + (size_t)j->n + 4, sizeof(*envp));
+  envp = calloc(nenv + (size_t)j->n + 8, sizeof(*envp));
   tok = calloc((size_t)j->n + 2, sizeof(*tok));
   comment_text = malloc(16 + (size_t)j->n * 32);
   if (!script || !envp || !tok || !comment_text) {
@@ -190,8 +197,19 @@ void sb_submit_job(struct sb_job *j) {
   }
   nenv = 0;
   for (char **e = environ; *e; e++)
-    if (env_to_slurm_job(*e))
+    if (env_to_slurm_job(*e) && !(sb.uid_arg[0] && sb_env_is_account(*e)))
       envp[nenv++] = *e;
+  /* A job of the --run-as account is that account's, its home included
+   * (Slurm passes the submitter's HOME on): `~` is its own, not root's.
+   * MUSTER_JOB_ACCOUNT tells the launcher to refuse to start dumpable. */
+  if (sb.uid_arg[0]) {
+    snprintf(acct_env[0], sizeof(acct_env[0]), "HOME=%s", sb.run_home);
+    snprintf(acct_env[1], sizeof(acct_env[1]), "USER=%s", sb.run_user);
+    snprintf(acct_env[2], sizeof(acct_env[2]), "LOGNAME=%s", sb.run_user);
+    snprintf(acct_env[3], sizeof(acct_env[3]), "MUSTER_JOB_ACCOUNT=%s", sb.run_user);
+    for (int i = 0; i < 4; i++)
+      envp[nenv++] = acct_env[i];
+  }
   /* One secret for the job, no worker's token: every step of the job can
    * read its environment. Its launcher claims the tokens with it (once:
    * the claim mints new ones) before any step runs. */

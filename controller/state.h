@@ -85,9 +85,11 @@ struct ctl_config {
 struct lw {
   char id[16];
   char token[72];
-  /* the token a registration that asked for a new one (rotate) came with:
-   * its own retry, from the same pid, is answered once more ("": none) */
-  char prev_token[72];
+  /* a registration traded its token for a new one (rotate, api_worker.c)
+   * and no call has come with the new one yet: the same workerd's retry
+   * (same pid, the answer was lost) with the old one is answered. Cleared
+   * by the first call made with the new token. */
+  int rotation_open;
   char session[72];
   char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;

@@ -409,6 +409,7 @@ int validate_register(json_t *body, struct register_req *out, const char **field
   out->start_time = (unsigned long long)int_in(body, "start_time", 1, LLONG_MAX);
   out->attempt = (int)int_in(body, "attempt", 1, (1 << 30) - 1);
   out->rotate = json_is_true(json_object_get(body, "rotate"));
+  out->token_lost = json_is_true(json_object_get(body, "token_lost"));
   return 0;
 }
 

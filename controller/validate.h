@@ -63,6 +63,9 @@ struct register_req {
   unsigned long long start_time; /* the pid's start time (/proc), or 0 */
   int attempt;                   /* the start attempt it belongs to, or 0 */
   int rotate; /* "rotate": true: the answer carries a new token, the old one dies */
+  /* "token_lost": true: a Slurm job's launcher says the worker's workerd
+   * got no token (another process read it from srun's stdin) */
+  int token_lost;
 };
 
 int validate_register(json_t *body, struct register_req *out, const char **field, char *msg,

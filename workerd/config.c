@@ -63,6 +63,8 @@ MUST_CHECK static int env_copy(const char *name, char *out, size_t size) {
 MUST_CHECK static int token_from_fd(const char *fdtext) {
   struct pollfd p = {.events = POLLIN};
   size_t n = 0;
+  int64_t until;
+  bool long_token;
   long fd;
   int null;
 
@@ -71,10 +73,20 @@ MUST_CHECK static int token_from_fd(const char *fdtext) {
     return MUSTER_E_INVALID;
   }
   p.fd = (int)fd;
+  /* (partial reads add up; a signal neither ends the wait nor restarts
+   * its 60 s) */
+  until = util_mono_ms() + 60000;
   while (n < sizeof(wd.token) - 1) {
+    int64_t left = until - util_mono_ms();
     ssize_t got;
+    int ready;
 
-    if (poll(&p, 1, 60000) <= 0)
+    if (left <= 0)
+      break;
+    ready = poll(&p, 1, (int)left);
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ready <= 0)
       break;
     got = read((int)fd, wd.token + n, sizeof(wd.token) - 1 - n);
     if (got < 0 && errno == EINTR)
@@ -86,14 +98,24 @@ MUST_CHECK static int token_from_fd(const char *fdtext) {
       break;
   }
   wd.token[n] = '\0';
+  long_token = n == sizeof(wd.token) - 1 && !memchr(wd.token, '\n', n);
   wd.token[strcspn(wd.token, "\n")] = '\0';
   null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null >= 0) {
     (void)dup3(null, (int)fd, 0);
     close(null);
   }
+  if (long_token) {
+    explicit_bzero(wd.token, sizeof(wd.token));
+    LOG(LOG_ERROR, "the token on MUSTER_WORKER_TOKEN_FD (%ld) is longer than %d bytes", fd,
+        WD_TOKEN_MAX);
+    return MUSTER_E_INVALID;
+  }
   if (!wd.token[0]) {
-    LOG(LOG_ERROR, "no token came on MUSTER_WORKER_TOKEN_FD (%ld)", fd);
+    wd.token_missing = true;
+    LOG(LOG_ERROR,
+        "no token came on MUSTER_WORKER_TOKEN_FD (%ld): another process may have read it first",
+        fd);
     return MUSTER_E_INVALID;
   }
   return 0;

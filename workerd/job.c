@@ -8,8 +8,10 @@
  * memory of any dumpable process of that account, is open to all of them.
  * So the job carries one secret (MUSTER_JOB_SECRET, in its environment),
  * and this launcher, before any step exists:
- *   1. makes itself non-dumpable (its /proc/PID/environ and mem become
- *      root's alone) and takes the secret out of its environment;
+ *   1. is non-dumpable from exec on (its /proc/PID/environ and mem are
+ *      root's alone: muster-workerd is root-owned, mode 0711, and main()
+ *      refuses to run a job otherwise) and takes the secret out of its
+ *      environment;
  *   2. claims the workers' tokens with it (POST /api/v1/workers/{id}/claim):
  *      the controller mints new tokens, so the secret is dead once claimed,
  *      and a step that finds it later gets nothing from it;
@@ -33,7 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +51,7 @@ struct job_step {
   int attempt, het, cpus, gpus;
   long mem;
   char token[72]; /* from the claim ("": none; its step is not started) */
+  pid_t pid;      /* its srun (0: none) */
 };
 
 /* What curl received. */
@@ -248,15 +251,74 @@ static pid_t job_start_step(const struct job_step *s, const char *workerd) {
   return pid;
 }
 
+/* Step s's workerd got no token on srun's stdin (WD_EXIT_NO_TOKEN): some
+ * other process of the account read it first. Tells the controller with
+ * the token s was given (a register with "token_lost"), which fails the
+ * worker saying so, at once rather than at its start timeout. */
+static void job_report_lost(const char *url, const struct job_step *s) {
+  char path[700], auth[160], body[160];
+  struct curl_slist *h = NULL;
+  struct job_buf b = {0};
+  CURL *c = curl_easy_init();
+  long code = 0;
+
+  fprintf(stderr,
+          "muster-workerd: error: %s's muster-workerd got no token on its stdin: another "
+          "process of this account read it from srun first\n",
+          s->id);
+  snprintf(path, sizeof(path), "%s/api/v1/workers/%s/register", url, s->id);
+  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", s->token);
+  snprintf(body, sizeof(body),
+           "{\"ip_address\": \"127.0.0.1\", \"attempt\": %d, \"pid\": %ld, \"token_lost\": true}",
+           s->attempt, (long)getpid());
+  h = curl_slist_append(h, auth);
+  h = curl_slist_append(h, "Content-Type: application/json");
+  explicit_bzero(auth, sizeof(auth));
+  if (c && h) {
+    curl_easy_setopt(c, CURLOPT_URL, path);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (curl_easy_perform(c) == CURLE_OK)
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+  }
+  fprintf(stderr, "muster-workerd: the controller's answer (HTTP %ld): %.400s\n", code,
+          b.p ? b.p : "");
+  free(b.p);
+  if (c)
+    curl_easy_cleanup(c);
+  curl_slist_free_all(h);
+}
+
+int job_check_dumpable(int dumpable) {
+  const char *account = getenv("MUSTER_JOB_ACCOUNT");
+  struct stat st;
+
+  if (dumpable != 1 || !account || !*account)
+    return 0;
+  if (stat("/proc/self/exe", &st) != 0)
+    memset(&st, 0, sizeof(st));
+  fprintf(stderr,
+          "muster-workerd: error: this muster-workerd is readable by %s (mode %04o, owner uid "
+          "%u), so it started dumpable: any process of %s could open its /proc environ and "
+          "memory (the job's secret, a worker's token) before its first line. Make it "
+          "root-owned, mode 0711 (as CMake builds and installs it; docs/backends.md)\n",
+          account, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, account);
+  return -1;
+}
+
 int job_main(const char *script, const char *workerd) {
   static struct job_step st[JOB_MAX];
   char secret[128] = "", url[600];
   const char *v;
   int n;
 
-  /* First: from now on only root reads this process's environment and
-   * memory (the secret), not the steps of this job's account. */
-  prctl(PR_SET_DUMPABLE, 0);
+  /* (main() made this process non-dumpable at its first line, and checked
+   * that it was from exec on: only root reads its environment and memory,
+   * the secret, not the steps of this job's account) */
   v = getenv("MUSTER_JOB_SECRET");
   if (v && strlen(v) < sizeof(secret))
     snprintf(secret, sizeof(secret), "%s", v);
@@ -279,12 +341,31 @@ int job_main(const char *script, const char *workerd) {
   /* (a worker the claim gave no token has ended, or has a newer attempt:
    * its step is not started) */
   for (int i = 0; i < n; i++) {
+    st[i].pid = 0;
     if (st[i].token[0])
-      (void)job_start_step(&st[i], workerd);
-    explicit_bzero(st[i].token, sizeof(st[i].token));
+      st[i].pid = job_start_step(&st[i], workerd);
+    if (st[i].pid <= 0)
+      explicit_bzero(st[i].token, sizeof(st[i].token));
   }
-  /* As the shell's `wait`: the job lasts while its steps do. */
-  while (wait(NULL) > 0 || errno == EINTR)
-    ;
+  /* As the shell's `wait`: the job lasts while its steps do. A step's
+   * token stays here (non-dumpable) until its srun ends: a workerd that
+   * got none is reported with it. */
+  for (;;) {
+    int status;
+    pid_t pid = wait(&status);
+
+    if (pid < 0 && errno == EINTR)
+      continue;
+    if (pid < 0)
+      break;
+    for (int i = 0; i < n; i++) {
+      if (st[i].pid != pid)
+        continue;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == WD_EXIT_NO_TOKEN)
+        job_report_lost(url, &st[i]);
+      explicit_bzero(st[i].token, sizeof(st[i].token));
+      st[i].pid = 0;
+    }
+  }
   return 0;
 }

@@ -436,6 +436,8 @@ static int worker_main(void) {
   wd.logs_backoff_ms = WD_RETRY_FIRST_MS;
 
   rc = config_load();
+  if (rc && wd.token_missing)
+    code = WD_EXIT_NO_TOKEN;
   if (rc == 0)
     rc = signals_install();
   if (rc == 0)
@@ -473,8 +475,18 @@ out:
 }
 
 int main(int argc, char **argv) {
+  /* First of all: only root reads a workerd's memory (its token) and
+   * environment (a job's secret), not the worker's own code, which may run
+   * as workerd's account (on Slurm). The kernel makes it so from exec on
+   * only when this binary is unreadable by that account (root-owned, mode
+   * 0711, as CMake builds and installs it); until here it was dumpable
+   * otherwise, and a /proc file opened then stays open (docs/backends.md).
+   * config_load() gives this back to a workerd that confines its command
+   * in a user namespace (it must write its own uid_map). */
+  int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
   int code;
 
+  prctl(PR_SET_DUMPABLE, 0);
   log_set_program("muster-workerd");
   if (argc == 2 && strcmp(argv[1], "--version") == 0) {
     printf("muster-workerd %s\n", MUSTER_VERSION);
@@ -482,7 +494,7 @@ int main(int argc, char **argv) {
   }
   if (argc == 3 && strcmp(argv[1], "--job") == 0) {
     /* a Slurm job's first process (job.c): before anything else */
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    if (job_check_dumpable(dumpable) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
       return 1;
     code = job_main(argv[2], argv[0]);
     curl_global_cleanup();
@@ -498,11 +510,8 @@ int main(int argc, char **argv) {
             "--job SCRIPT starts the steps of a Slurm job muster submitted.\n");
     return 2;
   }
-  /* Only root reads a workerd's memory (its token) and environment, not
-   * the worker's own code, which may run as workerd's account (on Slurm);
-   * config_load() gives this back to a workerd that confines its command
-   * in a user namespace (it must write its own uid_map). */
-  prctl(PR_SET_DUMPABLE, 0);
+  if (job_check_dumpable(dumpable) != 0)
+    return 1;
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     LOG(LOG_ERROR, "cannot initialise libcurl");
     return 1;

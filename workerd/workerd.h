@@ -185,7 +185,8 @@ struct wd_state {
   char url[WD_URL_MAX + 1];
   char id[WD_ID_MAX + 1];
   char token[WD_TOKEN_MAX + 1];
-  bool rotate; /* the token travelled (MUSTER_WORKER_TOKEN_FD): register trades it */
+  bool token_missing; /* MUSTER_WORKER_TOKEN_FD gave none: exit WD_EXIT_NO_TOKEN */
+  bool rotate;        /* the token travelled (MUSTER_WORKER_TOKEN_FD): register trades it */
   char ip[WD_IP_MAX];
   char confine[1024]; /* MUSTER_CONFINE: the directory to hide ("": no confinement) */
   char run_as[64];    /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
@@ -367,5 +368,14 @@ int zygote_main(int (*run_worker)(void));
  * their steps (srun, then workerd, at path workerd), each given its token
  * on stdin; waits for them. Returns the exit code. */
 int job_main(const char *script, const char *workerd);
+/* dumpable: PR_GET_DUMPABLE at main's entry. 0, or -1 (said on stderr)
+ * when it was 1 in a job a root controller submitted as another account
+ * (MUSTER_JOB_ACCOUNT): this binary is readable by that account, so the
+ * job's secret and tokens were open to it until main's first line. */
+int job_check_dumpable(int dumpable);
+/* A Slurm step's workerd that got no token on its stdin exits with this
+ * (srun passes it on): its launcher tells the controller, whose answer
+ * fails the worker (another process read the token first). */
+#define WD_EXIT_NO_TOKEN 75
 
 #endif

@@ -144,6 +144,39 @@ START_TEST(a_registration_from_another_attempt_is_refused) {
 }
 END_TEST
 
+/* A Slurm launcher whose step's workerd got no token (another process of
+ * the account read it from srun's stdin) says so with that token
+ * ("token_lost"): the worker fails at once, with a sentence saying why,
+ * rather than running under whoever took the token. */
+START_TEST(a_token_read_by_another_process_fails_its_worker) {
+  json_t *workers, *ans, *out = NULL;
+  char path[160], auth[200];
+  const char *id;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01, \"command\": "
+                           "[\"sleep\", \"30\"]}");
+  id = h_str(json_array_get(workers, 0), "id");
+  json_decref(h_wait_status(&ctl, id, "running", 30));
+  h_worker_token(&ctl, id, auth, sizeof(auth));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/register", id);
+  ck_assert_int_eq(h_http(&ctl, "POST", path,
+                          "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1, \"pid\": 1, "
+                          "\"token_lost\": true}",
+                          auth, &out, NULL),
+                   409);
+  ck_assert_str_eq(h_str(json_object_get(out, "error"), "field"), "token");
+  json_decref(out);
+  ans = h_worker(&ctl, id);
+  ck_assert_str_eq(h_str(ans, "status"), "failed");
+  ck_assert_ptr_nonnull(strstr(h_str(ans, "failure"), "got no token on its stdin"));
+  json_decref(ans);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* A stand-in for a proxy whose controller is gone: on port, every request
  * gets 502. Returns its pid (a child, killed by the caller). */
 static pid_t bad_gateway(int port) {
@@ -709,6 +742,7 @@ int main(void) {
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_crash_right_after_a_spawn_runs_each_script_once);
   tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
+  tcase_add_test(tc, a_token_read_by_another_process_fails_its_worker);
   tcase_add_test(tc, an_exit_code_that_is_no_exit_status_is_refused);
   tcase_add_test(tc, a_proxy_answering_502_does_not_keep_an_orphan_alive);
   tcase_add_test(tc, appends_racing_a_followed_log_neither_hang_nor_get_lost);

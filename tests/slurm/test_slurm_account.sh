@@ -89,7 +89,7 @@ wait_for 20 "the controller to answer" login curl -sf http://127.0.0.1:8470/api/
 # step's muster-workerd (the command's parent) and its Slurm job
 uid=$(id -u "$account")
 wid=$(m launch --cpu 1 --memory 0.25 --no-path -- /bin/sh -c \
-  'echo "uid=$(id -u) user=$(id -un)"; echo "step=$(awk "/^Uid:/ {print \$2}" /proc/$PPID/status)"; squeue --noheader --format="job=%u" --jobs "$SLURM_JOB_ID"')
+  'echo "uid=$(id -u) user=$(id -un)"; echo "home=$HOME/$USER/$LOGNAME"; echo "step=$(awk "/^Uid:/ {print \$2}" /proc/$PPID/status)"; squeue --noheader --format="job=%u" --jobs "$SLURM_JOB_ID"')
 m await --timeout 90 "$wid" >/dev/null 2>&1
 m logs "$wid" >"$tmp/id.out" 2>/dev/null
 said=$(grep -o '^uid=.*' "$tmp/id.out" | head -1)
@@ -99,6 +99,71 @@ check "id -u in a worker is not 0 ($said)" bash -c "[[ '$said' == uid=* && '$sai
 check "...it is $account's ($uid)" test "$said" = "uid=$uid user=$account"
 check "its step's muster-workerd runs as $account too, not root ($step)" test "$step" = "step=$uid"
 check "...in a Slurm job of $account's ($job)" test "$job" = "job=$account"
+home=$(grep -o '^home=.*' "$tmp/id.out" | head -1)
+ahome=$(getent passwd "$account" | cut -d: -f6)
+check "its HOME, USER and LOGNAME are $account's, not root's ($home)" \
+  test "$home" = "home=$ahome/$account/$account"
+
+# --- muster-workerd is non-dumpable from exec for the account: root-owned,
+# mode 0711, so no process of the account opens a launcher's or a
+# workerd's /proc environ before its first line; a readable copy refuses a
+# root controller's job rather than run dumpable
+check "muster-workerd is root-owned, mode 0711 ($(stat -c '%U %a' "$build/muster-workerd"))" \
+  test "$(stat -c '%u %a' "$build/muster-workerd")" = "0 711"
+cp "$build/muster-workerd" "$tmp/wd-readable" && chmod 755 "$tmp/wd-readable"
+job_env=(env MUSTER_JOB_ACCOUNT=$account MUSTER_JOB_SECRET=x MUSTER_CONTROLLER_URL=http://127.0.0.1:9)
+runuser -u "$account" -- "${job_env[@]}" "$tmp/wd-readable" --job /dev/null >"$tmp/readable.out" 2>&1
+check "a muster-workerd $account can read refuses a root controller's job" \
+  grep -q "readable by $account.*started dumpable" "$tmp/readable.out"
+runuser -u "$account" -- "${job_env[@]}" "$build/muster-workerd" --job /dev/null >"$tmp/built.out" 2>&1
+check "...the built one (0711) starts non-dumpable and goes on" \
+  bash -c "! grep -q dumpable '$tmp/built.out' && grep -q 'names no worker' '$tmp/built.out'"
+
+# --- a token that reached another process is noticed: root stands in for
+# a process of the account that read a step's token from its srun (the
+# memory, or the stdin pipe, of a dumpable process of the account; root
+# finds it in the launcher's memory, which keeps it while the step runs)
+# and registers with it after the real workerd did. The worker fails, saying
+# so, rather than answering the intruder or ignoring it.
+victim=$(m launch --cpu 1 --memory 0.25 --no-path -- sleep 60)
+wait_for 60 "$victim to run" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$victim' | grep -q '\"running\"'"
+python3 - "$victim" >"$tmp/intruder.out" 2>&1 <<'PY'
+import glob, re, sys
+victim = sys.argv[1]
+found = set()
+for d in glob.glob("/proc/[0-9]*"):
+    try:
+        cmd = open(d + "/cmdline", "rb").read().split(b"\0")
+        step = cmd[0].endswith(b"srun") and victim.encode() in cmd
+        launcher = b"--job" in cmd and any(a.endswith(b"muster-workerd") for a in cmd)
+        if not step and not launcher:
+            continue
+        with open(d + "/maps") as maps, open(d + "/mem", "rb", 0) as mem:
+            for line in maps:
+                rng, perms = line.split()[:2]
+                if "r" not in perms or "w" not in perms:
+                    continue
+                a, b = (int(x, 16) for x in rng.split("-"))
+                try:
+                    mem.seek(a)
+                    found.update(re.findall(rb"(?<![0-9a-f])[0-9a-f]{48}(?![0-9a-f])", mem.read(b - a)))
+                except (OSError, ValueError, OverflowError):
+                    pass
+    except OSError:
+        pass
+print("candidates: %d" % len(found))
+for h in sorted(found):
+    print(h.decode())
+PY
+grep '^candidates' "$tmp/intruder.out" | sed 's/^/# srun memory: /'
+for t in $(tail -n +2 "$tmp/intruder.out"); do
+  login curl -s -o /dev/null -X POST -H "Authorization: Bearer $t" -H 'Content-Type: application/json' \
+    -d '{"ip_address": "127.0.0.1", "pid": 4242, "attempt": 1, "rotate": true}' \
+    "http://127.0.0.1:8470/api/v1/workers/$victim/register"
+done
+m show --json "$victim" >"$tmp/victim.json" 2>/dev/null
+check "a second registrant with its step's token fails the worker, saying so" \
+  grep -q 'two processes registered as worker' "$tmp/victim.json"
 
 # --- a step cannot take its sibling's identity. The thief looks for
 # secrets wherever a step of its job can, then tries each on its sibling.

@@ -11,6 +11,9 @@
 set -uo pipefail
 build=$(cd "${1:?usage: test_slurm_restart.sh BUILD_DIR}" && pwd)
 tmp=$(mktemp -d /tmp/muster-slurm-restart.XXXXXX)
+# (the root controller refuses a state directory its account cannot reach:
+# STATE-slurm, where the jobs write their output, sits beside it)
+chmod 755 "$tmp"
 fake=$tmp/fake
 bin=$tmp/bin
 mkdir -p "$fake" "$bin"

@@ -80,7 +80,13 @@ static enum MHD_Result register_intruder_locked(struct MHD_Connection *c, struct
   int rc;
 
   snprintf(id, sizeof(id), "%s", w->id);
-  if (reg->token_lost)
+  if (!reg->token_lost && !traded)
+    snprintf(why, sizeof(why),
+             "pid %d registered as worker %s without trading the token its muster-workerd was "
+             "handed (every Slurm step's workerd does): another process of its account read "
+             "that token",
+             reg->pid, id);
+  else if (reg->token_lost)
     snprintf(why, sizeof(why),
              "worker %s's muster-workerd got no token on its stdin: another process of its "
              "account read the token from srun first%s",
@@ -141,6 +147,10 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
     rc = 0;
     snprintf(status, sizeof(status), "%s", ws_name(w->status));
   } else if (rc == 0 && w && reg.token_lost) {
+    return register_intruder_locked(c, w, &reg, 0, body);
+  } else if (rc == 0 && w && !reg.rotate && strcmp(g.backend->name, "slurm") == 0) {
+    /* A Slurm worker's token travelled through srun: its own workerd
+     * trades it at its first register, so one that keeps it is not. */
     return register_intruder_locked(c, w, &reg, 0, body);
   }
   if (rc) {

@@ -14,6 +14,7 @@
 #include "envlists.h"
 #include "workerd.h"
 
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
@@ -352,7 +353,8 @@ MUST_CHECK int register_begin(void) {
   req = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:b}", "ip_address", wd.ip, "hostname", host,
                   "exec_port", wd.exec_port, "pid", (json_int_t)getpid(), "attempt",
                   (json_int_t)wd.attempt, "start_time", (json_int_t)self_start_time(), "rotate",
-                  wd.rotate);
+                  /* a test plays a thief that keeps the token it read */
+                  wd.rotate && !FAULT_FAILS("register_keeps_token"));
   reg.body = req ? json_dumps(req, JSON_COMPACT) : NULL;
   json_decref(req);
   if (!reg.body)

@@ -272,6 +272,24 @@ check "...and no secret it found worked as its sibling's (register, heartbeat, t
 check "the sibling ran to its end" bash -c "[ \"\$(bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json '$sib' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"status\"])')\" = succeeded ]"
 check "...its output in its log" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$sib' | grep -q sibling-ran-to-its-end"
 
+# --- a process that registers first with a step's token and keeps it (no
+# trade) is no workerd of this job: the worker fails, saying so. Played by
+# a workerd told to keep its token (the fault point register_keeps_token,
+# which every workerd of this controller's jobs gets).
+kill -TERM "$ctl_pid" 2>/dev/null
+wait "$ctl_pid" 2>/dev/null
+MUSTER_FAULT=register_keeps_token:fail=1 bash "$cluster" exec "$build/muster-controller" \
+  --backend slurm --listen 0.0.0.0:8470 --advertise-url "http://$net.1:8470" \
+  --state-dir "$tmp/state" --workdir "$tmp" --start-timeout 60 >>"$tmp/controller.log" 2>&1 &
+ctl_pid=$!
+wait_for 20 "the restarted controller to answer" login curl -sf http://127.0.0.1:8470/api/v1/health ||
+  { tail -20 "$tmp/controller.log"; exit 1; }
+kept=$(m launch --cpu 1 --memory 0.25 --no-path -- sleep 30)
+m await --timeout 90 "$kept" >/dev/null 2>&1
+why=$(m show --json "$kept" 2>/dev/null | python3 -c 'import json,sys; w=json.load(sys.stdin); print(w["status"], w.get("failure") or "")' 2>/dev/null)
+check "a register that keeps its step's token fails the worker, saying so ($why)" \
+  bash -c "[[ '${why//\'/}' == failed*without\ trading\ the\ token* ]]"
+
 if grep -q 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"; then
   echo "not ok - the controller's log has a sanitizer report"
   fail=$((fail + 1))

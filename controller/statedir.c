@@ -38,6 +38,29 @@ static MUST_CHECK int tighten(const char *path, mode_t mode) {
   return 0;
 }
 
+/* The state directory (and a link that names it) must be this process's
+ * own: one another account made first (in a sticky /tmp, say, before the
+ * first start) is that account's to read, tokens and all. Returns 0, or
+ * MUSTER_E_INVALID with err saying whose it is. */
+static MUST_CHECK int state_dir_owned(char *err, size_t errlen) {
+  struct stat ln, st;
+
+  if (lstat(g.cfg.state_dir, &ln) != 0 || stat(g.cfg.state_dir, &st) != 0) {
+    snprintf(err, errlen, "cannot look at the state directory %s: %s", g.cfg.state_dir,
+             strerror(errno));
+    return MUSTER_E_IO;
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || ln.st_uid != geteuid()) {
+    snprintf(err, errlen,
+             "the state directory %s %s uid %u, not this controller's (uid %u): whoever owns it "
+             "could read the tokens it would hold; remove it, or name another with --state-dir",
+             g.cfg.state_dir, S_ISLNK(ln.st_mode) ? "is a link owned by" : "belongs to",
+             (unsigned)(ln.st_uid != geteuid() ? ln.st_uid : st.st_uid), (unsigned)geteuid());
+    return MUSTER_E_INVALID;
+  }
+  return 0;
+}
+
 int secure_state_dir(char *err, size_t errlen) {
   static const char *const files[] = {"muster.db", "muster.db-wal", "muster.db-shm", "token"};
   char path[600];
@@ -135,7 +158,9 @@ int statedir_prepare(char *err, size_t errlen) {
              strerror(-rc));
     return MUSTER_E_IO;
   }
-  rc = secure_state_dir(err, errlen);
+  rc = state_dir_owned(err, errlen);
+  if (!rc)
+    rc = secure_state_dir(err, errlen);
   if (rc)
     return rc;
   /* A new database is made private from the start: SQLite gives its WAL and

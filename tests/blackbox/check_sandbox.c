@@ -434,20 +434,25 @@ END_TEST
 /* 1 if a controller started on this test's copies refuses to start, and
  * says that the account can write want (within 10 s: one that starts runs
  * until the timeout). */
-static int refuses_naming(const char *want) {
-  char cmd[2048];
+static int refuses_naming_in(const char *state, const char *want) {
+  char cmd[2048], st[160];
 
+  snprintf(st, sizeof(st), "%s/state", dir);
   ck_assert_int_lt(
       snprintf(cmd, sizeof(cmd),
-               "timeout 10 %s --listen 127.0.0.1:0 --state-dir %s/state --workerd %s --web-dir %s "
+               "timeout 10 %s --listen 127.0.0.1:0 --state-dir %s --workerd %s --web-dir %s "
                "--workdir %s >%s/out 2>&1; grep -qF 'account " ACCOUNT " can write %s (' %s/out",
-               MUSTER_CONTROLLER_BIN, dir, workerd, web, wk, dir, want, dir),
+               MUSTER_CONTROLLER_BIN, state ? state : st, workerd, web, wk, dir, want, dir),
       (int)sizeof(cmd));
   if (system(cmd) == 0)
     return 1;
   if (snprintf(cmd, sizeof(cmd), "cat %s/out >&2", dir) < (int)sizeof(cmd))
     (void)!system(cmd);
   return 0;
+}
+
+static int refuses_naming(const char *want) {
+  return refuses_naming_in(NULL, want);
 }
 
 /* What runs as root or is served to browsers must be out of the account's
@@ -501,6 +506,24 @@ START_TEST(a_controller_whose_files_the_account_can_write_refuses_to_start) {
              "--workdir %s 2>&1 | grep -qF 'account " ACCOUNT " can write %s ('",
              MUSTER_CONTROLLER_BIN, dir, link, web, wk, open_dir);
     ck_assert_msg(system(cmd) == 0, "a --workerd link into a directory the account can write");
+  }
+  /* A state directory another account made first, in a sticky directory:
+   * its to read, tokens and all. A root controller's check names it as the
+   * account's; any controller (here one run by nobody, which has no such
+   * check) refuses one that is not its own. */
+  {
+    char squat[80], cmd[900];
+    snprintf(squat, sizeof(squat), "/tmp/muster-squat-%d", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "runuser -u " ACCOUNT " -- mkdir -m 777 %s", squat);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    ck_assert_msg(refuses_naming_in(squat, squat),
+                  "a state directory the account made was accepted");
+    snprintf(cmd, sizeof(cmd),
+             "timeout 10 runuser -u nobody -- %s --listen 127.0.0.1:0 --state-dir %s 2>&1 | "
+             "grep -qF 'the state directory %s belongs to uid %u, not this controller'",
+             MUSTER_CONTROLLER_BIN, squat, squat, (unsigned)pw->pw_uid);
+    ck_assert_msg(system(cmd) == 0, "a state directory of another account was accepted");
+    sh("rm -rf %s%s", squat, "");
   }
   sh("rm -rf %s%s", dir, "");
 }

@@ -143,6 +143,8 @@ timeout 120 env MUSTER_RUN_DIR="$tmp/runs" "$muster" run --mode allreduce --work
   --max-restarts 1 -- "$tmp/fake/muster-train" > "$tmp/link.out" 2> "$tmp/link.err"; rc=$?
 check "a run whose rank 0 put a link where its checkpoint directory goes succeeds (exit $rc)" \
   test $rc -eq 0
+check "...which did put its link there ($(ls "$tmp/runs" 2>/dev/null | head -1))" \
+  bash -c "[ -L \"\$(ls -d '$tmp'/runs/* | head -1)\" ]"
 check "...and removing that directory left the link's target alone" \
   test -s "$tmp/victim/checkpoint"
 

@@ -325,6 +325,9 @@ int job_main(const char *script, const char *workerd) {
   if (v)
     explicit_bzero((char *)v, strlen(v)); /* the copy in the original environment */
   unsetenv("MUSTER_JOB_SECRET");
+  /* A step's srun that dies before it reads its token must not take this
+   * launcher with it (the write gets EPIPE): the other steps still start. */
+  signal(SIGPIPE, SIG_IGN);
   v = getenv("MUSTER_CONTROLLER_URL");
   snprintf(url, sizeof(url), "%s", v ? v : "");
   if (!secret[0] || !url[0]) {

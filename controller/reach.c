@@ -81,36 +81,49 @@ static int changeable_path(const char *path, char *hit) {
   return realpath(path, real) && strcmp(real, path) != 0 && changeable_up(real, hit);
 }
 
-/* changeable for every entry below dir (the web files), depth levels
- * deep at most. */
-static int changeable_below(const char *dir, int depth, char *hit) {
+/* The paths below dir (the web files), listed as root before the fork:
+ * the account may not be able to list a directory it could still reach a
+ * file in by name. At most TREE_MAX. */
+#define TREE_MAX 4096
+struct tree {
+  char *path[TREE_MAX];
+  int n, too_many;
+};
+
+static void tree_list(const char *dir, struct tree *t) {
   char p[PATH_MAX];
   struct stat sb;
-  DIR *d;
+  DIR *d = opendir(dir);
   struct dirent *e;
-  int found = 0;
 
-  if (depth <= 0 || !(d = opendir(dir)))
-    return 0;
-  while (!found && (e = readdir(d)) != NULL) {
+  if (!d)
+    return;
+  while ((e = readdir(d)) != NULL) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
         snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= (int)sizeof(p) || lstat(p, &sb) != 0)
       continue;
-    if (changeable(p, &sb)) {
-      snprintf(hit, PATH_MAX, "%s", p);
-      found = 1;
-    } else if (S_ISDIR(sb.st_mode)) {
-      found = changeable_below(p, depth - 1, hit);
+    if (t->n == TREE_MAX || !(t->path[t->n] = strdup(p))) {
+      t->too_many = 1;
+      break;
     }
+    t->n++;
+    if (S_ISDIR(sb.st_mode))
+      tree_list(p, t);
   }
   closedir(d);
-  return found;
+}
+
+static void tree_free(struct tree *t) {
+  for (int i = 0; i < t->n; i++)
+    free(t->path[i]);
+  t->n = 0;
 }
 
 int reach_check(const char *account, const struct reach_item *items, int n, char *err,
                 size_t size) {
   struct passwd *pw = getpwnam(account);
-  int fds[2], status;
+  struct tree *trees = NULL;
+  int fds[2], status, rc = -1;
   pid_t pid;
   char line[PATH_MAX + 8] = "";
   ssize_t got;
@@ -120,24 +133,39 @@ int reach_check(const char *account, const struct reach_item *items, int n, char
     snprintf(err, size, "no account \"%s\" on this host", account);
     return -1;
   }
+  if (n > 255)
+    n = 255;
+  /* Each item's tree, for the items whose entries count too. */
+  trees = calloc((size_t)n, sizeof(*trees));
+  if (!trees) {
+    snprintf(err, size, "cannot check what %s may write: out of memory", account);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    if (items[i].dir)
+      tree_list(items[i].path, &trees[i]);
+    if (trees[i].too_many) {
+      snprintf(err, size, "cannot check what %s may write: %s holds over %d entries", account,
+               items[i].path, TREE_MAX);
+      goto out;
+    }
+  }
   if (pipe(fds) != 0) {
     snprintf(err, size, "cannot check what %s may write: pipe: %s", account, strerror(errno));
-    return -1;
+    goto out;
   }
   pid = fork();
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
     snprintf(err, size, "cannot check what %s may write: fork: %s", account, strerror(errno));
-    return -1;
+    goto out;
   }
   if (pid == 0) {
     /* Answers with one tag byte: 'K' (none of them), '!' (could not
      * become the account), or 'W', the item's index and the path. */
     char hit[PATH_MAX];
 
-    if (n > 255)
-      n = 255;
     close(fds[0]);
     if (initgroups(account, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 ||
         setuid(pw->pw_uid) != 0) {
@@ -145,10 +173,9 @@ int reach_check(const char *account, const struct reach_item *items, int n, char
       _exit(1);
     }
     for (int i = 0; i < n; i++) {
-      char real[PATH_MAX];
       int w = changeable_path(items[i].path, hit);
-      if (!w && items[i].dir)
-        w = changeable_below(realpath(items[i].path, real) ? real : items[i].path, 8, hit);
+      for (int k = 0; !w && k < trees[i].n; k++)
+        w = changeable_path(trees[i].path[k], hit);
       if (w) {
         line[0] = 'W';
         line[1] = (char)i;
@@ -169,22 +196,28 @@ int reach_check(const char *account, const struct reach_item *items, int n, char
     ;
   if (got == 1 && line[0] == '!') {
     snprintf(err, size, "cannot become %s to check what it may write", account);
-    return -1;
+    goto out;
   }
   /* Anything but a clean answer from a child that exited 0 is no answer:
    * the start is refused rather than the check skipped. */
   if (got <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
       (line[0] != 'K' && (line[0] != 'W' || got < 3 || (unsigned char)line[1] >= (unsigned)n))) {
     snprintf(err, size, "could not check what %s may write (the check's process failed)", account);
-    return -1;
+    goto out;
   }
-  if (line[0] == 'K')
-    return 0;
+  if (line[0] == 'K') {
+    rc = 0;
+    goto out;
+  }
   line[got] = '\0';
   snprintf(err, size,
            "the workers' account %s can write %s (%s %s): a worker's code could change what "
            "this controller runs or serves; make it writable by root only",
            account, line + 2, items[(unsigned char)line[1]].what,
            items[(unsigned char)line[1]].path);
-  return -1;
+out:
+  for (int i = 0; i < n; i++)
+    tree_free(&trees[i]);
+  free(trees);
+  return rc;
 }

@@ -491,6 +491,20 @@ START_TEST(a_controller_whose_files_the_account_can_write_refuses_to_start) {
     ck_assert_int_eq(unlink(deep), 0);
     ck_assert_int_eq(rmdir(sub), 0);
   }
+  /* A web file that is a link to a file the account owns (read-only to it,
+   * but it may chmod it). */
+  {
+    char owned[160], link[200];
+    snprintf(owned, sizeof(owned), "%s/owned.js", dir);
+    snprintf(link, sizeof(link), "%s/app.js", web);
+    h_write_exec(owned, "// served\n");
+    ck_assert_int_eq(chown(owned, pw->pw_uid, pw->pw_gid), 0);
+    ck_assert_int_eq(chmod(owned, 0444), 0);
+    ck_assert_int_eq(symlink(owned, link), 0);
+    ck_assert_msg(refuses_naming(owned), "a web file linked to one the account owns was accepted");
+    ck_assert_int_eq(unlink(link), 0);
+    ck_assert_int_eq(unlink(owned), 0);
+  }
   /* --workerd a link to a daemon in a directory the account can write. */
   {
     char open_dir[120], target[160], link[160], cmd[900];

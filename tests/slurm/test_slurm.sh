@@ -39,54 +39,16 @@ mkdir -m 1777 "$tmp/shared"
 ctl_pid=
 pass=0 fail=0
 
-cleanup() {
-  [ -n "$ctl_pid" ] && kill -9 "$ctl_pid" 2>/dev/null
-  if [ "$fail" -gt 0 ] && [ -f "$tmp/controller.log" ]; then
-    echo "# the controller's log, last lines:"
-    tail -25 "$tmp/controller.log" | sed 's/^/#   /'
-  fi
-  bash "$cluster" down >/dev/null 2>&1 || echo "# cluster.sh down failed" >&2
-  if [ -n "${KEEP:-}" ]; then echo "# kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
+. "$here/lib.sh"
+trap cluster_cleanup EXIT
 trap 'exit 130' INT TERM
 
-check() { # check "what a user sees" COMMAND...
-  local what=$1
-  shift
-  if "$@" >/dev/null 2>&1; then
-    echo "ok - $what"
-    pass=$((pass + 1))
-  else
-    echo "not ok - $what"
-    fail=$((fail + 1))
-    return 1
-  fi
-}
-
-# on the login node
-login() { bash "$cluster" exec "$@"; }
-m() { login env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
-  "$build/muster" "$@"; }
 api() { # api METHOD PATH [BODY]: prints the body, then the status on a line
   login curl -s -X "$1" -H "Authorization: Bearer $(cat "$tmp/state/token")" \
     -H 'Content-Type: application/json' ${3:+-d "$3"} -w '\n%{http_code}\n' \
     "http://127.0.0.1:8470$2"
 }
-field() { python3 -c 'import json,sys; w=json.load(sys.stdin); print(w.get(sys.argv[1]) or "")' "$1"; }
 status_of() { m show --json "$1" 2>/dev/null | field status; }
-wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds
-  local secs=$1 what=$2 end
-  shift 2
-  end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then
-      echo "# gave up after ${secs} s waiting for $what" >&2
-      return 1
-    fi
-    sleep 0.2
-  done
-}
 is_status() { [ "$(status_of "$1")" = "$2" ]; }
 le() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)' "$1" "$2"; }
 ge() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }

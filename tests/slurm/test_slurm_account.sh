@@ -36,46 +36,9 @@ chmod 755 "$tmp"
 ctl_pid=
 pass=0 fail=0
 
-cleanup() {
-  [ -n "$ctl_pid" ] && kill -9 "$ctl_pid" 2>/dev/null
-  if [ "$fail" -gt 0 ] && [ -f "$tmp/controller.log" ]; then
-    echo "# the controller's log, last lines:"
-    tail -25 "$tmp/controller.log" | sed 's/^/#   /'
-  fi
-  bash "$cluster" down >/dev/null 2>&1 || echo "# cluster.sh down failed" >&2
-  if [ -n "${KEEP:-}" ]; then echo "# kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
+. "$here/lib.sh"
+trap cluster_cleanup EXIT
 trap 'exit 130' INT TERM
-
-check() { # check "what a user sees" COMMAND...
-  local what=$1
-  shift
-  if "$@" >/dev/null 2>&1; then
-    echo "ok - $what"
-    pass=$((pass + 1))
-  else
-    echo "not ok - $what"
-    fail=$((fail + 1))
-    return 1
-  fi
-}
-login() { bash "$cluster" exec "$@"; }
-m() { login env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/state/token")" \
-  "$build/muster" "$@"; }
-field() { python3 -c 'import json,sys; w=json.load(sys.stdin); print(w.get(sys.argv[1]) or "")' "$1"; }
-wait_for() { # wait_for SECONDS WHAT COMMAND...
-  local secs=$1 what=$2 end
-  shift 2
-  end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then
-      echo "# gave up after ${secs} s waiting for $what" >&2
-      return 1
-    fi
-    sleep 0.2
-  done
-}
 
 bash "$cluster" up >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log"; echo "not ok - the Slurm cluster came up"; exit 1; }
 bash "$cluster" exec "$build/muster-controller" --backend slurm --listen 0.0.0.0:8470 \

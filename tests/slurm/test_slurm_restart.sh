@@ -93,33 +93,9 @@ export PATH=$bin:$PATH
 echo '{"jobs": []}' >"$fake/queue.json"
 echo 100 >"$fake/next_id"
 
-check() { # check "what a user sees" COMMAND...
-  local what=$1
-  shift
-  if "$@" >/dev/null 2>&1; then
-    echo "ok - $what"
-    pass=$((pass + 1))
-  else
-    echo "not ok - $what"
-    fail=$((fail + 1))
-    return 1
-  fi
-}
-wait_for() { # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds
-  local secs=$1 what=$2 end
-  shift 2
-  end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then
-      echo "# gave up after ${secs} s waiting for $what" >&2
-      return 1
-    fi
-    sleep 0.2
-  done
-}
+. "$(dirname "$0")/lib.sh" # check, wait_for, field (m is this test's own, below)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 m() { MUSTER_URL=http://127.0.0.1:$port MUSTER_TOKEN="$(cat "$tmp/state/token")" "$build/muster" "$@"; }
-field() { python3 -c 'import json,sys; w=json.load(sys.stdin); print(w.get(sys.argv[1]) or "")' "$1"; }
 show() { m show --json "$1" 2>/dev/null | field "$2"; }
 is() { [ "$(show "$1" "$2")" = "$3" ]; }
 failure_has() { show "$1" failure | grep -qF -- "$2"; }

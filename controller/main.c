@@ -340,6 +340,31 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
       return MUSTER_E_INVALID;
     }
   }
+  /* A root controller's Slurm jobs run muster-workerd as the account: from
+   * exec on it must be non-dumpable (its environment holds the job's
+   * secret), which the kernel gives a binary the account cannot read, run
+   * as the job script's own interpreter (an absolute #! line, no blanks). */
+  if (cfg->run_as[0] && strcmp(cfg->backend, "slurm") == 0) {
+    struct stat st;
+
+    if (stat(cfg->workerd_path, &st) == 0 && (st.st_uid != 0 || (st.st_mode & 0044) != 0)) {
+      fprintf(stderr,
+              "muster-controller: %s is readable by %s (mode %04o, owner uid %u): its Slurm jobs "
+              "would start it dumpable, and it refuses to run so; make it root-owned, mode 0711, "
+              "as CMake builds and installs it\n",
+              cfg->workerd_path, cfg->run_as, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+      return MUSTER_E_INVALID;
+    }
+    if (cfg->workerd_path[0] != '/' || strlen(cfg->workerd_path) >= 120 ||
+        strpbrk(cfg->workerd_path, " \t\n")) {
+      fprintf(stderr,
+              "muster-controller: --workerd %s cannot be a Slurm job's #! line (an absolute "
+              "path under 120 bytes, without blanks), and a shell in between would hold the "
+              "job's secret where %s can read it\n",
+              cfg->workerd_path, cfg->run_as);
+      return MUSTER_E_INVALID;
+    }
+  }
   if (access(cfg->workerd_path, X_OK) != 0) {
     fprintf(stderr, "muster-controller: cannot run the worker daemon %s: %s (see --workerd)\n",
             cfg->workerd_path, strerror(errno));

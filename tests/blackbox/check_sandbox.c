@@ -491,6 +491,16 @@ START_TEST(a_controller_whose_files_the_account_can_write_refuses_to_start) {
     ck_assert_int_eq(unlink(deep), 0);
     ck_assert_int_eq(rmdir(sub), 0);
   }
+  /* On Slurm, a worker daemon the account can read (this test's copy is
+   * 0755) would start dumpable in its jobs, holding their secret. */
+  {
+    char cmd[900];
+    snprintf(cmd, sizeof(cmd),
+             "timeout 10 %s --backend slurm --listen 127.0.0.1:0 --state-dir %s/state "
+             "--workerd %s --web-dir %s 2>&1 | grep -qF '%s is readable by " ACCOUNT " (mode 0755'",
+             MUSTER_CONTROLLER_BIN, dir, workerd, web, workerd);
+    ck_assert_msg(system(cmd) == 0, "a Slurm controller took a worker daemon the account can read");
+  }
   /* A web file that is a link to a file the account owns (read-only to it,
    * but it may chmod it). */
   {

@@ -318,7 +318,7 @@ assert sorted(j["cpus"] for j in jobs) == [1, 4], [j["cpus"] for j in jobs]
 kill -9 "$ctl_pid"
 wait "$ctl_pid" 2>/dev/null
 printf '#!/nonexistent/sh\n' >"$tmp/broken-workerd"
-chmod 755 "$tmp/broken-workerd"
+chmod 711 "$tmp/broken-workerd" # root's, unreadable to the account, as a root controller asks
 start_controller --workerd "$tmp/broken-workerd"
 bid=$(m launch --cpu 1 --memory 0.25)
 wait_for 40 "$bid to fail" is_status "$bid" failed

@@ -580,6 +580,15 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     st.stage = STAGE_PATH;
     st.err = ENOENT;
   }
+  /* ENOENT for a program the account cannot see at all is "not found":
+   * the parent, which looks further (for a missing #! interpreter), does
+   * so as root, and must learn nothing of what the account cannot see. */
+  if (st.err == ENOENT) {
+    struct stat sb;
+    int seen = strchr(cs->argv[0], '/') ? stat(cs->argv[0], &sb) == 0 : on_path(cs->argv[0]);
+    if (!seen)
+      st.stage = STAGE_PATH;
+  }
 fail:
   n = write(cs->status_fd, &st, sizeof(st));
   (void)n;

@@ -173,7 +173,7 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
   } else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT &&
              !strchr(argv[0], '/'))
     snprintf(buf, size, "%s: not found on the worker's PATH (unset)", argv[0]);
-  else if (st->stage == STAGE_EXEC && st->err == ENOENT)
+  else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT)
     snprintf(buf, size, "%s: not found", argv[0]);
   else if (st->stage == STAGE_EXEC && st->err == EACCES && wd.run_as[0] &&
            !(strchr(argv[0], '/') && found_file(cwd, argv[0], path, file) == 0 &&

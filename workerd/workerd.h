@@ -137,7 +137,7 @@ enum exec_stage {
   STAGE_CONFINE = 4,
   STAGE_SCRIPT = 5, /* the script the kernel would run is not there */
   STAGE_USER = 6,   /* could not become the worker's account */
-  STAGE_PATH = 7    /* no directory of the PATH that the account can see holds it */
+  STAGE_PATH = 7    /* the account sees no such program (on its PATH, or at the path) */
 };
 struct exec_status {
   int stage;

@@ -103,6 +103,18 @@ START_TEST(a_path_the_workers_account_cannot_search_still_says_not_found) {
            "muster-shut-train: not found on the worker's PATH (%s:/usr/bin:/bin)", shut);
   ck_assert_str_eq(h_str(f, "failure"), want);
   json_decref(f);
+  /* A file in the state directory, which the worker's mount namespace
+   * covers: "not found", as the worker sees it, not what root sees there
+   * (before: "... exists but cannot be started: its loader is missing"). */
+  {
+    char hidden[200];
+    snprintf(hidden, sizeof(hidden), "%s/token", ctl.dir);
+    snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.1, \"command\": [\"%s\"]}", hidden);
+    f = failure_of(body);
+    snprintf(want, sizeof(want), "%s: not found", hidden);
+    ck_assert_str_eq(h_str(f, "failure"), want);
+    json_decref(f);
+  }
   unlink(prog);
   /* One the account sees but may not run (root's, 0700). */
   snprintf(prog, sizeof(prog), "%s/muster-own-train", project);

@@ -74,6 +74,37 @@ static size_t job_recv(char *data, size_t size, size_t nmemb, void *arg) {
   return add;
 }
 
+/* One POST of body to url with bearer's token, its answer into *b.
+ * Returns curl's code; *code gets the HTTP status (0: none). */
+static CURLcode job_post(const char *url, const char *bearer, const char *body, struct job_buf *b,
+                         long *code) {
+  char auth[160];
+  struct curl_slist *h = NULL;
+  CURL *c = curl_easy_init();
+  CURLcode cr = CURLE_OUT_OF_MEMORY;
+
+  *code = 0;
+  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", bearer);
+  h = curl_slist_append(h, auth);
+  h = curl_slist_append(h, "Content-Type: application/json");
+  explicit_bzero(auth, sizeof(auth));
+  if (c && h && body) {
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    cr = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, code);
+  }
+  if (c)
+    curl_easy_cleanup(c);
+  curl_slist_free_all(h); /* (its Authorization line is libcurl's copy) */
+  return cr;
+}
+
 /* Reads SCRIPT's "#@" lines into st (room for JOB_MAX). Returns their
  * number, or -1 (said on stderr). */
 static int job_read_script(const char *path, struct job_step *st) {
@@ -109,9 +140,8 @@ static int job_read_script(const char *path, struct job_step *st) {
  * Retries while the controller cannot be reached or answers 5xx. Returns 0
  * or -1 (said on stderr). */
 static int job_claim(const char *url, const char *secret, struct job_step *st, int n) {
-  char path[700], auth[160];
+  char path[700];
   json_t *body = json_object(), *ws = json_array(), *ans = NULL;
-  struct curl_slist *h = NULL;
   int64_t until = util_mono_ms() + JOB_CLAIM_MS, wait_ms = 500;
   char *text;
   long code = 0;
@@ -123,28 +153,13 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
   text = json_dumps(body, JSON_COMPACT);
   json_decref(body);
   snprintf(path, sizeof(path), "%s/api/v1/workers/%s/claim", url, st[0].id);
-  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", secret);
-  h = curl_slist_append(h, auth);
-  h = curl_slist_append(h, "Content-Type: application/json");
-  explicit_bzero(auth, sizeof(auth));
   for (;;) {
     struct job_buf b = {0};
-    CURL *c = curl_easy_init();
     CURLcode cr;
 
-    if (!c || !text || !h)
+    if (!text)
       break;
-    curl_easy_setopt(c, CURLOPT_URL, path);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    cr = curl_easy_perform(c);
-    code = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
+    cr = job_post(path, secret, text, &b, &code);
     if (cr == CURLE_OK && code == 200) {
       ans = json_loads(b.p ? b.p : "", 0, NULL);
       if (b.p)
@@ -190,7 +205,6 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
   }
 out:
   json_decref(ans); /* (its strings held tokens: freed, as libc frees) */
-  curl_slist_free_all(h);
   free(text);
   return rc;
 }
@@ -256,10 +270,8 @@ static pid_t job_start_step(const struct job_step *s, const char *workerd) {
  * the token s was given (a register with "token_lost"), which fails the
  * worker saying so, at once rather than at its start timeout. */
 static void job_report_lost(const char *url, const struct job_step *s) {
-  char path[700], auth[160], body[160];
-  struct curl_slist *h = NULL;
+  char path[700], body[160];
   struct job_buf b = {0};
-  CURL *c = curl_easy_init();
   long code = 0;
 
   fprintf(stderr,
@@ -267,30 +279,13 @@ static void job_report_lost(const char *url, const struct job_step *s) {
           "process of this account read it from srun first\n",
           s->id);
   snprintf(path, sizeof(path), "%s/api/v1/workers/%s/register", url, s->id);
-  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", s->token);
   snprintf(body, sizeof(body),
            "{\"ip_address\": \"127.0.0.1\", \"attempt\": %d, \"pid\": %ld, \"token_lost\": true}",
            s->attempt, (long)getpid());
-  h = curl_slist_append(h, auth);
-  h = curl_slist_append(h, "Content-Type: application/json");
-  explicit_bzero(auth, sizeof(auth));
-  if (c && h) {
-    curl_easy_setopt(c, CURLOPT_URL, path);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(c) == CURLE_OK)
-      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-  }
+  (void)job_post(path, s->token, body, &b, &code);
   fprintf(stderr, "muster-workerd: the controller's answer (HTTP %ld): %.400s\n", code,
           b.p ? b.p : "");
   free(b.p);
-  if (c)
-    curl_easy_cleanup(c);
-  curl_slist_free_all(h);
 }
 
 int job_check_dumpable(int dumpable) {

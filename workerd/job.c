@@ -278,7 +278,9 @@ static void job_report_lost(const char *url, const struct job_step *s) {
           "muster-workerd: error: %s's muster-workerd got no token on its stdin: another "
           "process of this account read it from srun first\n",
           s->id);
-  snprintf(path, sizeof(path), "%s/api/v1/workers/%s/register", url, s->id);
+  if (snprintf(path, sizeof(path), "%s/api/v1/workers/%s/register", url, s->id) >=
+      (int)sizeof(path))
+    return; /* (cannot happen: the URL is under 600 bytes, an id 16) */
   snprintf(body, sizeof(body),
            "{\"ip_address\": \"127.0.0.1\", \"attempt\": %d, \"pid\": %ld, \"token_lost\": true}",
            s->attempt, (long)getpid());

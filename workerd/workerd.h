@@ -342,6 +342,19 @@ MUST_CHECK int command_start(void);
 void child_reap(int64_t now);
 
 /* ------------------------------------------------------------------------ */
+/* sandbox.c: a confined command's mounts and capabilities (in the child)   */
+
+/* The namespaces (flags: CLONE_NEWNS, and CLONE_NEWPID for the worker's
+ * command; a user namespace when not root) and the mounts of cs. Returns 0,
+ * or -1 with errno set. */
+int confine_mounts(const struct child_spec *cs, int flags);
+/* The capabilities a confined command keeps, none inherited past exec, no
+ * new privileges. Returns 0, or -1 with errno set. */
+int confine_caps(void);
+/* Makes path (if it exists) read-only here, keeping its other flags. */
+int confine_read_only(const char *path);
+
+/* ------------------------------------------------------------------------ */
 /* exec_server.c: the exec channel                                          */
 
 MUST_CHECK int exec_listen(void);

@@ -8,6 +8,7 @@
 #include "muster_errors.h"
 #include "reach.h"
 #include "resources.h"
+#include "scratch.h"
 #include "state.h"
 #include "util.h"
 
@@ -434,6 +435,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   write_url_file();
+  /* The private /tmp trees that workerds killed outright left (those still
+   * running hold theirs): common/scratch.h. */
+  scratch_sweep(g.cfg.state_dir);
   rc = state_start_monitor();
   if (rc) {
     LOG(LOG_ERROR, "could not start the monitor thread");

@@ -301,6 +301,8 @@ void child_spec_worker(struct child_spec *cs) {
   if (!wd.confine[0])
     return;
   cs->confine = wd.confine;
+  cs->scratch = wd.scratch.lock_fd >= 0 ? wd.scratch.tmp : NULL;
+  cs->home = wd.home[0] ? wd.home : NULL;
   if (uid != 0) {
     snprintf(cs->uid_map, sizeof(cs->uid_map), "%u %u 1", uid, uid);
     snprintf(cs->gid_map, sizeof(cs->gid_map), "%u %u 1", gid, gid);
@@ -310,6 +312,27 @@ void child_spec_worker(struct child_spec *cs) {
   snprintf(cs->user_sockets[2], sizeof(cs->user_sockets[2]), "/run/user/%u/podman/podman.sock",
            uid);
   snprintf(cs->user_sockets[3], sizeof(cs->user_sockets[3]), "/run/user/%u/docker.sock", uid);
+}
+
+int worker_scratch_enter(void) {
+  char err[300];
+  const char *session = NULL;
+
+  if (!wd.confine[0])
+    return 0;
+  for (char **e = wd.envp; e && *e && !session; e++)
+    if (strncmp(*e, "MUSTER_SESSION=", 15) == 0)
+      session = *e + 15;
+  snprintf(wd.session, sizeof(wd.session), "%s", session ? session : "");
+  if (scratch_enter(wd.confine, wd.session, &wd.scratch, err, sizeof(err)) == 0)
+    return 0;
+  snprintf(wd.reason, sizeof(wd.reason), "cannot give the worker its private /tmp: %s", err);
+  LOG(LOG_ERROR, "%s", wd.reason);
+  return -1;
+}
+
+void worker_scratch_leave(void) {
+  scratch_leave(wd.confine, wd.session, &wd.scratch);
 }
 
 /* 1 if some directory of this process's PATH (execvp's default without

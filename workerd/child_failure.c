@@ -137,6 +137,21 @@ static void utf8_mend(char *buf) {
   }
 }
 
+/* A path in the host's /tmp, which a confined worker does not see (it has a
+ * /tmp of its own: workerd/sandbox.c), unless it lies in the working
+ * directory, which is bound there. */
+static bool in_private_tmp(const char *path, const char *cwd) {
+  size_t n = cwd ? strlen(cwd) : 0;
+
+  if (!path || strncmp(path, "/tmp/", 5) != 0 || wd.scratch.lock_fd < 0)
+    return false;
+  return !(n > 0 && strncmp(path, cwd, n) == 0 && (path[n] == '/' || cwd[n - 1] == '/'));
+}
+
+#define PRIVATE_TMP                                                                                \
+  " (the worker has a /tmp of its own, which its session's workers share: the host's /tmp is "     \
+  "out of its sight; put the file in the launch's directory)"
+
 /* Writes to buf (size bytes) the sentence for a child that failed before
  * its command started (st), which ran argv in cwd with envp, checking
  * script first (cwd and script may be NULL): "script /p/x.py not found",
@@ -148,7 +163,9 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
   const char *path = envp_path(envp);
   char file[PATH_MAX];
 
-  if (st->stage == STAGE_SCRIPT && st->err == ENOENT)
+  if (st->stage == STAGE_SCRIPT && st->err == ENOENT && in_private_tmp(script, cwd))
+    snprintf(buf, size, "script %s not found" PRIVATE_TMP, script);
+  else if (st->stage == STAGE_SCRIPT && st->err == ENOENT)
     snprintf(buf, size, "script %s not found", script);
   else if (st->stage == STAGE_SCRIPT && wd.run_as[0])
     snprintf(buf, size, "script %s cannot be read by the worker's account %s: %s", script,
@@ -173,6 +190,9 @@ void child_failure_sentence(const struct exec_status *st, const char *cwd, const
   } else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT &&
              !strchr(argv[0], '/'))
     snprintf(buf, size, "%s: not found on the worker's PATH (unset)", argv[0]);
+  else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT &&
+           in_private_tmp(argv[0], cwd))
+    snprintf(buf, size, "%s: not found" PRIVATE_TMP, argv[0]);
   else if ((st->stage == STAGE_EXEC || st->stage == STAGE_PATH) && st->err == ENOENT)
     snprintf(buf, size, "%s: not found", argv[0]);
   else if (st->stage == STAGE_EXEC && st->err == EACCES && wd.run_as[0] &&

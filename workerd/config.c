@@ -266,12 +266,15 @@ MUST_CHECK int config_load(void) {
     run_groups(name, pw->pw_gid);
     /* Its commands see the account's own name and home, not root's (a
      * launch's env still wins: it goes on top). */
+    snprintf(wd.home, sizeof(wd.home), "%s", pw->pw_dir);
     if (setenv("HOME", pw->pw_dir, 1) != 0 || setenv("USER", name, 1) != 0 ||
         setenv("LOGNAME", name, 1) != 0) {
       LOG(LOG_ERROR, "out of memory");
       goto out;
     }
   }
+  if (!wd.run_as[0] && getenv("HOME") && strlen(getenv("HOME")) < sizeof(wd.home))
+    snprintf(wd.home, sizeof(wd.home), "%s", getenv("HOME"));
   unsetenv("MUSTER_RUN_AS");
   unsetenv("MUSTER_WORKER_TOKEN"); /* kept in wd.token; no copy left in environ */
   wd.last_contact_ms = util_mono_ms();

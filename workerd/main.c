@@ -254,7 +254,7 @@ MUST_CHECK static int main_loop(void) {
         else
           LOG(LOG_INFO, "registered as an idle worker");
         wd.next_hb_ms = now + wd.hb_interval_ms;
-        if (wd.argv && command_start() != 0)
+        if (worker_scratch_enter() != 0 || (wd.argv && command_start() != 0))
           wd.finish = true; /* reported at the end, with wd.reason */
         ph = PH_RUN;
       }
@@ -353,6 +353,7 @@ MUST_CHECK static int main_loop(void) {
  * see no leaks. */
 static void cleanup(void) {
   ex_cleanup();
+  worker_scratch_leave();
   register_cancel();
   report_cleanup();
   calls_cleanup();
@@ -427,7 +428,7 @@ static int worker_main(void) {
   if (cgroup_join() != 0)
     return 1;
   log_level_from_env();
-  wd.listen_fd = wd.sig_read_fd = -1;
+  wd.listen_fd = wd.sig_read_fd = wd.scratch.lock_fd = -1;
   wd.out = (struct stream){.name = "stdout", .fd = -1};
   wd.err = (struct stream){.name = "stderr", .fd = -1};
   wd.controller_up = true;

@@ -11,9 +11,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -116,6 +119,152 @@ static int block_socket(const char *path) {
   return mount("/dev/null", path, NULL, MS_BIND, NULL);
 }
 
+/* ---- the file system: read-only, but for a few directories ----
+ *
+ * The command may write its working directory, its home and a private /tmp
+ * (the session's, common/scratch.h); the host's /dev/shm stays shared (Open
+ * MPI's ranks in the session's workers meet there). Everything else is
+ * read-only, whatever the account's permissions. Each writable directory is
+ * bound at its own path, opened before /tmp is replaced: one that lies
+ * under the host's /tmp is bound into the private one, below copies of the
+ * directories above it (with their owners and modes, so that the account
+ * reaches it as it would have). */
+
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+
+#define KEEP_DEPTH 16
+
+struct keep {
+  const char *path; /* NULL: nothing to keep */
+  int fd;           /* the host's directory (O_PATH) */
+  int depth;        /* components below /tmp; 0 when not under /tmp */
+  struct stat st[KEEP_DEPTH];
+};
+
+/* The next component of path at *off (skipping '/'), into name; 0 at the
+ * end, -1 when it cannot be copied or is "." or "..". */
+static int next_name(const char *path, size_t *off, char *name, size_t size) {
+  size_t len;
+
+  while (path[*off] == '/')
+    (*off)++;
+  len = strcspn(path + *off, "/");
+  if (len == 0)
+    return 0;
+  if (len >= size || (len == 1 && path[*off] == '.') ||
+      (len == 2 && path[*off] == '.' && path[*off + 1] == '.'))
+    return -1;
+  memcpy(name, path + *off, len);
+  name[len] = '\0';
+  *off += len;
+  return 1;
+}
+
+static void keep_open(struct keep *k, const char *path) {
+  char prefix[PATH_MAX], name[NAME_MAX + 1];
+  size_t off = 5;
+  int r;
+
+  k->path = NULL;
+  k->depth = 0;
+  k->fd = path && path[0] == '/' ? open(path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+  if (k->fd < 0)
+    return; /* (the chdir says why, as the account) */
+  k->path = path;
+  if (strncmp(path, "/tmp/", 5) != 0 || strlen(path) >= sizeof(prefix))
+    return;
+  while ((r = next_name(path, &off, name, sizeof(name))) > 0) {
+    if (k->depth == KEEP_DEPTH)
+      break;
+    memcpy(prefix, path, off);
+    prefix[off] = '\0';
+    if (stat(prefix, &k->st[k->depth]) != 0)
+      break;
+    k->depth++;
+  }
+  if (r != 0) { /* not copied: out of sight, as the rest of the host's /tmp */
+    close(k->fd);
+    k->fd = -1;
+    k->path = NULL;
+  }
+}
+
+/* Binds k's directory at its path (after /tmp was replaced). */
+static int keep_bind(const struct keep *k) {
+  char src[32], dst[32], name[NAME_MAX + 1];
+  size_t off = 5;
+  int dfd, rc;
+
+  snprintf(src, sizeof(src), "/proc/self/fd/%d", k->fd);
+  if (k->depth == 0)
+    return mount(src, k->path, NULL, MS_BIND | MS_REC, NULL);
+  dfd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (int i = 0; dfd >= 0 && i < k->depth; i++) {
+    int nfd;
+
+    if (next_name(k->path, &off, name, sizeof(name)) != 1 ||
+        (mkdirat(dfd, name, 0700) != 0 && errno != EEXIST))
+      nfd = -1;
+    else /* (no link: a worker of the session may have left one there) */
+      nfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* (in a user namespace, an owner it does not map stays its own) */
+    if (nfd >= 0 && ((fchown(nfd, k->st[i].st_uid, k->st[i].st_gid) != 0 && errno != EINVAL) ||
+                     fchmod(nfd, k->st[i].st_mode & 07777) != 0)) {
+      close(nfd);
+      nfd = -1;
+    }
+    close(dfd);
+    dfd = nfd;
+  }
+  if (dfd < 0)
+    return -1;
+  snprintf(dst, sizeof(dst), "/proc/self/fd/%d", dfd);
+  rc = mount(src, dst, NULL, MS_BIND | MS_REC, NULL);
+  close(dfd);
+  return rc;
+}
+
+/* Clears the read-only flag of the mount at path (not below it). A mount
+ * the host made read-only stays so where it is locked (a user namespace). */
+static int writable(const char *path, uint64_t set) {
+  struct mount_attr a = {.attr_set = set, .attr_clr = MOUNT_ATTR_RDONLY};
+
+  if (mount_setattr(AT_FDCWD, path, 0, &a, sizeof(a)) == 0 || errno == ENOENT || errno == EPERM)
+    return 0;
+  return -1;
+}
+
+/* Binds the private /tmp and the directories kept writable; the rest of
+ * the file system goes read-only in read_only_host(). */
+static int private_tmp(const struct child_spec *cs, struct keep keeps[2]) {
+  keep_open(&keeps[0], cs->cwd);
+  keep_open(&keeps[1], cs->home);
+  if (mount(cs->scratch, "/tmp", NULL, MS_BIND, NULL) != 0)
+    return -1;
+  for (int i = 0; i < 2; i++)
+    if (keeps[i].path && keep_bind(&keeps[i]) != 0)
+      return -1;
+  return 0;
+}
+
+static int read_only_host(const struct keep keeps[2]) {
+  struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
+
+  if (mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof(ro)) != 0 ||
+      writable("/tmp", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) != 0 || writable("/dev/shm", 0) != 0 ||
+      writable("/proc", 0) != 0)
+    return -1;
+  for (int i = 0; i < 2; i++)
+    if (keeps[i].path && writable(keeps[i].path, 0) != 0)
+      return -1;
+  for (int i = 0; i < 2; i++)
+    if (keeps[i].fd >= 0)
+      close(keeps[i].fd);
+  return 0;
+}
+
 /* The namespaces every confined command gets: flags (CLONE_NEWNS, and
  * CLONE_NEWPID for the worker's command) and, without privileges, a user
  * namespace mapping the uid to itself; then the mounts: nothing mounted
@@ -123,6 +272,8 @@ static int block_socket(const char *path) {
  * command's to raise) and the service managers' sockets are out of reach.
  * Returns 0, or -1 with errno set. */
 int confine_mounts(const struct child_spec *cs, int flags) {
+  struct keep keeps[2] = {{.fd = -1}, {.fd = -1}};
+
   if (cs->uid_map[0])
     flags |= CLONE_NEWUSER; /* namespaces without privileges */
   if (unshare(flags) != 0)
@@ -131,7 +282,8 @@ int confine_mounts(const struct child_spec *cs, int flags) {
                          write_text("/proc/self/uid_map", cs->uid_map) != 0 ||
                          write_text("/proc/self/gid_map", cs->gid_map) != 0))
     return -1;
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 || cover(cs->confine) != 0 ||
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      (cs->scratch && private_tmp(cs, keeps) != 0) || cover(cs->confine) != 0 ||
       sys_read_only() != 0 || cover("/sys/fs/cgroup") != 0)
     return -1;
   for (size_t i = 0; i < sizeof(outside_sockets) / sizeof(outside_sockets[0]); i++)
@@ -140,7 +292,7 @@ int confine_mounts(const struct child_spec *cs, int flags) {
   for (int i = 0; i < 4; i++)
     if (cs->user_sockets[i][0] && block_socket(cs->user_sockets[i]) != 0)
       return -1;
-  return 0;
+  return cs->scratch ? read_only_host(keeps) : 0;
 }
 
 /* The capabilities a confined command keeps (cap_kept()), none inherited

@@ -24,6 +24,7 @@
 #ifndef MUSTER_WORKERD_H
 #define MUSTER_WORKERD_H
 
+#include "scratch.h"
 #include "util.h"
 
 #include <curl/curl.h>
@@ -160,7 +161,10 @@ struct child_spec {
   const char *confine;
   char uid_map[32], gid_map[32]; /* confine, not as root: the user namespace's maps */
   char user_sockets[4][64];      /* confine: the user's own buses and engines, blocked */
-  pid_t parent;                  /* with own_group: workerd's pid, taken before fork() */
+  /* confine: bound over /tmp, the rest of the host read-only but cwd and
+   * home; NULL: neither (the host's /tmp, writable where permitted) */
+  const char *scratch, *home;
+  pid_t parent; /* with own_group: workerd's pid, taken before fork() */
   /* The account the command runs as (MUSTER_RUN_AS), after the isolation:
    * supplementary groups none, no new privileges. run_uid 0: stay. */
   uid_t run_uid;
@@ -188,8 +192,11 @@ struct wd_state {
   bool token_missing; /* MUSTER_WORKER_TOKEN_FD gave none: exit WD_EXIT_NO_TOKEN */
   bool rotate;        /* the token travelled (MUSTER_WORKER_TOKEN_FD): register trades it */
   char ip[WD_IP_MAX];
-  char confine[1024]; /* MUSTER_CONFINE: the directory to hide ("": no confinement) */
-  char run_as[64];    /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
+  char confine[1024];     /* MUSTER_CONFINE: the directory to hide ("": no confinement) */
+  char run_as[64];        /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
+  char home[1024];        /* its home (or workerd's own): writable where confined */
+  struct scratch scratch; /* confined: the session's private /tmp, held (lock_fd >= 0) */
+  char session[72];
   uid_t run_uid;
   gid_t run_gid;
   gid_t run_groups[WD_GROUPS_MAX]; /* its own groups, less the privileged ones */
@@ -334,6 +341,10 @@ void fd_close(int *fd);
 void fd_close_pair(int p[2]);
 void strv_free(char **v);
 void child_spec_worker(struct child_spec *cs);
+/* Confined: makes or joins the session's private /tmp (scratch.h), once
+ * registered. Returns 0, or -1 with wd.reason said. */
+MUST_CHECK int worker_scratch_enter(void);
+void worker_scratch_leave(void);
 pid_t child_spawn(const struct child_spec *cs);
 bool child_exec_failed(int status_fd, struct exec_status *st);
 void child_failure_sentence(const struct exec_status *st, const char *cwd, const char *script,

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 struct ctl_proc ctl;
-char aw_tmp[64];
+char aw_tmp[112];
 static pid_t guard_pid;
 static int guard_fd = -1;
 
@@ -37,7 +37,8 @@ void aw_up(void) {
   ctl.extra[0] = "--heartbeat-interval";
   ctl.extra[1] = "0.3";
   h_start(&ctl);
-  h_shared_dir(aw_tmp, sizeof(aw_tmp), "away");
+  /* (the workers' own directory: the one they may write) */
+  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
 }
 
 void aw_down(void) {

@@ -11,11 +11,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define PATHLEN 96
+#define PATHLEN 128
 #define NOTICE "[muster-workerd: "
 
 extern struct ctl_proc ctl; /* the test's controller */
-extern char aw_tmp[64];     /* the test's own directory: the scripts' files */
+extern char aw_tmp[112];    /* the test's own directory: the scripts' files */
 
 /* path gets name inside aw_tmp. */
 void aw_in_tmp(char *path, const char *name);

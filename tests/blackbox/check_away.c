@@ -226,7 +226,7 @@ START_TEST(sigterm_ends_the_worker_within_its_grace_when_the_controller_hangs) {
 END_TEST
 
 START_TEST(a_script_that_ended_by_itself_still_obeys_sigterm) {
-  char id[16], code[600], ready[PATHLEN], go[PATHLEN], ended[PATHLEN], b1[32];
+  char id[16], code[1000], ready[PATHLEN], go[PATHLEN], ended[PATHLEN], b1[32];
   double t0, wd_end;
   long wd;
 
@@ -548,7 +548,7 @@ START_TEST(an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout
   ctl.extra[1] = "0.3";
   ctl.orphan_timeout = "2";
   h_start(&ctl);
-  h_shared_dir(aw_tmp, sizeof(aw_tmp), "away");
+  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
   aw_launch(NULL, NULL, id, sizeof(id));
   wd = h_workerd_pid(&ctl, id);
   h_kill9(&ctl);

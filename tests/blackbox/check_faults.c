@@ -80,7 +80,7 @@ START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
   setenv("MUSTER_FAULT", "local_spawned:abort", 1);
   h_start(&ctl);
   unsetenv("MUSTER_FAULT");
-  snprintf(file, sizeof(file), "%s.ran", ctl.dir);
+  snprintf(file, sizeof(file), "%s/ran", ctl.work);
   unlink(file);
   once_body(body, sizeof(body), 4, file, 0);
   workers = h_launch(&ctl, body);
@@ -610,7 +610,7 @@ START_TEST(kill9_at_random_moments_runs_nothing_twice) {
   ctl.extra[0] = "--start-timeout";
   ctl.extra[1] = "30";
   h_start(&ctl);
-  snprintf(file, sizeof(file), "%s.ran", ctl.dir);
+  snprintf(file, sizeof(file), "%s/ran", ctl.work);
   unlink(file);
   once_body(body, sizeof(body), 20, file, 0.2);
   srand((unsigned)getpid());

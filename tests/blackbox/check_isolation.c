@@ -143,9 +143,9 @@ static void daemon_case(const char *tail, int stop) {
   h_shared_dir(dir, sizeof(dir), "iso");
   snprintf(mark, sizeof(mark), "%s/started", dir);
   snprintf(body, sizeof(body),
-           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!(setsid sleep 300 "
-           ">/dev/null 2>&1 &); touch %s; %s\"}",
-           mark, tail);
+           "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"cwd\": \"%s\", \"code\": "
+           "\"!(setsid sleep 300 >/dev/null 2>&1 &); touch %s; %s\"}",
+           dir, mark, tail);
   workers = h_launch(&ctl, body);
   wait_file(mark, 20);
   wd = h_workerd_pid(&ctl, h_str(json_array_get(workers, 0), "id"));
@@ -200,7 +200,7 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
   h_shared_dir(dir, sizeof(dir), "iso");
   snprintf(
       body, sizeof(body),
-      "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"code\": \"!"
+      "{\"n\": 1, \"cpu\": 0.5, \"memory\": 0.25, \"cwd\": \"%s\", \"code\": \"!"
       "cat %s/token >/dev/null 2>&1 && echo token-read; "
       "cat %s/muster.db >/dev/null 2>&1 && echo db-read; "
       "ls -A %s | grep -q . && echo state-listed; "
@@ -217,7 +217,7 @@ START_TEST(a_script_cannot_reach_the_controllers_secrets) {
       "fi; "
       "echo processes $(ls /proc | grep -c '^[0-9]').; echo uid=$(id -u).; "
       "grep -q ' %s ' /proc/self/mountinfo && echo state-covered; echo done\"}",
-      ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir, ctl.dir);
+      dir, ctl.dir, ctl.dir, ctl.dir, other_pid, ctl.dir, dir, ctl.dir);
   workers = h_launch(&ctl, body);
   ans = h_await(&ctl, workers, 1, 20);
   json_decref(ans);

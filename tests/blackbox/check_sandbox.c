@@ -51,7 +51,7 @@ static void up_dirs(void) {
 
   ck_assert_msg(geteuid() == 0, "this test needs root (it switches workers to " ACCOUNT ")");
   ck_assert_msg(pw != NULL, "no account " ACCOUNT " on this host: run scripts/setup.sh");
-  snprintf(dir, sizeof(dir), "/tmp/muster-sandbox-XXXXXX");
+  snprintf(dir, sizeof(dir), "/var/tmp/muster-sandbox-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   ck_assert_int_eq(chmod(dir, 0755), 0);
   snprintf(web, sizeof(web), "%s/web", dir);
@@ -113,33 +113,6 @@ static void down(void) {
   sh("rm -rf %s%s", dir, "");
 }
 
-/* Launches body (one worker), awaits its end and returns its stdout
- * (malloc'ed); fails the test unless it succeeded. */
-static char *output_of(const char *body) {
-  json_t *workers = h_launch(&ctl, body), *ans;
-  char path[160], *out = NULL;
-  const char *id = h_str(json_array_get(workers, 0), "id");
-
-  ans = h_await(&ctl, workers, 1, 60);
-  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 0, "the worker failed: %s",
-                json_dumps(ans, 0));
-  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", id);
-  ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
-  json_decref(ans);
-  json_decref(workers);
-  return out;
-}
-
-/* text as a JSON string (malloc'ed). */
-static char *json_text(const char *text) {
-  json_t *j = json_string(text);
-  char *s = json_dumps(j, JSON_ENCODE_ANY);
-
-  json_decref(j);
-  ck_assert_ptr_nonnull(s);
-  return s;
-}
-
 /* The whole of a small file (malloc'ed), or NULL. */
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
@@ -176,10 +149,10 @@ START_TEST(a_workers_script_cannot_rewrite_muster_nor_read_its_token) {
       "if cat %s/token >/dev/null 2>&1; then echo 'read the token'; "
       "else echo 'refused to read the token'; fi\n",
       page, workerd, ctl.dir, ctl.dir, ctl.dir);
-  esc = json_text(code);
+  esc = h_json_text(code);
   snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": %s}", esc);
   free(esc);
-  out = output_of(body);
+  out = h_output_of(&ctl, body, NULL);
   ck_assert_msg(strncmp(out, "0\n", 2) != 0, "the script ran as root: %s", out);
   ck_assert_msg(strstr(out, "wrote") == NULL, "the script wrote muster's files: %s", out);
   ck_assert_msg(strstr(out, "user=" ACCOUNT " logname=" ACCOUNT "\n") != NULL, "%s", out);
@@ -210,11 +183,11 @@ START_TEST(a_workers_script_cannot_bind_the_controllers_port) {
            "except OSError as e:\n"
            "    print('refused:', e.strerror)\n",
            ctl.port);
-  esc = json_text(code);
+  esc = h_json_text(code);
   snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"python3\", \"code\": %s}",
            esc);
   free(esc);
-  out = output_of(body);
+  out = h_output_of(&ctl, body, NULL);
   ck_assert_msg(strstr(out, "refused:") != NULL && strstr(out, "bound") == NULL,
                 "the script's attempt at the controller's port %d: %s", ctl.port, out);
   free(out);
@@ -346,8 +319,9 @@ START_TEST(a_worker_started_without_the_fork_server_runs_as_the_account_too) {
   ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &health, NULL), 200);
   ck_assert_str_eq(h_str(health, "run_as"), ACCOUNT);
   json_decref(health);
-  out =
-      output_of("{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"id -u; echo $USER\"}");
+  out = h_output_of(
+      &ctl, "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"id -u; echo $USER\"}",
+      NULL);
   ck_assert_msg(strncmp(out, "0\n", 2) != 0 && strstr(out, ACCOUNT) != NULL,
                 "a worker started without the fork server ran as: %s", out);
   free(out);
@@ -376,10 +350,10 @@ START_TEST(a_controller_run_by_an_ordinary_user_hides_its_state_from_workers) {
            "id -u; if cat %s/token >/dev/null 2>&1; then echo 'read the token'; "
            "else echo 'refused to read the token'; fi",
            ctl.dir);
-  esc = json_text(code);
+  esc = h_json_text(code);
   snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": %s}", esc);
   free(esc);
-  out = output_of(body);
+  out = h_output_of(&ctl, body, NULL);
   ck_assert_msg(strstr(out, "refused to read the token") != NULL,
                 "a worker of a controller run by %s: %s", ACCOUNT, out);
   free(out);
@@ -400,8 +374,9 @@ START_TEST(the_accounts_own_groups_stay_with_its_commands) {
   ck_assert_ptr_nonnull(g);
   snprintf(want, sizeof(want), " %u ", (unsigned)g->gr_gid);
   up();
-  out = output_of(
-      "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"echo \\\" $(id -G) \\\"\"}");
+  out = h_output_of(
+      &ctl, "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"echo \\\" $(id -G) \\\"\"}",
+      NULL);
   down();
   snprintf(cmd, sizeof(cmd), "groupdel %s", group);
   ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
@@ -423,8 +398,10 @@ START_TEST(the_controllers_session_handles_do_not_reach_workers) {
   unsetenv("SSH_AUTH_SOCK");
   unsetenv("DBUS_SESSION_BUS_ADDRESS");
   unsetenv("XDG_RUNTIME_DIR");
-  out = output_of("{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"sh\", \"code\": \"env | grep -E "
-                  "'^(SSH_AUTH_SOCK|DBUS_SESSION_BUS_ADDRESS|XDG_RUNTIME_DIR)='; echo end\"}");
+  out = h_output_of(&ctl,
+                    "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"sh\", \"code\": \"env | grep -E "
+                    "'^(SSH_AUTH_SOCK|DBUS_SESSION_BUS_ADDRESS|XDG_RUNTIME_DIR)='; echo end\"}",
+                    NULL);
   down();
   ck_assert_msg(strcmp(out, "end\n") == 0, "the worker saw the controller's session: %s", out);
   free(out);

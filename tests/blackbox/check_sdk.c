@@ -677,6 +677,7 @@ START_TEST(a_run_whose_worker_quotes_a_long_traceback_still_restarts_and_keeps_i
   t.o.argv = argv;
   t.o.argc = 3;
   t.o.session = "tb";
+  t.o.cwd = marks; /* (where its command may write) */
   t.o.max_restarts = 1;
   t.o.timeout_seconds = 30;
   ck_assert_int_eq(pthread_create(&th, NULL, run_main, &t), 0);

@@ -316,6 +316,8 @@ static void spawn(struct ctl_proc *c) {
   argv[n++] = c->dir;
   argv[n++] = "--http-threads";
   argv[n++] = "4";
+  argv[n++] = "--workdir"; /* (an extra one comes after: it wins) */
+  argv[n++] = c->work;
   for (int i = 0; c->extra[i] && n < 36; i++)
     argv[n++] = c->extra[i];
   argv[n] = NULL;
@@ -399,7 +401,7 @@ void h_start(struct ctl_proc *c) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
   }
   if (!c->dir[0]) {
-    snprintf(c->dir, sizeof(c->dir), "/tmp/muster-test-XXXXXX");
+    snprintf(c->dir, sizeof(c->dir), "/var/tmp/muster-test-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(c->dir));
     if (c->uid)
       ck_assert_int_eq(chown(c->dir, c->uid, c->gid), 0);
@@ -408,6 +410,9 @@ void h_start(struct ctl_proc *c) {
     c->port = h_free_port();
   snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
   snprintf(c->log, sizeof(c->log), "%s.controller.log", c->dir);
+  snprintf(c->work, sizeof(c->work), "%s.work", c->dir);
+  if (mkdir(c->work, 0777) == 0 || errno == EEXIST)
+    ck_assert_int_eq(chmod(c->work, 0777), 0);
   for (int i = 0; i < MAX_CTLS; i++)
     if (!live[i] || live[i] == c) {
       live[i] = c;
@@ -453,7 +458,7 @@ static void assert_no_sanitizer_reports(struct ctl_proc *c) {
 }
 
 void h_finish(struct ctl_proc *c) {
-  char cmd[400];
+  char cmd[700];
 
   /* The controller first: once it is gone it starts nothing more, so the
    * database names every worker process there is to end. */
@@ -467,7 +472,7 @@ void h_finish(struct ctl_proc *c) {
   remove_cgroups(c);
   assert_no_sanitizer_reports(c);
   /* (DIR-slurm: a root slurm controller's job output, beside its state) */
-  snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s", c->dir, c->dir, c->log);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s %s", c->dir, c->dir, c->log, c->work);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", c->dir);
 }
@@ -656,4 +661,29 @@ pid_t h_sh_bg(const char *fmt, ...) {
     _exit(127);
   }
   return p;
+}
+
+char *h_output_of(struct ctl_proc *c, const char *body, const char *stream) {
+  json_t *workers = h_launch(c, body), *ans;
+  char path[160], *out = NULL;
+  const char *id = h_str(json_array_get(workers, 0), "id");
+
+  ans = h_await(c, workers, 1, 60);
+  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 0, "the worker failed: %s",
+                json_dumps(ans, 0));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs%s%s", id, stream ? "?stream=" : "",
+           stream ? stream : "");
+  ck_assert_int_eq(h_http(c, "GET", path, NULL, "", NULL, &out), 200);
+  json_decref(ans);
+  json_decref(workers);
+  return out;
+}
+
+char *h_json_text(const char *text) {
+  json_t *j = json_string(text);
+  char *s = json_dumps(j, JSON_ENCODE_ANY);
+
+  json_decref(j);
+  ck_assert_ptr_nonnull(s);
+  return s;
 }

@@ -17,6 +17,10 @@ struct ctl_proc {
   char url[64];
   char token[96];
   char log[160];
+  /* The workers' directory where a launch names none (the controller's
+   * --workdir, DIR.work, writable by every account): workers write only
+   * there, in their home and in their private /tmp. */
+  char work[112];
   const char *extra[16];      /* extra controller arguments, NULL-terminated */
   const char *orphan_timeout; /* its workerds' MUSTER_ORPHAN_TIMEOUT (NULL: 60) */
   const char *bin;            /* the controller's binary (NULL: the build's) */
@@ -28,6 +32,14 @@ struct ctl_proc {
  * c->port (a free one if 0) and waits until /api/v1/health answers (10 s at
  * most). Fails the test on error. */
 void h_start(struct ctl_proc *c);
+
+/* Launches body (one worker), awaits its end (60 s at most) and returns
+ * its log (stream: "stdout", or NULL for both), malloc'ed; fails the test
+ * unless the worker succeeded. */
+char *h_output_of(struct ctl_proc *c, const char *body, const char *stream);
+
+/* text as a JSON string (malloc'ed). */
+char *h_json_text(const char *text);
 
 /* A loopback port free now (for a test that must name it before a start). */
 int h_free_port(void);

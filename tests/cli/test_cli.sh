@@ -26,7 +26,7 @@ for t in jq curl script timeout; do
 done
 
 unset MUSTER_URL MUSTER_TOKEN MUSTER_SESSION MUSTER_STATE_DIR
-TMP=$(mktemp -d /tmp/muster-cli-test.XXXXXX)
+TMP=$(mktemp -d /var/tmp/muster-cli-test.XXXXXX)
 chmod 755 "$TMP"  # workers' code runs as muster-worker, which must enter it
 PASS=0
 FAIL=0

@@ -10,9 +10,12 @@ build=$(cd "${1:-build}" && pwd)
 src=$(cd "${2:-.}" && pwd)
 muster=$build/muster
 train=$build/muster-train
-tmp=$(mktemp -d /tmp/muster-run-test-XXXXXX)
+tmp=$(mktemp -d /var/tmp/muster-run-test-XXXXXX)
 chmod 1777 "$tmp"  # ranks run as muster-worker and write their parameters here (sticky:
 # the account may not rename the state directory beside them)
+# The runs start here, as a user's in their project: a worker writes only
+# in its working directory, its home and its own /tmp.
+cd "$tmp" || exit 1
 pass=0
 fail=0
 ctl_pid=

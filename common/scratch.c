@@ -1,0 +1,226 @@
+/*
+ * scratch.c: the private /tmp of each session's workers on a host.
+ *
+ * A confined worker's /tmp is STATE/scratch/SESSION/tmp, bound over /tmp in
+ * its mount namespace (workerd/sandbox.c): every worker of one session on
+ * this host shares it (Open MPI's daemon keeps its session directory there,
+ * and the ranks started in the session's other workers must find it), and
+ * no other session sees it. The state directory is root's and mode 0700,
+ * so that the tree is reached only through that bind.
+ *
+ * Each workerd holds a shared flock on STATE/scratch/SESSION/lock for its
+ * life. The last to leave (the one that gets the lock exclusive) renames
+ * the directory away and removes it; one that enters meanwhile waits for
+ * the rename (microseconds) and makes a new one. A workerd killed outright
+ * leaves its tree behind: the controller sweeps, at its start, every tree
+ * no workerd holds.
+ */
+#include "scratch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* How deep a tree removal goes: a deeper tree a worker made stays. */
+#define RMTREE_DEPTH 64
+
+static int rmtree_depth(int parent, const char *name, dev_t dev, int depth) {
+  struct stat st;
+  struct dirent *e;
+  DIR *d;
+  int fd, rc = 0;
+
+  if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return errno == ENOENT ? 0 : -1;
+  if (!S_ISDIR(st.st_mode))
+    return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+  if (st.st_dev != dev || depth >= RMTREE_DEPTH) {
+    errno = st.st_dev != dev ? EXDEV : ELOOP;
+    return -1; /* another file system mounted there, or too deep */
+  }
+  fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : -1;
+  d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -1;
+  }
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+        rmtree_depth(dirfd(d), e->d_name, dev, depth + 1) != 0)
+      rc = -1;
+  closedir(d);
+  if (rc == 0 && unlinkat(parent, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+    rc = -1;
+  return rc;
+}
+
+int scratch_rmtree_at(int dirfd, const char *name) {
+  struct stat top;
+
+  if (fstat(dirfd, &top) != 0)
+    return -1;
+  return rmtree_depth(dirfd, name, top.st_dev, 0);
+}
+
+int scratch_session_ok(const char *session) {
+  size_t n = strlen(session);
+
+  if (n == 0 || n > 64 || session[0] == '.' || session[0] == '-')
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = session[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.'))
+      return 0;
+  }
+  return 1;
+}
+
+/* mkdir that accepts a directory already there, owned by this process's
+ * euid (no one else may have put it there: its parent is ours). */
+static int mkdir_own(int dirfd, const char *name, mode_t mode) {
+  struct stat st;
+
+  if (mkdirat(dirfd, name, mode) != 0 && errno != EEXIST)
+    return -1;
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return -1;
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    errno = EEXIST;
+    return -1;
+  }
+  return 0;
+}
+
+int scratch_enter(const char *state, const char *session, struct scratch *s, char *err,
+                  size_t errlen) {
+  int top = -1, sess = -1;
+
+  s->lock_fd = -1;
+  if (!scratch_session_ok(session)) {
+    snprintf(err, errlen, "the session id \"%.80s\" cannot name a directory", session);
+    return -1;
+  }
+  if (snprintf(s->tmp, sizeof(s->tmp), "%s/scratch/%s/tmp", state, session) >=
+      (int)sizeof(s->tmp)) {
+    snprintf(err, errlen, "the state directory's path is too long for a private /tmp");
+    return -1;
+  }
+  {
+    char dir[sizeof(s->tmp)];
+    snprintf(dir, sizeof(dir), "%s/scratch", state);
+    if (mkdir_own(AT_FDCWD, dir, 0700) != 0 ||
+        (top = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+      snprintf(err, errlen, "could not make %s: %s", dir, strerror(errno));
+      return -1;
+    }
+  }
+  for (int tries = 0;; tries++) {
+    struct stat held, now;
+
+    if (mkdir_own(top, session, 0700) != 0 ||
+        (sess = openat(top, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        (s->lock_fd = openat(sess, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+      goto fail;
+    while (flock(s->lock_fd, LOCK_SH) != 0)
+      if (errno != EINTR)
+        goto fail;
+    /* The last to leave may have renamed the tree away while this one
+     * waited for the lock: the tree locked must be the one at the path. */
+    if (fstat(s->lock_fd, &held) == 0 && held.st_nlink > 0 && fstat(sess, &held) == 0 &&
+        fstatat(top, session, &now, AT_SYMLINK_NOFOLLOW) == 0 && held.st_ino == now.st_ino &&
+        held.st_dev == now.st_dev)
+      break;
+    close(s->lock_fd);
+    close(sess);
+    s->lock_fd = sess = -1;
+    if (tries == 100) {
+      errno = EAGAIN;
+      goto fail;
+    }
+  }
+  /* /tmp as a host's is: everyone's, sticky */
+  if ((mkdirat(sess, "tmp", 01777) != 0 && errno != EEXIST) || fchmodat(sess, "tmp", 01777, 0) != 0)
+    goto fail;
+  close(sess);
+  close(top);
+  return 0;
+fail:
+  snprintf(err, errlen, "could not make the session's private /tmp in %s/scratch: %s", state,
+           strerror(errno));
+  if (s->lock_fd >= 0)
+    close(s->lock_fd);
+  s->lock_fd = -1;
+  if (sess >= 0)
+    close(sess);
+  close(top);
+  return -1;
+}
+
+/* If no workerd holds session's tree (its lock is free, or it has none),
+ * renames it away and removes it. lock_fd: ours, held shared, or -1. */
+static void remove_if_free(int top, const char *session, int lock_fd) {
+  char gone[128];
+  int own = lock_fd < 0;
+
+  if (own) {
+    int sess = openat(top, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sess < 0)
+      return;
+    lock_fd = openat(sess, "lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    close(sess);
+  }
+  if (lock_fd >= 0 && flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (own)
+      close(lock_fd);
+    return; /* someone else's worker still uses it */
+  }
+  snprintf(gone, sizeof(gone), ".gone-%s-%ld", session, (long)getpid());
+  if (renameat(top, session, top, gone) != 0)
+    gone[0] = '\0';
+  if (lock_fd >= 0 && own)
+    close(lock_fd); /* (the caller closes its own, after: its lock until then) */
+  if (gone[0])
+    (void)scratch_rmtree_at(top, gone);
+}
+
+void scratch_leave(const char *state, const char *session, struct scratch *s) {
+  char dir[4200];
+  int top;
+
+  if (s->lock_fd < 0)
+    return;
+  snprintf(dir, sizeof(dir), "%s/scratch", state);
+  top = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top >= 0) {
+    remove_if_free(top, session, s->lock_fd);
+    close(top);
+  }
+  close(s->lock_fd);
+  s->lock_fd = -1;
+}
+
+void scratch_sweep(const char *state) {
+  char dir[4200];
+  struct dirent *e;
+  DIR *d;
+
+  snprintf(dir, sizeof(dir), "%s/scratch", state);
+  d = opendir(dir);
+  if (!d)
+    return;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, ".gone-", 6) == 0)
+      (void)scratch_rmtree_at(dirfd(d), e->d_name);
+    else if (scratch_session_ok(e->d_name))
+      remove_if_free(dirfd(d), e->d_name, -1);
+  }
+  closedir(d);
+}

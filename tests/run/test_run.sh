@@ -39,6 +39,8 @@ cleanup() {
     done
   fi
   bash "$(dirname "$0")/../cgroup_clean.sh" "$tmp"
+  # the bridge its controller made (a controller leaves it, as docker0 stays)
+  [ -n "${bridge:-}" ] && ip link del "$bridge" 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -54,8 +56,15 @@ no_sshd() { ! ps -eo comm= | grep -qx sshd; }
 . "$(dirname "$0")/../lib/wait.sh"
 
 mkdir -p "$tmp/state"
-"$build/muster-controller" --listen 127.0.0.1:0 --state-dir "$tmp/state" --cpus 8 \
-  --heartbeat-interval 0.5 > "$tmp/controller.log" 2>&1 &
+# Each worker in a network namespace of its own (--network bridge), on a
+# subnet of this run's own, from its port (as tests/blackbox/harness.c
+# does): suites run at once never share a bridge.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+net_a=$((128 + ((port >> 8) & 127))) net_b=$((port & 255))
+subnet=10.$net_a.$net_b.0/24
+bridge=$(printf 'mu%02x%02x%02x%02x%02x' 10 $net_a $net_b 0 24)
+"$build/muster-controller" --listen "127.0.0.1:$port" --state-dir "$tmp/state" --cpus 8 \
+  --network bridge --subnet "$subnet" --heartbeat-interval 0.5 > "$tmp/controller.log" 2>&1 &
 ctl_pid=$!
 for _ in $(seq 100); do [ -s "$tmp/state/url" ] && break; sleep 0.1; done
 [ -s "$tmp/state/url" ] || { echo "not ok - the controller did not start"; echo "0 passed, 1 failed"; exit 1; }
@@ -66,7 +75,8 @@ id=$("$muster" launch --cpu 0.1 --session ex)
 out=$(echo "from stdin" | "$muster" exec "$id" -- sh -c 'cat; echo "in $MUSTER_WORKER_ID at $MUSTER_IP_ADDRESS"; echo oops >&2; exit 5' 2> "$tmp/exec.err")
 rc=$?
 check "muster exec relays stdin to the command and its stdout back" grep -q "from stdin" <<<"$out"
-check "...the command runs inside the worker (its environment)" grep -q "in $id at 127." <<<"$out"
+check "...the command runs inside the worker (its environment, its address on $subnet)" \
+  grep -q "in $id at 10.$net_a.$net_b." <<<"$out"
 check "...stderr comes back on stderr" grep -q oops "$tmp/exec.err"
 check "...and the command's exit code is muster exec's (5, got $rc)" test $rc -eq 5
 "$muster" exec -n "$id" -- no-such-program-xyz > /dev/null 2> "$tmp/exec2.err"; rc=$?

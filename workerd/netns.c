@@ -117,8 +117,16 @@ int wd_netns_enter(void) {
     e = -nl_link_up(ns, eth);
   if (!e)
     e = -nl_route_default(ns, gw);
-  if (!e)
+  if (!e) {
+    /* Libraries that pick their interface by resolving the host's name
+     * (PyTorch's gloo, NCCL, TensorPipe) would find the host's loopback
+     * address, which is this namespace's own: the one link out is eth0.
+     * The launch's env still wins. */
+    setenv("GLOO_SOCKET_IFNAME", "eth0", 0);
+    setenv("NCCL_SOCKET_IFNAME", "eth0", 0);
+    setenv("TP_SOCKET_IFNAME", "eth0", 0);
     rc = 0;
+  }
 out:
   if (rc)
     fprintf(stderr, "muster-workerd: cannot %s for address %s on bridge %s: %s\n", step, ip_s,

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "lease.h"
+#include "network.h"
 #include "state.h"
 
 #include <limits.h>
@@ -40,13 +41,14 @@ static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, cons
   counts = db_status_counts(rd->db);
   api_reader_put(rd);
   shutting = g.shutting_down;
-  return api_respond_json(c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
-                          json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o}", "status",
-                                    shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION,
-                                    "backend", g.cfg.backend, "isolation",
-                                    g.backend->isolation ? g.backend->isolation() : "none",
-                                    "workers", counts, "token_file", token_file, "run_as",
-                                    g.cfg.run_as[0] ? json_string(g.cfg.run_as) : json_null()));
+  return api_respond_json(
+      c, shutting ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+      json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:s, s:o}", "status",
+                shutting ? "shutting_down" : "ok", "version", MUSTER_VERSION, "backend",
+                g.cfg.backend, "isolation", g.backend->isolation ? g.backend->isolation() : "none",
+                "workers", counts, "token_file", token_file, "run_as",
+                g.cfg.run_as[0] ? json_string(g.cfg.run_as) : json_null(), "network", net_mode(),
+                "network_reason", net_reason() ? json_string(net_reason()) : json_null()));
 }
 
 /* One live worker's usage, as three labelled samples (their HELP and TYPE

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "network.h"
 #include "state.h"
 #include "util.h"
 #include "validate.h"
@@ -25,8 +26,12 @@
 
 #define MAX_BODY (1024 * 1024)
 
-static struct MHD_Daemon *daemon_handle;
-static int listen_fd = -1; /* bound by api_bind(), served by api_start() */
+/* The API's daemons: [0] on --listen's address; [1], in bridge mode, on
+ * the bridge's gateway address, where workers in their own network
+ * namespaces reach the controller (unless --listen's address is every
+ * address, which holds it already). The same handlers serve both. */
+static struct MHD_Daemon *daemons[2];
+static int listen_fds[2] = {-1, -1}; /* bound by api_bind(), served by api_start() */
 
 /* ---- authentication ---- */
 
@@ -233,21 +238,19 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   LOG(LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
-int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
+/* Binds host:*port (port 0: a free one, written back) into *out. Returns 0
+ * or an error with a sentence in err. */
+static int bind_one(const char *host, const char *shown, int *port, int *out, char *err,
+                    size_t errlen) {
   struct sockaddr_in addr;
   socklen_t len = sizeof(addr);
-  const char *host = cfg->listen_host;
   int one = 1, fd;
 
   memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
-  addr.sin_port = htons((uint16_t)cfg->port);
-  if (strcmp(host, "*") == 0 || host[0] == '\0')
-    host = "0.0.0.0";
-  if (strcmp(host, "localhost") == 0)
-    host = "127.0.0.1";
+  addr.sin_port = htons((uint16_t)*port);
   if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
-    snprintf(err, errlen, "--listen: \"%s\" is not an IPv4 address", cfg->listen_host);
+    snprintf(err, errlen, "--listen: \"%s\" is not an IPv4 address", shown);
     return MUSTER_E_INVALID;
   }
   fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -260,53 +263,83 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
    * rather than left waiting in the backlog. */
   if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
       getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
-    snprintf(err, errlen, "could not listen on %s:%d: %s%s", host, cfg->port, strerror(errno),
+    snprintf(err, errlen, "could not listen on %s:%d: %s%s", host, *port, strerror(errno),
              errno == EADDRINUSE ? " (another muster-controller, or another program, has it)" : "");
     close(fd);
     return MUSTER_E_IO;
   }
-  cfg->port = ntohs(addr.sin_port);
-  listen_fd = fd;
+  *port = ntohs(addr.sin_port);
+  *out = fd;
   return 0;
 }
 
-int api_start(char *err, size_t errlen) {
-  int rc, fd = listen_fd;
+int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
+  const char *host = cfg->listen_host;
+  int rc;
 
-  if (fd < 0) {
-    snprintf(err, errlen, "internal error: the API's socket is not bound (api_bind)");
-    return MUSTER_E_INTERNAL;
-  }
-  rc = api_readers_open(err, errlen);
-  if (rc)
-    return rc;
+  if (strcmp(host, "*") == 0 || host[0] == '\0')
+    host = "0.0.0.0";
+  if (strcmp(host, "localhost") == 0)
+    host = "127.0.0.1";
+  rc = bind_one(host, cfg->listen_host, &cfg->port, &listen_fds[0], err, errlen);
+  /* Workers in their own namespaces reach the controller at the gateway,
+   * on the same port. */
+  if (!rc && net_bridge() && strcmp(host, "0.0.0.0") != 0 && strcmp(host, net_gateway()) != 0)
+    rc = bind_one(net_gateway(), net_gateway(), &cfg->port, &listen_fds[1], err, errlen);
+  return rc;
+}
+
+/* Serves fd with a daemon of its own into *out; the fd is the daemon's
+ * from here (libmicrohttpd closes it, even when it fails to start). */
+static int serve_one(int fd, struct MHD_Daemon **out, char *err, size_t errlen) {
   if (listen(fd, 4096) != 0) {
     snprintf(err, errlen, "could not listen on %s:%d: %s", g.cfg.listen_host, g.cfg.port,
              strerror(errno));
+    close(fd);
     return MUSTER_E_IO;
   }
-  /* The socket is libmicrohttpd's from here (it closes it, even when it
-   * fails to start): never closed twice. */
-  listen_fd = -1;
-  daemon_handle = MHD_start_daemon(
+  *out = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
       handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
       (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
-  if (!daemon_handle) {
+  if (!*out) {
     snprintf(err, errlen, "could not serve on %s:%d", g.cfg.listen_host, g.cfg.port);
     return MUSTER_E_IO;
   }
   return 0;
 }
 
+int api_start(char *err, size_t errlen) {
+  int rc;
+
+  if (listen_fds[0] < 0) {
+    snprintf(err, errlen, "internal error: the API's socket is not bound (api_bind)");
+    return MUSTER_E_INTERNAL;
+  }
+  rc = api_readers_open(err, errlen);
+  if (rc)
+    return rc;
+  for (int i = 0; i < 2 && !rc; i++) {
+    int fd = listen_fds[i];
+
+    /* never closed twice: the daemon's from here */
+    listen_fds[i] = -1;
+    if (fd >= 0)
+      rc = serve_one(fd, &daemons[i], err, errlen);
+  }
+  return rc;
+}
+
 void api_stop(void) {
-  if (daemon_handle)
-    MHD_stop_daemon(daemon_handle); /* closes the socket it was given */
-  else if (listen_fd >= 0)
-    close(listen_fd);
-  daemon_handle = NULL;
-  listen_fd = -1;
+  for (int i = 0; i < 2; i++) {
+    if (daemons[i])
+      MHD_stop_daemon(daemons[i]); /* closes the socket it was given */
+    else if (listen_fds[i] >= 0)
+      close(listen_fds[i]);
+    daemons[i] = NULL;
+    listen_fds[i] = -1;
+  }
   api_readers_close();
 }

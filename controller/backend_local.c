@@ -2,7 +2,9 @@
  * backend_local.c: the local backend (see backend.h).
  *
  * Workers run as muster-workerd processes on the controller's host, each in
- * its own session, each with its own loopback address (127.0.1.1 on). The
+ * its own session, each with its own address: in its own network namespace
+ * on the controller's bridge (network.h), or a loopback one (127.0.1.1 on)
+ * on the host's network. The
  * backend owns those processes: it spawns them (through the workerd fork
  * server), signals them with TERM -> KILL escalation, reaps them and probes
  * the ones an earlier controller left. All of that happens on the backend's

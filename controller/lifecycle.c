@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "lease.h"
 #include "muster_errors.h"
+#include "network.h"
 #include "util.h"
 
 #include <pthread.h>
@@ -46,6 +47,10 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
     snprintf(g.controller_url, sizeof(g.controller_url), "%s", g.cfg.advertise_url);
   else
     snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
+  if (net_bridge() && !g.cfg.advertise_url[0])
+    snprintf(g.worker_url, sizeof(g.worker_url), "http://%s:%d", net_gateway(), g.cfg.port);
+  else
+    snprintf(g.worker_url, sizeof(g.worker_url), "%s", g.controller_url);
 
   rc = g.backend->init(&g.cfg, err, errlen);
   if (rc)

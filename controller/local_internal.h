@@ -7,7 +7,7 @@
  *                    below and gets results back), the job queue (submit,
  *                    cancel), init and shutdown, the operations table
  *   local_table.c    the backend's state (lb), its table of worker records
- *                    and the room they hold (cores, memory, GPUs, loopback
+ *                    and the room they hold (cores, memory, GPUs,
  *                    addresses): could_ever_fit, place, release, usage
  *   local_signal.c   signals to a worker's whole session, checked against
  *                    its workerd's start time
@@ -44,7 +44,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* 127.0.1.1 .. 127.0.254.254: 254 hosts on each of 254 subnets. */
+/* Workers' addresses: in host mode 127.0.1.1 .. 127.0.254.254, 254 hosts
+ * on each of 254 subnets; in bridge mode the subnet's, at most as many
+ * (network.h). */
 #define IP_SLOTS (254 * 254)
 #define LP_HASH 4096
 
@@ -125,12 +127,13 @@ static inline enum sig_whose lp_whose(const struct lproc *p) {
 }
 
 /* The settings one workerd is started with. */
-#define WVARS 9
+#define WVARS 10
 struct wvars {
   char url[640], id[64], token[128], ip[64], attempt[48], log[1200], logpath[1100];
   char cgroup[4200]; /* MUSTER_CGROUP: the cgroup directories workerd joins, one a line */
   char confine[600]; /* MUSTER_CONFINE: the directory the command must not see */
   char run_as[96];   /* MUSTER_RUN_AS: the account the commands run as */
+  char netns[96];    /* MUSTER_NETNS: the bridge its network namespace joins */
   const char *v[WVARS];
 };
 
@@ -158,7 +161,8 @@ void lp_maybe_free(struct lproc *p);
 void local_reserve(struct lproc *p);
 /* A worker attempt's cgroup name, "ID.ATTEMPT", into buf. */
 void local_cg_name(const char *id, int attempt, char *buf, size_t size);
-/* The address slot of "127.0.A.B", or -1. */
+/* The address slot of a worker's address ("127.0.A.B", or the bridge's
+ * subnet's), or -1. */
 MUST_CHECK int local_ip_to_slot(const char *ip);
 /* The GPU mask of a list such as "0,1". */
 uint64_t local_gpus_parse(const char *s);

@@ -9,6 +9,7 @@
 #include "cgroup.h"
 #include "fault.h"
 #include "muster_errors.h"
+#include "network.h"
 #include "zygote_proto.h"
 
 #include <signal.h>
@@ -40,6 +41,9 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
   w->v[7] = w->confine;
   snprintf(w->run_as, sizeof(w->run_as), "MUSTER_RUN_AS=%s", lb.cfg.run_as);
   w->v[8] = w->run_as;
+  /* Bridge mode: workerd makes its own network namespace on the bridge. */
+  snprintf(w->netns, sizeof(w->netns), "MUSTER_NETNS=%s", net_workerd_setting());
+  w->v[9] = w->netns;
 }
 
 /* Records that j's workerd runs as pid (and reports it), or, if the worker

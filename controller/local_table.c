@@ -1,7 +1,7 @@
 /*
  * local_table.c: the local backend's state (lb) and its table of worker
  * records: lookup by id, and the room each record holds (cores and memory
- * for admission, GPUs, a loopback address), with the operations that
+ * for admission, GPUs, an address), with the operations that
  * reserve and give back room (place, release) or report it
  * (could_ever_fit, capacity, usage). See local_internal.h for the other parts.
  */
@@ -9,6 +9,7 @@
 
 #include "fault.h"
 #include "muster_errors.h"
+#include "network.h"
 #include "resources.h"
 
 #include <stdio.h>
@@ -88,25 +89,20 @@ void local_cg_name(const char *id, int attempt, char *buf, size_t size) {
   snprintf(buf, size, "%s.%d", id, attempt);
 }
 
-static void slot_to_ip(int slot, char *buf, size_t size) {
-  snprintf(buf, size, "127.0.%d.%d", 1 + slot / 254, 1 + slot % 254);
-}
-
+/* A worker's address: its own on the bridge, or a loopback one
+ * (network.h decides which, once). */
 MUST_CHECK int local_ip_to_slot(const char *ip) {
-  unsigned a, b;
-  char tail;
-
-  if (sscanf(ip, "127.0.%u.%u%c", &a, &b, &tail) != 2 || a < 1 || a > 254 || b < 1 || b > 254)
-    return -1;
-  return (int)((a - 1) * 254 + (b - 1));
+  return net_ip_slot(ip);
 }
 
 static MUST_CHECK int ip_alloc(void) {
-  for (int k = 0; k < IP_SLOTS; k++) {
-    int slot = (lb.ip_next + k) % IP_SLOTS;
+  int slots = net_slots(IP_SLOTS);
+
+  for (int k = 0; k < slots; k++) {
+    int slot = (lb.ip_next + k) % slots;
     if (!lb.ip_used[slot]) {
       lb.ip_used[slot] = 1;
-      lb.ip_next = (slot + 1) % IP_SLOTS;
+      lb.ip_next = (slot + 1) % slots;
       return slot;
     }
   }
@@ -195,7 +191,7 @@ int local_capacity(struct backend_capacity *cap) {
   cap->cpu = lb.cfg.cpus;
   cap->memory = lb.cfg.memory;
   cap->ngpu = lb.cfg.gpus;
-  cap->workers = IP_SLOTS; /* each live worker holds a loopback address */
+  cap->workers = net_slots(IP_SLOTS); /* each live worker holds an address */
   cap->where = "this host";
   return 1;
 }
@@ -240,7 +236,7 @@ int local_place(const char *id, const struct backend_req *r, struct backend_plac
   }
   slot = ip_alloc();
   if (slot < 0) {
-    snprintf(why, whylen, "a free loopback address");
+    snprintf(why, whylen, "a free address (%s)", net_bridge() ? net_subnet_text() : "127.0.X.Y");
     goto out;
   }
   /* (tests: an allocation that fails) */
@@ -260,7 +256,7 @@ int local_place(const char *id, const struct backend_req *r, struct backend_plac
   p->ip_slot = slot;
   p->gpu_mask = mask;
   local_reserve(p);
-  slot_to_ip(slot, where->bind_ip, sizeof(where->bind_ip));
+  net_slot_ip(slot, where->bind_ip, sizeof(where->bind_ip));
   gpus_format(mask, where->gpu_indices, sizeof(where->gpu_indices));
   ok = 1;
 out:

@@ -6,6 +6,7 @@
 #include "hostport.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "network.h"
 #include "reach.h"
 #include "resources.h"
 #include "scratch.h"
@@ -57,6 +58,12 @@ static void usage(FILE *out) {
                "  --gpus N                  GPUs the local backend hands out (default 0)\n"
                "  --isolation none|cgroup   local: put each worker in a cgroup of its own\n"
                "                            (default: where the host allows it)\n"
+               "  --network bridge|host     local: each worker in a network namespace of its\n"
+               "                            own, on a bridge with an address of its own\n"
+               "                            (bridge, the default where allowed: root), or on\n"
+               "                            the host's network with a loopback address (host)\n"
+               "  --subnet CIDR             bridge: the workers' subnet (default 10.213.0.0/16;\n"
+               "                            its bridge is muster0, another's mu<hex>)\n"
                "  --workerd PATH            the muster-workerd binary (default: beside this one)\n"
                "  --web-dir DIR             the web UI's files (default: ../share/muster/web\n"
                "                            beside this binary, else the source tree's)\n"
@@ -221,6 +228,20 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
         fprintf(stderr, "muster-controller: --isolation is none or cgroup, not \"%s\"\n", v);
         return MUSTER_E_INVALID;
       }
+    } else if (strcmp(a, "--network") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "bridge") == 0) {
+        cfg->network = NET_BRIDGE;
+      } else if (strcmp(v, "host") == 0) {
+        cfg->network = NET_HOST;
+      } else {
+        fprintf(stderr, "muster-controller: --network is bridge or host, not \"%s\"\n", v);
+        return MUSTER_E_INVALID;
+      }
+    } else if (strcmp(a, "--subnet") == 0) {
+      NEED_VALUE();
+      bad = strlen(v) >= sizeof(cfg->subnet);
+      snprintf(cfg->subnet, sizeof(cfg->subnet), "%s", v);
     } else if (strcmp(a, "--http-threads") == 0) {
       NEED_VALUE();
       bad = util_parse_long(v, 1, 64, &l);
@@ -423,7 +444,9 @@ int main(int argc, char **argv) {
    * --advertise-url does), which state_init() fixes before any backend
    * starts; nothing is served until the backend and its reconciliation
    * are done. */
-  rc = api_bind(&cfg, err, sizeof(err));
+  rc = net_setup(cfg.network, cfg.subnet, cfg.backend, err, sizeof(err));
+  if (!rc)
+    rc = api_bind(&cfg, err, sizeof(err));
   if (!rc)
     rc = state_init(&cfg, err, sizeof(err));
   if (!rc)
@@ -472,6 +495,14 @@ int main(int argc, char **argv) {
   else if (strcmp(g.backend->name, "local") == 0)
     printf("muster-controller: workers' commands run as this controller's account (a controller "
            "run as root can give them one of their own: --run-as)\n");
+  /* Where workers are on the network, and why not in a namespace of their
+   * own when they are not, said at every start as health says it. */
+  if (net_bridge())
+    printf("muster-controller: network: bridge %s (%s); each worker in a network namespace of "
+           "its own; workers reach this controller at %s\n",
+           net_bridge_name(), net_subnet_text(), g.worker_url);
+  else
+    printf("muster-controller: network: host (%s)\n", net_reason());
   /* The sign-in link carries the token: it goes to a terminal, once, never
    * into a file that stdout may be redirected to. */
   if (g.token_new && isatty(STDOUT_FILENO))

@@ -175,7 +175,7 @@ void schedule_locked(void) {
     for (int i = 0; i < n; i++) {
       starts[i].id = batch[i]->id;
       starts[i].launch = batch[i]->launch;
-      starts[i].controller_url = g.controller_url;
+      starts[i].controller_url = g.worker_url;
       starts[i].token = batch[i]->token;
       starts[i].attempt = batch[i]->attempt;
       starts[i].req = &batch[i]->req;

@@ -66,6 +66,8 @@ struct ctl_config {
   int isolation; /* the local backend's: enum cg_isolation (cgroup.h) */
   int http_threads;
   char advertise_url[512]; /* where workers reach the controller ("": from --listen) */
+  int network;             /* enum net_choice (network.h), --network */
+  char subnet[40];         /* --subnet ("": the default) */
   /* The slurm backend. */
   char slurm_partition[128];
   char slurm_account[128];
@@ -192,6 +194,9 @@ struct ctl {
   char api_token[72];
   int token_new; /* created at this start: print it once */
   char controller_url[600];
+  /* Where workers reach the controller: the bridge's gateway in bridge
+   * mode (network.h), else controller_url; --advertise-url sets both. */
+  char worker_url[600];
   struct lw *head, *tail;
   struct lw *hash[4096];
   int live_count;

@@ -425,7 +425,7 @@ static int worker_main(void) {
   int rc;
 
   std_fds_ensure();
-  if (cgroup_join() != 0)
+  if (cgroup_join() != 0 || wd_netns_enter() != 0)
     return 1;
   log_level_from_env();
   wd.listen_fd = wd.sig_read_fd = wd.scratch.lock_fd = -1;

@@ -385,6 +385,15 @@ void ex_cleanup(void);
  * run_worker() as its exit code (main.c passes the worker's main). */
 int zygote_main(int (*run_worker)(void));
 
+/* ---- netns.c ---- */
+
+/* The local backend's bridge mode: when MUSTER_NETNS ("BRIDGE
+ * GATEWAY/PREFIX") is set, moves this process into a network namespace of
+ * its own, plugged into that bridge with address MUSTER_BIND_IP and a
+ * default route through the gateway. Root only; before any thread starts.
+ * Returns 0 (also when unset), or -1 (said on stderr). */
+int wd_netns_enter(void);
+
 /* ---- job.c ---- */
 
 /* muster-workerd --job SCRIPT: a Slurm job's first process. Claims the

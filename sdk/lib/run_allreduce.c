@@ -85,10 +85,20 @@ static void new_marker(char *buf, size_t size) {
     off += (size_t)snprintf(buf + off, size - off, "%02x", r[i]);
 }
 
-/* Two workers share a host when they report the same host name (the
- * local backend's workers all do; Slurm jobs on one node do). */
+/* Two workers share a host's network, and so one Open MPI daemon, when
+ * they report the same host name and either the same address (Slurm's
+ * workers on one node) or each a loopback address of their own (the local
+ * backend's --network host: one network, 127.0.X.Y each). A local worker
+ * in a network namespace of its own (--network bridge) has an address of
+ * its own on the bridge: a node of its own, which reaches the others over
+ * TCP, as a daemon in another worker could not reach its loopback. */
 static int same_host(const muster_worker *a, const muster_worker *b) {
-  return a->hostname && b->hostname && strcmp(a->hostname, b->hostname) == 0;
+  if (!a->hostname || !b->hostname || strcmp(a->hostname, b->hostname) != 0)
+    return 0;
+  if (!a->ip_address || !b->ip_address)
+    return 1;
+  return strcmp(a->ip_address, b->ip_address) == 0 ||
+         (strncmp(a->ip_address, "127.", 4) == 0 && strncmp(b->ip_address, "127.", 4) == 0);
 }
 
 /* Appends ",fmt" (or "fmt" to an empty list) to *list; -1 when out of

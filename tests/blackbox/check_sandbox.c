@@ -170,16 +170,21 @@ START_TEST(a_workers_script_cannot_rewrite_muster_nor_read_its_token) {
 }
 END_TEST
 
+/* The controller's address as the script reaches it (its
+ * MUSTER_CONTROLLER_URL): the bridge's gateway, not the script's to bind
+ * (EADDRNOTAVAIL), or with --network host the controller's own, whose port
+ * it holds without SO_REUSEPORT (EADDRINUSE). check_network has the rest. */
 START_TEST(a_workers_script_cannot_bind_the_controllers_port) {
   char code[600], body[900], *esc, *out;
 
   up();
   snprintf(code, sizeof(code),
-           "import socket\n"
+           "import os, socket, urllib.parse\n"
+           "u = urllib.parse.urlparse(os.environ['MUSTER_CONTROLLER_URL'])\n"
            "s = socket.socket()\n"
            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n"
            "try:\n"
-           "    s.bind(('127.0.0.1', %d)); s.listen(); print('bound the port')\n"
+           "    s.bind((u.hostname, %d)); s.listen(); print('bound the port')\n"
            "except OSError as e:\n"
            "    print('refused:', e.strerror)\n",
            ctl.port);

@@ -1,6 +1,9 @@
 /* harness.c: see harness.h. */
 #include "harness.h"
 
+#include "netlink.h"
+#include "subnet.h"
+
 #include <check.h>
 #include <curl/curl.h>
 #include <dirent.h>
@@ -298,8 +301,31 @@ static void cleanup_all(void) {
   reap_adopted();
   /* (a test that failed half-way leaves its workers' cgroups too) */
   for (int i = 0; i < MAX_CTLS; i++)
-    if (was[i])
+    if (was[i]) {
       remove_cgroups(was[i]);
+      h_bridge_remove(was[i]);
+    }
+}
+
+void h_subnet(int port, char *buf, size_t len) {
+  snprintf(buf, len, "10.%d.%d.0/24", 128 + ((port >> 8) & 127), port & 255);
+}
+
+void h_bridge_remove(struct ctl_proc *c) {
+  struct subnet sn;
+  char name[16], err[200];
+  int fd, idx;
+
+  if (!c->subnet[0] || subnet_parse(c->subnet, &sn, err, sizeof(err)) != 0)
+    return;
+  subnet_bridge_name(&sn, name, sizeof(name));
+  fd = nl_open();
+  if (fd < 0)
+    return;
+  idx = nl_link_index(fd, name);
+  if (idx > 0 && nl_link_del(fd, idx) != 0)
+    fprintf(stderr, "could not remove bridge %s\n", name);
+  close(fd);
 }
 
 static void spawn(struct ctl_proc *c) {
@@ -318,6 +344,12 @@ static void spawn(struct ctl_proc *c) {
   argv[n++] = "4";
   argv[n++] = "--workdir"; /* (an extra one comes after: it wins) */
   argv[n++] = c->work;
+  /* A subnet of its own, from its port: suites run at once never meet on
+   * one bridge (a test's own --subnet, later, wins). */
+  if (!c->subnet[0])
+    h_subnet(c->port, c->subnet, sizeof(c->subnet));
+  argv[n++] = "--subnet";
+  argv[n++] = c->subnet;
   for (int i = 0; c->extra[i] && n < 36; i++)
     argv[n++] = c->extra[i];
   argv[n] = NULL;
@@ -470,6 +502,7 @@ void h_finish(struct ctl_proc *c) {
   usleep(100 * 1000);
   reap_adopted();
   remove_cgroups(c);
+  h_bridge_remove(c);
   assert_no_sanitizer_reports(c);
   /* (DIR-slurm: a root slurm controller's job output, beside its state) */
   snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s %s", c->dir, c->dir, c->log, c->work);

@@ -26,7 +26,17 @@ struct ctl_proc {
   const char *bin;            /* the controller's binary (NULL: the build's) */
   uid_t uid;                  /* not 0: the controller runs as this account ... */
   gid_t gid;                  /* ... and group, owning its state directory */
+  char subnet[24];            /* its workers' subnet (h_subnet()), its own */
 };
+
+/* The workers' subnet the harness gives a controller on port (so that
+ * test suites that run at once never share a bridge): a /24 in
+ * 10.128.0.0/9 from the port's low 15 bits. */
+void h_subnet(int port, char *buf, size_t len);
+
+/* Removes the bridge of c's subnet, if there is one (a test removes what
+ * it made; a controller leaves its bridge, as docker leaves docker0). */
+void h_bridge_remove(struct ctl_proc *c);
 
 /* Starts a controller with a fresh state directory (or c->dir if set) on
  * c->port (a free one if 0) and waits until /api/v1/health answers (10 s at

@@ -89,14 +89,16 @@ api() { # api STATEDIR METHOD PATH [BODY]
 
 # start_controller NAME [extra options]: a controller on a free 127.0.0.1
 # port (--listen 127.0.0.1:0: the kernel picks it; the controller writes the
-# URL to its state dir) with a fresh state dir $TMP/NAME/state; sets CTL_URL
+# URL to its state dir) with a fresh state dir $TMP/NAME/state, on the host's
+# network (--network host: several run at once; bridge mode is check_network's and
+# tests/run's); sets CTL_URL
 # and CTL_PID.
 start_controller() {
   local name=$1 i
   shift
   local dir=$TMP/$name
   mkdir -p "$dir" "$TMP/$name-wd"
-  "$CONTROLLER" --listen 127.0.0.1:0 --state-dir "$dir/state" --workerd "$WORKERD" \
+  "$CONTROLLER" --listen 127.0.0.1:0 --network host --state-dir "$dir/state" --workerd "$WORKERD" \
     --workdir "$TMP/$name-wd" "$@" >"$dir/controller.log" 2>&1 &
   CTL_PID=$!
   CTL_PIDS+=("$CTL_PID")
@@ -282,7 +284,7 @@ export MUSTER_STATE_DIR=$ST
 
 # One controller per state directory: a second would run the same workers
 # twice.
-run 10 "$CONTROLLER" --listen 127.0.0.1:0 --state-dir "$ST" --workerd "$WORKERD"
+run 10 "$CONTROLLER" --listen 127.0.0.1:0 --network host --state-dir "$ST" --workerd "$WORKERD"
 check "a second controller on the same state directory is refused, naming the first one's pid" \
   eval '[ $RC != 0 ] && has "$ERR$OUT" "another muster-controller (pid $CTL_PID) uses the state directory"'
 check "...and the first one still answers" eval 'curl -sf -m 2 "$URL/api/v1/health" >/dev/null'

@@ -108,7 +108,7 @@ trap 'exit 130' INT TERM
 
 mkdir -p "$state"
 # Port 0: the controller binds a free port itself and writes it to state/url.
-"$build/muster-controller" --listen 127.0.0.1:0 --state-dir "$state" --cpus 8 \
+"$build/muster-controller" --listen 127.0.0.1:0 --network host --state-dir "$state" --cpus 8 \
   --workdir "$work" </dev/null >"$work/controller.log" 2>&1 &
 ctl_pid=$!
 

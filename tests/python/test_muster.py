@@ -73,7 +73,7 @@ def setUpModule():
         # Port 0: the controller binds a free port itself (no race) and
         # writes the address it got to STATE_DIR/url.
         CTL["proc"] = subprocess.Popen(
-            [CONTROLLER_BIN, "--listen", "127.0.0.1:0", "--state-dir", state_dir,
+            [CONTROLLER_BIN, "--listen", "127.0.0.1:0", "--network", "host", "--state-dir", state_dir,
              "--cpus", "8", "--workdir", CTL["workdir"]],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url_file = os.path.join(state_dir, "url")

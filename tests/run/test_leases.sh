@@ -61,7 +61,7 @@ json_field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])
 # One fixed port: clients keep talking to the controller across its restarts.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start_controller() {  # with MUSTER_FAULT=$ctl_fault, if set
-  MUSTER_FAULT=${ctl_fault:-} "$build/muster-controller" --listen "127.0.0.1:$port" --state-dir "$tmp/state" --cpus 8 \
+  MUSTER_FAULT=${ctl_fault:-} "$build/muster-controller" --listen "127.0.0.1:$port" --network host --state-dir "$tmp/state" --cpus 8 \
     --heartbeat-interval 0.5 >> "$tmp/controller.log" 2>&1 &
   ctl_pid=$!
   for _ in $(seq 100); do

@@ -42,6 +42,8 @@ cleanup() {
     done
   fi
   bash "$(dirname "$0")/../cgroup_clean.sh" "$tmp"
+  # the bridge its controller made (a controller leaves it, as docker0 stays)
+  [ -n "${bridge:-}" ] && ip link del "$bridge" 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -57,8 +59,15 @@ no_sshd() { ! ps -eo comm= | grep -qx sshd; }
 . "$(dirname "$0")/../lib/wait.sh"
 
 mkdir -p "$tmp/state"
-"$build/muster-controller" --listen 127.0.0.1:0 --state-dir "$tmp/state" --cpus 8 \
-  --heartbeat-interval 0.5 > "$tmp/controller.log" 2>&1 &
+# Each worker in a network namespace of its own (--network bridge), on a
+# subnet of this run's own, from its port (as tests/blackbox/harness.c
+# does): suites run at once never share a bridge.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+net_a=$((128 + ((port >> 8) & 127))) net_b=$((port & 255))
+subnet=10.$net_a.$net_b.0/24
+bridge=$(printf 'mu%02x%02x%02x%02x%02x' 10 $net_a $net_b 0 24)
+"$build/muster-controller" --listen "127.0.0.1:$port" --state-dir "$tmp/state" --cpus 8 \
+  --network bridge --subnet "$subnet" --heartbeat-interval 0.5 > "$tmp/controller.log" 2>&1 &
 ctl_pid=$!
 for _ in $(seq 100); do [ -s "$tmp/state/url" ] && break; sleep 0.1; done
 [ -s "$tmp/state/url" ] || { echo "not ok - the controller did not start"; echo "0 passed, 1 failed"; exit 1; }
@@ -69,7 +78,8 @@ id=$("$muster" launch --cpu 0.1 --session ex)
 out=$(echo "from stdin" | "$muster" exec "$id" -- sh -c 'cat; echo "in $MUSTER_WORKER_ID at $MUSTER_IP_ADDRESS"; echo oops >&2; exit 5' 2> "$tmp/exec.err")
 rc=$?
 check "muster exec relays stdin to the command and its stdout back" grep -q "from stdin" <<<"$out"
-check "...the command runs inside the worker (its environment)" grep -q "in $id at 127." <<<"$out"
+check "...the command runs inside the worker (its environment, its address on $subnet)" \
+  grep -q "in $id at 10.$net_a.$net_b." <<<"$out"
 check "...stderr comes back on stderr" grep -q oops "$tmp/exec.err"
 check "...and the command's exit code is muster exec's (5, got $rc)" test $rc -eq 5
 "$muster" exec -n "$id" -- no-such-program-xyz > /dev/null 2> "$tmp/exec2.err"; rc=$?
@@ -119,12 +129,14 @@ check "...its workers were stopped at the end" \
 timeout 120 "$muster" run --mode allreduce --workers 3 --cpu 0.5 -- \
   sh -c 'echo "r=$RANK/$OMPI_COMM_WORLD_RANK l=$LOCAL_RANK n=$WORLD_SIZE w=$MUSTER_WORKER_ID a=$MUSTER_IP_ADDRESS m=$MASTER_ADDR"' \
   > "$tmp/ranks.out" 2> "$tmp/ranks.err"; rc=$?
-check "allreduce with 3 workers on one host: every rank reports (exit $rc)" \
+check "allreduce with 3 workers on one host, each in its own network namespace: every rank reports (exit $rc)" \
   test "$(grep -c '^\[rank-[012]\] r=' "$tmp/ranks.out")" = 3
 check "...each in its own worker, at its own address" \
   test "$(grep -o 'w=w-[a-z0-9]*' "$tmp/ranks.out" | sort -u | wc -l)$(grep -o 'a=[0-9.]*' "$tmp/ranks.out" | sort -u | wc -l)" = 33
-check "...with RANK = Open MPI's rank, LOCAL_RANK, WORLD_SIZE=3" \
-  bash -c "grep -q '^\[rank-0\] r=0/0 l=0 n=3' '$tmp/ranks.out' && grep -q '^\[rank-1\] r=1/1 l=1 n=3' '$tmp/ranks.out' && grep -q '^\[rank-2\] r=2/2 l=2 n=3' '$tmp/ranks.out'"
+# (each worker in a network namespace of its own is a node of its own:
+# LOCAL_RANK 0 everywhere)
+check "...with RANK = Open MPI's rank, LOCAL_RANK (0: a node each), WORLD_SIZE=3" \
+  bash -c "grep -q '^\[rank-0\] r=0/0 l=0 n=3' '$tmp/ranks.out' && grep -q '^\[rank-1\] r=1/1 l=0 n=3' '$tmp/ranks.out' && grep -q '^\[rank-2\] r=2/2 l=0 n=3' '$tmp/ranks.out'"
 m=$(grep -o '^\[rank-0\].*' "$tmp/ranks.out" | sed 's/.* a=\([0-9.]*\) m=.*/\1/')
 check "...and MASTER_ADDR is rank 0's worker ($m)" \
   bash -c "[ -n '$m' ] && [ \$(grep -c ' m=$m\$' '$tmp/ranks.out') = 3 ]"
@@ -287,6 +299,11 @@ for w in ws: w["backend_ref"] = str(pid.get(w["id"], ""))
 ps = subprocess.run(["ps", "-eo", "sid=,comm="], capture_output=True, text=True).stdout
 daemon_sids = {l.split()[0] for l in ps.splitlines() if l.split()[1:] == ["orted"]}
 pick = [w for w in ws if (w["backend_ref"] in daemon_sids) == (os.environ["WHICH"] == "daemon")]
+# In bridge mode each worker is a node of its own, with a daemon of its own:
+# the "rank" worker is then the one that does not hold rank 0.
+if len(ws) == 2 and all(w["backend_ref"] in daemon_sids for w in ws):
+    ws.sort(key=lambda w: w["created_at"])
+    pick = ws[:1] if os.environ["WHICH"] == "daemon" else ws[1:]
 print(pick[0]["id"] + " " + pick[0]["backend_ref"] if len(ws) == 2 and len(daemon_sids) and pick else "")' 2>/dev/null)
     [ -n "$victim" ] && break
     sleep 0.2

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -99,6 +100,64 @@ static int mkdir_own(int dirfd, const char *name, mode_t mode) {
   return 0;
 }
 
+/* Mounts, once per session (under mount.lock), an overlay at merged: the
+ * host's /tmp below, read-only, and the session's own writable layer
+ * (upper) above. Returns 0, or -1 where the kernel refuses (no privilege:
+ * a controller not run as root; the state directory itself in /tmp). */
+static int overlay_once(int sess, const char *dir) {
+  char opts[9000], upper[4300], work[4300], merged[4300];
+  struct stat m, d;
+  int lk, rc = -1;
+
+  if (strpbrk(dir, ",:\\") || snprintf(upper, sizeof(upper), "%s/upper", dir) >= (int)sizeof(upper))
+    return -1; /* (a path the options string cannot carry) */
+  snprintf(work, sizeof(work), "%s/work", dir);
+  snprintf(merged, sizeof(merged), "%s/merged", dir);
+  lk = openat(sess, "mount.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lk < 0)
+    return -1;
+  while (flock(lk, LOCK_EX) != 0)
+    if (errno != EINTR)
+      goto out;
+  if (fstatat(sess, "merged", &m, AT_SYMLINK_NOFOLLOW) == 0 && fstat(sess, &d) == 0 &&
+      m.st_dev != d.st_dev) {
+    rc = 0; /* mounted by another of the session's workerds */
+    goto out;
+  }
+  /* the layer as a host's /tmp is: everyone's, sticky */
+  if ((mkdirat(sess, "upper", 01777) != 0 && errno != EEXIST) ||
+      fchmodat(sess, "upper", 01777, 0) != 0 ||
+      (mkdirat(sess, "work", 0700) != 0 && errno != EEXIST) ||
+      (mkdirat(sess, "merged", 0755) != 0 && errno != EEXIST))
+    goto out;
+  snprintf(opts, sizeof(opts), "lowerdir=/tmp,upperdir=%s,workdir=%s", upper, work);
+  rc = mount("overlay", merged, "overlay", MS_NOSUID | MS_NODEV, opts);
+out:
+  close(lk);
+  return rc;
+}
+
+/* Fills s->tmp with what the session's workers get as /tmp: the overlay
+ * where it can be mounted, else a plain directory of the session's own
+ * (the host's /tmp then out of sight). */
+static int session_tmp(int sess, const char *state, const char *session, struct scratch *s) {
+  char dir[4150];
+
+  if (snprintf(dir, sizeof(dir), "%s/scratch/%s", state, session) >= (int)sizeof(dir)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  if (overlay_once(sess, dir) == 0) {
+    snprintf(s->tmp, sizeof(s->tmp), "%s/merged", dir);
+    s->overlay = 1;
+    return 0;
+  }
+  s->overlay = 0;
+  if ((mkdirat(sess, "tmp", 01777) != 0 && errno != EEXIST) || fchmodat(sess, "tmp", 01777, 0) != 0)
+    return -1;
+  return 0;
+}
+
 int scratch_enter(const char *state, const char *session, struct scratch *s, char *err,
                   size_t errlen) {
   int top = -1, sess = -1;
@@ -146,8 +205,7 @@ int scratch_enter(const char *state, const char *session, struct scratch *s, cha
       goto fail;
     }
   }
-  /* /tmp as a host's is: everyone's, sticky */
-  if ((mkdirat(sess, "tmp", 01777) != 0 && errno != EEXIST) || fchmodat(sess, "tmp", 01777, 0) != 0)
+  if (session_tmp(sess, state, session, s) != 0)
     goto fail;
   close(sess);
   close(top);
@@ -182,8 +240,13 @@ static void remove_if_free(int top, const char *session, int lock_fd) {
       close(lock_fd);
     return; /* someone else's worker still uses it */
   }
-  snprintf(gone, sizeof(gone), ".gone-%s-%ld", session, (long)getpid());
-  if (renameat(top, session, top, gone) != 0)
+  snprintf(gone, sizeof(gone), "/proc/self/fd/%d/%s/merged", top, session);
+  /* (a tree whose overlay stays mounted is left for the next sweep) */
+  if (umount2(gone, MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL && errno != ENOENT)
+    gone[0] = '\0';
+  else
+    snprintf(gone, sizeof(gone), ".gone-%s-%ld", session, (long)getpid());
+  if (gone[0] && renameat(top, session, top, gone) != 0)
     gone[0] = '\0';
   if (lock_fd >= 0 && own)
     close(lock_fd); /* (the caller closes its own, after: its lock until then) */

@@ -11,6 +11,7 @@
 struct scratch {
   char tmp[4200]; /* the directory bound over the workers' /tmp */
   int lock_fd;    /* held shared while this workerd lives; -1: none */
+  int overlay;    /* tmp is the overlay: the host's /tmp below, the session's above */
 };
 
 /* 1 if session may name a directory (letters, digits, '-', '_', '.'; not

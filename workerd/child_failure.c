@@ -143,7 +143,7 @@ static void utf8_mend(char *buf) {
 static bool in_private_tmp(const char *path, const char *cwd) {
   size_t n = cwd ? strlen(cwd) : 0;
 
-  if (!path || strncmp(path, "/tmp/", 5) != 0 || wd.scratch.lock_fd < 0)
+  if (!path || strncmp(path, "/tmp/", 5) != 0 || wd.scratch.lock_fd < 0 || wd.scratch.overlay)
     return false;
   return !(n > 0 && strncmp(path, cwd, n) == 0 && (path[n] == '/' || cwd[n - 1] == '/'));
 }

@@ -29,6 +29,7 @@ static void up(void) {
   memset(&ctl, 0, sizeof(ctl));
   h_start(&ctl);
   unlink("/tmp/muster-files-mine"); /* (what a worker must not leave on the host) */
+  unlink("/tmp/muster-files-a-secret");
   h_shared_dir(host_dir, sizeof(host_dir), "files");
   snprintf(path, sizeof(path), "%s/open", host_dir);
   f = fopen(path, "w");
@@ -43,6 +44,7 @@ static void up(void) {
   f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
   fclose(f);
+  ck_assert_int_eq(chmod(path, 0666), 0);
 }
 
 static void down(void) {
@@ -84,6 +86,12 @@ static void body_of(char *body, size_t size, const char *session, const char *cw
   free(esc);
 }
 
+/* 1 when the session's /tmp is an overlay on the host's: a root
+ * controller's (it mounts it); an ordinary user's gets a plain one. */
+static int overlay(void) {
+  return geteuid() == 0;
+}
+
 /* Fails the test unless path is gone within 10 s (workerd lets its
  * session's /tmp go after it reported its end). */
 static void gone_soon(const char *path) {
@@ -109,8 +117,9 @@ START_TEST(the_host_is_read_only_to_a_worker_but_for_its_own_directories) {
       "try ./here; try \"$HOME/.muster-files\"; rm -f \"$HOME/.muster-files\"\n"
       "try /tmp/muster-files-mine; try /dev/shm/muster-files-$$; rm -f /dev/shm/muster-files-$$\n"
       "[ -e %s/seen ] && echo 'saw the host /tmp'\n"
-      "echo /tmp holds: $(ls -A /tmp)\n",
-      host_dir, host_dir, host_tmp);
+      "echo changed >> %s/seen && echo 'changed it, for itself'\n"
+      "[ -e /tmp/muster-files-mine ] && echo 'kept its own'\n",
+      host_dir, host_dir, host_tmp, host_tmp);
   body_of(body, sizeof(body), "files-a", NULL, code);
   out = h_output_of(&ctl, body, "stdout");
   fprintf(stderr, "the script said:\n%s", out);
@@ -130,9 +139,19 @@ START_TEST(the_host_is_read_only_to_a_worker_but_for_its_own_directories) {
   }
   ck_assert_msg(strstr(out, "wrote /tmp/muster-files-mine\n"), "its /tmp: %s", out);
   ck_assert_msg(strstr(out, "wrote /dev/shm/muster-files-"), "/dev/shm: %s", out);
-  /* Its /tmp is not the host's. */
-  ck_assert_msg(!strstr(out, "saw the host /tmp"), "the worker saw the host's /tmp: %s", out);
-  ck_assert_msg(strstr(out, "/tmp holds: muster-files-mine\n"), "its /tmp: %s", out);
+  /* Its /tmp: the host's below, read-only (where a root controller can
+   * mount the overlay), its own above. */
+  ck_assert_msg(strstr(out, "kept its own\n"), "its /tmp: %s", out);
+  if (overlay())
+    ck_assert_msg(strstr(out, "saw the host /tmp\nchanged it, for itself\n"), "%s", out);
+  else
+    ck_assert_msg(!strstr(out, "saw the host /tmp"), "the worker saw the host's /tmp: %s", out);
+  snprintf(path, sizeof(path), "%s/seen", host_tmp);
+  {
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_msg(st.st_size == 0, "the worker changed the host's %s", path);
+  }
   /* and nothing of it reached the host */
   snprintf(path, sizeof(path), "%s/open", host_dir);
   f = fopen(path, "r");
@@ -166,7 +185,7 @@ START_TEST(a_sessions_workers_share_a_tmp_no_other_session_sees) {
     goto out;
   snprintf(go, sizeof(go), "%s/go", ctl.work);
   snprintf(path, sizeof(path),
-           "echo secret > /tmp/a-secret; echo > %s/ready; "
+           "echo secret > /tmp/muster-files-a-secret; echo > %s/ready; "
            "while [ ! -e %s ]; do sleep 0.05; done",
            ctl.work, go);
   body_of(body, sizeof(body), "files-a", NULL, path);
@@ -175,19 +194,20 @@ START_TEST(a_sessions_workers_share_a_tmp_no_other_session_sees) {
   for (double until = h_now() + 30; access(path, F_OK) != 0; usleep(50 * 1000))
     ck_assert_msg(h_now() < until, "the first worker did not start within 30 s");
   /* the same session: sees it */
-  body_of(body, sizeof(body), "files-a", NULL, "cat /tmp/a-secret 2>&1; echo end");
+  body_of(body, sizeof(body), "files-a", NULL, "cat /tmp/muster-files-a-secret 2>&1; echo end");
   out = h_output_of(&ctl, body, "stdout");
   ck_assert_msg(strstr(out, "secret\nend\n"), "the session's other worker: %s", out);
   free(out);
   /* another session: does not, and may not write it either */
   body_of(body, sizeof(body), "files-b", NULL,
-          "cat /tmp/a-secret 2>/dev/null && echo 'read it'; ls -A /tmp; "
-          "echo x > /tmp/a-secret; echo end");
+          "cat /tmp/muster-files-a-secret 2>/dev/null && echo 'read it'; "
+          "echo x > /tmp/muster-files-a-secret; echo end");
   out = h_output_of(&ctl, body, "stdout");
   ck_assert_msg(!strstr(out, "read it") && !strstr(out, "secret") && strstr(out, "end\n"),
                 "another session's worker: %s", out);
   free(out);
-  snprintf(path, sizeof(path), "%s/scratch/files-a/tmp/a-secret", ctl.dir);
+  snprintf(path, sizeof(path), "%s/scratch/files-a/%s/muster-files-a-secret", ctl.dir,
+           overlay() ? "upper" : "tmp");
   ck_assert_msg(stat(path, &st) == 0, "the session's /tmp is not in %s/scratch", ctl.dir);
   {
     char line[32] = "";
@@ -220,8 +240,8 @@ static void failure_says(const char *body, const char *want) {
   json_t *workers = h_launch(&ctl, body), *ans = h_await(&ctl, workers, 1, 30);
   json_t *f = json_array_get(json_object_get(ans, "failures"), 0);
 
-  ck_assert_msg(f && strstr(h_str(f, "failure"), want), "want a failure saying \"%s\": %s", want,
-                json_dumps(ans, 0));
+  ck_assert_msg(f && strstr(h_str(f, "failure"), want), "want a failure saying \"%s\": %.1500s",
+                want, json_dumps(ans, 0));
   json_decref(ans);
   json_decref(workers);
 }
@@ -229,7 +249,7 @@ static void failure_says(const char *body, const char *want) {
 /* A working directory in the host's /tmp is the host's, bound into the
  * worker's own /tmp: what the worker writes there, the host sees; a
  * directory above it that the account may not enter stays closed. A script
- * in the host's /tmp is not found, and the failure says why. */
+ * in the host's /tmp runs. */
 START_TEST(a_working_directory_in_the_hosts_tmp_is_still_the_hosts) {
   char body[1200], path[200], closed[200];
 
@@ -252,9 +272,22 @@ START_TEST(a_working_directory_in_the_hosts_tmp_is_still_the_hosts) {
   ck_assert_int_eq(chmod(path, 0777), 0);
   body_of(body, sizeof(body), "files-c", path, "echo in");
   failure_says(body, "cannot enter the working directory");
-  /* a script in the host's /tmp */
-  snprintf(path, sizeof(path), "{\"n\": 1, \"cpu\": 0.2, \"script\": \"%s/seen\"}", host_tmp);
-  failure_says(path, "not found (the worker has a /tmp of its own");
+  /* a script in the host's /tmp: found there, through the overlay */
+  if (overlay()) {
+    char *out;
+    snprintf(path, sizeof(path), "%s/hello.py", host_tmp);
+    {
+      FILE *f = fopen(path, "w");
+      ck_assert_ptr_nonnull(f);
+      fputs("print('hello from the host tmp')\n", f);
+      fclose(f);
+      ck_assert_int_eq(chmod(path, 0644), 0);
+    }
+    snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.2, \"script\": \"%s\"}", path);
+    out = h_output_of(&ctl, body, "stdout");
+    ck_assert_msg(strstr(out, "hello from the host tmp\n"), "%s", out);
+    free(out);
+  }
 out:
   down();
 }

@@ -504,6 +504,13 @@ void h_finish(struct ctl_proc *c) {
   remove_cgroups(c);
   h_bridge_remove(c);
   assert_no_sanitizer_reports(c);
+  /* The sessions' /tmp overlays its killed workerds left mounted (a
+   * controller's next start would sweep them). */
+  snprintf(cmd, sizeof(cmd),
+           "for m in %s/scratch/*/merged; do mountpoint -q \"$m\" && umount -l \"$m\"; done; true",
+           c->dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not unmount the overlays in %s/scratch\n", c->dir);
   /* (DIR-slurm: a root slurm controller's job output, beside its state) */
   snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s %s", c->dir, c->dir, c->log, c->work);
   if (system(cmd) != 0)
@@ -702,8 +709,8 @@ char *h_output_of(struct ctl_proc *c, const char *body, const char *stream) {
   const char *id = h_str(json_array_get(workers, 0), "id");
 
   ans = h_await(c, workers, 1, 60);
-  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 0, "the worker failed: %s",
-                json_dumps(ans, 0));
+  ck_assert_msg(json_array_size(json_object_get(ans, "failures")) == 0,
+                "the worker failed: %.1500s", json_dumps(ans, 0));
   snprintf(path, sizeof(path), "/api/v1/workers/%s/logs%s%s", id, stream ? "?stream=" : "",
            stream ? stream : "");
   ck_assert_int_eq(h_http(c, "GET", path, NULL, "", NULL, &out), 200);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -139,6 +140,7 @@ static int block_socket(const char *path) {
 struct keep {
   const char *path; /* NULL: nothing to keep */
   int fd;           /* the host's directory (O_PATH) */
+  int tree;         /* its clone, bound at its path (cleared of RDONLY last) */
   int depth;        /* components below /tmp; 0 when not under /tmp */
   struct stat st[KEEP_DEPTH];
 };
@@ -162,16 +164,37 @@ static int next_name(const char *path, size_t *off, char *name, size_t size) {
   return 1;
 }
 
+/* Opens path, following no symbolic link: the account may have made the
+ * working directory or its home a link to "/" (or to /var, whose /var/tmp
+ * would then be writable). */
+static int open_no_links(const char *path) {
+  struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                         .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+
+  return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+}
+
+/* Opens k's directory, unless it is reached through a link or is the root
+ * of the file system (the whole host would be writable): it then stays
+ * read-only, as the rest. */
 static void keep_open(struct keep *k, const char *path) {
   char prefix[PATH_MAX], name[NAME_MAX + 1];
+  struct stat st, root;
   size_t off = 5;
   int r;
 
   k->path = NULL;
   k->depth = 0;
-  k->fd = path && path[0] == '/' ? open(path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+  k->tree = -1;
+  k->fd = path && path[0] == '/' ? open_no_links(path) : -1;
   if (k->fd < 0)
-    return; /* (the chdir says why, as the account) */
+    return; /* (a missing one: the chdir says why, as the account) */
+  if (fstat(k->fd, &st) != 0 || stat("/", &root) != 0 ||
+      (st.st_dev == root.st_dev && st.st_ino == root.st_ino)) {
+    close(k->fd);
+    k->fd = -1;
+    return;
+  }
   k->path = path;
   if (strncmp(path, "/tmp/", 5) != 0 || strlen(path) >= sizeof(prefix))
     return;
@@ -184,22 +207,27 @@ static void keep_open(struct keep *k, const char *path) {
       break;
     k->depth++;
   }
-  if (r != 0) { /* not copied: out of sight, as the rest of the host's /tmp */
+  if (r != 0) { /* not copied: read-only, as the rest of the host's /tmp */
     close(k->fd);
     k->fd = -1;
     k->path = NULL;
   }
 }
 
-/* Binds k's directory at its path (after /tmp was replaced). */
-static int keep_bind(const struct keep *k) {
-  char src[32], dst[32], name[NAME_MAX + 1];
+/* Binds a clone of k's directory (the one opened: its path is not
+ * resolved again) over itself, or, under /tmp (after it was replaced),
+ * over the same path in the worker's /tmp. */
+static int keep_bind(struct keep *k) {
+  char name[NAME_MAX + 1];
   size_t off = 5;
   int dfd, rc;
 
-  snprintf(src, sizeof(src), "/proc/self/fd/%d", k->fd);
+  k->tree =
+      open_tree(k->fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+  if (k->tree < 0)
+    return -1;
   if (k->depth == 0)
-    return mount(src, k->path, NULL, MS_BIND | MS_REC, NULL);
+    return move_mount(k->tree, "", k->fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
   dfd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   for (int i = 0; dfd >= 0 && i < k->depth; i++) {
     int nfd;
@@ -220,8 +248,7 @@ static int keep_bind(const struct keep *k) {
   }
   if (dfd < 0)
     return -1;
-  snprintf(dst, sizeof(dst), "/proc/self/fd/%d", dfd);
-  rc = mount(src, dst, NULL, MS_BIND | MS_REC, NULL);
+  rc = move_mount(k->tree, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
   close(dfd);
   return rc;
 }
@@ -249,19 +276,26 @@ static int private_tmp(const struct child_spec *cs, struct keep keeps[2]) {
   return 0;
 }
 
-static int read_only_host(const struct keep keeps[2]) {
+static int read_only_host(struct keep keeps[2]) {
   struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
 
   if (mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof(ro)) != 0 ||
       writable("/tmp", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) != 0 || writable("/dev/shm", 0) != 0 ||
       writable("/proc", 0) != 0)
     return -1;
-  for (int i = 0; i < 2; i++)
-    if (keeps[i].path && writable(keeps[i].path, 0) != 0)
+  for (int i = 0; i < 2; i++) {
+    struct mount_attr rw = {.attr_clr = MOUNT_ATTR_RDONLY};
+    /* (one the host made read-only stays so where it is locked) */
+    if (keeps[i].tree >= 0 &&
+        mount_setattr(keeps[i].tree, "", AT_EMPTY_PATH, &rw, sizeof(rw)) != 0 && errno != EPERM)
       return -1;
-  for (int i = 0; i < 2; i++)
+  }
+  for (int i = 0; i < 2; i++) {
     if (keeps[i].fd >= 0)
       close(keeps[i].fd);
+    if (keeps[i].tree >= 0)
+      close(keeps[i].tree);
+  }
   return 0;
 }
 
@@ -272,7 +306,7 @@ static int read_only_host(const struct keep keeps[2]) {
  * command's to raise) and the service managers' sockets are out of reach.
  * Returns 0, or -1 with errno set. */
 int confine_mounts(const struct child_spec *cs, int flags) {
-  struct keep keeps[2] = {{.fd = -1}, {.fd = -1}};
+  struct keep keeps[2] = {{.fd = -1, .tree = -1}, {.fd = -1, .tree = -1}};
 
   if (cs->uid_map[0])
     flags |= CLONE_NEWUSER; /* namespaces without privileges */

@@ -172,6 +172,34 @@ out:
 }
 END_TEST
 
+/* A working directory reached through a link (the account may have made
+ * one, in its home, to "/") or the file system's root itself is not made
+ * writable: the host stays read-only around it. */
+START_TEST(a_working_directory_linked_to_the_root_leaves_the_host_read_only) {
+  char link[200], body[1200], code[600], *out;
+
+  up();
+  if (!confined())
+    goto out;
+  snprintf(link, sizeof(link), "%s/to-root", host_dir);
+  ck_assert_int_eq(symlink("/", link), 0);
+  snprintf(code, sizeof(code),
+           "if (echo x > %s/through-link) 2>/dev/null; then echo wrote; else echo refused; fi",
+           host_dir);
+  body_of(body, sizeof(body), "files-l", link, code);
+  out = h_output_of(&ctl, body, "stdout");
+  ck_assert_msg(strcmp(out, "refused\n") == 0, "a cwd linked to /: %s", out);
+  free(out);
+  body_of(body, sizeof(body), "files-l", "/", code);
+  out = h_output_of(&ctl, body, "stdout");
+  ck_assert_msg(strcmp(out, "refused\n") == 0, "cwd /: %s", out);
+  free(out);
+  unlink(link);
+out:
+  down();
+}
+END_TEST
+
 /* A session's workers share their /tmp (and their exec'd commands with
  * them); another session's cannot see it; the last worker's end removes
  * it from the state directory. */
@@ -327,6 +355,7 @@ int main(void) {
 
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, the_host_is_read_only_to_a_worker_but_for_its_own_directories);
+  tcase_add_test(tc, a_working_directory_linked_to_the_root_leaves_the_host_read_only);
   tcase_add_test(tc, a_sessions_workers_share_a_tmp_no_other_session_sees);
   tcase_add_test(tc, a_working_directory_in_the_hosts_tmp_is_still_the_hosts);
   tcase_add_test(tc, a_controller_start_sweeps_what_killed_workers_left);

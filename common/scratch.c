@@ -27,10 +27,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* How deep a tree removal goes: a deeper tree a worker made stays. */
+/* How deep a tree removal descends at once: a deeper directory is moved
+ * up, beside the tree, and removed after it (the descent holds a
+ * descriptor per level). */
 #define RMTREE_DEPTH 64
 
-static int rmtree_depth(int parent, const char *name, dev_t dev, int depth) {
+struct rm {
+  int top;        /* where deep directories are moved */
+  dev_t dev;      /* the file system removed from: no mount is crossed */
+  unsigned moved; /* how many were moved up (.gone-deep-PID-N) */
+};
+
+static int rmtree_depth(struct rm *r, int parent, const char *name, int depth) {
   struct stat st;
   struct dirent *e;
   DIR *d;
@@ -40,9 +48,17 @@ static int rmtree_depth(int parent, const char *name, dev_t dev, int depth) {
     return errno == ENOENT ? 0 : -1;
   if (!S_ISDIR(st.st_mode))
     return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
-  if (st.st_dev != dev || depth >= RMTREE_DEPTH) {
-    errno = st.st_dev != dev ? EXDEV : ELOOP;
-    return -1; /* another file system mounted there, or too deep */
+  if (st.st_dev != r->dev) {
+    errno = EXDEV;
+    return -1; /* another file system mounted there */
+  }
+  if (depth >= RMTREE_DEPTH) {
+    char up[64];
+    snprintf(up, sizeof(up), ".gone-deep-%ld-%u", (long)getpid(), r->moved);
+    if (renameat(parent, name, r->top, up) != 0)
+      return -1;
+    r->moved++;
+    return 0;
   }
   fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
@@ -54,7 +70,7 @@ static int rmtree_depth(int parent, const char *name, dev_t dev, int depth) {
   }
   while ((e = readdir(d)))
     if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
-        rmtree_depth(dirfd(d), e->d_name, dev, depth + 1) != 0)
+        rmtree_depth(r, dirfd(d), e->d_name, depth + 1) != 0)
       rc = -1;
   closedir(d);
   if (rc == 0 && unlinkat(parent, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
@@ -64,16 +80,33 @@ static int rmtree_depth(int parent, const char *name, dev_t dev, int depth) {
 
 int scratch_rmtree_at(int dirfd, const char *name) {
   struct stat top;
+  struct rm r = {.top = dirfd};
+  int rc;
 
   if (fstat(dirfd, &top) != 0)
     return -1;
-  return rmtree_depth(dirfd, name, top.st_dev, 0);
+  r.dev = top.st_dev;
+  rc = rmtree_depth(&r, dirfd, name, 0);
+  for (unsigned i = 0; i < r.moved; i++) { /* (r.moved grows meanwhile) */
+    char up[64];
+    snprintf(up, sizeof(up), ".gone-deep-%ld-%u", (long)getpid(), i);
+    if (rmtree_depth(&r, dirfd, up, 0) != 0)
+      rc = -1;
+  }
+  return rc;
+}
+
+/* The directory of session under STATE/scratch: its name, or "+" and its
+ * name where it starts with '.' or '-' (a name no session has: '+' is not
+ * one of a session's characters). */
+static void dir_name(const char *session, char *out, size_t size) {
+  snprintf(out, size, "%s%s", session[0] == '.' || session[0] == '-' ? "+" : "", session);
 }
 
 int scratch_session_ok(const char *session) {
   size_t n = strlen(session);
 
-  if (n == 0 || n > 64 || session[0] == '.' || session[0] == '-')
+  if (n == 0 || n > 64)
     return 0;
   for (size_t i = 0; i < n; i++) {
     char c = session[i];
@@ -167,6 +200,8 @@ int scratch_enter(const char *state, const char *session, struct scratch *s, cha
     snprintf(err, errlen, "the session id \"%.80s\" cannot name a directory", session);
     return -1;
   }
+  dir_name(session, s->name, sizeof(s->name));
+  session = s->name;
   if (snprintf(s->tmp, sizeof(s->tmp), "%s/scratch/%s/tmp", state, session) >=
       (int)sizeof(s->tmp)) {
     snprintf(err, errlen, "the state directory's path is too long for a private /tmp");
@@ -222,6 +257,17 @@ fail:
   return -1;
 }
 
+/* 1 if session's overlay is mounted (merged is not on its tree's file
+ * system). */
+static int overlay_mounted(int top, const char *session) {
+  char merged[160];
+  struct stat m, d;
+
+  snprintf(merged, sizeof(merged), "%s/merged", session);
+  return fstatat(top, merged, &m, AT_SYMLINK_NOFOLLOW) == 0 &&
+         fstatat(top, session, &d, AT_SYMLINK_NOFOLLOW) == 0 && m.st_dev != d.st_dev;
+}
+
 /* If no workerd holds session's tree (its lock is free, or it has none),
  * renames it away and removes it. lock_fd: ours, held shared, or -1. */
 static void remove_if_free(int top, const char *session, int lock_fd) {
@@ -229,32 +275,41 @@ static void remove_if_free(int top, const char *session, int lock_fd) {
   int own = lock_fd < 0;
 
   if (own) {
+    /* (created if missing: a workerd that made the directory and has yet
+     * to make its lock then finds the tree gone and makes another) */
     int sess = openat(top, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sess < 0)
       return;
-    lock_fd = openat(sess, "lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    lock_fd = openat(sess, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     close(sess);
+    if (lock_fd < 0)
+      return;
   }
-  if (lock_fd >= 0 && flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     if (own)
       close(lock_fd);
     return; /* someone else's worker still uses it */
   }
-  snprintf(gone, sizeof(gone), "/proc/self/fd/%d/%s/merged", top, session);
-  /* (a tree whose overlay stays mounted is left for the next sweep) */
-  if (umount2(gone, MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL && errno != ENOENT)
-    gone[0] = '\0';
-  else
-    snprintf(gone, sizeof(gone), ".gone-%s-%ld", session, (long)getpid());
+  snprintf(gone, sizeof(gone), ".gone-%s-%ld", session, (long)getpid());
+  if (overlay_mounted(top, session)) {
+    char merged[128];
+    snprintf(merged, sizeof(merged), "/proc/self/fd/%d/%s/merged", top, session);
+    /* (a tree whose overlay stays mounted is left for the next sweep) */
+    if (umount2(merged, MNT_DETACH | UMOUNT_NOFOLLOW) != 0)
+      gone[0] = '\0';
+  }
   if (gone[0] && renameat(top, session, top, gone) != 0)
     gone[0] = '\0';
-  if (lock_fd >= 0 && own)
-    close(lock_fd); /* (the caller closes its own, after: its lock until then) */
+  /* Renamed: one that enters now makes a new tree, without waiting for
+   * this one's removal. */
+  flock(lock_fd, LOCK_UN);
+  if (own)
+    close(lock_fd);
   if (gone[0])
     (void)scratch_rmtree_at(top, gone);
 }
 
-void scratch_leave(const char *state, const char *session, struct scratch *s) {
+void scratch_leave(const char *state, struct scratch *s) {
   char dir[4200];
   int top;
 
@@ -263,7 +318,7 @@ void scratch_leave(const char *state, const char *session, struct scratch *s) {
   snprintf(dir, sizeof(dir), "%s/scratch", state);
   top = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (top >= 0) {
-    remove_if_free(top, session, s->lock_fd);
+    remove_if_free(top, s->name, s->lock_fd);
     close(top);
   }
   close(s->lock_fd);
@@ -282,7 +337,7 @@ void scratch_sweep(const char *state) {
   while ((e = readdir(d))) {
     if (strncmp(e->d_name, ".gone-", 6) == 0)
       (void)scratch_rmtree_at(dirfd(d), e->d_name);
-    else if (scratch_session_ok(e->d_name))
+    else if (e->d_name[0] != '.' && scratch_session_ok(e->d_name + (e->d_name[0] == '+')))
       remove_if_free(dirfd(d), e->d_name, -1);
   }
   closedir(d);

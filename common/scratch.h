@@ -12,6 +12,7 @@ struct scratch {
   char tmp[4200]; /* the directory bound over the workers' /tmp */
   int lock_fd;    /* held shared while this workerd lives; -1: none */
   int overlay;    /* tmp is the overlay: the host's /tmp below, the session's above */
+  char name[72];  /* the session's directory under STATE/scratch */
 };
 
 /* 1 if session may name a directory (letters, digits, '-', '_', '.'; not
@@ -22,7 +23,7 @@ int scratch_session_ok(const char *session);
 int scratch_enter(const char *state, const char *session, struct scratch *s, char *err,
                   size_t errlen);
 /* Lets go of it; the last one out removes the tree. */
-void scratch_leave(const char *state, const char *session, struct scratch *s);
+void scratch_leave(const char *state, struct scratch *s);
 /* Removes every tree no workerd holds (at the controller's start). */
 void scratch_sweep(const char *state);
 /* Removes name under dirfd and all it holds, following no link and

@@ -83,6 +83,9 @@ json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *
   if (json_is_object(user))
     json_object_update(env, user);
   json_decref(user);
+  /* The session names the worker's /tmp (docs/sandbox.md): a launch's env
+   * cannot put it in another session's. */
+  setf(env, "MUSTER_SESSION", "%s", info->session);
   return env;
 }
 

@@ -332,7 +332,7 @@ int worker_scratch_enter(void) {
 }
 
 void worker_scratch_leave(void) {
-  scratch_leave(wd.confine, wd.session, &wd.scratch);
+  scratch_leave(wd.confine, &wd.scratch);
 }
 
 /* 1 if some directory of this process's PATH (execvp's default without

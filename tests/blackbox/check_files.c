@@ -226,6 +226,29 @@ START_TEST(a_sessions_workers_share_a_tmp_no_other_session_sees) {
   out = h_output_of(&ctl, body, "stdout");
   ck_assert_msg(strstr(out, "secret\nend\n"), "the session's other worker: %s", out);
   free(out);
+  /* nor with a launch's env naming the session */
+  {
+    char *out2;
+    char *esc = h_json_text("cat /tmp/muster-files-a-secret 2>/dev/null && echo 'read it'; "
+                            "echo end");
+    snprintf(body, sizeof(body),
+             "{\"n\": 1, \"cpu\": 0.2, \"memory\": 0.25, \"session\": \"files-b\", "
+             "\"env\": {\"MUSTER_SESSION\": \"files-a\"}, \"kernel\": \"bash\", \"code\": %s}",
+             esc);
+    free(esc);
+    out2 = h_output_of(&ctl, body, "stdout");
+    ck_assert_msg(strcmp(out2, "end\n") == 0, "a launch env naming files-a: %s", out2);
+    free(out2);
+  }
+  /* a controller's restart (its start sweeps) leaves a held tree alone */
+  h_kill9(&ctl);
+  h_restart(&ctl);
+  {
+    char held[300];
+    snprintf(held, sizeof(held), "%s/scratch/files-a/%s/muster-files-a-secret", ctl.dir,
+             overlay() ? "upper" : "tmp");
+    ck_assert_msg(stat(held, &st) == 0, "the restart swept %s, which a worker holds", held);
+  }
   /* another session: does not, and may not write it either */
   body_of(body, sizeof(body), "files-b", NULL,
           "cat /tmp/muster-files-a-secret 2>/dev/null && echo 'read it'; "
@@ -245,6 +268,15 @@ START_TEST(a_sessions_workers_share_a_tmp_no_other_session_sees) {
     fclose(f);
     ck_assert_str_eq(line, "secret\n");
   }
+  /* a session named ".dot" gets its /tmp too; a tree 100 directories
+   * deep goes with it */
+  body_of(body, sizeof(body), ".dot", NULL,
+          "d=/tmp; for i in $(seq 100); do d=$d/d; done; mkdir -p $d && touch $d/f && echo deep");
+  out = h_output_of(&ctl, body, "stdout");
+  ck_assert_msg(strcmp(out, "deep\n") == 0, "session .dot: %s", out);
+  free(out);
+  snprintf(path, sizeof(path), "%s/scratch/+.dot", ctl.dir);
+  gone_soon(path);
   /* files-b's last worker ended: its /tmp is gone */
   snprintf(path, sizeof(path), "%s/scratch/files-b", ctl.dir);
   gone_soon(path);

@@ -362,6 +362,15 @@ START_TEST(a_controller_run_by_an_ordinary_user_hides_its_state_from_workers) {
   ck_assert_msg(strstr(out, "refused to read the token") != NULL,
                 "a worker of a controller run by %s: %s", ACCOUNT, out);
   free(out);
+  /* its session's /tmp (a plain one: it cannot mount the overlay) goes with
+   * the session's last worker */
+  {
+    char tree[200];
+    struct stat st;
+    snprintf(tree, sizeof(tree), "%s/scratch/default", ctl.dir);
+    for (double until = h_now() + 10; stat(tree, &st) == 0; usleep(50 * 1000))
+      ck_assert_msg(h_now() < until, "%s outlived its session's worker", tree);
+  }
   down();
 }
 END_TEST

@@ -9,6 +9,7 @@
 #include "cgroup.h"
 #include "fault.h"
 #include "log.h"
+#include "scratch.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -137,6 +138,10 @@ void local_reap(void) {
     pthread_mutex_unlock(&lb.mu);
     if (!name[0])
       continue;
+    /* A workerd killed outright could not let its session's /tmp go: if it
+     * was the session's last, the tree goes now (common/scratch.h). */
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+      scratch_sweep(lb.cfg.state_dir);
     /* Reaped: its pid is free for anyone from here on (tests hand it to
      * another process before the KILL due for its leftovers). */
     FAULT_POINT("local_reaped");

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,7 +357,7 @@ END_TEST
 /* A workerd killed outright leaves its session's /tmp behind: the
  * controller's next start removes it. */
 START_TEST(a_controller_start_sweeps_what_killed_workers_left) {
-  char path[300];
+  char path[400];
   struct stat st;
 
   up();
@@ -364,7 +365,7 @@ START_TEST(a_controller_start_sweeps_what_killed_workers_left) {
     goto out;
   snprintf(path, sizeof(path), "%s/scratch/left/tmp/deep/er", ctl.dir);
   {
-    char cmd[1000];
+    char cmd[1400];
     snprintf(cmd, sizeof(cmd), "mkdir -p %s && touch %s/file && ln -s /etc %s/etc", path, path,
              path);
     ck_assert_int_eq(system(cmd), 0);
@@ -374,6 +375,24 @@ START_TEST(a_controller_start_sweeps_what_killed_workers_left) {
   snprintf(path, sizeof(path), "%s/scratch/left", ctl.dir);
   ck_assert_msg(stat(path, &st) != 0 && errno == ENOENT, "%s is still there", path);
   ck_assert_int_eq(access("/etc/passwd", F_OK), 0);
+  /* and a workerd killed outright while the controller runs: its
+   * session's tree goes when the controller reaps it */
+  {
+    char body[800], ready[200];
+    json_t *w;
+    snprintf(ready, sizeof(ready), "%s/k-ready", ctl.work);
+    snprintf(path, sizeof(path), "echo x > /tmp/k; echo > %s; sleep 300", ready);
+    body_of(body, sizeof(body), "files-k", NULL, path);
+    w = h_launch(&ctl, body);
+    for (double until = h_now() + 30; access(ready, F_OK) != 0; usleep(50 * 1000))
+      ck_assert_msg(h_now() < until, "the worker did not start within 30 s");
+    ck_assert_int_eq(kill((pid_t)h_workerd_pid(&ctl, h_str(json_array_get(w, 0), "id")), SIGKILL),
+                     0);
+    json_decref(h_await(&ctl, w, 1, 30));
+    json_decref(w);
+  }
+  snprintf(path, sizeof(path), "%s/scratch/files-k", ctl.dir);
+  gone_soon(path);
 out:
   down();
 }

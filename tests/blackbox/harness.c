@@ -308,7 +308,11 @@ static void cleanup_all(void) {
 }
 
 void h_subnet(int port, char *buf, size_t len) {
-  snprintf(buf, len, "10.%d.%d.0/24", 128 + ((port >> 8) & 127), port & 255);
+  int b = 128 + ((port >> 8) & 127);
+
+  /* (never in 10.213.0.0/16: a controller on the default bridge may be
+   * running, scripts/run.sh's) */
+  snprintf(buf, len, "10.%d.%d.0/24", b == 213 ? 127 : b, port & 255);
 }
 
 void h_bridge_remove(struct ctl_proc *c) {

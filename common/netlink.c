@@ -13,6 +13,7 @@
 #include <linux/veth.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define NL_BUF 1024
@@ -57,6 +58,21 @@ static void nest_end(struct nlreq *r, struct rtattr *a) {
     a->rta_len = (unsigned short)(r->u.buf + r->u.h.nlmsg_len - (char *)a);
 }
 
+/* One datagram of the kernel's into buf: its length, or -errno (-EMSGSIZE
+ * for one larger than buf, -ETIMEDOUT after nl_open()'s 5 s). */
+static ssize_t nl_recv(int fd, char *buf, size_t size) {
+  for (;;) {
+    ssize_t n = recv(fd, buf, size, MSG_TRUNC);
+
+    if (n >= 0)
+      return (size_t)n > size ? -EMSGSIZE : n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return -ETIMEDOUT;
+    if (errno != EINTR)
+      return -errno;
+  }
+}
+
 /* Sends r and reads the kernel's ACK. Returns 0 or -errno. */
 static int req_send(int fd, struct nlreq *r) {
   struct sockaddr_nl to = {.nl_family = AF_NETLINK};
@@ -71,19 +87,18 @@ static int req_send(int fd, struct nlreq *r) {
   if (sendto(fd, r->u.buf, r->u.h.nlmsg_len, 0, (struct sockaddr *)&to, sizeof(to)) < 0)
     return -errno;
   for (;;) {
-    ssize_t n = recv(fd, ans, sizeof(ans), 0);
+    ssize_t n = nl_recv(fd, ans, sizeof(ans));
     struct nlmsghdr *h = (struct nlmsghdr *)ans;
 
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
+    if (n < 0)
+      return (int)n;
     for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
       if (h->nlmsg_seq != my)
         continue; /* an answer to an earlier request that gave up */
       if (h->nlmsg_type == NLMSG_ERROR) {
         const struct nlmsgerr *e = NLMSG_DATA(h);
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+          return -EBADMSG;
         return e->error; /* 0 (the ACK) or -errno */
       }
     }
@@ -92,11 +107,14 @@ static int req_send(int fd, struct nlreq *r) {
 
 int nl_open(void) {
   struct sockaddr_nl me = {.nl_family = AF_NETLINK};
+  struct timeval wait = {.tv_sec = 5};
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 
   if (fd < 0)
     return -errno;
-  if (bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0) {
+  /* (the kernel answers at once; no wait is without an end) */
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait)) != 0 ||
+      bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0) {
     int e = errno;
     close(fd);
     return -e;
@@ -121,23 +139,25 @@ int nl_link_index(int fd, const char *name) {
   if (sendto(fd, r.u.buf, r.u.h.nlmsg_len, 0, (struct sockaddr *)&to, sizeof(to)) < 0)
     return -errno;
   for (;;) {
-    ssize_t n = recv(fd, ans, sizeof(ans), 0);
+    ssize_t n = nl_recv(fd, ans, sizeof(ans));
     struct nlmsghdr *h = (struct nlmsghdr *)ans;
 
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
+    if (n < 0)
+      return (int)n;
     for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
       if (h->nlmsg_seq != my)
         continue;
       if (h->nlmsg_type == NLMSG_ERROR) {
         const struct nlmsgerr *e = NLMSG_DATA(h);
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+          return -EBADMSG;
         return e->error ? e->error : -ENODEV;
       }
-      if (h->nlmsg_type == RTM_NEWLINK)
+      if (h->nlmsg_type == RTM_NEWLINK) {
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifinfomsg)))
+          return -EBADMSG;
         return ((const struct ifinfomsg *)NLMSG_DATA(h))->ifi_index;
+      }
     }
   }
 }

@@ -240,8 +240,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* Binds host:*port (port 0: a free one, written back) into *out. Returns 0
  * or an error with a sentence in err. */
-static int bind_one(const char *host, const char *shown, int *port, int *out, char *err,
-                    size_t errlen) {
+static int bind_one(const char *host, const char *shown, const char *dev, int *port, int *out,
+                    char *err, size_t errlen) {
   struct sockaddr_in addr;
   socklen_t len = sizeof(addr);
   int one = 1, fd;
@@ -259,6 +259,14 @@ static int bind_one(const char *host, const char *shown, int *port, int *out, ch
     return MUSTER_E_IO;
   }
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  /* The gateway's socket takes what comes in on the bridge only: Linux
+   * accepts a packet for a local address on any link, and a host of the
+   * LAN that routes the subnet through this one would reach it. */
+  if (dev && setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, dev, (socklen_t)strlen(dev)) != 0) {
+    snprintf(err, errlen, "could not tie the gateway's socket to %s: %s", dev, strerror(errno));
+    close(fd);
+    return MUSTER_E_IO;
+  }
   /* Bound, not listening: until api_start(), a client is refused at once
    * rather than left waiting in the backlog. */
   if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
@@ -281,11 +289,12 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
     host = "0.0.0.0";
   if (strcmp(host, "localhost") == 0)
     host = "127.0.0.1";
-  rc = bind_one(host, cfg->listen_host, &cfg->port, &listen_fds[0], err, errlen);
+  rc = bind_one(host, cfg->listen_host, NULL, &cfg->port, &listen_fds[0], err, errlen);
   /* Workers in their own namespaces reach the controller at the gateway,
    * on the same port. */
   if (!rc && net_bridge() && strcmp(host, "0.0.0.0") != 0 && strcmp(host, net_gateway()) != 0)
-    rc = bind_one(net_gateway(), net_gateway(), &cfg->port, &listen_fds[1], err, errlen);
+    rc = bind_one(net_gateway(), net_gateway(), net_bridge_name(), &cfg->port, &listen_fds[1], err,
+                  errlen);
   return rc;
 }
 

@@ -35,14 +35,30 @@ static int take_lock(char *err, size_t errlen) {
   char path[64];
   int fd;
 
-  if (mkdir(LOCK_DIR, 0755) != 0 && errno != EEXIST) {
+  struct stat st;
+
+  /* Root's alone: a lock anyone could open, anyone could hold, and keep
+   * every controller of this bridge from starting. */
+  if ((mkdir(LOCK_DIR, 0700) != 0 && errno != EEXIST) || lstat(LOCK_DIR, &st) != 0) {
     snprintf(err, errlen, "cannot make %s: %s", LOCK_DIR, strerror(errno));
     return MUSTER_E_IO;
   }
+  if (S_ISDIR(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 077) != 0 &&
+      chmod(LOCK_DIR, 0700) == 0)
+    st.st_mode &= ~(mode_t)077;
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    snprintf(err, errlen,
+             "%s must be a directory of this controller's account, mode 0700 (it is owner uid "
+             "%u, mode %04o): remove it, and this controller makes it",
+             LOCK_DIR, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    return MUSTER_E_INVALID;
+  }
   snprintf(path, sizeof(path), "%s/%s.lock", LOCK_DIR, net.name);
-  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) {
+  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || fchmod(fd, 0600) != 0) {
     snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
     return MUSTER_E_IO;
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -115,6 +131,19 @@ static int bridge_up(const char **step) {
   if (!rc) {
     *step = "set the bridge up";
     rc = nl_link_up(fd, idx);
+  }
+  /* Nothing the workers send is routed on to another link, even on a host
+   * that forwards (ip_forward=1): they reach this host and each other. */
+  if (!rc) {
+    char path[96];
+    int f;
+    *step = "stop forwarding from the bridge";
+    snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", net.name);
+    f = open(path, O_WRONLY | O_CLOEXEC);
+    if (f < 0 || write(f, "0", 1) != 1)
+      rc = -errno;
+    if (f >= 0)
+      close(f);
   }
 out:
   close(fd);

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -347,6 +349,29 @@ START_TEST(a_second_controller_on_the_same_bridge_is_refused) {
 }
 END_TEST
 
+/* The bridge's lock is root's alone: one anyone could open, anyone could
+ * hold, and keep the controller from starting again. */
+START_TEST(the_bridges_lock_is_roots_alone) {
+  char lock[64];
+  struct stat st;
+
+  start("bridge");
+  ck_assert_int_eq(stat("/run/muster", &st), 0);
+  ck_assert_msg((st.st_mode & 077) == 0 && st.st_uid == 0, "/run/muster: uid %u mode %04o",
+                (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+  {
+    struct subnet sn;
+    char name[16], err[200];
+    ck_assert_int_eq(subnet_parse(ctl.subnet, &sn, err, sizeof(err)), 0);
+    subnet_bridge_name(&sn, name, sizeof(name));
+    snprintf(lock, sizeof(lock), "/run/muster/%s.lock", name);
+  }
+  ck_assert_int_eq(stat(lock, &st), 0);
+  ck_assert_msg((st.st_mode & 077) == 0, "%s: mode %04o", lock, (unsigned)(st.st_mode & 07777));
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("network");
   TCase *tc = tcase_create("network");
@@ -356,6 +381,7 @@ int main(void) {
   tcase_add_test(tc, a_worker_cannot_bind_another_workers_address);
   tcase_add_test(tc, with_network_host_a_worker_still_cannot_bind_the_controllers_port);
   tcase_add_test(tc, a_second_controller_on_the_same_bridge_is_refused);
+  tcase_add_test(tc, the_bridges_lock_is_roots_alone);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -330,6 +330,11 @@ void h_bridge_remove(struct ctl_proc *c) {
   if (idx > 0 && nl_link_del(fd, idx) != 0)
     fprintf(stderr, "could not remove bridge %s\n", name);
   close(fd);
+  {
+    char lock[64];
+    snprintf(lock, sizeof(lock), "/run/muster/%s.lock", name);
+    unlink(lock); /* (the controller's, which held it, is gone) */
+  }
 }
 
 static void spawn(struct ctl_proc *c) {

@@ -95,7 +95,7 @@ async function startController() {
   const log = fs.openSync(path.join(tmp, 'controller.log'), 'a');
   const child = spawn(
     controllerBin,
-    ['--listen', listen, '--state-dir', stateDir, '--web-dir', path.join(repo, 'web'),
+    ['--listen', listen, '--state-dir', stateDir, '--web-dir', path.join(repo, 'web'), '--network', 'host',
       '--heartbeat-interval', '0.5', '--cpus', '4', '--memory', '16'],
     { cwd: tmp, stdio: ['ignore', log, log] },
   );
@@ -303,7 +303,7 @@ async function main() {
       await page.waitForFunction((sel) => (document.querySelector(sel)?.textContent || '').trim() !== '',
         `${rowSel(idle.id)} .c-ip`, { timeout: T }).catch(() => {});
       const ip = (await page.textContent(`${rowSel(idle.id)} .c-ip`)).trim();
-      ok(/^127\.\d+\.\d+\.\d+$/.test(ip), `a running worker shows its IP address (${ip})`);
+      ok(/^\d+\.\d+\.\d+\.\d+$/.test(ip), `a running worker shows its IP address (${ip})`);
       // What it uses, beside what it asked for (sampled from its cgroup,
       // where the controller isolates workers).
       const health = await (await fetch(`${baseUrl}/api/v1/health`)).json();

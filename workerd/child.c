@@ -66,7 +66,7 @@ void fd_close_pair(int p[2]) {
 
 /* ---- confinement (the local backend's isolation) ----
  *
- * The command runs as process 2 of a PID namespace of its own, in a mount
+ * The command runs as process 2 of a PID namespace of its own, in mount and IPC
  * namespace of its own where the controller's state directory is an empty
  * read-only tmpfs and /proc shows that namespace only. Three processes:
  *   A, workerd's child (its pid is the command's for workerd): unshares the
@@ -188,7 +188,7 @@ __attribute__((noreturn)) static void end_as(int status) {
  * filled. */
 static int confine_exec(const struct child_spec *cs, struct exec_status *st) {
   st->stage = STAGE_CONFINE;
-  if (confine_mounts(cs, CLONE_NEWNS) != 0 || confine_caps() != 0) {
+  if (confine_mounts(cs, CLONE_NEWNS | CLONE_NEWIPC) != 0 || confine_caps() != 0) {
     st->err = errno;
     return -1;
   }
@@ -207,7 +207,7 @@ static int confine(const struct child_spec *cs, struct exec_status *st) {
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, NULL);
   st->stage = STAGE_CONFINE;
-  if (confine_mounts(cs, CLONE_NEWNS | CLONE_NEWPID) != 0)
+  if (confine_mounts(cs, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) != 0)
     goto fail;
   if (pipe2(sp, O_CLOEXEC) != 0 || pipe2(lp, O_CLOEXEC) != 0)
     goto fail;

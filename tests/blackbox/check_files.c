@@ -119,7 +119,8 @@ START_TEST(the_host_is_read_only_to_a_worker_but_for_its_own_directories) {
       "try /tmp/muster-files-mine; try /dev/shm/muster-files-$$; rm -f /dev/shm/muster-files-$$\n"
       "[ -e %s/seen ] && echo 'saw the host /tmp'\n"
       "echo changed >> %s/seen && echo 'changed it, for itself'\n"
-      "[ -e /tmp/muster-files-mine ] && echo 'kept its own'\n",
+      "[ -e /tmp/muster-files-mine ] && echo 'kept its own'\n"
+      "echo \"ipc $(readlink /proc/self/ns/ipc)\"\n",
       host_dir, host_dir, host_tmp, host_tmp);
   body_of(body, sizeof(body), "files-a", NULL, code);
   out = h_output_of(&ctl, body, "stdout");
@@ -143,6 +144,13 @@ START_TEST(the_host_is_read_only_to_a_worker_but_for_its_own_directories) {
   /* Its /tmp: the host's below, read-only (where a root controller can
    * mount the overlay), its own above. */
   ck_assert_msg(strstr(out, "kept its own\n"), "its /tmp: %s", out);
+  /* its own IPC namespace (System V IPC, POSIX message queues) */
+  {
+    char mine[64] = "", line[80];
+    ck_assert_int_gt((int)readlink("/proc/self/ns/ipc", mine, sizeof(mine) - 1), 0);
+    snprintf(line, sizeof(line), "ipc %s\n", mine);
+    ck_assert_msg(strstr(out, "ipc ipc:[") && !strstr(out, line), "the host's IPC: %s", out);
+  }
   if (overlay())
     ck_assert_msg(strstr(out, "saw the host /tmp\nchanged it, for itself\n"), "%s", out);
   else

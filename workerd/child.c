@@ -66,9 +66,10 @@ void fd_close_pair(int p[2]) {
 
 /* ---- confinement (the local backend's isolation) ----
  *
- * The command runs as process 2 of a PID namespace of its own, in mount and IPC
- * namespace of its own where the controller's state directory is an empty
- * read-only tmpfs and /proc shows that namespace only. Three processes:
+ * The command runs as process 2 of a PID namespace of its own, in mount and
+ * IPC namespaces of its own where the controller's state directory is an
+ * empty read-only tmpfs and /proc shows that namespace only (the file
+ * system: sandbox.c). Three processes:
  *   A, workerd's child (its pid is the command's for workerd): unshares the
  *     namespaces, forks B, relays signals to it, and ends as the command
  *     ended (the same exit code, or killed by the same signal);

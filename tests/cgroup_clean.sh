@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cgroup_clean.sh DIR...: removes the cgroups that the controllers of a
-# test made. Each controller lists its cgroup base directories in
+# test made, and unmounts the sessions' /tmp overlays their workers left. Each controller lists its cgroup base directories in
 # STATE/cgroups; its workers outlive it by design (a restarted controller
 # adopts them), so a test that is done with them removes what they leave:
 # every worker cgroup under those bases (killing any process still in it:
@@ -27,5 +27,11 @@ for root in "$@"; do
       rmdir "$base" 2>/dev/null || echo "cgroup_clean: could not remove $base" >&2
     done <"$list"
   done < <(find "$root" -maxdepth 4 -name cgroups -type f 2>/dev/null)
+  # The sessions' /tmp overlays (common/scratch.c) that workerds killed
+  # outright left mounted: a controller's next start would sweep them; a
+  # test's state directory has none.
+  while IFS= read -r m; do
+    mountpoint -q "$m" && { umount -l "$m" || echo "cgroup_clean: could not unmount $m" >&2; }
+  done < <(find "$root" -maxdepth 6 -path '*/scratch/*/merged' -type d 2>/dev/null)
 done
 exit 0

@@ -43,7 +43,7 @@ cleanup() {
   fi
   bash "$(dirname "$0")/../cgroup_clean.sh" "$tmp"
   # the bridge its controller made (a controller leaves it, as docker0 stays)
-  [ -n "${bridge:-}" ] && ip link del "$bridge" 2>/dev/null
+  [ -n "${bridge:-}" ] && { ip link del "$bridge" 2>/dev/null; rm -f "/run/muster/$bridge.lock"; }
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -64,6 +64,7 @@ mkdir -p "$tmp/state"
 # does): suites run at once never share a bridge.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 net_a=$((128 + ((port >> 8) & 127))) net_b=$((port & 255))
+[ "$net_a" = 213 ] && net_a=127  # (never the default bridge's 10.213.0.0/16)
 subnet=10.$net_a.$net_b.0/24
 bridge=$(printf 'mu%02x%02x%02x%02x%02x' 10 $net_a $net_b 0 24)
 "$build/muster-controller" --listen "127.0.0.1:$port" --state-dir "$tmp/state" --cpus 8 \

@@ -56,12 +56,31 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   muster_exec_opts o;
   int exit_code, rc;
 
+  char prefix[160];
+
+  /* Open MPI's daemon keeps its session directory under a directory of its
+   * host's own: workers in network namespaces of their own are nodes of
+   * their own, yet share their session's /tmp and the host's name, and two
+   * daemons in one session directory remove each other's files. */
+  {
+    const char *host = argv[first - 1];
+    size_t n = 0;
+    n = (size_t)snprintf(prefix, sizeof(prefix), "OMPI_MCA_orte_tmpdir_base=/tmp/muster-ompi-");
+    for (const char *c = host; *c && n + 2 < sizeof(prefix) - 48; c++)
+      prefix[n++] = (char)(((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                            (*c >= '0' && *c <= '9') || *c == '.' || *c == '-')
+                               ? *c
+                               : '_');
+    snprintf(prefix + n, sizeof(prefix) - n, "; export OMPI_MCA_orte_tmpdir_base; ");
+  }
   /* Like ssh: the words form one shell command line. */
+  len = strlen(prefix);
   for (int k = first; k < argc; k++)
     len += strlen(argv[k]) + 1;
   line = calloc(len + 1, 1);
   if (!line)
     return AGENT_NO_MEMORY;
+  strncat(line, prefix, len);
   for (int k = first; k < argc; k++) {
     strncat(line, argv[k], len - strlen(line));
     if (k + 1 < argc)

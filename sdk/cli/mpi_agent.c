@@ -73,8 +73,11 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
                                : '_');
     snprintf(prefix + n, sizeof(prefix) - n, "; export OMPI_MCA_orte_tmpdir_base; ");
   }
-  /* Like ssh: the words form one shell command line. */
-  len = strlen(prefix);
+  /* Like ssh: the words form one shell command line (then the daemon's
+   * directory goes, where the daemon left it empty: on a host whose /tmp
+   * is not the worker's own, a Slurm node's). */
+  static const char suffix[] = "\ns=$?; rmdir \"$OMPI_MCA_orte_tmpdir_base\" 2>/dev/null; exit $s";
+  len = strlen(prefix) + strlen(suffix);
   for (int k = first; k < argc; k++)
     len += strlen(argv[k]) + 1;
   line = calloc(len + 1, 1);
@@ -86,6 +89,7 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
     if (k + 1 < argc)
       strncat(line, " ", len - strlen(line));
   }
+  strncat(line, suffix, len - strlen(line));
   sh[2] = line;
   muster_exec_opts_init(&o);
   o.argv = sh;

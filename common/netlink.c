@@ -73,10 +73,12 @@ static ssize_t nl_recv(int fd, char *buf, size_t size) {
   }
 }
 
-/* Sends r and reads the kernel's ACK. Returns 0 or -errno. */
-static int req_send(int fd, struct nlreq *r) {
+/* Sends r and reads the kernel's answer to it: its ACK (0) or error
+ * (-errno); with index, a link's description instead, whose index goes
+ * there. */
+static int req_send(int fd, struct nlreq *r, int *index) {
   struct sockaddr_nl to = {.nl_family = AF_NETLINK};
-  char ans[NL_BUF];
+  char ans[8192]; /* (a link's description is a few KiB) */
   static unsigned seq;
   unsigned my;
 
@@ -99,7 +101,13 @@ static int req_send(int fd, struct nlreq *r) {
         const struct nlmsgerr *e = NLMSG_DATA(h);
         if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
           return -EBADMSG;
-        return e->error; /* 0 (the ACK) or -errno */
+        return e->error || !index ? e->error : -ENODEV; /* 0: the ACK */
+      }
+      if (index && h->nlmsg_type == RTM_NEWLINK) {
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifinfomsg)))
+          return -EBADMSG;
+        *index = ((const struct ifinfomsg *)NLMSG_DATA(h))->ifi_index;
+        return 0;
       }
     }
   }
@@ -125,41 +133,13 @@ int nl_open(void) {
 int nl_link_index(int fd, const char *name) {
   struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
   struct nlreq r;
-  char ans[4096];
-  struct sockaddr_nl to = {.nl_family = AF_NETLINK};
-  static unsigned seq = 1u << 30;
-  unsigned my = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
+  int index = 0, rc;
 
   req_init(&r, RTM_GETLINK, 0, &ifi, sizeof(ifi));
   r.u.h.nlmsg_flags = NLM_F_REQUEST; /* the answer is the link itself, or an error */
-  r.u.h.nlmsg_seq = my;
   attr_add(&r, IFLA_IFNAME, name, strlen(name) + 1);
-  if (r.overflow)
-    return -EMSGSIZE;
-  if (sendto(fd, r.u.buf, r.u.h.nlmsg_len, 0, (struct sockaddr *)&to, sizeof(to)) < 0)
-    return -errno;
-  for (;;) {
-    ssize_t n = nl_recv(fd, ans, sizeof(ans));
-    struct nlmsghdr *h = (struct nlmsghdr *)ans;
-
-    if (n < 0)
-      return (int)n;
-    for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_seq != my)
-        continue;
-      if (h->nlmsg_type == NLMSG_ERROR) {
-        const struct nlmsgerr *e = NLMSG_DATA(h);
-        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
-          return -EBADMSG;
-        return e->error ? e->error : -ENODEV;
-      }
-      if (h->nlmsg_type == RTM_NEWLINK) {
-        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifinfomsg)))
-          return -EBADMSG;
-        return ((const struct ifinfomsg *)NLMSG_DATA(h))->ifi_index;
-      }
-    }
-  }
+  rc = req_send(fd, &r, &index);
+  return rc ? rc : index;
 }
 
 int nl_bridge_add(int fd, const char *name, const unsigned char mac[6]) {
@@ -173,7 +153,7 @@ int nl_bridge_add(int fd, const char *name, const unsigned char mac[6]) {
   info = attr_add(&r, IFLA_LINKINFO, NULL, 0);
   attr_add(&r, IFLA_INFO_KIND, "bridge", strlen("bridge"));
   nest_end(&r, info);
-  return req_send(fd, &r);
+  return req_send(fd, &r, NULL);
 }
 
 int nl_veth_add(int fd, const char *name, int master, const char *peer_name, pid_t peer_pid) {
@@ -198,7 +178,7 @@ int nl_veth_add(int fd, const char *name, int master, const char *peer_name, pid
   nest_end(&r, pa);
   nest_end(&r, data);
   nest_end(&r, info);
-  return req_send(fd, &r);
+  return req_send(fd, &r, NULL);
 }
 
 int nl_link_up(int fd, int index) {
@@ -207,7 +187,7 @@ int nl_link_up(int fd, int index) {
   struct nlreq r;
 
   req_init(&r, RTM_NEWLINK, 0, &ifi, sizeof(ifi));
-  return req_send(fd, &r);
+  return req_send(fd, &r, NULL);
 }
 
 int nl_link_del(int fd, int index) {
@@ -215,7 +195,7 @@ int nl_link_del(int fd, int index) {
   struct nlreq r;
 
   req_init(&r, RTM_DELLINK, 0, &ifi, sizeof(ifi));
-  return req_send(fd, &r);
+  return req_send(fd, &r, NULL);
 }
 
 int nl_addr_add(int fd, int index, struct in_addr addr, int prefix) {
@@ -228,7 +208,7 @@ int nl_addr_add(int fd, int index, struct in_addr addr, int prefix) {
   req_init(&r, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, &ifa, sizeof(ifa));
   attr_add(&r, IFA_LOCAL, &addr, sizeof(addr));
   attr_add(&r, IFA_ADDRESS, &addr, sizeof(addr));
-  return req_send(fd, &r);
+  return req_send(fd, &r, NULL);
 }
 
 int nl_route_default(int fd, struct in_addr gw) {
@@ -241,5 +221,5 @@ int nl_route_default(int fd, struct in_addr gw) {
 
   req_init(&r, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, &rt, sizeof(rt));
   attr_add(&r, RTA_GATEWAY, &gw, sizeof(gw));
-  return req_send(fd, &r);
+  return req_send(fd, &r, NULL);
 }

@@ -87,7 +87,9 @@ static inline bool env_run_sets(const char *var) {
 /* What `muster rsh` passes from mpirun's environment to the daemon it
  * starts in a worker (whose environment is otherwise the worker's own). */
 static inline bool env_rsh_forwards(const char *var) {
-  static const char *const list[] = {"HWLOC_COMPONENTS=", NULL};
+  /* MUSTER_FAULT: a test build's fault points (common/fault.h) reach the
+   * daemon's muster rank. */
+  static const char *const list[] = {"HWLOC_COMPONENTS=", "MUSTER_FAULT=", NULL};
   return env_in(var, list);
 }
 

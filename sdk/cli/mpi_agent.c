@@ -5,12 +5,16 @@
 
 #include "envlists.h"
 #include "exec_words.h"
+#include "fault.h"
 #include "rank_end.h"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The exit codes of the CLI's table (sdk/cli/muster.c) that these share. */
@@ -109,8 +113,42 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   return exit_code;
 }
 
+/* Writes the report line (common/rank_end.h) to where muster run reads it
+ * twice over: on this process's stderr, which the Open MPI daemon relays to
+ * mpirun (--tag-output), and on the daemon's own stderr, which the exec
+ * channel carries to `muster rsh` and on to mpirun's stderr. The first way
+ * alone is lost with the daemon (mpirun then says only "lost communication
+ * with a remote daemon", exit 213); the second does not go through Open
+ * MPI. The daemon is this process's parent; its stderr is written only
+ * where it is another file than this one's own, never waiting on it (a
+ * line is under PIPE_BUF: written whole or not at all). muster run keeps
+ * the first report and takes every copy out of the output. */
+static void rank_end_write(const char *line, size_t len) {
+  char path[64];
+  struct stat own, theirs;
+  int fd;
+
+  /* Test builds: the relay through Open MPI made to lose the report, or
+   * the daemon lost right after it (what Open MPI does on a lost daemon). */
+  if (!FAULT_FAILS("rank_end_relay") && write(2, line, len) < 0) {
+    /* the daemon's copy below may still go */
+  }
+  snprintf(path, sizeof(path), "/proc/%ld/fd/2", (long)getppid());
+  fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd >= 0) {
+    if (fstat(fd, &theirs) == 0 &&
+        (fstat(2, &own) != 0 || own.st_dev != theirs.st_dev || own.st_ino != theirs.st_ino) &&
+        write(fd, line, len) < 0) {
+      /* the relay's copy above may still go */
+    }
+    close(fd);
+  }
+  if (FAULT_FAILS("rank_end_daemon_lost"))
+    kill(getppid(), SIGKILL);
+}
+
 /* Tells muster run (marker: RANK_END_ENV's value) how rank's command
- * ended, on stderr (common/rank_end.h): rc and err as muster_exec_at()
+ * ended (common/rank_end.h): rc and err as muster_exec_at()
  * gave them, else its exit code or signal; program, the command's name.
  * workerd's refusals (a working directory that is not there, a program it
  * may not run, a stopping worker) come with rc 0, exit code 126 and a
@@ -118,22 +156,33 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
  * is the cause, not the code. */
 static void rank_end(const char *marker, long rank, int rc, int exit_code, int signo,
                      const char *err, const char *program) {
+  char line[PIPE_BUF];
+  int n;
+
   if (rc == MUSTER_E_NOT_FOUND && err[0])
-    fprintf(stderr, "%s %ld error 0 %s\n", marker, rank, exec_words(err));
+    n = snprintf(line, sizeof(line), "%s %ld error 0 %s\n", marker, rank, exec_words(err));
   else if (rc == MUSTER_E_NOT_FOUND)
-    fprintf(stderr, "%s %ld error 0 %s: not found%s\n", marker, rank, program,
-            strchr(program, '/') ? "" : " on the worker's PATH");
+    n = snprintf(line, sizeof(line), "%s %ld error 0 %s: not found%s\n", marker, rank, program,
+                 strchr(program, '/') ? "" : " on the worker's PATH");
   else if (rc)
-    fprintf(stderr, "%s %ld %s 0 %s\n", marker, rank, rc == MUSTER_E_UNREACHABLE ? "lost" : "error",
-            err);
+    n = snprintf(line, sizeof(line), "%s %ld %s 0 %s\n", marker, rank,
+                 rc == MUSTER_E_UNREACHABLE ? "lost" : "error", err);
   else if (err[0])
-    fprintf(stderr, "%s %ld error 0 %s\n", marker, rank, exec_words(err));
+    n = snprintf(line, sizeof(line), "%s %ld error 0 %s\n", marker, rank, exec_words(err));
   else if (exit_code < 0)
-    fprintf(stderr, "%s %ld error 0 its worker did not say how %s ended\n", marker, rank, program);
+    n = snprintf(line, sizeof(line), "%s %ld error 0 its worker did not say how %s ended\n", marker,
+                 rank, program);
   else if (signo)
-    fprintf(stderr, "%s %ld signal %d\n", marker, rank, signo);
+    n = snprintf(line, sizeof(line), "%s %ld signal %d\n", marker, rank, signo);
   else
-    fprintf(stderr, "%s %ld exit %d\n", marker, rank, exit_code);
+    n = snprintf(line, sizeof(line), "%s %ld exit %d\n", marker, rank, exit_code);
+  if (n < 0)
+    return;
+  if ((size_t)n >= sizeof(line)) { /* cut short: the line still ends */
+    n = (int)sizeof(line) - 1;
+    line[n - 1] = '\n';
+  }
+  rank_end_write(line, (size_t)n);
 }
 
 /* A rank gets what its Open MPI daemon says (env_rank_forwards); the rest

@@ -259,6 +259,19 @@ rank_fails() {  # $1: session, $2: what, $3: the sentence expected (a grep -E pa
 }
 rank_fails rfexit "rank 1 exiting with code 3" 'rank 1 \(w-[a-z0-9]+\) exited with code 3' \
   sh -c 'echo "rank $OMPI_COMM_WORLD_RANK in $MUSTER_WORKER_ID"; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'
+# The report of a rank's end goes two ways, through Open MPI's relay and
+# through its daemon's own output (the exec channel): with the relay made to
+# lose it and the daemon lost right after (test builds' fault points, what
+# Open MPI then says is only "lost communication with a remote daemon"),
+# the rank is still named.
+if grep -q '^MUSTER_FAULT_INJECTION:BOOL=ON' "$build/CMakeCache.txt"; then
+  MUSTER_FAULT=rank_end_relay:fail=1,rank_end_daemon_lost:fail=1 rank_fails rflost \
+    "rank 1 exiting with code 3, its Open MPI daemon lost right after" \
+    'rank 1 \(w-[a-z0-9]+\) exited with code 3' \
+    sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 30'
+else
+  ok "# SKIP a rank's end with its daemon lost: the fault points need a Debug build"
+fi
 rank_fails rfmissing "a program missing from the workers" \
   "rank [01] \\(w-[a-z0-9]+\\): no-such-trainer-xyz: not found on the worker's PATH \\(/.*\\)" no-such-trainer-xyz
 # The same in exec mode: the worker named once, then workerd's words.

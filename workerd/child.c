@@ -386,19 +386,6 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     st.err = errno;
     goto fail;
   }
-  /* Its pipes are its account's, as a shell's are: it may open them again
-   * by name (echo x > /dev/stderr; muster rank writes to its Open MPI
-   * daemon's stderr, sdk/cli/mpi_agent.c). Whatever else it holds is not
-   * a pipe of workerd's. */
-  if (cs->run_uid != 0)
-    for (int fd = 0; fd <= 2; fd++) {
-      struct stat sb;
-      if (fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) &&
-          fchown(fd, cs->run_uid, cs->run_gid) != 0) {
-        st.err = errno;
-        goto fail;
-      }
-    }
   /* Nothing of ours (libcurl's socket, the exec sockets, the pipes' other
    * ends) may leak into the command; the status pipe is close-on-exec
    * already. */

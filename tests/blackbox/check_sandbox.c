@@ -212,10 +212,10 @@ static int collect(void *arg, const char *data, size_t len) {
   return 0;
 }
 
-/* What the shell command line script prints (out: 4096 bytes), exec'd in
- * a new idle worker of the controller ctl. */
-static void exec_output(const char *script, char *out) {
-  char id[32], err[256] = "";
+/* What an exec'd command that tries to read the token prints, in an idle
+ * worker of the controller ctl (its uid first). */
+static void exec_reads_token(char *out) {
+  char script[600], id[32], err[256] = "";
   const char *argv[] = {"sh", "-c", script};
   json_t *workers;
   muster_client *cl = NULL;
@@ -227,6 +227,12 @@ static void exec_output(const char *script, char *out) {
   snprintf(id, sizeof(id), "%s", h_str(json_array_get(workers, 0), "id"));
   json_decref(h_wait_status(&ctl, id, "running", 30));
   json_decref(workers);
+  /* The uid alone refuses it; the cover (a mount over the state
+   * directory, in the command's own mount namespace) is checked too. */
+  snprintf(script, sizeof(script),
+           "id -u; if cat %s/token; then echo 'read the token'; else echo 'refused'; fi; "
+           "grep -q ' %s ' /proc/self/mountinfo && echo covered",
+           ctl.dir, ctl.dir);
   ck_assert_int_eq(muster_client_new(ctl.url, ctl.token, &cl), 0);
   ck_assert_int_eq(muster_exec_target_get(cl, id, &t), 0);
   muster_exec_opts_init(&o);
@@ -237,20 +243,6 @@ static void exec_output(const char *script, char *out) {
   o.stderr_fd = -1;
   ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), 0);
   muster_client_free(cl);
-}
-
-/* What an exec'd command that tries to read the token prints, in an idle
- * worker of the controller ctl (its uid first). */
-static void exec_reads_token(char *out) {
-  char script[600];
-
-  /* The uid alone refuses it; the cover (a mount over the state
-   * directory, in the command's own mount namespace) is checked too. */
-  snprintf(script, sizeof(script),
-           "id -u; if cat %s/token; then echo 'read the token'; else echo 'refused'; fi; "
-           "grep -q ' %s ' /proc/self/mountinfo && echo covered",
-           ctl.dir, ctl.dir);
-  exec_output(script, out);
 }
 
 START_TEST(an_exec_command_cannot_read_the_token) {
@@ -281,25 +273,6 @@ START_TEST(an_exec_command_of_a_root_controller_runs_as_the_default_account) {
   ck_assert_msg(strstr(out, "covered") != NULL, "the state directory is not covered: %s", out);
   ck_assert_msg(strstr(out, "refused") != NULL && strstr(out, ctl.token) == NULL,
                 "the exec'd command read the token: %s", out);
-  down();
-}
-END_TEST
-
-/* The account's code may open its own output again by name, as in a
- * shell (echo x > /dev/stderr): its pipes are its own, not root's. */
-START_TEST(a_workers_code_can_open_its_own_output_by_name) {
-  static const char line[] =
-      "echo to-err > /dev/stderr && echo to-out > /dev/stdout && echo reopened";
-  char out[4096] = "", body[300], *log;
-
-  up();
-  exec_output(line, out);
-  ck_assert_msg(strstr(out, "to-out\nreopened") != NULL, "an exec'd command: %s", out);
-  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.5, \"kernel\": \"bash\", \"code\": \"%s\"}",
-           line);
-  log = h_output_of(&ctl, body, NULL);
-  ck_assert_msg(strstr(log, "to-out\nreopened") != NULL, "a worker's script: %s", log);
-  free(log);
   down();
 }
 END_TEST
@@ -580,7 +553,6 @@ int main(void) {
   tcase_add_test(tc, a_workers_script_cannot_bind_the_controllers_port);
   tcase_add_test(tc, an_exec_command_cannot_read_the_token);
   tcase_add_test(tc, an_exec_command_of_a_root_controller_runs_as_the_default_account);
-  tcase_add_test(tc, a_workers_code_can_open_its_own_output_by_name);
   tcase_add_test(tc, a_script_the_account_cannot_read_fails_naming_both);
   tcase_add_test(tc, a_worker_started_without_the_fork_server_runs_as_the_account_too);
   tcase_add_test(tc, a_controller_run_by_an_ordinary_user_hides_its_state_from_workers);

@@ -23,8 +23,32 @@
 #ifndef MUSTER_RANK_END_H
 #define MUSTER_RANK_END_H
 
+#include <stdio.h>
+
 /* Starts with MUSTER_EXEC_: muster run sets it itself (env_run_sets()). */
 #define RANK_END_ENV "MUSTER_EXEC_REPORT"
+/* Where `muster rank` also appends its line: a file in its daemon's
+ * directory (rank_ends_dir()) that `muster rsh` names for the daemon it
+ * starts (RANK_ENDS_FILE, under a name of that shell's own), and that
+ * muster run reads and removes through the exec channel once mpirun has
+ * failed: a daemon lost while Open MPI's relay held the line loses nothing. */
+#define RANK_ENDS_ENV "MUSTER_RANK_ENDS"
+#define RANK_ENDS_FILE "rank-ends"
+
+/* The directory of the Open MPI daemon that `muster rsh` starts for host
+ * (the address mpirun names it by; Open MPI's orte_tmpdir_base) into buf:
+ * /tmp/muster-ompi-HOST, any character of HOST but [A-Za-z0-9.-] as '_'. */
+static inline void rank_ends_dir(const char *host, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "/tmp/muster-ompi-");
+
+  for (const char *c = host; *c && n + 1 < size; c++)
+    buf[n++] = (char)(((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                       (*c >= '0' && *c <= '9') || *c == '.' || *c == '-')
+                          ? *c
+                          : '_');
+  if (n < size)
+    buf[n] = '\0';
+}
 /* The marker's fixed start; a random hex string follows. */
 #define RANK_END_PREFIX "muster-rank-end-"
 

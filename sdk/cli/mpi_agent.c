@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* The exit codes of the CLI's table (sdk/cli/muster.c) that these share. */
@@ -60,23 +59,18 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   muster_exec_opts o;
   int exit_code, rc;
 
-  char prefix[160];
+  char prefix[512], dir[160];
 
   /* Open MPI's daemon keeps its session directory under a directory of its
    * host's own: workers in network namespaces of their own are nodes of
    * their own, yet share their session's /tmp and the host's name, and two
-   * daemons in one session directory remove each other's files. */
-  {
-    const char *host = argv[first - 1];
-    size_t n = 0;
-    n = (size_t)snprintf(prefix, sizeof(prefix), "OMPI_MCA_orte_tmpdir_base=/tmp/muster-ompi-");
-    for (const char *c = host; *c && n + 2 < sizeof(prefix) - 48; c++)
-      prefix[n++] = (char)(((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                            (*c >= '0' && *c <= '9') || *c == '.' || *c == '-')
-                               ? *c
-                               : '_');
-    snprintf(prefix + n, sizeof(prefix) - n, "; export OMPI_MCA_orte_tmpdir_base; ");
-  }
+   * daemons in one session directory remove each other's files. Its
+   * ranks' reports go in a file there (mpi_agent_rank()). */
+  rank_ends_dir(argv[first - 1], dir, sizeof(dir));
+  snprintf(prefix, sizeof(prefix),
+           "OMPI_MCA_orte_tmpdir_base=%s; " RANK_ENDS_ENV "=%s/" RANK_ENDS_FILE ".$$; "
+           "export OMPI_MCA_orte_tmpdir_base " RANK_ENDS_ENV "; ",
+           dir, dir);
   /* Like ssh: the words form one shell command line (then the daemon's
    * directory goes, where the daemon left it empty: on a host whose /tmp
    * is not the worker's own, a Slurm node's). */
@@ -115,33 +109,30 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
 
 /* Writes the report line (common/rank_end.h) to where muster run reads it
  * twice over: on this process's stderr, which the Open MPI daemon relays to
- * mpirun (--tag-output), and on the daemon's own stderr, which the exec
- * channel carries to `muster rsh` and on to mpirun's stderr. The first way
- * alone is lost with the daemon (mpirun then says only "lost communication
- * with a remote daemon", exit 213); the second does not go through Open
- * MPI. The daemon is this process's parent; its stderr is written only
- * where it is another file than this one's own, never waiting on it (a
- * line is under PIPE_BUF: written whole or not at all). muster run keeps
- * the first report and takes every copy out of the output. */
+ * mpirun (--tag-output), and appended to the daemon's file of reports
+ * (RANK_ENDS_ENV, set by `muster rsh`), which muster run reads through the
+ * exec channel once mpirun has failed. The first way alone is lost with
+ * the daemon (mpirun then says only "lost communication with a remote
+ * daemon", exit 205 or 213); the second does not go through Open MPI.
+ * muster run keeps the first report and takes every copy out of the
+ * output. A line is under PIPE_BUF: appended whole. */
 static void rank_end_write(const char *line, size_t len) {
-  char path[64];
-  struct stat own, theirs;
+  const char *ends = getenv(RANK_ENDS_ENV);
   int fd;
 
   /* Test builds: the relay through Open MPI made to lose the report, or
    * the daemon lost right after it (what Open MPI does on a lost daemon). */
   if (!FAULT_FAILS("rank_end_relay") && write(2, line, len) < 0) {
-    /* the daemon's copy below may still go */
+    /* the daemon's file below may still carry it */
   }
-  snprintf(path, sizeof(path), "/proc/%ld/fd/2", (long)getppid());
-  fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd >= 0) {
-    if (fstat(fd, &theirs) == 0 &&
-        (fstat(2, &own) != 0 || own.st_dev != theirs.st_dev || own.st_ino != theirs.st_ino) &&
-        write(fd, line, len) < 0) {
-      /* the relay's copy above may still go */
+  if (ends && ends[0] == '/') {
+    fd = open(ends, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd >= 0) {
+      if (write(fd, line, len) < 0) {
+        /* the relay's copy above may still go */
+      }
+      close(fd);
     }
-    close(fd);
   }
   if (FAULT_FAILS("rank_end_daemon_lost"))
     kill(getppid(), SIGKILL);

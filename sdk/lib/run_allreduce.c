@@ -66,6 +66,45 @@ static void fail_rank(struct run *run, const struct rank_ends *e, const size_t *
     muster_run_fail_(run, w, "rank %ld (%s): %s", e->rank, w ? w : "?", e->text);
 }
 
+/* Hands what a command wrote to arg's process as mpirun's stderr. */
+static int ends_out(void *arg, const char *data, size_t len) {
+  muster_run_emit_(arg, 1, data, len);
+  return 0;
+}
+
+/* Reads, and removes, the reports of failed ranks that each daemon's file
+ * holds (common/rank_end.h) from the first worker of every host (the list
+ * exec_hosts), through the exec channel: once mpirun has failed, what a
+ * lost daemon's relay never delivered is there. Into p's lines; a worker
+ * that cannot be reached adds nothing (its own failure names it). */
+static void collect_rank_ends(struct run *run, struct proc *p, const char *exec_hosts) {
+  const char *sh[3] = {"/bin/sh", "-c", NULL};
+  char dir[160], line[600], err[300];
+  muster_exec_target t;
+  muster_exec_opts o;
+  int code;
+
+  for (long i = 0; muster_exec_list_find(exec_hosts, NULL, i, run->exec_token, &t) == 0; i++) {
+    rank_ends_dir(t.host, dir, sizeof(dir));
+    snprintf(line, sizeof(line),
+             "cat %s/" RANK_ENDS_FILE ".* 2>/dev/null; rm -f %s/" RANK_ENDS_FILE
+             ".*; rmdir %s 2>/dev/null; exit 0",
+             dir, dir, dir);
+    sh[2] = line;
+    muster_exec_opts_init(&o);
+    o.argv = sh;
+    o.argc = 3;
+    o.stdin_fd = -1;
+    o.stderr_fd = -1;
+    o.on_stdout = ends_out;
+    o.arg = p;
+    o.cancel = &run->cancel;
+    if (muster_exec_at(&t, &o, &code, err, sizeof(err)) != 0)
+      continue;
+  }
+  muster_run_flush_lines_(p);
+}
+
 /* A marker no command's output holds by chance: RANK_END_PREFIX and 32
  * random hex digits. */
 static void new_marker(char *buf, size_t size) {
@@ -326,6 +365,8 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   pthread_join(t_out, NULL);
   pthread_join(t_err, NULL);
   muster_run_flush_lines_(&p);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    collect_rank_ends(run, &p, exec_hosts);
   /* A rank that failed is named, with its worker and the cause; mpirun's
    * exit code says neither (it is the failed rank's, or 255 for a daemon
    * that was lost). */

@@ -181,6 +181,6 @@ static enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_await_routes[] = {
-    {"POST", "/api/v1/workers/await", AUTH_CLIENT, api_await},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"POST", "/api/v1/workers/await", AUTH_CLIENT, api_await, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

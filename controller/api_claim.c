@@ -194,6 +194,6 @@ static enum MHD_Result api_claim(struct MHD_Connection *c, struct req *rq, const
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_claim_routes[] = {
     /* Carries the job's secret, not a worker's token. */
-    {"POST", "/api/v1/workers/{id}/claim", AUTH_WORKER, api_claim},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"POST", "/api/v1/workers/{id}/claim", AUTH_SECRET, api_claim, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

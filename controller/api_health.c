@@ -2,6 +2,8 @@
  * format). See api_internal.h. */
 #include "api_internal.h"
 
+#include "api_guard.h"
+
 #include "backend.h"
 #include "lease.h"
 #include "network.h"
@@ -90,6 +92,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
   json_t *counts, *v;
   const char *k;
   int waiters = 0, streams = 0;
+  struct api_guard_stats gs;
 
   if (!f)
     return MHD_NO;
@@ -164,6 +167,28 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "# HELP muster_http_requests_total Requests since start.\n"
           "# TYPE muster_http_requests_total counter\nmuster_http_requests_total %llu\n",
           (unsigned long long)g.http_requests);
+  api_guard_stats(&gs);
+  fprintf(f,
+          "# HELP muster_http_connections Open connections to the API.\n"
+          "# TYPE muster_http_connections gauge\nmuster_http_connections %ld\n"
+          "# HELP muster_http_connections_unauthenticated Open connections that no token has "
+          "held on yet.\n"
+          "# TYPE muster_http_connections_unauthenticated gauge\n"
+          "muster_http_connections_unauthenticated %ld\n"
+          "# HELP muster_http_connections_closed_total Unauthenticated connections closed to make "
+          "room or past their grace.\n"
+          "# TYPE muster_http_connections_closed_total counter\n"
+          "muster_http_connections_closed_total %llu\n"
+          "# HELP muster_http_connections_refused_total Connections refused at the limit.\n"
+          "# TYPE muster_http_connections_refused_total counter\n"
+          "muster_http_connections_refused_total %llu\n",
+          gs.open, gs.unauthenticated, (unsigned long long)gs.closed_unauthenticated,
+          (unsigned long long)gs.refused);
+  fprintf(f,
+          "# HELP muster_unserved_seconds_total Time the controller could not serve, given back "
+          "to leases and heartbeat timeouts.\n"
+          "# TYPE muster_unserved_seconds_total counter\nmuster_unserved_seconds_total %.3f\n",
+          (double)__atomic_load_n(&g.unserved_ms, __ATOMIC_RELAXED) / 1000.0);
   fprintf(f,
           "# HELP muster_await_waiting Suspended await calls.\n"
           "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
@@ -183,7 +208,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_health_routes[] = {
-    {"GET", "/api/v1/health", AUTH_NONE, api_health},
-    {"GET", "/metrics", AUTH_NONE, api_metrics},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"GET", "/api/v1/health", AUTH_NONE, api_health, NULL},
+    {"GET", "/metrics", AUTH_NONE, api_metrics, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -4,6 +4,8 @@
  * calls no handler by name. See api.h and api_internal.h. */
 #include "api_internal.h"
 
+#include "api_guard.h"
+
 #include "backend.h"
 #include "log.h"
 #include "muster_errors.h"
@@ -21,10 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define MAX_BODY (1024 * 1024)
 
 /* The API's daemons: [0] on --listen's address; [1], in bridge mode, on
  * the bridge's gateway address, where workers in their own network
@@ -106,8 +107,35 @@ static void allowed_text(unsigned allowed, char *buf, size_t size) {
       snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? " or " : "", methods[k]);
 }
 
-static enum MHD_Result route(struct MHD_Connection *c, struct req *rq, const char *url,
-                             const char *method) {
+/* Answers the request at once, from its head, with the error rc; *ret
+ * gets libmicrohttpd's result. Returns 0 (nothing picked). */
+static int answer(struct MHD_Connection *c, enum MHD_Result *ret, int rc, const char *field,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int answer(struct MHD_Connection *c, enum MHD_Result *ret, int rc, const char *field,
+                  const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  *ret = api_respond_error(c, rc, field, "%s", msg);
+  return 0;
+}
+
+static const char need_token[] =
+    "this call needs \"Authorization: Bearer <token>\" (the token is in the controller's state "
+    "directory)";
+
+/* Picks what answers the request from its head alone, before any byte of
+ * its body is read: its route (rq->route, rq->arg) or the web UI's files
+ * (rq->web), and the body it may send (rq->max_body). A token that does
+ * not hold, a path or method that none takes, is answered at once (*ret):
+ * nobody without a token makes the controller read, let alone keep, a
+ * body. Returns 1 when picked, else 0. */
+static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const char *method,
+                enum MHD_Result *ret) {
   char arg[80], allowed[64];
   unsigned allowed_set = 0;
   int authed = -1;
@@ -115,58 +143,78 @@ static enum MHD_Result route(struct MHD_Connection *c, struct req *rq, const cha
   for (int pass = 0; pass < 2; pass++) {
     for (const struct api_route *const *t = api_route_tables; *t; t++) {
       for (const struct api_route *r = *t; r->method; r++) {
-        int arg_ok;
+        int arg_ok, worker = r->auth == AUTH_WORKER || r->auth == AUTH_SECRET;
 
         /* Worker calls first, and only for a well-formed id: anything else
          * is a client's business. */
-        if ((pass == 0) != (r->auth == AUTH_WORKER))
+        if ((pass == 0) != worker)
           continue;
         if (!path_match(r->path, url, arg, sizeof(arg), &arg_ok))
           continue;
-        if (r->auth == AUTH_WORKER && !arg_ok)
+        if (worker && !arg_ok)
           continue;
         if (strcmp(r->method, method) != 0) {
           allow(&allowed_set, r->method);
           continue;
         }
+        rq->max_body = API_MAX_BODY;
         if (r->auth == AUTH_CLIENT) {
           if (authed < 0)
             authed = client_ok(c) || events_query_token_ok(c, url, method);
+          api_guard_request(c, authed);
           if (!authed)
-            return api_respond_error(c, MUSTER_E_UNAUTHORIZED, NULL,
-                                     api_bearer(c)
-                                         ? "the bearer token is not valid"
-                                         : "this call needs \"Authorization: Bearer <token>\" (the "
-                                           "token is in the controller's state directory)");
+            return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "%s",
+                          api_bearer(c) ? "the bearer token is not valid" : need_token);
           if (!arg_ok)
-            return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "\"%.40s\" is not a worker id",
-                                     arg);
+            return answer(c, ret, MUSTER_E_NOT_FOUND, "id", "\"%.40s\" is not a worker id", arg);
+        } else if (r->auth == AUTH_WORKER) {
+          int rc = api_bearer(c) ? r->check(c, arg) : MUSTER_E_UNAUTHORIZED;
+
+          api_guard_request(c, rc == 0);
+          if (rc)
+            return answer(c, ret, rc, NULL, "worker calls need that worker's own token");
+        } else {
+          /* A job's secret holds only with the body it comes with: the
+           * connection stays one to close first, and the body is small. */
+          api_guard_request(c, 0);
+          if (r->auth == AUTH_SECRET && !api_bearer(c))
+            return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "a claim needs its job's secret");
+          rq->max_body = r->auth == AUTH_SECRET ? API_SECRET_BODY : 0;
         }
-        return r->fn(c, rq, arg);
+        rq->route = r;
+        snprintf(rq->arg, sizeof(rq->arg), "%s", arg);
+        return 1;
       }
     }
   }
+  if (authed < 0)
+    authed = client_ok(c);
+  api_guard_request(c, authed);
   if (allowed_set) {
     allowed_text(allowed_set, allowed, sizeof(allowed));
-    if (authed < 0 && !client_ok(c))
-      return api_respond_error(c, MUSTER_E_UNAUTHORIZED, NULL, "the bearer token is not valid");
-    return api_respond_error(c, MUSTER_E_METHOD, NULL, "use %s", allowed);
+    if (!authed)
+      return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "the bearer token is not valid");
+    return answer(c, ret, MUSTER_E_METHOD, NULL, "use %s", allowed);
   }
   /* Everything outside /api/ is the web UI's. */
-  if (strncmp(url, "/api/", 5) != 0)
-    return strcmp(method, "GET") == 0 ? api_web_fallback(c, rq, url)
-                                      : api_respond_error(c, MUSTER_E_METHOD, NULL, "use GET");
-  if (!client_ok(c))
-    return api_respond_error(c, MUSTER_E_UNAUTHORIZED, NULL,
-                             api_bearer(c) ? "the bearer token is not valid"
-                                           : "this call needs \"Authorization: Bearer <token>\"");
-  return api_respond_error(c, MUSTER_E_NOT_FOUND, NULL, "no such endpoint: %s %.200s", method, url);
+  if (strncmp(url, "/api/", 5) != 0) {
+    if (strcmp(method, "GET") != 0)
+      return answer(c, ret, MUSTER_E_METHOD, NULL, "use GET");
+    rq->web = 1;
+    rq->max_body = 0;
+    return 1;
+  }
+  if (!authed)
+    return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "%s",
+                  api_bearer(c) ? "the bearer token is not valid" : need_token);
+  return answer(c, ret, MUSTER_E_NOT_FOUND, NULL, "no such endpoint: %s %.200s", method, url);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls) {
   struct req *rq = *con_cls;
+  enum MHD_Result ret = MHD_NO;
 
   (void)cls;
   (void)version;
@@ -178,39 +226,43 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!rq)
       return MHD_NO;
     *con_cls = rq;
-    if (cl && util_parse_long(cl, 0, 0x7fffffffffffffffL, &n) == 0 && n > MAX_BODY)
+    if (!pick(c, rq, url, method, &ret))
+      return ret;
+    /* Too large, said by its length: refused before a byte of it is read. */
+    if (cl && util_parse_long(cl, 0, 0x7fffffffffffffffL, &n) == 0 && (size_t)n > rq->max_body) {
       rq->too_large = 1;
+      if (rq->max_body == 0)
+        return api_respond_error(c, MUSTER_E_TOO_LARGE, NULL, "%s %.200s takes no request body",
+                                 method, url);
+      return api_respond_error(c, MUSTER_E_TOO_LARGE, NULL,
+                               "the request body is larger than %zu KiB, the most this call takes",
+                               rq->max_body / 1024);
+    }
     return MHD_YES;
   }
   if (*upload_size) {
-    /* Bodies are capped at 1 MiB; past that the rest is read and dropped,
-     * and the answer is 413. */
-    if (!rq->too_large && rq->len + *upload_size > MAX_BODY)
-      rq->too_large = 1;
-    if (!rq->too_large) {
-      char *grown = realloc(rq->body, rq->len + *upload_size + 1);
-      if (!grown)
-        return MHD_NO;
-      rq->body = grown;
-      memcpy(rq->body + rq->len, upload, *upload_size);
-      rq->len += *upload_size;
-      rq->body[rq->len] = '\0';
-    }
+    /* A body without a length (chunked) that outgrows its cap: nothing
+     * more of it is read, and the connection ends. */
+    if (rq->too_large || rq->len + *upload_size > rq->max_body)
+      return MHD_NO;
+    char *grown = realloc(rq->body, rq->len + *upload_size + 1);
+    if (!grown)
+      return MHD_NO;
+    rq->body = grown;
+    memcpy(rq->body + rq->len, upload, *upload_size);
+    rq->len += *upload_size;
+    rq->body[rq->len] = '\0';
     *upload_size = 0;
     return MHD_YES;
   }
   if (rq->resume)
     return rq->resume(c, rq);
   __atomic_add_fetch(&g.http_requests, 1, __ATOMIC_RELAXED);
-  if (rq->too_large) {
-    free(rq->body);
-    rq->body = NULL;
-    rq->len = 0;
-    return api_respond_error(c, MUSTER_E_TOO_LARGE, NULL, "the request body is larger than 1 MiB");
-  }
   if (g.shutting_down && strcmp(url, "/api/v1/health") != 0)
     return api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
-  return route(c, rq, url, method);
+  if (rq->web)
+    return api_web_fallback(c, rq, url);
+  return rq->route->fn(c, rq, rq->arg);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -300,7 +352,8 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
 
 /* Serves fd with a daemon of its own into *out; the fd is the daemon's
  * from here (libmicrohttpd closes it, even when it fails to start). */
-static int serve_one(int fd, struct MHD_Daemon **out, char *err, size_t errlen) {
+static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char *err,
+                     size_t errlen) {
   if (listen(fd, 4096) != 0) {
     snprintf(err, errlen, "could not listen on %s:%d: %s", g.cfg.listen_host, g.cfg.port,
              strerror(errno));
@@ -311,7 +364,8 @@ static int serve_one(int fd, struct MHD_Daemon **out, char *err, size_t errlen) 
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
       handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
       (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)16000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)GUARD_IDLE_S, MHD_OPTION_NOTIFY_CONNECTION, api_guard_notify, NULL,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
   if (!*out) {
     snprintf(err, errlen, "could not serve on %s:%d", g.cfg.listen_host, g.cfg.port);
@@ -321,6 +375,8 @@ static int serve_one(int fd, struct MHD_Daemon **out, char *err, size_t errlen) 
 }
 
 int api_start(char *err, size_t errlen) {
+  long max_connections = GUARD_TOTAL_MAX;
+  struct rlimit rl;
   int rc;
 
   if (listen_fds[0] < 0) {
@@ -330,13 +386,18 @@ int api_start(char *err, size_t errlen) {
   rc = api_readers_open(err, errlen);
   if (rc)
     return rc;
+  /* As many connections as the descriptors allow, less the database's,
+   * the logs', the workers' pipes and the fork server's. */
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    max_connections = rl.rlim_cur > 1024 ? (long)rl.rlim_cur - 512 : (long)rl.rlim_cur / 2;
+  api_guard_init(max_connections);
   for (int i = 0; i < 2 && !rc; i++) {
     int fd = listen_fds[i];
 
     /* never closed twice: the daemon's from here */
     listen_fds[i] = -1;
     if (fd >= 0)
-      rc = serve_one(fd, &daemons[i], err, errlen);
+      rc = serve_one(fd, max_connections, &daemons[i], err, errlen);
   }
   return rc;
 }

@@ -52,9 +52,15 @@ typedef void (*req_release_fn)(struct req *rq);
 
 /* Per-request state, kept in libmicrohttpd's con_cls. */
 struct req {
-  char *body; /* the request body, at most 1 MiB (NUL-terminated) */
+  char *body; /* the request body, at most max_body bytes (NUL-terminated) */
   size_t len;
+  size_t max_body;
   int too_large;
+  /* What answers, picked from the request's head before any body byte is
+   * read (api_http.c): a route and its {id} or {name}, or the web UI. */
+  const struct api_route *route;
+  char arg[80];
+  int web;
   struct waiter *waiter; /* a suspended await */
   req_resume_fn resume;  /* set while parked */
   req_release_fn release;
@@ -66,8 +72,13 @@ typedef enum MHD_Result (*route_fn)(struct MHD_Connection *c, struct req *rq, co
 enum route_auth {
   AUTH_NONE,   /* anyone: health, metrics, the web UI's files */
   AUTH_CLIENT, /* the API token (the event stream also takes ?access_token=) */
-  AUTH_WORKER, /* that worker's own token, checked by the handler */
+  AUTH_WORKER, /* that worker's own token (the route's check, then the handler) */
+  AUTH_SECRET, /* a job's secret, checked by the handler (body: API_SECRET_BODY) */
 };
+
+/* A worker route's check of the token, from the request's head: 0, or the
+ * error to answer (MUSTER_E_UNAUTHORIZED, MUSTER_E_FORBIDDEN). */
+typedef int (*route_check_fn)(struct MHD_Connection *c, const char *id);
 
 /* One route. Its method is POST, PUT, GET or DELETE. A table of them ends
  * with an entry whose method is NULL. */
@@ -77,7 +88,13 @@ struct api_route {
       *path; /* "/api/v1/workers/{id}/logs": {id} is a worker id, {name} or {run} any segment */
   enum route_auth auth;
   route_fn fn;
+  route_check_fn check; /* AUTH_WORKER: required */
 };
+
+/* The largest body a call takes, and a job's claim (whose secret is checked
+ * only with the body): a job's worker list. */
+#define API_MAX_BODY (1024 * 1024)
+#define API_SECRET_BODY (64 * 1024)
 
 /* ---- the route tables (each in its handler file) ---- */
 

@@ -368,6 +368,6 @@ out:
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_launch_routes[] = {
-    {"POST", "/api/v1/workers", AUTH_CLIENT, api_launch},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"POST", "/api/v1/workers", AUTH_CLIENT, api_launch, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -165,8 +165,8 @@ static enum MHD_Result api_worker_events(struct MHD_Connection *c, struct req *r
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_list_routes[] = {
-    {"GET", "/api/v1/workers", AUTH_CLIENT, api_list},
-    {"GET", "/api/v1/workers/{id}", AUTH_CLIENT, api_get},
-    {"GET", "/api/v1/workers/{id}/events", AUTH_CLIENT, api_worker_events},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"GET", "/api/v1/workers", AUTH_CLIENT, api_list, NULL},
+    {"GET", "/api/v1/workers/{id}", AUTH_CLIENT, api_get, NULL},
+    {"GET", "/api/v1/workers/{id}/events", AUTH_CLIENT, api_worker_events, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -396,10 +396,10 @@ out:
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_runs_routes[] = {
-    {"POST", "/api/v1/runs", AUTH_CLIENT, api_run_create},
-    {"GET", "/api/v1/runs", AUTH_CLIENT, api_runs_list},
-    {"GET", "/api/v1/runs/{run}", AUTH_CLIENT, api_run_get},
-    {"POST", "/api/v1/runs/{run}/restarts", AUTH_CLIENT, api_run_restart},
-    {"POST", "/api/v1/runs/{run}/end", AUTH_CLIENT, api_run_end},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"POST", "/api/v1/runs", AUTH_CLIENT, api_run_create, NULL},
+    {"GET", "/api/v1/runs", AUTH_CLIENT, api_runs_list, NULL},
+    {"GET", "/api/v1/runs/{run}", AUTH_CLIENT, api_run_get, NULL},
+    {"POST", "/api/v1/runs/{run}/restarts", AUTH_CLIENT, api_run_restart, NULL},
+    {"POST", "/api/v1/runs/{run}/end", AUTH_CLIENT, api_run_end, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -218,9 +218,9 @@ static enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, con
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_sessions_routes[] = {
-    {"GET", "/api/v1/sessions", AUTH_CLIENT, api_sessions},
-    {"GET", "/api/v1/sessions/{name}", AUTH_CLIENT, api_session},
-    {"PUT", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_put},
-    {"DELETE", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_delete},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"GET", "/api/v1/sessions", AUTH_CLIENT, api_sessions, NULL},
+    {"GET", "/api/v1/sessions/{name}", AUTH_CLIENT, api_session, NULL},
+    {"PUT", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_put, NULL},
+    {"DELETE", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_delete, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -136,7 +136,7 @@ out:
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_stop_routes[] = {
-    {"POST", "/api/v1/workers/stop", AUTH_CLIENT, api_stop_workers},
-    {"DELETE", "/api/v1/workers/{id}", AUTH_CLIENT, api_delete},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"POST", "/api/v1/workers/stop", AUTH_CLIENT, api_stop_workers, NULL},
+    {"DELETE", "/api/v1/workers/{id}", AUTH_CLIENT, api_delete, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

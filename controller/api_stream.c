@@ -385,7 +385,7 @@ static enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const 
 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_stream_routes[] = {
-    {"GET", "/api/v1/events", AUTH_CLIENT, api_events},
-    {"GET", "/api/v1/workers/{id}/logs", AUTH_CLIENT, api_logs},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"GET", "/api/v1/events", AUTH_CLIENT, api_events, NULL},
+    {"GET", "/api/v1/workers/{id}/logs", AUTH_CLIENT, api_logs, NULL},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -68,6 +68,22 @@ static int token_traded(const struct lw *w, const char *t) {
   return hit;
 }
 
+/* The routes' check of the token from the request's head, before its body
+ * is read (api_internal.h): the worker's own, or the one its register
+ * traded (whose handler tells a retry from an intruder). */
+static int worker_token_check(struct MHD_Connection *c, const char *id) {
+  char status[16];
+  struct lw *w;
+  int rc;
+
+  state_lock();
+  rc = worker_auth_locked(c, id, &w, status, sizeof(status));
+  if (rc == MUSTER_E_FORBIDDEN && (w = lw_find_locked(id)) && token_traded(w, api_bearer(c)))
+    rc = 0;
+  state_unlock();
+  return rc;
+}
+
 /* Worker w's token reached a process that is not its workerd: a second
  * registrant came with the token it traded (traded: 1), or its launcher
  * says its workerd got none (reg->token_lost). Fails the worker, saying
@@ -492,9 +508,9 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_worker_routes[] = {
     /* The worker's own calls carry its token, not the client's. */
-    {"POST", "/api/v1/workers/{id}/register", AUTH_WORKER, api_register},
-    {"POST", "/api/v1/workers/{id}/heartbeat", AUTH_WORKER, api_heartbeat},
-    {"POST", "/api/v1/workers/{id}/exit", AUTH_WORKER, api_exit},
-    {"POST", "/api/v1/workers/{id}/logs", AUTH_WORKER, api_log_append},
-    {NULL, NULL, AUTH_NONE, NULL},
+    {"POST", "/api/v1/workers/{id}/register", AUTH_WORKER, api_register, worker_token_check},
+    {"POST", "/api/v1/workers/{id}/heartbeat", AUTH_WORKER, api_heartbeat, worker_token_check},
+    {"POST", "/api/v1/workers/{id}/exit", AUTH_WORKER, api_exit, worker_token_check},
+    {"POST", "/api/v1/workers/{id}/logs", AUTH_WORKER, api_log_append, worker_token_check},
+    {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

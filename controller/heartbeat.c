@@ -72,3 +72,9 @@ void check_timeouts_locked(int64_t now) {
       LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
   }
 }
+
+void heartbeats_credit_locked(int64_t ms) {
+  for (struct lw *w = g.head; w; w = w->next)
+    if (w->status == WS_RUNNING)
+      w->last_hb_ms += ms;
+}

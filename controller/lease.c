@@ -334,6 +334,14 @@ void leases_expire_locked(int64_t now) {
   }
 }
 
+void leases_credit_locked(int64_t ms) {
+  ASSERT_LOCKED();
+  for (int b = 0; b < LEASE_BUCKETS; b++)
+    for (struct lease *l = buckets[b]; l; l = l->next)
+      for (int i = 0; i < l->n; i++)
+        l->parts[i].expires_ms += ms;
+}
+
 static void restore_one(void *arg, const char *session, const char *holder, double ttl,
                         int stop_workers) {
   int64_t *now = arg;

@@ -66,6 +66,10 @@ MUST_CHECK int lease_drop_locked(const char *session, const char *holder, int st
 int lease_held_locked(const char *session, const char *holder);
 /* Ends the parts that ran out by now (see above). */
 void leases_expire_locked(int64_t now);
+/* Gives every part ms more: the controller could not serve its renewals
+ * for that long (monitor.c; docs/design.md, "Time the controller could not
+ * serve"). */
+void leases_credit_locked(int64_t ms);
 /* The parts SQLite lists, each with its ttl from now (a restart's grace). */
 void leases_restore_locked(void);
 /* Session's lease as {"ttl_seconds", "expires_at", "seconds_left",

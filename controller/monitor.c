@@ -6,6 +6,7 @@
 #include "state_internal.h"
 
 #include "lease.h"
+#include "log.h"
 #include "muster_errors.h"
 #include "util.h"
 
@@ -30,12 +31,46 @@ static void monitor_wait_locked(int64_t at) {
   g.lock_held = 1;
 }
 
+/* Time the controller could not serve (docs/design.md): a gap between
+ * two of the monitor's looks longer than UNSERVED_GAP_MS (the process was
+ * stopped or starved, or the state lock held that long: no call could be
+ * answered), or connections refused at the limit since the last look
+ * (api_guard.c). Leases and heartbeat timeouts get that time back before
+ * anything is judged to have run out. */
+#define UNSERVED_GAP_MS 2000
+
+static void credit_unserved_locked(int64_t now, int64_t *last_look) {
+  int64_t gap = now - *last_look;
+  int64_t refused_at = __atomic_load_n(&g.unserved_at_ms, __ATOMIC_RELAXED);
+  static int64_t logged_ms;
+  static double unlogged_s;
+
+  if (*last_look && (gap > UNSERVED_GAP_MS || refused_at > *last_look) && gap > 0) {
+    leases_credit_locked(gap);
+    heartbeats_credit_locked(gap);
+    __atomic_add_fetch(&g.unserved_ms, (uint64_t)gap, __ATOMIC_RELAXED);
+    unlogged_s += (double)gap / 1000.0;
+    if (!logged_ms || now - logged_ms >= 60000) {
+      LOG(LOG_WARN,
+          "the controller could not serve for %.1f s (%s): leases and heartbeat timeouts get "
+          "that time back",
+          unlogged_s, gap > UNSERVED_GAP_MS ? "stalled" : "connections refused at the limit");
+      logged_ms = now;
+      unlogged_s = 0;
+    }
+  }
+  *last_look = now;
+}
+
 static void *monitor_main(void *arg) {
+  int64_t last_look = 0;
+
   (void)arg;
   state_lock();
   while (!g.stopping_monitor) {
     int64_t now = util_mono_ms();
 
+    credit_unserved_locked(now, &last_look);
     check_timeouts_locked(now);
     leases_expire_locked(now);
     if (g.schedule_needed && !g.shutting_down)

@@ -221,10 +221,15 @@ struct ctl {
   int npending, cap_pending;
   int64_t last_hb_flush_ms;
   int64_t last_prune_ms;
+  /* The last moment a client could not be served (a connection refused at
+   * the limit, api_guard.c; atomic): the monitor gives leases and
+   * heartbeats that time back (monitor.c). */
+  int64_t unserved_at_ms;
   /* counters for /metrics */
   uint64_t http_requests;
   uint64_t transitions;
   uint64_t leases_expired;
+  uint64_t unserved_ms; /* time given back to leases and heartbeats (monitor.c) */
 };
 
 extern struct ctl g;

@@ -200,18 +200,6 @@ START_TEST(a_workers_script_cannot_bind_the_controllers_port) {
 }
 END_TEST
 
-/* Collects an exec'd command's output. */
-static int collect(void *arg, const char *data, size_t len) {
-  char *buf = arg;
-  size_t have = strlen(buf);
-
-  if (have + len < 4096) {
-    memcpy(buf + have, data, len);
-    buf[have + len] = '\0';
-  }
-  return 0;
-}
-
 /* What an exec'd command that tries to read the token prints, in an idle
  * worker of the controller ctl (its uid first). */
 static void exec_reads_token(char *out) {
@@ -238,7 +226,7 @@ static void exec_reads_token(char *out) {
   muster_exec_opts_init(&o);
   o.argv = argv;
   o.argc = 3;
-  o.on_stdout = collect;
+  o.on_stdout = h_collect;
   o.arg = out;
   o.stderr_fd = -1;
   ck_assert_int_eq(muster_exec_at(&t, &o, &code, err, sizeof(err)), 0);

@@ -712,6 +712,17 @@ pid_t h_sh_bg(const char *fmt, ...) {
   return p;
 }
 
+int h_collect(void *arg, const char *data, size_t len) {
+  char *buf = arg;
+  size_t have = strlen(buf);
+
+  if (have + len < H_COLLECT_MAX) {
+    memcpy(buf + have, data, len);
+    buf[have + len] = '\0';
+  }
+  return 0;
+}
+
 char *h_output_of(struct ctl_proc *c, const char *body, const char *stream) {
   json_t *workers = h_launch(c, body), *ans;
   char path[160], *out = NULL;

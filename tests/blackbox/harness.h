@@ -64,6 +64,11 @@ void h_kill9(struct ctl_proc *c);
  * stops the controller and removes its state directory. */
 void h_finish(struct ctl_proc *c);
 
+/* A muster_exec_opts output callback that appends to arg, a NUL-terminated
+ * buffer of H_COLLECT_MAX bytes (what does not fit is dropped). */
+#define H_COLLECT_MAX 4096
+int h_collect(void *arg, const char *data, size_t len);
+
 /* One HTTP call. token NULL sends no Authorization header; "" sends the
  * controller's token. Returns the status; *out (if given) gets the parsed
  * JSON answer (new reference, NULL if not JSON), *raw (if given) the body

@@ -138,6 +138,12 @@ void ex_refuse_now(int fd, const char *error) {
 /* ------------------------------------------------------------------------ */
 /* Frames received                                                          */
 
+/* How much of the frame being read is read before the hello's token is
+ * checked. */
+static size_t ex_prefix_len(const struct ex_conn *c) {
+  return c->in_len < EX_AUTH_PREFIX ? c->in_len : EX_AUTH_PREFIX;
+}
+
 /* Reads once from c's socket: the rest of the frame header, or of the
  * payload (c->in, allocated once the header is whole, with one more byte so
  * that a hello can be NUL-terminated); with drop, anything, to be dropped.
@@ -157,7 +163,7 @@ enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop) {
     want = EXEC_WIRE_HDR_LEN - c->hdr_got;
   } else {
     where = c->in + c->in_got;
-    want = c->in_len - c->in_got;
+    want = (c->authed ? c->in_len : ex_prefix_len(c)) - c->in_got;
   }
   n = recv(c->sock, where, want, 0);
   if (n < 0 && errno == EINTR)
@@ -182,13 +188,34 @@ enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop) {
     c->in_got = 0;
     if (hr == EXEC_WIRE_TOO_LARGE)
       return EX_RX_TOO_LARGE;
-    if (!(c->in = malloc(c->in_len + 1)))
+    /* Before its token holds, a client gets room for the start of its
+     * hello only (EX_AUTH_PREFIX bytes), and nothing for anything else. */
+    if (!c->authed && (char)c->hdr[0] != EXEC_FRAME_HELLO)
+      return EX_RX_NOT_HELLO;
+    if (!(c->in = malloc((c->authed ? c->in_len : ex_prefix_len(c)) + 1)))
       return EX_RX_NOMEM;
-    c->in[c->in_len] = '\0';
+    c->in[c->authed ? c->in_len : ex_prefix_len(c)] = '\0';
+    if (!c->authed && c->in_len == 0)
+      return EX_RX_PREFIX;
   } else {
     c->in_got += (size_t)n;
+    if (!c->authed && c->in_got == ex_prefix_len(c))
+      return EX_RX_PREFIX;
   }
   return c->in_got == c->in_len ? EX_RX_FRAME : EX_RX_MORE;
+}
+
+int ex_hello_rest(struct ex_conn *c) {
+  unsigned char *all;
+
+  c->authed = true;
+  if (c->in_got == c->in_len)
+    return 0;
+  if (!(all = realloc(c->in, c->in_len + 1)))
+    return -1;
+  c->in = all;
+  c->in[c->in_len] = '\0';
+  return 0;
 }
 
 /* Closes c's socket and frees its buffers; the record itself stays while its

@@ -75,6 +75,29 @@ static bool ex_is_cstring(json_t *j, bool nonempty) {
          (!nonempty || json_string_length(j) > 0);
 }
 
+bool ex_hello_token_first(const char *text, size_t len) {
+  static const char head[] = "{\"token\":\"";
+  size_t hl = sizeof(head) - 1, tl;
+
+  if (!wd.exec_token)
+    return false;
+  tl = strlen(wd.exec_token);
+  if (len < hl + tl + 1 || memcmp(text, head, hl) != 0 || text[hl + tl] != '"')
+    return false;
+  {
+    char got[EX_AUTH_PREFIX];
+    bool ok;
+
+    if (tl >= sizeof(got))
+      return false;
+    memcpy(got, text + hl, tl);
+    got[tl] = '\0';
+    ok = util_secret_equal(got, wd.exec_token);
+    explicit_bzero(got, sizeof(got));
+    return ok;
+  }
+}
+
 /* Checks the hello (text, len bytes) and builds the command it asks for
  * into cmd (which must be zeroed; ex_cmd_cleanup() frees it, whatever this
  * returns), naming c after argv[0]. Returns 0, or MUSTER_E_INVALID or

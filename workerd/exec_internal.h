@@ -28,8 +28,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Limits and timings; EX_CONN_MAX, EX_SPARE and EX_POLL_MAX are in workerd.h. */
-#define EX_HELLO_MS 10000         /* from accept to a complete hello */
+/* Limits and timings; EX_CONN_MAX, EX_UNAUTH_MAX, EX_SPARE, EX_RECORDS and
+ * EX_POLL_MAX are in workerd.h. */
+#define EX_HELLO_MS 2000          /* from accept to a complete hello */
+#define EX_AUTH_PREFIX 256        /* a hello's bytes read before its token is checked */
+#define EX_QUIET_MS 60000         /* one log line for the refusals of this long */
 #define EX_OUT_HIGH (1u << 20)    /* stop reading the command's output here */
 #define EX_READ_CHUNK (64u << 10) /* one read from a pipe: one O/E frame */
 #define EX_KILL_GRACE_MS 2000     /* SIGTERM to SIGKILL for exec commands */
@@ -70,6 +73,7 @@ struct ex_conn {
   /* Frames to send, back to back, from out[out_start] on. */
   unsigned char *out;
   size_t out_start, out_len, out_cap;
+  bool authed;   /* the hello's first bytes carried the session's token */
   bool shut;     /* CLOSING: everything was sent and our side shut down */
   bool peer_eof; /* CLOSING: the client closed its side */
 
@@ -115,7 +119,9 @@ enum ex_rx {
   EX_RX_CLOSED,    /* the client closed its side */
   EX_RX_BROKEN,    /* the connection broke */
   EX_RX_TOO_LARGE, /* the header announced a frame over 1 MiB */
-  EX_RX_NOMEM      /* no memory for the frame's payload */
+  EX_RX_NOMEM,     /* no memory for the frame's payload */
+  EX_RX_NOT_HELLO, /* before the hello's token: a frame that is no hello */
+  EX_RX_PREFIX     /* before the hello's token: its first bytes, c->in (c->in_got) */
 };
 
 unsigned char *ex_out_room(struct ex_conn *c, size_t need);
@@ -124,6 +130,9 @@ char *ex_exit_json(int code, int signo, const char *error);
 void ex_sock_release(struct ex_conn *c);
 MUST_CHECK int ex_flush(struct ex_conn *c, int64_t now);
 enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop);
+/* The hello's token held (EX_RX_PREFIX): the rest of it may come. 0, or -1
+ * out of memory. */
+MUST_CHECK int ex_hello_rest(struct ex_conn *c);
 void ex_refuse_now(int fd, const char *error);
 
 /* ------------------------------------------------------------------------ */
@@ -139,6 +148,9 @@ struct ex_cmd {
 };
 
 size_t ex_utf8_prefix(const char *s, size_t max);
+/* Whether a hello's first len bytes (all of it, or EX_AUTH_PREFIX of it)
+ * start with the session's token, as clients send it: {"token":"TOKEN". */
+bool ex_hello_token_first(const char *text, size_t len);
 MUST_CHECK int ex_hello_parse(struct ex_conn *c, const char *text, size_t len, struct ex_cmd *cmd,
                               char *err, size_t size);
 void ex_cmd_cleanup(struct ex_cmd *cmd);

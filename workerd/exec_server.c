@@ -36,6 +36,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,8 +53,13 @@
 #include <unistd.h>
 
 static struct {
-  struct ex_conn *conns[EX_CONN_MAX + EX_SPARE];
+  struct ex_conn *conns[EX_RECORDS];
   size_t n;
+  /* Connections dropped before their token held: counted, and said in one
+   * log line per EX_QUIET_MS at most. */
+  uint64_t refused;
+  long quiet;
+  int64_t quiet_logged_ms;
   bool stopping; /* workerd is ending: refuse, kill, wind down */
   int64_t stop_deadline_ms;
   int64_t accept_after_ms; /* accept() ran out of descriptors: pause */
@@ -136,6 +142,38 @@ static void ex_finish(struct ex_conn *c, int code, int signo, const char *error,
 static void ex_refuse(struct ex_conn *c, int code, const char *error, int64_t now) {
   LOG(LOG_WARN, "exec from %s refused: %s", c->peer, error);
   ex_finish(c, code, -1, error, now);
+}
+
+/* Drops c, whose hello's token did not hold (or never came): one try at
+ * sending the X with error (non-blocking), and the connection ends at once,
+ * so that a client without the token holds no record. Nothing is logged
+ * for each: the refusals are counted and summed up once a minute. */
+static void ex_drop_unauth(struct ex_conn *c, const char *error, int64_t now) {
+  char *x = ex_exit_json(126, -1, error);
+
+  if (x) {
+    unsigned char frame[EXEC_WIRE_HDR_LEN + 256];
+    size_t len = strlen(x);
+
+    if (len <= sizeof(frame) - EXEC_WIRE_HDR_LEN) {
+      exec_wire_put_hdr(frame, EXEC_FRAME_EXIT, len);
+      memcpy(frame + EXEC_WIRE_HDR_LEN, x, len);
+      (void)!send(c->sock, frame, EXEC_WIRE_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    free(x);
+  }
+  ex_sock_release(c);
+  c->state = EX_ORPHAN;
+  ex.refused++;
+  ex.quiet++;
+  if (!ex.quiet_logged_ms || now - ex.quiet_logged_ms >= EX_QUIET_MS) {
+    LOG(LOG_WARN,
+        "refused %ld exec connection%s without this session's token (the latest from %s: %s; "
+        "%" PRIu64 " since start)",
+        ex.quiet, ex.quiet == 1 ? "" : "s", c->peer, error, ex.refused);
+    ex.quiet = 0;
+    ex.quiet_logged_ms = now;
+  }
 }
 
 /* The client is gone (or broke the protocol) before its X: the command's
@@ -226,6 +264,18 @@ static void ex_dispatch(struct ex_conn *c, char type, int64_t now) {
   free(payload);
 }
 
+/* The connections whose token held that hold a command or wait for one
+ * (refusals on their way out hold neither). */
+static size_t ex_authed_busy(void) {
+  size_t busy = 0;
+
+  for (size_t k = 0; k < ex.n; k++) {
+    const struct ex_conn *o = ex.conns[k];
+    busy += o->authed && (o->state != EX_CLOSING || o->pid > 0) && o->state != EX_ORPHAN;
+  }
+  return busy;
+}
+
 /* Reads frames from c's socket, as long as c may take them: not while stdin
  * is pending (that is the flow control toward the command). In EX_CLOSING
  * everything is read and dropped, until the client closes. */
@@ -262,6 +312,25 @@ static void ex_sock_read(struct ex_conn *c, int64_t now) {
       else
         ex_disconnect(c, "out of memory for a frame", now);
       return;
+    case EX_RX_NOT_HELLO:
+      ex_drop_unauth(c, "the first frame must be a hello (H)", now);
+      return;
+    case EX_RX_PREFIX:
+      if (!ex_hello_token_first((const char *)c->in, c->in_got)) {
+        ex_drop_unauth(c, wd.exec_token ? EXEC_WIRE_ERR_TOKEN : EXEC_WIRE_ERR_NO_TOKEN, now);
+        return;
+      }
+      if (ex_authed_busy() >= EX_CONN_MAX) {
+        ex_refuse(c, 126, "this worker serves too many exec connections (64)", now);
+        return;
+      }
+      if (ex_hello_rest(c) != 0) {
+        ex_refuse(c, 126, "muster-workerd is out of memory", now);
+        return;
+      }
+      if (c->in_got == c->in_len)
+        ex_dispatch(c, (char)c->hdr[0], now);
+      break;
     case EX_RX_FRAME:
       ex_dispatch(c, (char)c->hdr[0], now);
       break;
@@ -291,7 +360,7 @@ static void ex_step(struct ex_conn *c, int64_t now) {
   switch (c->state) {
   case EX_HELLO:
     if (now >= c->deadline_ms)
-      ex_refuse(c, 126, "no hello within 10 s", now);
+      ex_drop_unauth(c, "no hello within 2 s", now);
     break;
   case EX_RUNNING:
     if (c->exited && ((c->out_fd < 0 && c->err_fd < 0) || now >= c->drain_until_ms)) {
@@ -370,6 +439,20 @@ static void ex_conn_free(struct ex_conn *c) {
   free(c);
 }
 
+/* Frees the records that are over, keeping the others in their order. */
+static void ex_reap_over(void) {
+  size_t kept = 0;
+
+  for (size_t i = 0; i < ex.n; i++) {
+    if (ex_over(ex.conns[i])) {
+      ex_conn_free(ex.conns[i]);
+      continue;
+    }
+    ex.conns[kept++] = ex.conns[i];
+  }
+  ex.n = kept;
+}
+
 /* Accepts the connections waiting on the exec socket. */
 static void ex_accept(int64_t now) {
   for (int i = 0; i < EX_READS_PER_WAKE; i++) {
@@ -392,7 +475,24 @@ static void ex_accept(int64_t now) {
       snprintf(host, sizeof(host), "?");
       snprintf(port, sizeof(port), "?");
     }
-    if (ex.n == EX_CONN_MAX + EX_SPARE) {
+    /* Connections not yet past their token make room for a new one, the
+     * oldest first (as OpenSSH's MaxStartups does): they never take the
+     * session's own. */
+    {
+      struct ex_conn *oldest = NULL;
+      size_t waiting = 0;
+
+      for (size_t k = 0; k < ex.n; k++)
+        if (ex.conns[k]->state == EX_HELLO && ex.conns[k]->sock >= 0 && !ex.conns[k]->authed) {
+          waiting++;
+          if (!oldest || ex.conns[k]->deadline_ms < oldest->deadline_ms)
+            oldest = ex.conns[k];
+        }
+      if (waiting >= EX_UNAUTH_MAX && oldest)
+        ex_drop_unauth(oldest, "too many connections without a token", now);
+      ex_reap_over();
+    }
+    if (ex.n == EX_RECORDS) {
       LOG(LOG_WARN, "exec from %s:%s refused: too many connections", host, port);
       ex_refuse_now(fd, ex.stopping ? "this worker is stopping"
                                     : "this worker serves too many exec connections");
@@ -423,17 +523,8 @@ static void ex_accept(int64_t now) {
     snprintf(c->name, sizeof(c->name), "(no command yet)");
     ex.conns[ex.n++] = c;
     LOG(LOG_DEBUG, "exec connection from %s", c->peer);
-    if (ex.stopping) {
+    if (ex.stopping)
       ex_refuse(c, 126, "this worker is stopping", now);
-    } else {
-      size_t busy = 0;
-
-      /* Refusals on their way out do not count: they hold no command. */
-      for (size_t k = 0; k < ex.n; k++)
-        busy += ex.conns[k]->state != EX_CLOSING || ex.conns[k]->pid > 0;
-      if (busy > EX_CONN_MAX)
-        ex_refuse(c, 126, "this worker serves too many exec connections (64)", now);
-    }
   }
 }
 

@@ -66,9 +66,11 @@
 #define WD_HEARTBEAT_DEFAULT_MS 2000
 
 /* The exec server's size, which the main loop's pollfd array depends on. */
-#define EX_CONN_MAX 64 /* concurrent connections (commands) */
-#define EX_SPARE 16    /* more records, for refusals on their way */
-#define EX_POLL_MAX ((EX_CONN_MAX + EX_SPARE) * 4 + 1)
+#define EX_CONN_MAX 64   /* concurrent authenticated connections (commands) */
+#define EX_UNAUTH_MAX 16 /* connections whose hello's token is not yet checked */
+#define EX_SPARE 16      /* more records, for refusals on their way */
+#define EX_RECORDS (EX_CONN_MAX + EX_UNAUTH_MAX + EX_SPARE)
+#define EX_POLL_MAX (EX_RECORDS * 4 + 1)
 
 /* ------------------------------------------------------------------------ */
 /* Shared types                                                             */

@@ -138,6 +138,8 @@ scenario() {
   check "squeue $how at the restart: a worker whose job was never queued is submitted again as attempt 2" \
     is "$never" attempt 2 || echo "#   $never: $(m show --json "$never")"
   check "...and not failed (it is scheduling or starting)" not_failed "$never"
+  # (the attempt is recorded before its sbatch runs: wait for that, too)
+  wait_for 30 "sbatch to be given $never's attempt 2" grep -q "$never:2" "$fake/sbatch.log"
   check "...its new attempt was given to sbatch" grep -q "$never:2" "$fake/sbatch.log"
   wait_for 30 "$ran to fail" is "$ran" status failed
   check "squeue $how at the restart: a worker whose job ended unseen fails with sacct's account" \

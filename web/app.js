@@ -7,7 +7,7 @@
 // except the event stream: EventSource cannot set headers, so it passes the
 // token as ?access_token= (the controller accepts that on /api/v1/events only).
 
-import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText } from './format.js';
+import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText, visibleWorker } from './format.js';
 import { renderEvents, renderFields } from './detail.js';
 import { logs, logsClose, logsInit, logsOpen, pollLogs, selectTab } from './logs.js';
 
@@ -283,7 +283,8 @@ function matchesFilter(w) {
 
 // Merges a fetched or event-derived worker; never moves a worker back in
 // its state machine (an older answer can arrive after a newer event).
-function upsert(w) {
+function upsert(fetched) {
+  const w = visibleWorker(fetched);
   const old = state.workers.get(w.id);
   if (old && RANK[old.status] > RANK[w.status]) return;
   if (old && RANK[old.status] === 3 && old.status !== w.status) return; // terminal never changes

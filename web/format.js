@@ -72,3 +72,33 @@ export function outcome(w, run) {
   if (run.status === 'running') return { label: 'stopped', note, kind: '' };
   return { label: 'stopped', note: `aborted: run ${w.run} ${run.status}`, kind: 'aborted' };
 }
+
+// What a worker's launcher or its own code set (its name, its failure, the
+// host it reported) with its control characters written out (\x1b, \n,
+// C1 controls as \u0080...): nothing it holds hides in the page or passes
+// for another line. A failure keeps its lines (its stderr's tail).
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
+const CONTROL_AND_LINES = /[\u0000-\u001f\u007f-\u009f]/g;
+
+export function visible(s, keepLines = false) {
+  if (typeof s !== 'string') return s;
+  return s.replace(keepLines ? CONTROL : CONTROL_AND_LINES, (c) => {
+    const n = c.charCodeAt(0);
+    if (c === '\n') return '\\n';
+    if (c === '\t') return '\\t';
+    if (c === '\r') return '\\r';
+    return n < 0x80 ? `\\x${n.toString(16).padStart(2, '0')}` : `\\u${n.toString(16).padStart(4, '0')}`;
+  });
+}
+
+const SHOWN = ['name', 'role', 'session', 'hostname', 'ip_address', 'script', 'code', 'kernel',
+  'waiting_for', 'backend_ref', 'cwd', 'path'];
+
+// A copy of worker w whose strings are visible().
+export function visibleWorker(w) {
+  if (!w || typeof w !== 'object') return w;
+  const v = { ...w };
+  for (const k of SHOWN) v[k] = visible(w[k]);
+  v.failure = visible(w.failure, true);
+  return v;
+}

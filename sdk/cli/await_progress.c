@@ -1,5 +1,6 @@
 /* await_progress.c: muster await's live progress line on a terminal. */
 #include "await_progress.h"
+#include "cli.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -75,8 +76,11 @@ static void progress_draw(struct progress *p) {
                             muster_status_name((muster_status)s));
   }
   /* What the first scheduling one waits for (the others mostly the same). */
-  if (why && len < sizeof(line))
-    len += (size_t)snprintf(line + len, sizeof(line) - len, " (waiting for %s)", why);
+  if (why && len < sizeof(line)) {
+    char *safe = term_safe_dup(why, 0);
+    len += (size_t)snprintf(line + len, sizeof(line) - len, " (waiting for %s)", safe ? safe : "?");
+    free(safe);
+  }
   if (p->unreachable && len < sizeof(line))
     snprintf(line + len, sizeof(line) - len, " (controller unreachable)");
   (void)progress_fit(line, terminal_width(), fit, sizeof(fit));

@@ -88,6 +88,23 @@ void print_launched(const muster_worker_list *l, int as_json);
  * newline. */
 void print_failure(FILE *out, const char *failure, const char *indent);
 
+/* ---- term_safe.c: what the API says, unable to drive a terminal ----
+ * A worker's name, command, failure or log comes from whoever launched or
+ * runs it: shown raw, an escape sequence in it would retitle the reader's
+ * terminal, clear it or draw lines that pass for the CLI's own. Control
+ * characters are written out instead: \n \t \r \xNN, and the C1 controls
+ * as \u0080..\u009f. */
+#define TERM_SAFE_GROWTH 6 /* the most bytes one input byte becomes */
+/* s (n bytes) made safe into out (room for n * TERM_SAFE_GROWTH + 1);
+ * keep_lines: newlines and tabs stay. Returns the length written. */
+size_t term_safe(const char *s, size_t n, int keep_lines, char *out);
+/* The same, into a new string (NULL without memory). */
+char *term_safe_dup(const char *s, int keep_lines);
+/* Makes every string of w (its json aside), or of every worker of l, safe
+ * in place: for the human forms of ps, show, await, launch and stop. */
+void term_safe_worker(muster_worker *w);
+void term_safe_list(muster_worker_list *l);
+
 /* A failure on one line, for a table: its sentence, then its last quoted
  * line (a traceback's last line), into buf. */
 void fmt_failure_line(const char *failure, char *buf, size_t size);

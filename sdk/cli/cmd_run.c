@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -317,9 +318,15 @@ int cmd_runs(int argc, char **argv) {
       fmt_age(age_of(r->created_at), age, sizeof(age));
       snprintf(restarts, sizeof(restarts), "%d/%d", r->restarts, r->max_restarts);
       fmt_failure_line(r->failure ? r->failure : "", failure, sizeof(failure));
-      printf("%-13s %-9s %-9s %-8s %-7zu %-12.12s %-8s %s\n", r->id, r->mode ? r->mode : "-",
-             r->status ? r->status : "-", restarts, r->nworkers, r->session ? r->session : "-", age,
-             failure);
+      {
+        char *safe_failure = term_safe_dup(failure, 0);
+        char *safe_session = term_safe_dup(r->session ? r->session : "-", 0);
+        printf("%-13s %-9s %-9s %-8s %-7zu %-12.12s %-8s %s\n", r->id, r->mode ? r->mode : "-",
+               r->status ? r->status : "-", restarts, r->nworkers,
+               safe_session ? safe_session : "?", age, safe_failure ? safe_failure : "?");
+        free(safe_failure);
+        free(safe_session);
+      }
     }
     muster_run_info_list_free(&l);
   } while (next[0] && got < limit);

@@ -4,7 +4,9 @@
 #include "resources.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage_ps[] =
     "usage: muster ps [-a] [--session S] [--status S]... [--role R] [--json]\n"
@@ -15,9 +17,12 @@ static const char usage_ps[] =
 
 static const char usage_show[] = "usage: muster show [--json] ID...\n\nShows workers in full.\n";
 
-static const char usage_logs[] = "usage: muster logs [-f] [--stderr] ID\n"
-                                 "\n"
-                                 "Prints a worker's output; -f follows it until the worker ends.\n";
+static const char usage_logs[] =
+    "usage: muster logs [-f] [--stderr] [--raw] ID\n"
+    "\n"
+    "Prints a worker's output; -f follows it until the worker ends. On a terminal\n"
+    "its control characters but newlines and tabs are written out (\\x1b, \\r), so\n"
+    "that the output cannot drive the terminal; --raw prints it as it is.\n";
 
 /* Bytes in the CLI's few characters: 812K, 408M, 1.5G. */
 static void fmt_bytes(long long b, char *buf, size_t size) {
@@ -69,6 +74,17 @@ static void fmt_why(const muster_worker *w, char *buf, size_t size) {
   snprintf(buf, size, "%s", why);
 }
 
+/* why (NUL-terminated, in a buffer of size bytes) made safe to show, cut
+ * to fit. */
+static void safe_why(char *why, size_t size) {
+  char *safe = term_safe_dup(why, 0);
+
+  if (safe) {
+    snprintf(why, size, "%s", safe);
+    free(safe);
+  }
+}
+
 static void print_table(const muster_worker_list *l) {
   printf("%-12s  %-10s  %-15s  %-8s  %-10s  %-15s  %5s  %6s  %12s  %3s  %5s  %4s  %s\n", "ID",
          "STATUS", "SESSION", "ROLE", "NAME", "IP", "CPU", "MEM", "USED", "GPU", "AGE", "EXIT",
@@ -86,6 +102,7 @@ static void print_table(const muster_worker_list *l) {
       snprintf(code, sizeof(code), "-");
     fmt_usage(w, used, sizeof(used));
     fmt_why(w, why, sizeof(why));
+    safe_why(why, sizeof(why));
     printf("%-12s  %-10s  %-15s  %-8.8s  %-10.10s  %-15s  %5g  %6g  %12s  %3d  %5s  %4s  %s\n",
            w->id, muster_status_name(w->status), w->session ? w->session : "-",
            w->role ? w->role : "-", w->name ? w->name : "-", w->ip_address ? w->ip_address : "-",
@@ -102,8 +119,10 @@ static void print_show(const muster_worker *w) {
   }
   {
     char why[512];
-    if (muster_worker_waiting_for(w, why, sizeof(why)))
+    if (muster_worker_waiting_for(w, why, sizeof(why))) {
+      safe_why(why, sizeof(why));
       printf("waiting for: %s\n", why);
+    }
   }
   printf("session:     %s\n", w->session ? w->session : "-");
   printf("role:        %s\n", w->role ? w->role : "-");
@@ -194,10 +213,12 @@ int cmd_ps(int argc, char **argv) {
     code = call_failed(c, rc);
     goto out;
   }
-  if (as_json)
+  if (as_json) {
     print_list_json(&ws);
-  else
+  } else {
+    term_safe_list(&ws);
     print_table(&ws);
+  }
 out:
   muster_worker_list_free(&ws);
   muster_client_free(c);
@@ -245,6 +266,7 @@ int cmd_show(int argc, char **argv) {
       print_worker_json(&w);
     } else {
       printf(shown++ ? "\n" : "");
+      term_safe_worker(&w);
       print_show(&w);
     }
     muster_worker_cleanup(&w);
@@ -255,19 +277,58 @@ int cmd_show(int argc, char **argv) {
   return code;
 }
 
+/* How a log reaches stdout: as it is, or (a terminal's, unless --raw) with
+ * its control characters written out but for newlines and tabs, so that a
+ * worker's output cannot drive the reader's terminal. */
+struct log_out {
+  int safe;
+  char carry; /* a byte that may start a C1 control: held for the next chunk */
+};
+
 static int write_out(void *arg, const char *data, size_t len) {
-  (void)arg;
-  if (fwrite(data, 1, len, stdout) != len)
+  struct log_out *lo = arg;
+  char *safe, *joined = NULL;
+  size_t n;
+
+  if (!lo->safe) {
+    if (fwrite(data, 1, len, stdout) != len)
+      return 1;
+    fflush(stdout);
+    return 0;
+  }
+  if (lo->carry) {
+    if (!(joined = malloc(len + 1)))
+      return 1;
+    joined[0] = lo->carry;
+    memcpy(joined + 1, data, len);
+    data = joined;
+    len++;
+    lo->carry = 0;
+  }
+  if (len && (unsigned char)data[len - 1] == 0xc2)
+    lo->carry = data[--len];
+  safe = malloc(len * TERM_SAFE_GROWTH + 1);
+  if (!safe) {
+    free(joined);
     return 1;
+  }
+  n = term_safe(data, len, 1, safe);
+  free(joined);
+  if (fwrite(safe, 1, n, stdout) != n) {
+    free(safe);
+    return 1;
+  }
+  free(safe);
   fflush(stdout);
   return 0;
 }
 
 int cmd_logs(int argc, char **argv) {
   const char *id = NULL;
-  int follow = 0, rc, code;
+  int follow = 0, raw = 0, rc, code;
   muster_stream stream = MUSTER_STDOUT;
   muster_client *c = NULL;
+  struct log_out lo = {0, 0};
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -278,6 +339,8 @@ int cmd_logs(int argc, char **argv) {
       follow = 1;
     } else if (strcmp(a, "--stderr") == 0) {
       stream = MUSTER_STDERR;
+    } else if (strcmp(a, "--raw") == 0) {
+      raw = 1;
     } else if (a[0] == '-') {
       return unknown_option(usage_logs, a);
     } else if (id) {
@@ -290,7 +353,10 @@ int cmd_logs(int argc, char **argv) {
     return usage_error(usage_logs, "name the worker whose output to print");
   if ((code = connect_client(&c)))
     return code;
-  rc = muster_logs(c, id, stream, 0, follow, write_out, NULL);
+  lo.safe = !raw && isatty(STDOUT_FILENO);
+  rc = muster_logs(c, id, stream, 0, follow, write_out, &lo);
+  if (lo.carry)
+    fputs("\\xc2", stdout);
   if (rc)
     code = call_failed(c, rc);
   muster_client_free(c);

@@ -296,6 +296,8 @@ int cmd_await(int argc, char **argv) {
     print_list_json(&r.failures);
     printf(", \"timed_out\": %s}\n", r.timed_out ? "true" : "false");
   } else {
+    term_safe_list(&r.workers);
+    term_safe_list(&r.failures);
     for (size_t i = 0; i < r.workers.count; i++)
       printf("%s  %s  %s\n", r.workers.items[i].id, muster_status_name(r.workers.items[i].status),
              r.workers.items[i].ip_address ? r.workers.items[i].ip_address : "-");
@@ -304,8 +306,10 @@ int cmd_await(int argc, char **argv) {
       char why[200];
       /* Still waiting at the timeout: for what. */
       if (muster_worker_waiting_for(w, why, sizeof(why))) {
+        char *safe = term_safe_dup(why, 0);
         printf("%s  %s  %s  waiting for %s\n", w->id, muster_status_name(w->status),
-               w->ip_address ? w->ip_address : "-", why);
+               w->ip_address ? w->ip_address : "-", safe ? safe : "?");
+        free(safe);
       } else {
         printf("%s  %s  %s%s", w->id, muster_status_name(w->status),
                w->ip_address ? w->ip_address : "-", w->failure ? "  " : "");
@@ -353,8 +357,10 @@ static void print_stopped(const muster_worker_list *ws, size_t *nstopped, char *
     const muster_worker *w = &ws->items[i];
     printf("%s  %s\n", w->id, muster_status_name(w->status));
     if (w->status == MUSTER_STOPPED) {
+      char *safe = term_safe_dup(w->session ? w->session : "-", 0);
       (*nstopped)++;
-      add_session(sessions, size, w->session ? w->session : "-");
+      add_session(sessions, size, safe ? safe : "?");
+      free(safe);
     }
   }
 }

@@ -83,6 +83,25 @@ _HOW_TO_START = (
 )
 
 
+def _visible(text, keep_lines=False):
+    """text with its control characters written out (\\x1b, \\r; the C1
+    controls as \\u0080...), newlines and tabs too unless keep_lines: what a
+    worker or a launch set, shown so that it cannot drive a terminal."""
+    if not isinstance(text, str):
+        return text
+    out = []
+    for ch in text:
+        n = ord(ch)
+        if keep_lines and ch in "\n\t":
+            out.append(ch)
+        elif n < 0x20 or 0x7f <= n <= 0x9f:
+            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(
+                ch, "\\x%02x" % n if n < 0x80 else "\\u%04x" % n))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 class MusterError(Exception):
     """An error from the muster controller, or on the way to it.
 
@@ -107,9 +126,12 @@ class MusterError(Exception):
         super().__init__(self.__str__())
 
     def __str__(self):
-        s = "%s: %s" % (self.code, self.message)
+        # A message may quote a worker's failure (its stderr's tail): its
+        # control characters are written out, so that a traceback cannot
+        # drive the reader's terminal; its lines stay lines.
+        s = "%s: %s" % (self.code, _visible(self.message, keep_lines=True))
         if self.field:
-            s += " (field: %s)" % self.field
+            s += " (field: %s)" % _visible(self.field)
         return s
 
     def __repr__(self):

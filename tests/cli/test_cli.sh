@@ -750,6 +750,34 @@ w4 launch --cpu 0.1 --cwd "$NOTUTF8"
 check "launch from a directory whose name is not UTF-8 fails naming cwd (not started elsewhere)" \
   eval '[ $RC != 0 ] && [ -z "$OUT" ] && has "$ERR" "cwd is not UTF-8"'
 
+# --- what the API says cannot drive the reader's terminal: a name with
+# escape sequences (a title, a clear, a fake line) is written out by ps and
+# show; a worker's output by logs on a terminal, as it is with --raw.
+no_esc() { ! LC_ALL=C grep -q $'\x1b' <<<"$1"; }
+EVIL=$(printf 'x\033]0;pwned\007\033[2Jfake\nstatus: ok')
+WANT='x\x1b]0;pwned\x07\x1b[2Jfake\nstatus: ok'
+m launch --cpu 0.1 --name "$EVIL" --session "evil-$$" --kernel bash --code 'printf "a\033[31mred\n"; sleep 600'
+EW=$OUT
+m await --running --timeout 15 "$EW"
+m show "$EW"
+check "show writes a name's escape sequences out instead of sending them to the terminal" \
+  eval '[ $RC = 0 ] && no_esc "$OUT" && grep -qF -- "name:        $WANT" <<<"$OUT"'
+m ps --session "evil-$$"
+check "ps does too (the name cut to its column)" \
+  eval '[ $RC = 0 ] && no_esc "$OUT" && grep -qF -- "x\x1b]0;" <<<"$OUT"'
+m ps --session "evil-$$" --json
+check "ps --json keeps the name as it is (JSON escapes it)" \
+  eval '[ $RC = 0 ] && [ "$(jq -r ".[0].name" <<<"$OUT")" = "$EVIL" ]'
+for _ in $(seq 50); do m logs "$EW"; has "$OUT" "red" && break; sleep 0.1; done
+run 10 script -qec "$MUSTER logs $EW" /dev/null
+check "logs on a terminal writes the output's escape sequences out" \
+  eval 'no_esc "$OUT" && grep -qF -- "a\x1b[31mred" <<<"$OUT"'
+run 10 script -qec "$MUSTER logs --raw $EW" /dev/null
+check "...and --raw passes them to the terminal as they are" eval 'grep -qF -- $'"'"'a\033[31mred'"'"' <<<"$OUT"'
+m logs "$EW"
+check "...as does logs into a pipe or a file" eval 'grep -qF -- $'"'"'a\033[31mred'"'"' <<<"$OUT"'
+m stop --session "evil-$$" --all
+
 # ======================= the end =======================
 # A notebook's worker, in a session of its own: stop --all (no --session, no
 # MUSTER_SESSION) stops it too, with the default session's.

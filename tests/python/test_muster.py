@@ -836,5 +836,13 @@ class CdswCompatibility(unittest.TestCase):
                                        "sys", "threading", "urllib"}, imports)
 
 
+class WhatAWorkerSaysCannotDriveTheTerminal(unittest.TestCase):
+    def test_an_errors_text_writes_control_characters_out_and_keeps_lines(self):
+        e = muster.MusterError("training_failed",
+                               "rank 1 (w-x) failed:\n    \x1b]0;pwned\x07\x1b[2J\x9bfake")
+        self.assertEqual(str(e), "training_failed: rank 1 (w-x) failed:\n    "
+                                 "\\x1b]0;pwned\\x07\\x1b[2J\\u009bfake")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -671,6 +671,14 @@ async function main() {
       await page.waitForFunction(() => document.querySelectorAll('#rows tr[hidden]').length === 0);
     });
 
+    await step('a name with escape sequences shows them written out, hiding nothing', async () => {
+      const w = await launch({ name: 'x\u001b]0;pwned\u0007\u001b[2Jfake\nstatus: ok', code: 'print(1)' });
+      await page.waitForSelector(rowSel(w.id), { state: 'attached' });
+      const shown = await page.$eval(`${rowSel(w.id)} .wname`, (e) => e.textContent);
+      ok(shown === 'x\\x1b]0;pwned\\x07\\x1b[2Jfake\\nstatus: ok',
+        `the row shows the name's control characters written out (${JSON.stringify(shown)})`);
+    });
+
     await step('a waiting worker\'s row says what it waits for', async () => {
       const hold = await launch({ name: 'hold-a-core', cpu: 1 });
       await rowStatus(page, hold.id, 'running');

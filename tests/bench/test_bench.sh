@@ -88,6 +88,7 @@ bench trainer '^1\. batch 128: .* ratio;^3\. gradient exchange .* ratio;^4\. ste
 bench slurm '^1\. launch -> running, N=3:;^2\. allreduce, 3 workers on 3 nodes, .* ratio'
 bench run '^ +wall: muster run .* fixed cost ;^bench/run: done'
 bench start '^ratio muster-train/reference: warm;^target: warm <='
+bench flood '^idle .* ratio p99;^exec .* ratio p99;^worst p99 of the API under'
 echo "# took $(($(date +%s) - start)) s"
 echo "$pass passed, $skip skipped, $fail failed"
 [ "$fail" = 0 ]

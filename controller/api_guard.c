@@ -67,12 +67,15 @@ static uint64_t fold_addr(const struct sockaddr *sa) {
   }
   if (sa->sa_family != AF_INET6)
     return 0;
+  /* An IPv6 client's /64: one host has as many addresses as it likes. */
   p = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr.s6_addr;
-  n = 16;
+  n = 8;
   while (n--)
     h = (h ^ *p++) * 1099511628211u;
   return h | (1ull << 63);
 }
+
+static long unauth_max_locked(void);
 
 /* Makes room for e (just listed): past the grace, past the address's
  * share, past the total share, the oldest go. */
@@ -91,8 +94,15 @@ static void make_room_locked(struct conn *e, int64_t now) {
   }
   if (same + 1 > GUARD_UNAUTH_PER_IP && oldest_same)
     close_locked(oldest_same);
-  if (n_unauth > GUARD_UNAUTH_MAX && head && head != e)
+  if (n_unauth > unauth_max_locked() && head && head != e)
     close_locked(head);
+}
+
+/* At most GUARD_UNAUTH_MAX unauthenticated connections, and never more
+ * than half of all: the rest is kept for clients with a token. */
+static long unauth_max_locked(void) {
+  return total_max / 2 < GUARD_UNAUTH_MAX ? (total_max / 2 > 0 ? total_max / 2 : 1)
+                                          : GUARD_UNAUTH_MAX;
 }
 
 static void started(struct MHD_Connection *c, void **ctx) {
@@ -110,9 +120,13 @@ static void started(struct MHD_Connection *c, void **ctx) {
   e->since_ms = now;
   pthread_mutex_lock(&mu);
   n_open++;
-  if (n_open > total_max) {
-    /* Only authenticated connections are left to close: refused, and the
-     * controller could not serve this client. */
+  /* At the limit, an unauthenticated connection makes room, the oldest. */
+  if (n_open > total_max && head)
+    close_locked(head);
+  if (n_open > total_max && !head) {
+    /* Only authenticated connections are left (those closed above are on
+     * their way out): refused, and the controller could not serve this
+     * client. */
     shutdown(e->fd, SHUT_RDWR);
     n_refused++;
     __atomic_store_n(&g.unserved_at_ms, now, __ATOMIC_RELAXED);
@@ -156,8 +170,12 @@ void api_guard_request(struct MHD_Connection *c, int authed) {
   struct conn *e = info ? info->socket_context : NULL;
   int raise = 0;
 
-  if (!e)
+  if (!e) {
+    /* unguarded (no memory for its record): the timeout still follows */
+    if (authed)
+      MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)GUARD_AUTHED_IDLE_S);
     return;
+  }
   pthread_mutex_lock(&mu);
   e->greeted = 1;
   if (authed && e->listed) {

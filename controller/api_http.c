@@ -354,6 +354,12 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
  * from here (libmicrohttpd closes it, even when it fails to start). */
 static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char *err,
                      size_t errlen) {
+  /* libmicrohttpd splits its limit among its threads, which take the
+   * connections unevenly: each gets the whole, and the guard (api_guard.c)
+   * keeps the total. */
+  unsigned mhd_limit =
+      (unsigned)((max_connections + 64) * (g.cfg.http_threads > 0 ? g.cfg.http_threads : 1));
+
   if (listen(fd, 4096) != 0) {
     snprintf(err, errlen, "could not listen on %s:%d: %s", g.cfg.listen_host, g.cfg.port,
              strerror(errno));
@@ -364,9 +370,9 @@ static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
       handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
       (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)GUARD_IDLE_S, MHD_OPTION_NOTIFY_CONNECTION, api_guard_notify, NULL,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)GUARD_IDLE_S,
+      MHD_OPTION_NOTIFY_CONNECTION, api_guard_notify, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+      NULL, MHD_OPTION_END);
   if (!*out) {
     snprintf(err, errlen, "could not serve on %s:%d", g.cfg.listen_host, g.cfg.port);
     return MUSTER_E_IO;

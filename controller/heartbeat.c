@@ -74,7 +74,10 @@ void check_timeouts_locked(int64_t now) {
 }
 
 void heartbeats_credit_locked(int64_t ms) {
-  for (struct lw *w = g.head; w; w = w->next)
+  for (struct lw *w = g.head; w; w = w->next) {
     if (w->status == WS_RUNNING)
       w->last_hb_ms += ms;
+    else if (w->status == WS_STARTING)
+      w->since_ms += ms; /* its start timeout: its register could not be served either */
+  }
 }

@@ -76,8 +76,9 @@ void reap_gone_clients_locked(int64_t now);
 void flush_heartbeats_locked(int64_t now);
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now);
-/* Gives every running worker's heartbeat timeout ms more (monitor.c: the
- * controller could not serve for that long). */
+/* Gives every running worker's heartbeat timeout, and every starting
+ * one's start timeout, ms more (monitor.c: the controller could not serve
+ * for that long). */
 void heartbeats_credit_locked(int64_t ms);
 
 /* sched.c */

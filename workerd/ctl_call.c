@@ -38,11 +38,13 @@
 #define CALL_SLOTS 8  /* slots that ever started a call */
 #define CALL_SOCKS 16 /* sockets libcurl waits on at once */
 #define CALL_SLOW_MS 1000
+#define CALL_EXPECT_BYTES (16 * 1024) /* a body this large waits for 100 Continue */
 
 static struct {
   CURLM *multi;
   struct curl_slist *hdr_json;
   struct curl_slist *hdr_bytes;
+  struct curl_slist *hdr_bytes_large; /* hdr_bytes, waiting for 100 Continue */
   struct call *slots[CALL_SLOTS];
   size_t n_slots;
   /* The sockets libcurl waits on, and for what (CURL_POLL_*). */
@@ -173,6 +175,16 @@ MUST_CHECK int calls_init(void) {
     goto out;
   if (!(l = curl_slist_append(cc.hdr_bytes, "Expect:")))
     goto out;
+  /* A large log chunk waits for the controller's go (100 Continue): one
+   * that refuses it answers before the body is sent, and the answer is not
+   * lost to a reset of the body it never read. */
+  if (!(l = curl_slist_append(NULL, auth)))
+    goto out;
+  cc.hdr_bytes_large = l;
+  if (!(l = curl_slist_append(cc.hdr_bytes_large, "Content-Type: application/octet-stream")))
+    goto out;
+  if (!(l = curl_slist_append(cc.hdr_bytes_large, "Expect: 100-continue")))
+    goto out;
   rc = 0;
 out:
   /* The token must not linger on the stack. */
@@ -180,19 +192,20 @@ out:
   return rc;
 }
 
-/* Replaces the bearer token (wd.token and both header lists, in place: no
+/* Replaces the bearer token (wd.token and the header lists, in place: no
  * call is in flight while registering, and the new token is as long as
  * the old). Returns 0 or MUSTER_E_PROTOCOL. */
 MUST_CHECK int calls_set_token(const char *tok) {
   size_t n = strlen(tok), at = strlen("Authorization: Bearer ");
 
-  if (n != strlen(wd.token) || !cc.hdr_json || !cc.hdr_bytes)
+  if (n != strlen(wd.token) || !cc.hdr_json || !cc.hdr_bytes || !cc.hdr_bytes_large)
     return MUSTER_E_PROTOCOL;
   for (const char *p = tok; *p; p++)
     if (*p <= ' ' || *p == 0x7f)
       return MUSTER_E_PROTOCOL;
   memcpy(cc.hdr_json->data + at, tok, n);
   memcpy(cc.hdr_bytes->data + at, tok, n);
+  memcpy(cc.hdr_bytes_large->data + at, tok, n);
   memcpy(wd.token, tok, n);
   return 0;
 }
@@ -217,7 +230,8 @@ void calls_cleanup(void) {
   cc.multi = NULL;
   curl_slist_free_all(cc.hdr_json);
   curl_slist_free_all(cc.hdr_bytes);
-  cc.hdr_json = cc.hdr_bytes = NULL;
+  curl_slist_free_all(cc.hdr_bytes_large);
+  cc.hdr_json = cc.hdr_bytes = cc.hdr_bytes_large = NULL;
 }
 
 /* Gives slot c its easy handle, once, with what every call of it shares.
@@ -280,7 +294,10 @@ MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const v
   c->status = 0;
   c->rc = 0;
   curl_easy_setopt(c->easy, CURLOPT_URL, c->url);
-  curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, json ? cc.hdr_json : cc.hdr_bytes);
+  curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER,
+                   json                      ? cc.hdr_json
+                   : len > CALL_EXPECT_BYTES ? cc.hdr_bytes_large
+                                             : cc.hdr_bytes);
   curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
   curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);

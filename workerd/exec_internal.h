@@ -31,6 +31,7 @@
 /* Limits and timings; EX_CONN_MAX, EX_UNAUTH_MAX, EX_SPARE, EX_RECORDS and
  * EX_POLL_MAX are in workerd.h. */
 #define EX_HELLO_MS 2000          /* from accept to a complete hello */
+#define EX_HELLO_REST_MS 10000    /* the rest of a hello whose token held */
 #define EX_AUTH_PREFIX 256        /* a hello's bytes read before its token is checked */
 #define EX_QUIET_MS 60000         /* one log line for the refusals of this long */
 #define EX_OUT_HIGH (1u << 20)    /* stop reading the command's output here */

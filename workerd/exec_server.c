@@ -144,6 +144,21 @@ static void ex_refuse(struct ex_conn *c, int code, const char *error, int64_t no
   ex_finish(c, code, -1, error, now);
 }
 
+/* Counts a connection refused before its token held (from peer, for why),
+ * said in one log line per EX_QUIET_MS at most. */
+static void ex_count_refusal(const char *peer, const char *why, int64_t now) {
+  ex.refused++;
+  ex.quiet++;
+  if (!ex.quiet_logged_ms || now - ex.quiet_logged_ms >= EX_QUIET_MS) {
+    LOG(LOG_WARN,
+        "refused %ld exec connection%s without this session's token (the latest from %s: %s; "
+        "%" PRIu64 " since start)",
+        ex.quiet, ex.quiet == 1 ? "" : "s", peer, why, ex.refused);
+    ex.quiet = 0;
+    ex.quiet_logged_ms = now;
+  }
+}
+
 /* Drops c, whose hello's token did not hold (or never came): one try at
  * sending the X with error (non-blocking), and the connection ends at once,
  * so that a client without the token holds no record. Nothing is logged
@@ -164,16 +179,7 @@ static void ex_drop_unauth(struct ex_conn *c, const char *error, int64_t now) {
   }
   ex_sock_release(c);
   c->state = EX_ORPHAN;
-  ex.refused++;
-  ex.quiet++;
-  if (!ex.quiet_logged_ms || now - ex.quiet_logged_ms >= EX_QUIET_MS) {
-    LOG(LOG_WARN,
-        "refused %ld exec connection%s without this session's token (the latest from %s: %s; "
-        "%" PRIu64 " since start)",
-        ex.quiet, ex.quiet == 1 ? "" : "s", c->peer, error, ex.refused);
-    ex.quiet = 0;
-    ex.quiet_logged_ms = now;
-  }
+  ex_count_refusal(c->peer, error, now);
 }
 
 /* The client is gone (or broke the protocol) before its X: the command's
@@ -301,13 +307,17 @@ static void ex_sock_read(struct ex_conn *c, int64_t now) {
           c, rx == EX_RX_CLOSED ? "the client closed the connection" : "the connection broke", now);
       return;
     case EX_RX_TOO_LARGE:
-      if (c->state == EX_HELLO)
+      if (c->state == EX_HELLO && !c->authed)
+        ex_drop_unauth(c, "a frame is larger than 1 MiB", now);
+      else if (c->state == EX_HELLO)
         ex_refuse(c, 126, "a frame is larger than 1 MiB", now);
       else
         ex_disconnect(c, "the client sent a frame larger than 1 MiB", now);
       return;
     case EX_RX_NOMEM:
-      if (c->state == EX_HELLO)
+      if (c->state == EX_HELLO && !c->authed)
+        ex_drop_unauth(c, "muster-workerd is out of memory", now);
+      else if (c->state == EX_HELLO)
         ex_refuse(c, 126, "muster-workerd is out of memory", now);
       else
         ex_disconnect(c, "out of memory for a frame", now);
@@ -328,6 +338,9 @@ static void ex_sock_read(struct ex_conn *c, int64_t now) {
         ex_refuse(c, 126, "muster-workerd is out of memory", now);
         return;
       }
+      /* The rest of a large hello (its env) may take longer on a slow
+       * link: the client is known now. */
+      c->deadline_ms = now + EX_HELLO_REST_MS;
       if (c->in_got == c->in_len)
         ex_dispatch(c, (char)c->hdr[0], now);
       break;
@@ -359,7 +372,9 @@ static void ex_step(struct ex_conn *c, int64_t now) {
   }
   switch (c->state) {
   case EX_HELLO:
-    if (now >= c->deadline_ms)
+    if (now >= c->deadline_ms && c->authed)
+      ex_refuse(c, 126, "the hello did not arrive whole within 10 s", now);
+    else if (now >= c->deadline_ms)
       ex_drop_unauth(c, "no hello within 2 s", now);
     break;
   case EX_RUNNING:
@@ -477,8 +492,10 @@ static void ex_accept(int64_t now) {
     }
     /* Connections not yet past their token make room for a new one, the
      * oldest first (as OpenSSH's MaxStartups does): they never take the
-     * session's own. */
-    {
+     * session's own. What the oldest has sent already is read first, so
+     * that a client whose hello is there passes instead of being dropped
+     * by a flood of connections behind it. */
+    for (int tries = 0; tries < 4; tries++) {
       struct ex_conn *oldest = NULL;
       size_t waiting = 0;
 
@@ -488,14 +505,19 @@ static void ex_accept(int64_t now) {
           if (!oldest || ex.conns[k]->deadline_ms < oldest->deadline_ms)
             oldest = ex.conns[k];
         }
-      if (waiting >= EX_UNAUTH_MAX && oldest)
+      if (waiting < EX_UNAUTH_MAX || !oldest)
+        break;
+      ex_sock_read(oldest, now);
+      if (oldest->state == EX_HELLO && oldest->sock >= 0 && !oldest->authed)
         ex_drop_unauth(oldest, "too many connections without a token", now);
-      ex_reap_over();
     }
+    ex_reap_over();
     if (ex.n == EX_RECORDS) {
-      LOG(LOG_WARN, "exec from %s:%s refused: too many connections", host, port);
+      char peer[INET6_ADDRSTRLEN + 8];
+      snprintf(peer, sizeof(peer), "%s:%s", host, port);
       ex_refuse_now(fd, ex.stopping ? "this worker is stopping"
                                     : "this worker serves too many exec connections");
+      ex_count_refusal(peer, "too many connections", now);
       continue;
     }
     if (!(c = calloc(1, sizeof(*c)))) {

@@ -226,6 +226,31 @@ START_TEST(thousands_of_idle_connections_leave_the_api_and_leases_alone) {
 }
 END_TEST
 
+/* A controller with few descriptors (1,200: room for 688 connections):
+ * idle connections without a token never take more than half, so a client
+ * with the token still gets in; and nothing counts as time the controller
+ * could not serve. */
+START_TEST(few_descriptors_still_leave_room_for_a_client_with_the_token) {
+  static int fds[1000];
+  struct rlimit rl = {1200, 1200};
+
+  /* (this test's own process, forked by Check, and the controller it starts) */
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  start();
+  for (int i = 0; i < 1000; i++)
+    fds[i] = dial(i % 64);
+  served_within_a_second("/api/v1/workers");
+  served_within_a_second("/api/v1/health");
+  ck_assert_msg(h_metric(&ctl, "muster_http_connections_refused_total") == 0,
+                "%.0f connections were refused",
+                h_metric(&ctl, "muster_http_connections_refused_total"));
+  for (int i = 0; i < 1000; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* The controller stopped (SIGSTOP) for more than two ttls and heartbeat
  * timeouts: it could not serve the renewals nor the heartbeats, so once it
  * runs again the lease has not expired and the worker is not lost; the
@@ -345,6 +370,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, bodies_without_a_token_cost_no_memory);
   tcase_add_test(tc, thousands_of_idle_connections_leave_the_api_and_leases_alone);
+  tcase_add_test(tc, few_descriptors_still_leave_room_for_a_client_with_the_token);
   tcase_add_test(tc, time_the_controller_could_not_serve_is_given_back);
   tcase_add_test(tc, hostile_exec_connections_leave_the_sessions_exec_alone);
   suite_add_tcase(s, tc);

@@ -10,13 +10,13 @@
 static size_t esc_byte(unsigned char c, char *out) {
   switch (c) {
   case '\n':
-    return (size_t)sprintf(out, "\\n");
+    return (size_t)snprintf(out, TERM_SAFE_GROWTH + 1, "\\n");
   case '\t':
-    return (size_t)sprintf(out, "\\t");
+    return (size_t)snprintf(out, TERM_SAFE_GROWTH + 1, "\\t");
   case '\r':
-    return (size_t)sprintf(out, "\\r");
+    return (size_t)snprintf(out, TERM_SAFE_GROWTH + 1, "\\r");
   default:
-    return (size_t)sprintf(out, "\\x%02x", c);
+    return (size_t)snprintf(out, TERM_SAFE_GROWTH + 1, "\\x%02x", c);
   }
 }
 
@@ -31,7 +31,7 @@ size_t term_safe(const char *s, size_t n, int keep_lines, char *out) {
       o += esc_byte(c, out + o);
     } else if (c == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
       /* A C1 control (U+0080..U+009F): CSI among them. */
-      o += (size_t)sprintf(out + o, "\\u%04x", p[i + 1]);
+      o += (size_t)snprintf(out + o, 2 * TERM_SAFE_GROWTH + 1, "\\u%04x", p[i + 1]);
       i++;
     } else {
       out[o++] = (char)c;

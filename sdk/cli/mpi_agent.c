@@ -51,11 +51,20 @@ int mpi_agent_rsh_target_env(const char *host, muster_exec_target *t) {
   return hosts && token && muster_exec_list_find(hosts, host, 0, token, t) == 0 ? 0 : -1;
 }
 
+/* Appends s at buf + *off (which has room for it, counted beforehand). */
+static void put(char *buf, size_t *off, const char *s) {
+  size_t n = strlen(s);
+
+  memcpy(buf + *off, s, n);
+  *off += n;
+  buf[*off] = '\0';
+}
+
 int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int first,
                      const char *who) {
   const char *sh[3] = {"/bin/sh", "-c", NULL}, *fwd[8];
   char *line = NULL, err[600];
-  size_t len = 0, nfwd = 0;
+  size_t len = 0, nfwd = 0, off = 0;
   muster_exec_opts o;
   int exit_code, rc;
 
@@ -81,13 +90,13 @@ int mpi_agent_rsh_at(const muster_exec_target *t, int argc, char **argv, int fir
   line = calloc(len + 1, 1);
   if (!line)
     return AGENT_NO_MEMORY;
-  strncat(line, prefix, len);
+  put(line, &off, prefix);
   for (int k = first; k < argc; k++) {
-    strncat(line, argv[k], len - strlen(line));
+    put(line, &off, argv[k]);
     if (k + 1 < argc)
-      strncat(line, " ", len - strlen(line));
+      put(line, &off, " ");
   }
-  strncat(line, suffix, len - strlen(line));
+  put(line, &off, suffix);
   sh[2] = line;
   muster_exec_opts_init(&o);
   o.argv = sh;

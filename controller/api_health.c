@@ -93,6 +93,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
   const char *k;
   int waiters = 0, streams = 0;
   struct api_guard_stats gs;
+  uint64_t exec_refused;
 
   if (!f)
     return MHD_NO;
@@ -139,6 +140,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "# HELP muster_leases_expired_total Leases that ran out since start.\n"
           "# TYPE muster_leases_expired_total counter\nmuster_leases_expired_total %llu\n",
           (unsigned long long)g.leases_expired);
+  exec_refused = g.exec_refused;
   state_unlock();
   fprintf(f, "# HELP muster_workers Workers by status.\n# TYPE muster_workers gauge\n");
   json_object_foreach(counts, k, v)
@@ -184,6 +186,11 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "muster_http_connections_refused_total %llu\n",
           gs.open, gs.unauthenticated, (unsigned long long)gs.closed_unauthenticated,
           (unsigned long long)gs.refused);
+  fprintf(f,
+          "# HELP muster_exec_refused_total Exec connections the workers refused before their "
+          "token held (as their heartbeats said).\n"
+          "# TYPE muster_exec_refused_total counter\nmuster_exec_refused_total %llu\n",
+          (unsigned long long)exec_refused);
   fprintf(f,
           "# HELP muster_unserved_seconds_total Time the controller could not serve, given back "
           "to leases and heartbeat timeouts.\n"

@@ -274,10 +274,16 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
 }
 
 static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id) {
-  (void)rq;
   char status[16];
   struct lw *w;
   int rc, stop;
+  /* What the workerd counts (its body; older ones send none): the exec
+   * connections it refused before their token held, since it started. */
+  json_t *body = rq->len ? json_loadb(rq->body, rq->len, 0, NULL) : NULL;
+  json_t *refused = json_object_get(body, "exec_refused");
+  json_int_t n = json_is_integer(refused) ? json_integer_value(refused) : -1;
+
+  json_decref(body);
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
@@ -292,6 +298,10 @@ static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, c
   stop = !w;
   if (w)
     sm_heartbeat_locked(w);
+  if (w && n >= 0 && (uint64_t)n > w->exec_refused) {
+    g.exec_refused += (uint64_t)n - w->exec_refused;
+    w->exec_refused = (uint64_t)n;
+  }
   state_unlock();
   return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
 }

@@ -92,6 +92,7 @@ struct lw {
    * (same pid, the answer was lost) with the old one is answered. Cleared
    * by the first call made with the new token. */
   int rotation_open;
+  uint64_t exec_refused; /* its workerd's count, as its last heartbeat said */
   char session[72];
   char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;
@@ -229,7 +230,8 @@ struct ctl {
   uint64_t http_requests;
   uint64_t transitions;
   uint64_t leases_expired;
-  uint64_t unserved_ms; /* time given back to leases and heartbeats (monitor.c) */
+  uint64_t unserved_ms;  /* time given back to leases and heartbeats (monitor.c) */
+  uint64_t exec_refused; /* exec connections workerds refused before the token */
 };
 
 extern struct ctl g;

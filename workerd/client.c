@@ -516,7 +516,11 @@ enum hb_result hb_step(int64_t now) {
     return hb_answer(now);
   }
   if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {
-    if (call_start(&hb_call, "heartbeat", true, "{}", 2, WD_CALL_TIMEOUT_MS) != 0)
+    /* (libcurl reads the body while the call is in flight: it stays) */
+    static char body[64];
+    int n = snprintf(body, sizeof(body), "{\"exec_refused\": %" PRIu64 "}", ex_refused());
+
+    if (call_start(&hb_call, "heartbeat", true, body, (size_t)n, WD_CALL_TIMEOUT_MS) != 0)
       wd.next_hb_ms = now + wd.hb_interval_ms;
     else
       wd.next_hb_ms = INT64_MAX; /* set when it ends */

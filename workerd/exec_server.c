@@ -682,6 +682,10 @@ void ex_poll_handle(const struct pollfd *p, int64_t now) {
   ex.n = kept;
 }
 
+uint64_t ex_refused(void) {
+  return ex.refused;
+}
+
 /* True once ex_stop_all() has run. */
 bool ex_stopping(void) {
   return ex.stopping;

@@ -373,6 +373,9 @@ int confine_read_only(const char *path);
 MUST_CHECK int exec_listen(void);
 void ex_stop_all(int64_t now);
 bool ex_stopping(void);
+/* Exec connections refused before their token held, since start (each
+ * heartbeat carries it: the controller's muster_exec_refused_total). */
+uint64_t ex_refused(void);
 bool ex_done(int64_t now);
 void ex_reap(int64_t now);
 int64_t ex_next_deadline(void);

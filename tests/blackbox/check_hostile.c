@@ -352,6 +352,14 @@ START_TEST(hostile_exec_connections_leave_the_sessions_exec_alone) {
   still_running(id);
   log1 = stderr_log_len(id);
   ck_assert_msg(log1 - log0 < 1024, "the worker's log grew by %zu bytes", log1 - log0);
+  /* ...and counted, as its heartbeats tell the controller's /metrics */
+  {
+    double until = h_now() + 10;
+    while (h_metric(&ctl, "muster_exec_refused_total") < 64 && h_now() < until)
+      usleep(100 * 1000); /* a heartbeat's pace (0.5 s here) */
+    ck_assert_msg(h_metric(&ctl, "muster_exec_refused_total") >= 64,
+                  "muster_exec_refused_total is %.0f", h_metric(&ctl, "muster_exec_refused_total"));
+  }
   for (int i = 0; i < 200; i++)
     if (idle[i] >= 0)
       close(idle[i]);

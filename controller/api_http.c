@@ -11,6 +11,7 @@
 #include "muster_errors.h"
 #include "network.h"
 #include "state.h"
+#include "users.h"
 #include "util.h"
 #include "validate.h"
 #include "wcache.h"
@@ -36,24 +37,46 @@ static int listen_fds[2] = {-1, -1}; /* bound by api_bind(), served by api_start
 
 /* ---- authentication ---- */
 
-/* 1 if the request carries the client API token. */
-static int client_ok(struct MHD_Connection *c) {
-  const char *t = api_bearer(c);
+/* Whether t is a client token, and whose (users.h): the state directory's
+ * (the bootstrap administrator), or a user's, found by its prefix and
+ * checked by its hash in constant time. */
+static int token_user(const char *t, struct user_id *who) {
+  char prefix[USER_PREFIX_LEN + 1], sha[65];
+  struct db_user u;
+  struct reader *rd;
+  int rc, ok;
 
-  return t && util_secret_equal(t, g.api_token);
+  memset(who, 0, sizeof(*who));
+  if (!t)
+    return 0;
+  if (util_secret_equal(t, g.api_token)) {
+    who->admin = 1;
+    return 1;
+  }
+  if (!user_token_parts(t, prefix, sha))
+    return 0;
+  rd = api_reader_get();
+  rc = db_user_by_prefix(rd->db, prefix, &u);
+  api_reader_put(rd);
+  ok = rc == 0 && util_secret_equal(sha, u.token_sha256);
+  if (ok) {
+    snprintf(who->name, sizeof(who->name), "%s", u.name);
+    who->admin = u.admin;
+  }
+  explicit_bzero(&u, sizeof(u));
+  return ok;
 }
 
-/* 1 if this is GET /api/v1/events carrying the client API token as the query
- * parameter access_token=<token>. Only the event stream takes it: a
- * browser's EventSource cannot set an Authorization header. Compared in
- * constant time, as client_ok() does. */
-static int events_query_token_ok(struct MHD_Connection *c, const char *url, const char *method) {
-  const char *t;
-
+/* 1 if the request carries a client token (who: whose). GET /api/v1/events
+ * also takes it as the query parameter access_token=<token>: a browser's
+ * EventSource cannot set an Authorization header. */
+static int client_ok(struct MHD_Connection *c, const char *url, const char *method,
+                     struct user_id *who) {
+  if (token_user(api_bearer(c), who))
+    return 1;
   if (strcmp(url, "/api/v1/events") != 0 || strcmp(method, "GET") != 0)
     return 0;
-  t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "access_token");
-  return t && util_secret_equal(t, g.api_token);
+  return token_user(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "access_token"), who);
 }
 
 /* ---- routing ---- */
@@ -160,11 +183,19 @@ static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const
         rq->max_body = API_MAX_BODY;
         if (r->auth == AUTH_CLIENT) {
           if (authed < 0)
-            authed = client_ok(c) || events_query_token_ok(c, url, method);
+            authed = client_ok(c, url, method, &rq->who);
           api_guard_request(c, authed);
           if (!authed)
             return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "%s",
                           api_bearer(c) ? "the bearer token is not valid" : need_token);
+          /* Until workers, sessions and runs have owners, a user who is
+           * no administrator may only ask who they are (docs/design.md,
+           * "Users"). */
+          if (!rq->who.admin && strcmp(r->path, "/api/v1/whoami") != 0)
+            return answer(c, ret, MUSTER_E_FORBIDDEN, NULL,
+                          "user %s is not an administrator: users of their own workers only "
+                          "are not supported yet (muster-controller user add NAME --admin)",
+                          rq->who.name);
           if (!arg_ok)
             return answer(c, ret, MUSTER_E_NOT_FOUND, "id", "\"%.40s\" is not a worker id", arg);
         } else if (r->auth == AUTH_WORKER) {
@@ -188,7 +219,7 @@ static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const
     }
   }
   if (authed < 0)
-    authed = client_ok(c);
+    authed = client_ok(c, url, method, &rq->who);
   api_guard_request(c, authed);
   if (allowed_set) {
     allowed_text(allowed_set, allowed, sizeof(allowed));

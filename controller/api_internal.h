@@ -37,6 +37,8 @@
 #include "db.h"
 #include "util.h"
 
+#include "users.h"
+
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -61,6 +63,7 @@ struct req {
   const struct api_route *route;
   char arg[80];
   int web;
+  struct user_id who;    /* whose token a client call carries */
   struct waiter *waiter; /* a suspended await */
   req_resume_fn resume;  /* set while parked */
   req_release_fn release;
@@ -108,6 +111,7 @@ extern const struct api_route api_stop_routes[];     /* api_stop.c */
 extern const struct api_route api_stream_routes[];   /* api_stream.c */
 extern const struct api_route api_sessions_routes[]; /* api_sessions.c */
 extern const struct api_route api_runs_routes[];     /* api_runs.c */
+extern const struct api_route api_users_routes[];    /* api_users.c */
 
 /* Every table above, NULL-terminated (api_routes.c). No two routes match
  * one method and URL, so their order does not matter. */

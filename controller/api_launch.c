@@ -324,7 +324,8 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
                                 .launch_id = launch,
                                 .run = grs[0].lr.run,
                                 .cwd = gr->lr.cwd,
-                                .path = gr->lr.path};
+                                .path = gr->lr.path,
+                                .owner = rq->who.name[0] ? rq->who.name : NULL};
       rc = db_worker_insert(g.db, &w);
     }
   }

@@ -34,8 +34,8 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_WORKER_INSERT] =
         "INSERT INTO workers(id, session, name, role, status, cpu, memory, nvidia_gpu, "
         "script, code, command, kernel, args, env, secret_env, token, master_ip, backend, "
-        "created_at, launch_id, run, cwd, path) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, ?6, ?7, "
-        "?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+        "created_at, launch_id, run, cwd, path, owner) VALUES (?1, ?2, ?3, ?4, 'scheduling', ?5, "
+        "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
     [ST_EVENT_INSERT] = "INSERT INTO events(worker_id, at, \"from\", \"to\", detail) "
                         "VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_TRANSITION] =

@@ -34,9 +34,10 @@ struct db_worker_new {
   const char *script, *code, *kernel;
   const char *command_json, *args_json, *env_json, *secret_env_json;
   const char *token, *master_ip, *backend, *launch_id;
-  const char *run;  /* the run it belongs to, or NULL */
-  const char *cwd;  /* where it starts (absolute), or NULL: the controller's --workdir */
-  const char *path; /* the PATH its commands are looked up on, or NULL: the worker's own */
+  const char *run;   /* the run it belongs to, or NULL */
+  const char *cwd;   /* where it starts (absolute), or NULL: the controller's --workdir */
+  const char *path;  /* the PATH its commands are looked up on, or NULL: the worker's own */
+  const char *owner; /* the user who launched it, or NULL: the bootstrap administrator */
 };
 
 /* Fields that a transition may set; NULL / -1 leaves a column as it is. */

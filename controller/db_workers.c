@@ -63,6 +63,7 @@ int db_worker_insert(struct db *db, const struct db_worker_new *w) {
   db_bind_text_or_null(s, 20, w->run);
   db_bind_text_or_null(s, 21, w->cwd);
   db_bind_text_or_null(s, 22, w->path);
+  db_bind_text_or_null(s, 23, w->owner);
   rc = db_exec_stmt(s);
   if (rc)
     return rc;

@@ -11,6 +11,7 @@
 #include "resources.h"
 #include "scratch.h"
 #include "state.h"
+#include "user_cmd.h"
 #include "util.h"
 
 #include <errno.h>
@@ -419,6 +420,8 @@ int main(int argc, char **argv) {
   int rc, sig = 0;
 
   log_set_program("muster-controller");
+  if (argc > 1 && strcmp(argv[1], "user") == 0)
+    return user_cmd(argc - 1, argv + 1);
   rc = parse_args(argc, argv, &cfg);
   if (rc)
     return rc > 0 ? 0 : 2;

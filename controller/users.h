@@ -1,0 +1,72 @@
+/*
+ * users.h: the people who share a controller, and their tokens
+ * (docs/design.md, "Users").
+ *
+ * A user's token is "mu_" and 64 hex digits (256 random bits). The
+ * database keeps its first USER_PREFIX_LEN hex digits in clear, to find
+ * the row, and the SHA-256 of the whole token; a call's token is checked by
+ * hashing it and comparing in constant time (as JupyterHub does for the
+ * tokens it generates: a salted, slow hash buys nothing for 256 random
+ * bits). The state directory's `token` is the bootstrap administrator's.
+ */
+#ifndef MUSTER_USERS_H
+#define MUSTER_USERS_H
+
+#include "db.h"
+
+#include <stddef.h>
+
+#define USER_TOKEN_PREFIX "mu_"
+#define USER_TOKEN_LEN (3 + 64)
+#define USER_PREFIX_LEN 12
+#define USER_NAME_MAX 32
+/* The name the bootstrap administrator (the state directory's token) goes
+ * by; no user may take it. */
+#define USER_BOOTSTRAP "admin"
+
+/* Who a call comes from. */
+struct user_id {
+  char name[USER_NAME_MAX + 1]; /* "" for the bootstrap administrator */
+  int admin;
+};
+
+/* A user's row, as db_users.c reads it (limits < 0: none). */
+struct db_user {
+  char name[USER_NAME_MAX + 1];
+  int admin;
+  char unix_user[64];
+  double max_cpu, max_memory;
+  long max_gpus, max_workers;
+  char token_prefix[USER_PREFIX_LEN + 1];
+  char token_sha256[65];
+  char created_at[32];
+};
+
+/* A new token into token (USER_TOKEN_LEN + 1 bytes), its lookup prefix and
+ * its SHA-256 (hex). Returns 0, or MUSTER_E_IO without randomness. */
+int user_token_new(char *token, char *prefix, char *sha256) __attribute__((warn_unused_result));
+/* Whether token has a user token's shape; its prefix and hash if so. */
+int user_token_parts(const char *token, char *prefix, char *sha256);
+/* Whether name is a user name: 1 to USER_NAME_MAX of [a-z0-9_-], starting
+ * with a letter, and not USER_BOOTSTRAP. */
+int user_name_ok(const char *name);
+
+/* ---- db_users.c: the users' rows ---- */
+/* MUSTER_E_CONFLICT when the name is taken. */
+int db_user_add(struct db *db, const struct db_user *u) __attribute__((warn_unused_result));
+/* MUSTER_E_NOT_FOUND when no user has it. */
+int db_user_by_prefix(struct db *db, const char *prefix, struct db_user *out)
+    __attribute__((warn_unused_result));
+int db_user_get(struct db *db, const char *name, struct db_user *out)
+    __attribute__((warn_unused_result));
+int db_user_set_token(struct db *db, const char *name, const char *prefix, const char *sha256)
+    __attribute__((warn_unused_result));
+int db_user_remove(struct db *db, const char *name) __attribute__((warn_unused_result));
+/* Calls fn for every user, by name. */
+int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), void *arg)
+    __attribute__((warn_unused_result));
+/* How many live workers name owns. */
+int db_user_live_workers(struct db *db, const char *name, long *n)
+    __attribute__((warn_unused_result));
+
+#endif

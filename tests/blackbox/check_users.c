@@ -1,0 +1,186 @@
+/* check_users.c: black-box tests of users and their tokens
+ * (`muster-controller user ...`, GET /api/v1/whoami): the real
+ * muster-controller, its database and its CLI, as an operator uses them. */
+#include "harness.h"
+
+#include "../check_run.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static struct ctl_proc ctl;
+
+static void start(void) {
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--cpus";
+  ctl.extra[1] = "4";
+  h_start(&ctl);
+}
+
+/* Runs `muster-controller user ARGS --state-dir ctl.dir`: its stdout's
+ * first line into out (size bytes), its stderr into err; returns its exit
+ * code. */
+static int user_cmd(const char *args, char *out, size_t size, char *err, size_t esize) {
+  char cmd[1024], errf[200];
+  FILE *p;
+  int st;
+
+  snprintf(errf, sizeof(errf), "%s.user-err", ctl.dir);
+  snprintf(cmd, sizeof(cmd), "%s user %s --state-dir %s 2>%s", MUSTER_CONTROLLER_BIN, args, ctl.dir,
+           errf);
+  p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  out[0] = '\0';
+  if (!fgets(out, (int)size, p))
+    out[0] = '\0';
+  out[strcspn(out, "\n")] = '\0';
+  while (fgetc(p) != EOF)
+    ;
+  st = pclose(p);
+  err[0] = '\0';
+  if ((p = fopen(errf, "r"))) {
+    size_t n = fread(err, 1, esize - 1, p);
+    err[n] = '\0';
+    fclose(p);
+  }
+  unlink(errf);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* GET path with token: the status, *out the answer. */
+static long get_as(const char *token, const char *path, json_t **out) {
+  return h_http(&ctl, "GET", path, NULL, token, out, NULL);
+}
+
+/* Whether the bytes of the file path hold needle. */
+static int file_has(const char *path, const char *needle) {
+  FILE *f = fopen(path, "rb");
+  char *buf;
+  long n;
+  int hit;
+
+  if (!f)
+    return 0;
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  buf = malloc((size_t)n + 1);
+  ck_assert_ptr_nonnull(buf);
+  n = (long)fread(buf, 1, (size_t)n, f);
+  fclose(f);
+  hit = memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+  free(buf);
+  return hit;
+}
+
+/* A user added prints a token once; the token names its user (whoami); a
+ * user who is no administrator is refused the rest, saying why; an
+ * administrator is served; the state directory's token is "admin". */
+START_TEST(a_users_token_names_the_user) {
+  char alice[128], carol[128], err[512];
+  json_t *who = NULL;
+
+  start();
+  ck_assert_int_eq(user_cmd("add alice --max-cpu 8", alice, sizeof(alice), err, sizeof(err)), 0);
+  ck_assert_msg(strncmp(alice, "mu_", 3) == 0 && strlen(alice) == 67, "the token: %s", alice);
+  ck_assert_int_eq(user_cmd("add carol --admin", carol, sizeof(carol), err, sizeof(err)), 0);
+  ck_assert_int_eq(get_as(alice, "/api/v1/whoami", &who), 200);
+  ck_assert_str_eq(h_str(who, "user"), "alice");
+  ck_assert(json_is_false(json_object_get(who, "admin")));
+  json_decref(who);
+  ck_assert_int_eq(get_as(carol, "/api/v1/whoami", &who), 200);
+  ck_assert_str_eq(h_str(who, "user"), "carol");
+  ck_assert(json_is_true(json_object_get(who, "admin")));
+  json_decref(who);
+  ck_assert_int_eq(get_as("", "/api/v1/whoami", &who), 200);
+  ck_assert_str_eq(h_str(who, "user"), "admin");
+  json_decref(who);
+  ck_assert_int_eq(get_as(alice, "/api/v1/workers", &who), 403);
+  ck_assert_msg(strstr(h_str(json_object_get(who, "error"), "message"), "alice") != NULL,
+                "the refusal names the user");
+  json_decref(who);
+  ck_assert_int_eq(get_as(carol, "/api/v1/workers", NULL), 200);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A new token revokes the old one at once, the controller running; a
+ * token of a user's shape that no user has is refused too. */
+START_TEST(a_new_token_revokes_the_old_one) {
+  char old[128], fresh[128], err[512];
+
+  start();
+  ck_assert_int_eq(user_cmd("add dora --admin", old, sizeof(old), err, sizeof(err)), 0);
+  ck_assert_int_eq(get_as(old, "/api/v1/workers", NULL), 200);
+  ck_assert_int_eq(user_cmd("token dora", fresh, sizeof(fresh), err, sizeof(err)), 0);
+  ck_assert_str_ne(old, fresh);
+  ck_assert_int_eq(get_as(old, "/api/v1/workers", NULL), 401);
+  ck_assert_int_eq(get_as(fresh, "/api/v1/workers", NULL), 200);
+  /* the same prefix, another token */
+  fresh[66] = fresh[66] == '0' ? '1' : '0';
+  ck_assert_int_eq(get_as(fresh, "/api/v1/workers", NULL), 401);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* The database keeps no token in clear, only its hash. */
+START_TEST(tokens_are_not_in_the_database_in_clear) {
+  char token[128], err[512], path[200], wal[220];
+
+  start();
+  ck_assert_int_eq(user_cmd("add erin", token, sizeof(token), err, sizeof(err)), 0);
+  snprintf(path, sizeof(path), "%s/muster.db", ctl.dir);
+  snprintf(wal, sizeof(wal), "%s-wal", path);
+  ck_assert_msg(!file_has(path, token) && !file_has(wal, token), "the token is in the database");
+  ck_assert_msg(!file_has(path, token + 3) && !file_has(wal, token + 3),
+                "the token's digits are in the database");
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A user with live workers is not removed; once they are stopped, it is,
+ * and its token is dead. Names are checked. */
+START_TEST(a_user_with_live_workers_is_not_removed) {
+  char token[128], out[128], err[512], auth[160], id[16];
+  json_t *ws = NULL;
+  long st;
+
+  start();
+  ck_assert_int_eq(user_cmd("add fay --admin", token, sizeof(token), err, sizeof(err)), 0);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.1}", token, &ws, NULL);
+  ck_assert_int_eq(st, 201);
+  snprintf(id, sizeof(id), "%s", h_str(json_array_get(json_object_get(ws, "workers"), 0), "id"));
+  json_decref(ws);
+  ck_assert_int_eq(user_cmd("remove fay", out, sizeof(out), err, sizeof(err)), 1);
+  ck_assert_msg(strstr(err, "fay has 1 live worker") != NULL, "remove said: %s", err);
+  ck_assert_int_eq(get_as(token, "/api/v1/whoami", NULL), 200);
+  snprintf(auth, sizeof(auth), "/api/v1/workers/%s", id);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", auth, NULL, token, NULL, NULL), 200);
+  json_decref(h_wait_status(&ctl, id, "stopped", 30));
+  ck_assert_int_eq(user_cmd("remove fay", out, sizeof(out), err, sizeof(err)), 0);
+  ck_assert_int_eq(get_as(token, "/api/v1/whoami", NULL), 401);
+  ck_assert_int_eq(user_cmd("add Fay", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_msg(strstr(err, "is not a user name") != NULL, "add Fay said: %s", err);
+  ck_assert_int_eq(user_cmd("add admin", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_int_eq(user_cmd("add gus", out, sizeof(out), err, sizeof(err)), 0);
+  ck_assert_int_eq(user_cmd("add gus", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_msg(strstr(err, "there is a user gus already") != NULL, "add gus again said: %s", err);
+  h_finish(&ctl);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("users");
+  TCase *tc = tcase_create("users");
+
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_users_token_names_the_user);
+  tcase_add_test(tc, a_new_token_revokes_the_old_one);
+  tcase_add_test(tc, tokens_are_not_in_the_database_in_clear);
+  tcase_add_test(tc, a_user_with_live_workers_is_not_removed);
+  suite_add_tcase(s, tc);
+  return check_run(s);
+}

@@ -184,7 +184,8 @@ static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const
         if (r->auth == AUTH_CLIENT) {
           if (authed < 0)
             authed = client_ok(c, url, method, &rq->who);
-          api_guard_request(c, authed);
+          /* (a user refused below is no client of the guard's to keep) */
+          api_guard_request(c, authed && (rq->who.admin || strcmp(r->path, "/api/v1/whoami") == 0));
           if (!authed)
             return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "%s",
                           api_bearer(c) ? "the bearer token is not valid" : need_token);

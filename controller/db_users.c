@@ -87,6 +87,10 @@ int db_user_add(struct db *db, const struct db_user *u) {
   sqlite3_bind_text(s, 9, u->token_sha256, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 10, now, -1, SQLITE_TRANSIENT);
   rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE && sqlite3_extended_errcode(db->conn) == SQLITE_CONSTRAINT_UNIQUE) {
+    sqlite3_finalize(s);
+    return USER_PREFIX_TAKEN;
+  }
   sqlite3_finalize(s);
   if (rc == SQLITE_CONSTRAINT)
     return MUSTER_E_CONFLICT;
@@ -106,6 +110,10 @@ static int change(struct db *db, const char *sql, const char *name, const char *
   if (b)
     sqlite3_bind_text(s, 3, b, -1, SQLITE_TRANSIENT);
   rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE && sqlite3_extended_errcode(db->conn) == SQLITE_CONSTRAINT_UNIQUE) {
+    sqlite3_finalize(s);
+    return USER_PREFIX_TAKEN;
+  }
   sqlite3_finalize(s);
   if (rc != SQLITE_DONE)
     return MUSTER_E_DB;
@@ -118,7 +126,18 @@ int db_user_set_token(struct db *db, const char *name, const char *prefix, const
 }
 
 int db_user_remove(struct db *db, const char *name) {
-  return change(db, "DELETE FROM users WHERE name = ?1", name, NULL, NULL);
+  /* One statement: no launch of theirs can come between the count and the
+   * removal. */
+  int rc = change(db,
+                  "DELETE FROM users WHERE name = ?1 AND NOT EXISTS (SELECT 1 FROM workers "
+                  "WHERE owner = ?1 AND status IN ('scheduling', 'starting', 'running'))",
+                  name, NULL, NULL);
+  struct db_user u;
+
+  if (rc != MUSTER_E_NOT_FOUND)
+    return rc;
+  rc = db_user_get(db, name, &u);
+  return rc == 0 ? MUSTER_E_CONFLICT : rc;
 }
 
 int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), void *arg) {

@@ -19,6 +19,7 @@
 #include "users.h"
 #include "util.h"
 
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,8 @@ int user_cmd(int argc, char **argv) {
         u.max_cpu = d;
       else if (strcmp(a, "--max-memory") == 0)
         u.max_memory = d;
+      else if (d != (double)(long)d)
+        return fail("not a whole number: %s", v);
       else if (strcmp(a, "--max-gpus") == 0)
         u.max_gpus = (long)d;
       else
@@ -136,25 +139,53 @@ int user_cmd(int argc, char **argv) {
   if (stat(path, &st) != 0)
     return fail("no controller's database at %s (start the controller once, or give --state-dir)",
                 path);
+  /* The database of this very version: a newer muster-controller would
+   * migrate it under a running older one. */
+  {
+    sqlite3 *raw = NULL;
+    sqlite3_stmt *q = NULL;
+    int version = -1;
+
+    if (sqlite3_open_v2(path, &raw, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+      version = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(raw);
+    if (version < 0)
+      return fail("cannot read the database %s", path);
+    if (version != db_migration_count) {
+      fprintf(stderr,
+              "muster-controller user: %s is at schema %d, this muster-controller's is %d: %s\n",
+              path, version, db_migration_count,
+              version < db_migration_count
+                  ? "start this muster-controller on it once (it migrates it)"
+                  : "use the muster-controller that made it");
+      return 2;
+    }
+  }
   if (db_open(path, &db, err, sizeof(err)) != 0)
     return fail("%s", err);
   if (strcmp(verb, "add") == 0 || strcmp(verb, "token") == 0) {
-    if (user_token_new(token, u.token_prefix, u.token_sha256) != 0) {
-      rc = fail("%s", "no randomness for a token");
-    } else if (strcmp(verb, "add") == 0) {
-      snprintf(u.name, sizeof(u.name), "%s", name);
-      rc = db_user_add(db, &u);
-      if (rc == MUSTER_E_CONFLICT)
-        rc = fail("there is a user %s already (user token NAME gives a new token)", name);
-      else if (rc)
-        rc = fail("could not add the user: %s", db_errmsg(db));
-    } else {
-      rc = db_user_set_token(db, name, u.token_prefix, u.token_sha256);
-      if (rc == MUSTER_E_NOT_FOUND)
-        rc = fail("there is no user %s", name);
-      else if (rc)
-        rc = fail("could not change the token: %s", db_errmsg(db));
+    snprintf(u.name, sizeof(u.name), "%s", name);
+    rc = USER_PREFIX_TAKEN;
+    /* (another user's token with the same prefix: one in 2^48; mint anew) */
+    for (int tries = 0; rc == USER_PREFIX_TAKEN && tries < 4; tries++) {
+      if (user_token_new(token, u.token_prefix, u.token_sha256) != 0)
+        rc = MUSTER_E_IO;
+      else if (strcmp(verb, "add") == 0)
+        rc = db_user_add(db, &u);
+      else
+        rc = db_user_set_token(db, name, u.token_prefix, u.token_sha256);
     }
+    if (rc == MUSTER_E_IO)
+      rc = fail("%s", "no randomness for a token");
+    else if (rc == MUSTER_E_CONFLICT)
+      rc = fail("there is a user %s already (user token NAME gives a new token)", name);
+    else if (rc == MUSTER_E_NOT_FOUND)
+      rc = fail("there is no user %s", name);
+    else if (rc)
+      rc = fail("could not store the token: %s", db_errmsg(db));
     /* The token, once: the database keeps only its hash. */
     if (!rc)
       printf("%s\n", token);
@@ -167,14 +198,15 @@ int user_cmd(int argc, char **argv) {
   } else if (strcmp(verb, "remove") == 0) {
     long live = 0;
 
-    if (db_user_live_workers(db, name, &live) != 0) {
-      rc = fail("could not count the user's workers: %s", db_errmsg(db));
-    } else if (live) {
+    rc = db_user_remove(db, name);
+    if (rc == MUSTER_E_CONFLICT) {
+      if (db_user_live_workers(db, name, &live) != 0)
+        live = -1;
       fprintf(stderr,
               "muster-controller user: %s has %ld live worker%s: stop them first (muster stop)\n",
               name, live, live == 1 ? "" : "s");
       rc = 1;
-    } else if ((rc = db_user_remove(db, name)) == MUSTER_E_NOT_FOUND) {
+    } else if (rc == MUSTER_E_NOT_FOUND) {
       rc = fail("there is no user %s", name);
     } else if (rc) {
       rc = fail("could not remove the user: %s", db_errmsg(db));

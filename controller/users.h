@@ -52,6 +52,9 @@ int user_token_parts(const char *token, char *prefix, char *sha256);
 int user_name_ok(const char *name);
 
 /* ---- db_users.c: the users' rows ---- */
+/* What db_user_add() and db_user_set_token() say when another user's token
+ * has the same prefix (one in 2^48): mint another. */
+#define USER_PREFIX_TAKEN 1
 /* MUSTER_E_CONFLICT when the name is taken. */
 int db_user_add(struct db *db, const struct db_user *u) __attribute__((warn_unused_result));
 /* MUSTER_E_NOT_FOUND when no user has it. */
@@ -61,6 +64,7 @@ int db_user_get(struct db *db, const char *name, struct db_user *out)
     __attribute__((warn_unused_result));
 int db_user_set_token(struct db *db, const char *name, const char *prefix, const char *sha256)
     __attribute__((warn_unused_result));
+/* MUSTER_E_CONFLICT while name owns live workers; MUSTER_E_NOT_FOUND. */
 int db_user_remove(struct db *db, const char *name) __attribute__((warn_unused_result));
 /* Calls fn for every user, by name. */
 int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), void *arg)

@@ -103,6 +103,15 @@ START_TEST(a_users_token_names_the_user) {
                 "the refusal names the user");
   json_decref(who);
   ck_assert_int_eq(get_as(carol, "/api/v1/workers", NULL), 200);
+  /* the event stream's query token, a call with a body: refused alike */
+  {
+    char path[200];
+    snprintf(path, sizeof(path), "/api/v1/events?access_token=%s", alice);
+    ck_assert_int_eq(get_as(NULL, path, NULL), 403);
+  }
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1}", alice, NULL, NULL), 403);
+  ck_assert_int_eq(user_cmd("list", carol, sizeof(carol), err, sizeof(err)), 0);
+  ck_assert_msg(strncmp(carol, "NAME", 4) == 0, "user list's first line: %s", carol);
   h_finish(&ctl);
 }
 END_TEST
@@ -165,6 +174,10 @@ START_TEST(a_user_with_live_workers_is_not_removed) {
   ck_assert_int_eq(user_cmd("add Fay", out, sizeof(out), err, sizeof(err)), 2);
   ck_assert_msg(strstr(err, "is not a user name") != NULL, "add Fay said: %s", err);
   ck_assert_int_eq(user_cmd("add admin", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_int_eq(user_cmd("token nobody", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_msg(strstr(err, "there is no user nobody") != NULL, "token nobody said: %s", err);
+  ck_assert_int_eq(user_cmd("remove nobody", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_int_eq(user_cmd("add hal --max-gpus 1.5", out, sizeof(out), err, sizeof(err)), 2);
   ck_assert_int_eq(user_cmd("add gus", out, sizeof(out), err, sizeof(err)), 0);
   ck_assert_int_eq(user_cmd("add gus", out, sizeof(out), err, sizeof(err)), 2);
   ck_assert_msg(strstr(err, "there is a user gus already") != NULL, "add gus again said: %s", err);

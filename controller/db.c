@@ -15,7 +15,7 @@
   "kernel, args, env, secret_env, ip_address, hostname, exec_port, backend, "                      \
   "backend_ref, exit_code, failure, created_at, running_at, finished_at, "                         \
   "last_heartbeat, signal, attempt, waiting_for, usage_cpu_seconds, usage_memory_bytes, "          \
-  "usage_memory_peak_bytes, run, cwd, path"
+  "usage_memory_peak_bytes, run, cwd, path, owner"
 
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \

@@ -2,6 +2,7 @@
  * with their events, field updates, and the reads (the API's object, pages
  * of ids, the facts the controller keeps). See db.h. */
 #include "db_internal.h"
+#include "users.h"
 
 #include "muster_errors.h"
 #include "muster_status.h"
@@ -184,6 +185,10 @@ static json_t *row_to_worker(sqlite3_stmt *s) {
   json_object_set_new(w, "run", db_col_text(s, 32));
   json_object_set_new(w, "cwd", db_col_text(s, 33));
   json_object_set_new(w, "path", db_col_text(s, 34));
+  /* who launched it: the bootstrap administrator where no user did */
+  json_object_set_new(w, "user",
+                      sqlite3_column_type(s, 35) == SQLITE_NULL ? json_string(USER_BOOTSTRAP)
+                                                                : db_col_text(s, 35));
   return w;
 }
 

@@ -77,6 +77,7 @@ export function renderFields(dl, w, run) {
   add('Id', text('code', w.id), 'id');
   add('Name', w.name, 'name');
   add('Session', w.session, 'session');
+  add('User', w.user, 'user');
   add('Role', w.role, 'role');
   add('Status', o.kind === 'completed' ? `completed (stopped as its run succeeded)` : w.status, 'status');
   if (w.run) add('Run', o.note || w.run, 'run');

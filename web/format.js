@@ -91,7 +91,7 @@ export function visible(s, keepLines = false) {
   });
 }
 
-const SHOWN = ['name', 'role', 'session', 'hostname', 'ip_address', 'script', 'code', 'kernel',
+const SHOWN = ['name', 'role', 'session', 'user', 'hostname', 'ip_address', 'script', 'code', 'kernel',
   'waiting_for', 'backend_ref', 'cwd', 'path'];
 
 // A copy of worker w whose strings are visible().

@@ -162,6 +162,7 @@ START_TEST(a_user_with_live_workers_is_not_removed) {
   st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.1}", token, &ws, NULL);
   ck_assert_int_eq(st, 201);
   snprintf(id, sizeof(id), "%s", h_str(json_array_get(json_object_get(ws, "workers"), 0), "id"));
+  ck_assert_str_eq(h_str(json_array_get(json_object_get(ws, "workers"), 0), "user"), "fay");
   json_decref(ws);
   ck_assert_int_eq(user_cmd("remove fay", out, sizeof(out), err, sizeof(err)), 1);
   ck_assert_msg(strstr(err, "fay has 1 live worker") != NULL, "remove said: %s", err);

@@ -186,6 +186,46 @@ START_TEST(a_user_with_live_workers_is_not_removed) {
 }
 END_TEST
 
+/* The same through the REST calls, as an administrator makes them; a
+ * user who is no administrator may not. */
+START_TEST(administrators_manage_users_through_the_api) {
+  json_t *ans = NULL;
+  char token[128], fresh[128];
+  long st;
+
+  start();
+  st = h_http(&ctl, "POST", "/api/v1/users",
+              "{\"name\": \"ivy\", \"max_cpu\": 4, \"max_workers\": 2}", "", &ans, NULL);
+  ck_assert_int_eq(st, 201);
+  snprintf(token, sizeof(token), "%s", h_str(ans, "token"));
+  ck_assert_str_eq(h_str(json_object_get(ans, "user"), "name"), "ivy");
+  ck_assert(json_integer_value(json_object_get(json_object_get(ans, "user"), "max_workers")) == 2);
+  json_decref(ans);
+  ck_assert_int_eq(get_as(token, "/api/v1/whoami", NULL), 200);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users", "{\"name\": \"ivy\"}", "", NULL, NULL),
+                   409);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users", "{\"name\": \"Ivy\"}", "", NULL, NULL),
+                   422);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users", "{\"name\": \"jo\", \"max_gpus\": 1.5}",
+                          "", NULL, NULL),
+                   422);
+  ck_assert_int_eq(get_as("", "/api/v1/users", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "users")), 1);
+  json_decref(ans);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users/ivy/token", NULL, "", &ans, NULL), 200);
+  snprintf(fresh, sizeof(fresh), "%s", h_str(ans, "token"));
+  json_decref(ans);
+  ck_assert_int_eq(get_as(token, "/api/v1/whoami", NULL), 401);
+  ck_assert_int_eq(get_as(fresh, "/api/v1/whoami", NULL), 200);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users", "{\"name\": \"kit\"}", fresh, NULL, NULL),
+                   403);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", "/api/v1/users/ivy", NULL, "", NULL, NULL), 200);
+  ck_assert_int_eq(get_as(fresh, "/api/v1/whoami", NULL), 401);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", "/api/v1/users/ivy", NULL, "", NULL, NULL), 404);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("users");
   TCase *tc = tcase_create("users");
@@ -195,6 +235,7 @@ int main(void) {
   tcase_add_test(tc, a_new_token_revokes_the_old_one);
   tcase_add_test(tc, tokens_are_not_in_the_database_in_clear);
   tcase_add_test(tc, a_user_with_live_workers_is_not_removed);
+  tcase_add_test(tc, administrators_manage_users_through_the_api);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -3,6 +3,7 @@
 #include "api_internal.h"
 
 #include "api_guard.h"
+#include "users.h"
 
 #include "backend.h"
 #include "lease.h"
@@ -81,6 +82,26 @@ static void lease_line(void *arg, const char *session, double ttl, double left, 
   fprintf(arg, "muster_session_lease_seconds_left{session=\"%s\"} %.3f\n", session, left);
 }
 
+/* What every user's live workers hold, gathered for /metrics. */
+struct user_rows {
+  struct {
+    char user[USER_NAME_MAX + 1];
+    struct user_usage u;
+  } * rows;
+  size_t n;
+};
+
+static void user_usage_row(void *arg, const char *user, const struct user_usage *u) {
+  struct user_rows *ur = arg;
+  void *grown = realloc(ur->rows, (ur->n + 1) * sizeof(*ur->rows));
+
+  if (!grown)
+    return;
+  ur->rows = grown;
+  snprintf(ur->rows[ur->n].user, sizeof(ur->rows[ur->n].user), "%s", user);
+  ur->rows[ur->n++].u = *u;
+}
+
 static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)rq;
   (void)arg;
@@ -109,6 +130,30 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
              "# TYPE muster_worker_cpu_seconds counter\n");
   if (ul.mem && ul.peak)
     db_live_usage(rd->db, usage_line, &ul);
+  {
+    /* Each metric's lines together, as Prometheus's text format wants. */
+    struct user_rows ur = {NULL, 0};
+
+    if (db_users_usage_each(rd->db, user_usage_row, &ur) == 0) {
+      static const char *const names[] = {"muster_user_cpu", "muster_user_memory_gib",
+                                          "muster_user_gpus", "muster_user_workers"};
+      static const char *const help[] = {
+          "Cores a user's live workers hold.", "Memory (GiB) a user's live workers hold.",
+          "GPUs a user's live workers hold.", "A user's live workers."};
+      for (int m = 0; m < 4; m++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", names[m], help[m], names[m]);
+        for (size_t i = 0; i < ur.n; i++) {
+          const struct user_usage *u = &ur.rows[i].u;
+          double v = m == 0   ? u->cpu
+                     : m == 1 ? u->memory
+                     : m == 2 ? (double)u->gpus
+                              : (double)u->workers;
+          fprintf(f, "%s{user=\"%s\"} %g\n", names[m], ur.rows[i].user, v);
+        }
+      }
+    }
+    free(ur.rows);
+  }
   api_reader_put(rd);
   if (ul.mem && ul.peak) {
     fflush(ul.mem);

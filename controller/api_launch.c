@@ -7,6 +7,7 @@
 #include "muster_errors.h"
 #include "resources.h"
 #include "state.h"
+#include "users.h"
 #include "util.h"
 #include "validate.h"
 
@@ -272,6 +273,27 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
     state_unlock();
     ret = api_respond_error(c, MUSTER_E_SHUTTING_DOWN, NULL, NULL);
     goto out;
+  }
+  /* A user's limits, with the admission (under the same lock as every
+   * other launch): what their live workers hold and what this one asks. */
+  if (rq->who.name[0]) {
+    double cpu = 0, memory = 0;
+    long gpus = 0, workers = 0;
+
+    for (int k = 0; k < ngr; k++) {
+      cpu += grs[k].lr.cpu * (double)grs[k].lr.n;
+      memory += grs[k].lr.memory * (double)grs[k].lr.n;
+      gpus += (long)grs[k].lr.nvidia_gpu * grs[k].lr.n;
+      workers += grs[k].lr.n;
+    }
+    rc = quota_check_locked(g.db, rq->who.name, cpu, memory, gpus, workers, &field, msg,
+                            sizeof(msg));
+    if (rc) {
+      state_unlock();
+      ret = rc == MUSTER_E_DB ? api_respond_error(c, rc, NULL, "could not read the user's limits")
+                              : api_respond_error(c, rc, field, "%s", msg);
+      goto out;
+    }
   }
   rc = db_begin(g.db);
   if (!rc)

@@ -226,6 +226,47 @@ START_TEST(administrators_manage_users_through_the_api) {
 }
 END_TEST
 
+/* A launch past a user's limits is refused with 422 naming the limit,
+ * what they hold and what it asks, and launches nothing; within them it
+ * goes; /metrics has what each user holds. */
+START_TEST(a_launch_past_a_users_limits_is_refused_and_changes_nothing) {
+  char token[128], err[512];
+  json_t *ans = NULL;
+  long st, before;
+
+  start();
+  ck_assert_int_eq(user_cmd("add lee --admin --max-cpu 1 --max-workers 3", token, sizeof(token),
+                            err, sizeof(err)),
+                   0);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 2, \"cpu\": 0.4}", token, NULL, NULL);
+  ck_assert_int_eq(st, 201);
+  ck_assert_int_eq(get_as("", "/api/v1/workers", &ans), 200);
+  before = (long)json_array_size(json_object_get(ans, "workers"));
+  json_decref(ans);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.5}", token, &ans, NULL);
+  ck_assert_int_eq(st, 422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "cpu");
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "message"),
+                   "lee holds 0.8 of their 1 cores; this launch asks for 0.5 more");
+  json_decref(ans);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 2, \"cpu\": 0.05}", token, &ans, NULL);
+  ck_assert_int_eq(st, 422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "field"), "n");
+  json_decref(ans);
+  ck_assert_int_eq(get_as("", "/api/v1/workers", &ans), 200);
+  ck_assert_int_eq((long)json_array_size(json_object_get(ans, "workers")), before);
+  json_decref(ans);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.2}", token, NULL, NULL);
+  ck_assert_int_eq(st, 201);
+  ck_assert(h_metric(&ctl, "muster_user_workers{user=\"lee\"}") == 3);
+  ck_assert(h_metric(&ctl, "muster_user_cpu{user=\"lee\"}") > 0.99);
+  /* the bootstrap administrator has no limits */
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 2}", "", NULL, NULL), 201);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("users");
   TCase *tc = tcase_create("users");
@@ -236,6 +277,7 @@ int main(void) {
   tcase_add_test(tc, tokens_are_not_in_the_database_in_clear);
   tcase_add_test(tc, a_user_with_live_workers_is_not_removed);
   tcase_add_test(tc, administrators_manage_users_through_the_api);
+  tcase_add_test(tc, a_launch_past_a_users_limits_is_refused_and_changes_nothing);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

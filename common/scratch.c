@@ -98,23 +98,41 @@ int scratch_rmtree_at(int dirfd, const char *name) {
 
 /* The directory of session under STATE/scratch: its name, or "+" and its
  * name where it starts with '.' or '-' (a name no session has: '+' is not
- * one of a session's characters). */
+ * one of a session's characters); a user's session "USER/name" is
+ * "USER@name" ('@' is in neither a user's nor a session's name). */
 static void dir_name(const char *session, char *out, size_t size) {
   snprintf(out, size, "%s%s", session[0] == '.' || session[0] == '-' ? "+" : "", session);
+  for (char *c = out; *c; c++)
+    if (*c == '/')
+      *c = '@';
 }
 
-int scratch_session_ok(const char *session) {
-  size_t n = strlen(session);
-
-  if (n == 0 || n > 64)
+/* Whether s (n bytes) is a session's name as a client gives it. */
+static int bare_ok(const char *s, size_t n) {
+  if (n == 0 || n > SESSION_NAME_MAX)
     return 0;
   for (size_t i = 0; i < n; i++) {
-    char c = session[i];
+    char c = s[i];
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
           c == '_' || c == '.'))
       return 0;
   }
   return 1;
+}
+
+int scratch_session_ok(const char *session) {
+  const char *slash = strchr(session, '/');
+
+  if (!slash)
+    return bare_ok(session, strlen(session));
+  /* a user's: "USER/name", USER a user's name (1..32 of [a-z0-9_-]) */
+  if (slash == session || slash - session > 32 || strchr(slash + 1, '/') ||
+      !(session[0] >= 'a' && session[0] <= 'z'))
+    return 0;
+  for (const char *c = session; c < slash; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+      return 0;
+  return bare_ok(slash + 1, strlen(slash + 1));
 }
 
 /* mkdir that accepts a directory already there, owned by this process's
@@ -325,6 +343,17 @@ void scratch_leave(const char *state, struct scratch *s) {
   s->lock_fd = -1;
 }
 
+/* Whether name is what dir_name() makes of a session's name. */
+static int dir_entry_ok(const char *name) {
+  char session[SESSION_STORED_MAX];
+
+  snprintf(session, sizeof(session), "%s", name + (name[0] == '+'));
+  for (char *c = session; *c; c++)
+    if (*c == '@')
+      *c = '/';
+  return scratch_session_ok(session);
+}
+
 void scratch_sweep(const char *state) {
   char dir[4200];
   struct dirent *e;
@@ -337,7 +366,7 @@ void scratch_sweep(const char *state) {
   while ((e = readdir(d))) {
     if (strncmp(e->d_name, ".gone-", 6) == 0)
       (void)scratch_rmtree_at(dirfd(d), e->d_name);
-    else if (e->d_name[0] != '.' && scratch_session_ok(e->d_name + (e->d_name[0] == '+')))
+    else if (e->d_name[0] != '.' && dir_entry_ok(e->d_name))
       remove_if_free(dirfd(d), e->d_name, -1);
   }
   closedir(d);

@@ -6,13 +6,14 @@
 #ifndef MUSTER_SCRATCH_H
 #define MUSTER_SCRATCH_H
 
+#include "session_name.h"
 #include <stddef.h>
 
 struct scratch {
   char tmp[4200]; /* the directory bound over the workers' /tmp */
   int lock_fd;    /* held shared while this workerd lives; -1: none */
   int overlay;    /* tmp is the overlay: the host's /tmp below, the session's above */
-  char name[72];  /* the session's directory under STATE/scratch */
+  char name[SESSION_STORED_MAX]; /* the session's directory under STATE/scratch */
 };
 
 /* 1 if session may name a directory (letters, digits, '-', '_', '.'; not

@@ -2,6 +2,7 @@
  * until the workers it waits for get there (state.h's waiters) and then
  * answered when libmicrohttpd calls again. See api_internal.h. */
 #include "api_internal.h"
+#include "api_scope.h"
 
 #include "muster_errors.h"
 #include "state.h"
@@ -129,11 +130,17 @@ static enum MHD_Result api_await(struct MHD_Connection *c, struct req *rq, const
     enum wstatus st = WS_FAILED;
 
     snprintf(wt->ids[i], sizeof(wt->ids[i]), "%s", id);
-    if (w) {
+    if (w && api_sees_session(rq, w->session)) {
       st = w->status;
     } else {
       struct db_worker_info info;
-      if (db_worker_info(g.db, id, &info) != 0) {
+      /* (another user's worker: as if there were none) */
+      int rc = w ? MUSTER_E_NOT_FOUND : db_worker_info(g.db, id, &info);
+      if (!rc && !api_sees_session(rq, info.session)) {
+        db_worker_info_cleanup(&info);
+        rc = MUSTER_E_NOT_FOUND;
+      }
+      if (rc != 0) {
         enum MHD_Result ret;
         state_unlock();
         api_waiter_free(wt);

@@ -93,6 +93,16 @@ static int path_match(const char *pattern, const char *url, char *arg, size_t ar
       size_t n = strcspn(url, "/");
       int is_id = strncmp(pattern, "{id}", 4) == 0;
 
+      /* A session's stored name may be a user's, "USER/name": two
+       * segments, where the rest of the pattern matches after them. */
+      if (close && n && strncmp(pattern, "{session}", 9) == 0 && url[n] == '/') {
+        size_t m = strcspn(url + n + 1, "/");
+        char rest_arg[80];
+        int rest_ok;
+        if (m && !path_match(close + 1, url + n, rest_arg, sizeof(rest_arg), &rest_ok) &&
+            path_match(close + 1, url + n + 1 + m, rest_arg, sizeof(rest_arg), &rest_ok))
+          n += 1 + m;
+      }
       if (!close || n == 0)
         return 0;
       snprintf(arg, arglen, "%.*s", (int)(n < arglen ? n : arglen - 1), url);
@@ -159,7 +169,7 @@ static const char need_token[] =
  * body. Returns 1 when picked, else 0. */
 static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const char *method,
                 enum MHD_Result *ret) {
-  char arg[80], allowed[64];
+  char arg[SESSION_STORED_MAX], allowed[64];
   unsigned allowed_set = 0;
   int authed = -1;
 
@@ -184,19 +194,12 @@ static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const
         if (r->auth == AUTH_CLIENT) {
           if (authed < 0)
             authed = client_ok(c, url, method, &rq->who);
-          /* (a user refused below is no client of the guard's to keep) */
-          api_guard_request(c, authed && (rq->who.admin || strcmp(r->path, "/api/v1/whoami") == 0));
+          api_guard_request(c, authed);
           if (!authed)
             return answer(c, ret, MUSTER_E_UNAUTHORIZED, NULL, "%s",
                           api_bearer(c) ? "the bearer token is not valid" : need_token);
-          /* Until workers, sessions and runs have owners, a user who is
-           * no administrator may only ask who they are (docs/design.md,
-           * "Users"). */
-          if (!rq->who.admin && strcmp(r->path, "/api/v1/whoami") != 0)
-            return answer(c, ret, MUSTER_E_FORBIDDEN, NULL,
-                          "user %s is not an administrator: users of their own workers only "
-                          "are not supported yet (muster-controller user add NAME --admin)",
-                          rq->who.name);
+          /* (what a user who is no administrator sees is each handler's
+           * business: api_scope.h) */
           if (!arg_ok)
             return answer(c, ret, MUSTER_E_NOT_FOUND, "id", "\"%.40s\" is not a worker id", arg);
         } else if (r->auth == AUTH_WORKER) {

@@ -37,6 +37,7 @@
 #include "db.h"
 #include "util.h"
 
+#include "session_name.h"
 #include "users.h"
 
 #include <jansson.h>
@@ -61,7 +62,7 @@ struct req {
   /* What answers, picked from the request's head before any body byte is
    * read (api_http.c): a route and its {id} or {name}, or the web UI. */
   const struct api_route *route;
-  char arg[80];
+  char arg[SESSION_STORED_MAX];
   int web;
   struct user_id who;    /* whose token a client call carries */
   struct waiter *waiter; /* a suspended await */

@@ -1,6 +1,8 @@
 /* api_launch.c: POST /api/v1/workers, a launch (of one shape, or of
  * groups started as one gang). See api_internal.h. */
 #include "api_internal.h"
+#include "api_scope.h"
+#include "session_name.h"
 
 #include "backend.h"
 #include "log.h"
@@ -240,7 +242,7 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
   struct group grs[LAUNCH_MAX_GROUPS];
   char launch[16];
   const char *field = NULL, *session;
-  char msg[640], master_ip[64];
+  char msg[640], master_ip[64], stored[SESSION_STORED_MAX];
   json_t *body, *out = NULL;
   enum MHD_Result ret = MHD_NO;
   long total = 0;
@@ -260,7 +262,16 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
     ret = api_respond_error(c, rc, field, "%s", msg);
     goto out;
   }
-  session = grs[0].lr.session;
+  /* The session as stored: a user's own (api_scope.h). */
+  rc = api_session_scope(rq, grs[0].lr.session, stored, sizeof(stored));
+  if (rc) {
+    ret = api_respond_error(c, rc, "session",
+                            rc == MUSTER_E_NOT_FOUND ? "there is no session %.80s"
+                                                     : "\"%.80s\" is not a session's name",
+                            grs[0].lr.session);
+    goto out;
+  }
+  session = stored;
   client_ip(c, master_ip, sizeof(master_ip));
   memcpy(launch, "l-", 2);
   if (util_random_alnum(launch + 2, 10) != 0) {
@@ -299,8 +310,10 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
   if (!rc)
     rc = db_session_touch(g.db, session, master_ip);
   if (!rc && grs[0].lr.run) {
-    char st[16], run_session[72];
+    char st[16], run_session[SESSION_STORED_MAX];
     int rrc = db_run_state(g.db, grs[0].lr.run, st, sizeof(st), run_session, sizeof(run_session));
+    if (rrc == 0 && !api_sees_session(rq, run_session))
+      rrc = MUSTER_E_NOT_FOUND; /* another user's run: as if there were none */
     if (rrc == 0 && strcmp(st, "running") != 0)
       snprintf(msg, sizeof(msg), "run %s has ended (%s): it takes no more workers", grs[0].lr.run,
                st);

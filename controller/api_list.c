@@ -1,6 +1,8 @@
 /* api_list.c: reading workers: GET /api/v1/workers (a page of them),
  * GET /api/v1/workers/{id} and GET /api/v1/workers/{id}/events. See api_internal.h. */
 #include "api_internal.h"
+#include "api_scope.h"
+#include "session_name.h"
 
 #include "muster_errors.h"
 #include "state.h"
@@ -43,10 +45,12 @@ static enum MHD_Result collect_status(void *cls, enum MHD_ValueKind kind, const 
 }
 
 static enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const char *arg) {
-  (void)rq;
   (void)arg;
   struct list_query q = {json_array(), NULL};
   const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
+  char stored[SESSION_STORED_MAX], own[USER_NAME_MAX + 2];
+  /* A caller who sees only their own sessions lists only theirs. */
+  const char *prefix = api_own_prefix(rq, own, sizeof(own));
   const char *role = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "role");
   const char *run = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "run");
   char *statuses = NULL, seq[32], (*ids)[16];
@@ -62,6 +66,15 @@ static enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const 
   if (api_page_params(c, &limit, &before, &ret) != 0) {
     json_decref(q.statuses);
     return ret;
+  }
+  if (session) {
+    rc = api_session_scope(rq, session, stored, sizeof(stored));
+    if (rc == MUSTER_E_INVALID) {
+      json_decref(q.statuses);
+      return api_respond_error(c, rc, "session", "\"%.80s\" is not a session's name", session);
+    }
+    /* another user's session: nothing of it is listed */
+    session = rc ? "/" : stored;
   }
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_status, &q);
   if (q.bad) {
@@ -82,7 +95,7 @@ static enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const 
   /* The seq first: events after it may already show in the list, none
    * before it can be missing from it. */
   snprintf(seq, sizeof(seq), "%lld", (long long)db_last_event_seq(rd->db));
-  rc = db_worker_page(rd->db, statuses, session, role, run, before, limit, ids, &n, &next);
+  rc = db_worker_page(rd->db, statuses, session, prefix, role, run, before, limit, ids, &n, &next);
   /* The page is built as text from the cached objects: a page of finished
    * workers is copies, not queries. */
   out = rc ? NULL : open_memstream(&text, &textlen);
@@ -128,10 +141,9 @@ static enum MHD_Result api_list(struct MHD_Connection *c, struct req *rq, const 
 /* ---- GET /api/v1/workers/{id} ---- */
 
 static enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const char *id) {
-  (void)rq;
   struct reader *rd = api_reader_get();
   size_t len;
-  char *text = api_worker_text(rd, id, &len);
+  char *text = api_sees_worker(rq, rd, id) ? api_worker_text(rd, id, &len) : NULL;
 
   api_reader_put(rd);
   if (!text)
@@ -147,11 +159,12 @@ static enum MHD_Result api_get(struct MHD_Connection *c, struct req *rq, const c
 #define WORKER_EVENTS_MAX 1000
 
 static enum MHD_Result api_worker_events(struct MHD_Connection *c, struct req *rq, const char *id) {
-  (void)rq;
   struct reader *rd = api_reader_get();
   json_t *events = NULL;
   int truncated = 0;
-  int rc = db_worker_events(rd->db, id, WORKER_EVENTS_MAX, &events, &truncated);
+  int rc = api_sees_worker(rq, rd, id)
+               ? db_worker_events(rd->db, id, WORKER_EVENTS_MAX, &events, &truncated)
+               : MUSTER_E_NOT_FOUND;
 
   api_reader_put(rd);
   if (rc == MUSTER_E_NOT_FOUND)

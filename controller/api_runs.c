@@ -1,9 +1,11 @@
 /* api_runs.c: runs: their creation, list, reads, restarts and end (see
  * api_internal.h and docs/design.md). */
 #include "api_internal.h"
+#include "api_scope.h"
 #include "lease.h"
 #include "log.h"
 #include "muster_errors.h"
+#include "session_name.h"
 #include "state.h"
 #include "validate.h"
 
@@ -15,12 +17,26 @@
 
 /* The body of a change of run id with only known fields: a new reference,
  * or NULL with the answer (404, 400, 422) queued through *ret. */
+/* Whether rq's caller sees run id (its session is theirs to see). */
+static int sees_run(const struct req *rq, const char *id) {
+  char st[16], session[SESSION_STORED_MAX];
+  struct reader *rd;
+  int rc;
+
+  if (rq->who.admin)
+    return 1;
+  rd = api_reader_get();
+  rc = db_run_state(rd->db, id, st, sizeof(st), session, sizeof(session));
+  api_reader_put(rd);
+  return rc == 0 && api_sees_session(rq, session);
+}
+
 static json_t *run_change_body(struct MHD_Connection *c, struct req *rq, const char *id,
                                const char *const *known, size_t n, const char *list,
                                enum MHD_Result *ret) {
   json_t *body;
 
-  if (!validate_run_id(id)) {
+  if (!validate_run_id(id) || !sees_run(rq, id)) {
     *ret = api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
     return NULL;
   }
@@ -82,6 +98,7 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
                                       "workers", "max_restarts", "holder"};
   json_t *body, *v, *workers, *item, *run = NULL;
   const char *mode, *session = "default", *holder;
+  char stored[SESSION_STORED_MAX];
   char id[16], *command = NULL;
   struct reader *rd;
   enum MHD_Result ret = MHD_NO;
@@ -112,14 +129,18 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
     goto out;
   }
   v = json_object_get(body, "session");
-  if (v && !json_is_null(v)) {
+  if (v && !json_is_null(v))
     session = json_string_value(v);
-    if (!validate_name(session)) {
-      ret = api_respond_error(c, MUSTER_E_INVALID, "session",
-                              "session must be 1 to 64 letters, digits, '_', '.' or '-'");
-      goto out;
-    }
+  /* The session as stored: a user's own (api_scope.h). */
+  rc = api_session_scope(rq, session, stored, sizeof(stored));
+  if (rc) {
+    ret = rc == MUSTER_E_NOT_FOUND
+              ? api_respond_error(c, rc, "session", "there is no session %.80s", session)
+              : api_respond_error(c, MUSTER_E_INVALID, "session",
+                                  "session must be 1 to 64 letters, digits, '_', '.' or '-'");
+    goto out;
   }
+  session = stored;
   /* The run ends when its holder's part of the session's lease does: a
    * client that dies never leaves it running. */
   holder = json_string_value(json_object_get(body, "holder"));
@@ -161,7 +182,9 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
   rd = api_reader_get();
   json_array_foreach(workers, i, item) {
     const char *wid = json_string_value(item);
-    json_t *w = validate_worker_id(wid) ? db_worker_json(rd->db, wid) : NULL;
+    json_t *w = validate_worker_id(wid) && api_sees_worker(rq, rd, wid)
+                    ? db_worker_json(rd->db, wid)
+                    : NULL;
     const char *why = !validate_worker_id(wid) ? "is not a worker id"
                       : !w                     ? "is no worker"
                       : strcmp(json_string_value(json_object_get(w, "session")), session) != 0
@@ -244,8 +267,7 @@ static json_t *run_read(const char *id) {
 }
 
 static enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id) {
-  (void)rq;
-  json_t *o = validate_run_id(id) ? run_read(id) : NULL;
+  json_t *o = validate_run_id(id) && sees_run(rq, id) ? run_read(id) : NULL;
 
   if (!o)
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
@@ -253,9 +275,10 @@ static enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, con
 }
 
 static enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, const char *arg) {
-  (void)rq;
   (void)arg;
   const char *session = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "session");
+  char stored[SESSION_STORED_MAX], own[USER_NAME_MAX + 2];
+  const char *prefix = api_own_prefix(rq, own, sizeof(own));
   const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
   char(*ids)[16];
   struct reader *rd;
@@ -266,6 +289,12 @@ static enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, c
 
   if (api_page_params(c, &limit, &before, &ret) != 0)
     return ret;
+  if (session) {
+    rc = api_session_scope(rq, session, stored, sizeof(stored));
+    if (rc == MUSTER_E_INVALID)
+      return api_respond_error(c, rc, "session", "\"%.80s\" is not a session's name", session);
+    session = rc ? "/" : stored; /* another user's session: none of its runs */
+  }
   if (status && strcmp(status, "running") != 0 && strcmp(status, "succeeded") != 0 &&
       strcmp(status, "failed") != 0 && strcmp(status, "stopped") != 0)
     return api_respond_error(c, MUSTER_E_INVALID, "status",
@@ -275,7 +304,7 @@ static enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, c
     return api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
   runs = json_array();
   rd = api_reader_get();
-  rc = db_run_page(rd->db, session, status, before, limit, ids, &n, &next);
+  rc = db_run_page(rd->db, session, prefix, status, before, limit, ids, &n, &next);
   for (int i = 0; !rc && i < n; i++) {
     json_t *o = db_run_json(rd->db, ids[i]);
     if (o)

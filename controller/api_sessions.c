@@ -2,8 +2,10 @@
  * /api/v1/sessions/{name}/lease), the session list and one session (see
  * api_internal.h and docs/design.md). */
 #include "api_internal.h"
+#include "api_scope.h"
 #include "lease.h"
 #include "muster_errors.h"
+#include "session_name.h"
 #include "state.h"
 #include "validate.h"
 
@@ -37,11 +39,16 @@ static enum MHD_Result api_lease_put(struct MHD_Connection *c, struct req *rq, c
   int rc, stop_workers = 1;
 
   /* PUT makes the session if it is new: a bad name is a bad value. */
-  if (!validate_name(name))
+  char stored[SESSION_STORED_MAX];
+  rc = api_session_scope(rq, name, stored, sizeof(stored));
+  if (rc == MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, rc, "name", "there is no session %.80s", name);
+  if (rc)
     return api_respond_error(c, MUSTER_E_INVALID, "name",
                              "\"%.64s\" is not a session name (1 to 64 letters, digits, '_', '.' "
                              "or '-')",
                              name);
+  name = stored;
   if (rq->len) {
     body = api_parse_body(c, rq, &ret);
     if (!body)
@@ -116,14 +123,18 @@ out:
 
 static enum MHD_Result api_lease_delete(struct MHD_Connection *c, struct req *rq,
                                         const char *name) {
-  (void)rq;
   const char *holder = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "holder");
   const char *stop = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stop_workers");
   json_t *lease;
   int rc, stopped;
+  char stored[SESSION_STORED_MAX];
 
-  if (!validate_name(name))
+  rc = api_session_scope(rq, name, stored, sizeof(stored));
+  if (rc == MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, rc, "name", "there is no session %.80s", name);
+  if (rc)
     return bad_session_name(c, name);
+  name = stored;
   if (!holder)
     holder = LEASE_HOLDER_DEFAULT;
   if (!validate_name(holder))
@@ -174,7 +185,6 @@ static void add_lease(void *arg, const char *session, double ttl, double left, i
 }
 
 static enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, const char *arg) {
-  (void)rq;
   (void)arg;
   struct session_list sl = {json_object()};
   json_t *out = json_array(), *v;
@@ -182,13 +192,19 @@ static enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, co
 
   state_lock();
   for (struct lw *w = g.head; w; w = w->next) {
-    json_t *o = session_entry(&sl, w->session);
+    json_t *o;
+    if (!api_sees_session(rq, w->session))
+      continue;
+    o = session_entry(&sl, w->session);
     json_object_set_new(o, "live_workers",
                         json_integer(json_integer_value(json_object_get(o, "live_workers")) + 1));
   }
   leases_each_locked(add_lease, &sl);
   state_unlock();
-  json_object_foreach(sl.by_name, key, v) json_array_append(out, v);
+  json_object_foreach(sl.by_name, key, v) {
+    if (api_sees_session(rq, key))
+      json_array_append(out, v);
+  }
   json_decref(sl.by_name);
   return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:o}", "sessions", out));
 }
@@ -196,13 +212,13 @@ static enum MHD_Result api_sessions(struct MHD_Connection *c, struct req *rq, co
 /* ---- GET /api/v1/sessions/{name} ---- */
 
 static enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, const char *name) {
-  (void)rq;
   struct reader *rd;
   json_t *o;
+  char stored[SESSION_STORED_MAX];
 
-  if (!validate_name(name))
-    return api_respond_error(c, MUSTER_E_NOT_FOUND, "name", "\"%.64s\" is not a session name",
-                             name);
+  if (api_session_scope(rq, name, stored, sizeof(stored)) != 0)
+    return api_respond_error(c, MUSTER_E_NOT_FOUND, "name", "there is no session %.80s", name);
+  name = stored;
   rd = api_reader_get();
   o = db_session_json(rd->db, name);
   api_reader_put(rd);
@@ -219,8 +235,8 @@ static enum MHD_Result api_session(struct MHD_Connection *c, struct req *rq, con
 /* The routes of this file (api_routes.c lists the table). */
 const struct api_route api_sessions_routes[] = {
     {"GET", "/api/v1/sessions", AUTH_CLIENT, api_sessions, NULL},
-    {"GET", "/api/v1/sessions/{name}", AUTH_CLIENT, api_session, NULL},
-    {"PUT", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_put, NULL},
-    {"DELETE", "/api/v1/sessions/{name}/lease", AUTH_CLIENT, api_lease_delete, NULL},
+    {"GET", "/api/v1/sessions/{session}", AUTH_CLIENT, api_session, NULL},
+    {"PUT", "/api/v1/sessions/{session}/lease", AUTH_CLIENT, api_lease_put, NULL},
+    {"DELETE", "/api/v1/sessions/{session}/lease", AUTH_CLIENT, api_lease_delete, NULL},
     {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

@@ -2,6 +2,8 @@
  * /api/v1/workers/stop (by ids, or every live worker of a session). See
  * api_internal.h. */
 #include "api_internal.h"
+#include "api_scope.h"
+#include "session_name.h"
 
 #include "muster_errors.h"
 #include "state.h"
@@ -14,11 +16,13 @@
 /* ---- DELETE /api/v1/workers/{id}, POST /api/v1/workers/stop ---- */
 
 static enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char *id) {
-  (void)rq;
   char ids[1][16];
-  json_t *w = api_worker_read(id);
-  int rc;
+  struct reader *rd = api_reader_get();
+  int sees = api_sees_worker(rq, rd, id), rc;
+  json_t *w;
 
+  api_reader_put(rd);
+  w = sees ? api_worker_read(id) : NULL;
   if (!w)
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
   json_decref(w);
@@ -43,7 +47,7 @@ static enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq
   (void)arg;
   json_t *body = NULL, *ids, *item, *out = json_array();
   const char *session = "default";
-  char(*targets)[16] = NULL;
+  char(*targets)[16] = NULL, stored[SESSION_STORED_MAX];
   enum MHD_Result ret = MHD_NO;
   struct reader *rd;
   size_t i;
@@ -55,14 +59,17 @@ static enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq
       goto out;
   }
   ids = body ? json_object_get(body, "ids") : NULL;
-  if (body && json_object_get(body, "session")) {
+  if (body && json_object_get(body, "session"))
     session = json_string_value(json_object_get(body, "session"));
-    if (!validate_name(session)) {
-      ret = api_respond_error(c, MUSTER_E_INVALID, "session",
-                              "session must be 1 to 64 letters, digits, '_', '.' or '-'");
-      goto out;
-    }
+  /* The session as stored (a user's own; another user's has nothing to stop). */
+  rc = api_session_scope(rq, session, stored, sizeof(stored));
+  if (rc == MUSTER_E_INVALID) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "session",
+                            "session must be 1 to 64 letters, digits, '_', '.' or '-'");
+    goto out;
   }
+  session = rc ? "/" : stored;
+  rc = 0;
   if (ids && !json_is_null(ids) && !json_is_array(ids)) {
     ret = api_respond_error(c, MUSTER_E_INVALID, "ids", "ids must be an array of worker ids");
     goto out;
@@ -81,7 +88,7 @@ static enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq
   rd = api_reader_get();
   json_array_foreach(ids, i, item) {
     const char *id = item_id(item);
-    json_t *w = db_worker_json(rd->db, id);
+    json_t *w = api_sees_worker(rq, rd, id) ? db_worker_json(rd->db, id) : NULL;
     if (!w) {
       api_reader_put(rd);
       ret = api_respond_error(c, MUSTER_E_NOT_FOUND, "ids", "there is no worker %s", id);

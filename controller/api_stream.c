@@ -1,6 +1,7 @@
 /* api_stream.c: the streaming answers: the server-sent event stream and
  * logs (whole, or followed while the worker runs). See api_internal.h. */
 #include "api_internal.h"
+#include "api_scope.h"
 
 #include "backend.h"
 #include "fault.h"
@@ -20,7 +21,8 @@
 /* ---- streaming answers: GET /api/v1/events and logs with follow=1 ---- */
 
 struct events_ctx {
-  struct stream s; /* first: the registry sees only this part */
+  struct stream s;                /* first: the registry sees only this part */
+  char prefix[USER_NAME_MAX + 2]; /* a caller who sees only their sessions: "USER/" */
   int64_t last_seq;
   int catching_up; /* the last batch was full: more are waiting */
   char *buf;
@@ -84,7 +86,17 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
       return e->len ? copy_out(&e->buf, &e->len, &e->pos, out, max)
                     : MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    n = db_events_since(rd->db, e->last_seq, EVENTS_BATCH, &e->buf, &e->len, &e->last_seq);
+    if (e->prefix[0]) {
+      /* Only their own workers' events; past the others' up to the newest
+       * seen before the read, so that they are not read again. */
+      int64_t upto = db_last_event_seq(rd->db);
+      n = db_events_since_scoped(rd->db, e->last_seq, upto, e->prefix, EVENTS_BATCH, &e->buf,
+                                 &e->len, &e->last_seq);
+      if (n >= 0 && n < EVENTS_BATCH && upto > e->last_seq)
+        e->last_seq = upto;
+    } else {
+      n = db_events_since(rd->db, e->last_seq, EVENTS_BATCH, &e->buf, &e->len, &e->last_seq);
+    }
     api_reader_put(rd);
     e->catching_up = n == EVENTS_BATCH;
     if (n < 0)
@@ -121,7 +133,6 @@ static void events_free(void *cls) {
 }
 
 static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, const char *arg) {
-  (void)rq;
   (void)arg;
   const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
   const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
@@ -142,6 +153,8 @@ static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, cons
   e->s.kind = STREAM_EVENTS;
   e->s.conn = c;
   e->last_seq = v;
+  if (!api_own_prefix(rq, e->prefix, sizeof(e->prefix)))
+    e->prefix[0] = '\0';
   e->buf = strdup("retry: 1000\n\n");
   e->len = e->buf ? strlen(e->buf) : 0;
   r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, events_reader, e, events_free);
@@ -316,7 +329,6 @@ static void log_free(void *cls) {
 }
 
 static enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const char *id) {
-  (void)rq;
   const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
   const char *offs = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset");
   const char *follow = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "follow");
@@ -331,7 +343,12 @@ static enum MHD_Result api_logs(struct MHD_Connection *c, struct req *rq, const 
     return api_respond_error(c, MUSTER_E_INVALID, "stream", "stream must be stdout or stderr");
   if (offs && util_parse_long(offs, 0, 0x7fffffffffffffffL, &offset) != 0)
     return api_respond_error(c, MUSTER_E_INVALID, "offset", "offset must be a byte offset (>= 0)");
-  w = api_worker_read(id);
+  {
+    struct reader *rd = api_reader_get();
+    int sees = api_sees_worker(rq, rd, id);
+    api_reader_put(rd);
+    w = sees ? api_worker_read(id) : NULL;
+  }
   if (!w)
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no worker %s", id);
   json_decref(w);

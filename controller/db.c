@@ -58,6 +58,7 @@ static const char *const statement_sql[ST_COUNT_] = {
                        "WHERE (?1 IS NULL OR status IN (SELECT value FROM json_each(?1))) "
                        "AND (?2 IS NULL OR session = ?2) AND (?3 IS NULL OR role = ?3) "
                        "AND (?6 IS NULL OR run = ?6) "
+                       "AND (?7 IS NULL OR substr(session, 1, length(?7)) = ?7) "
                        "AND rowid < ?4 ORDER BY rowid DESC LIMIT ?5",
     [ST_WORKER_INFO] = "SELECT " INFO_COLS " FROM workers WHERE id = ?1",
     [ST_LIVE] = "SELECT " INFO_COLS " FROM workers "
@@ -115,7 +116,9 @@ static const char *const statement_sql[ST_COUNT_] = {
                    "created_at, finished_at, summary, failure, holder FROM runs WHERE id = ?1",
     [ST_RUN_WORKERS] = "SELECT id FROM workers WHERE run = ?1 ORDER BY rowid",
     [ST_RUN_LIST] = "SELECT id, rowid FROM runs WHERE (?1 IS NULL OR session = ?1) "
-                    "AND (?2 IS NULL OR status = ?2) AND rowid < ?3 ORDER BY rowid DESC LIMIT ?4",
+                    "AND (?2 IS NULL OR status = ?2) "
+                    "AND (?5 IS NULL OR substr(session, 1, length(?5)) = ?5) "
+                    "AND rowid < ?3 ORDER BY rowid DESC LIMIT ?4",
     [ST_RUN_RESTART] = "UPDATE runs SET restarts = json_insert(restarts, '$[#]', "
                        "json_object('at', ?2, 'cause', ?3)) WHERE id = ?1 "
                        "AND status = 'running' AND json_array_length(restarts) < max_restarts",

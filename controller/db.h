@@ -10,6 +10,7 @@
 #ifndef MUSTER_DB_H
 #define MUSTER_DB_H
 
+#include "session_name.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -107,13 +108,14 @@ int db_worker_usage(struct db *db, const char *id, const struct db_usage *u)
 json_t *db_worker_json(struct db *db, const char *id);
 
 /* One page of worker ids, newest first, filtered by statuses (a JSON array
- * of names, or NULL for all), session, role and run (NULL for any): at most
+ * of names, or NULL for all), session, sessions starting with prefix, role
+ * and run (NULL for any): at most
  * limit ids (ids has room for limit) of workers older than the cursor
  * before (0: from the newest), their number in *n. *next is the cursor of
  * the page after this one, 0 if this is the last. */
-int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
-                   const char *run, int64_t before, int limit, char (*ids)[16], int *n,
-                   int64_t *next) __attribute__((warn_unused_result));
+int db_worker_page(struct db *db, const char *statuses_json, const char *session,
+                   const char *prefix, const char *role, const char *run, int64_t before, int limit,
+                   char (*ids)[16], int *n, int64_t *next) __attribute__((warn_unused_result));
 
 /* Records the backend's reference of worker id's attempt (if that attempt
  * is still current and the worker live). */
@@ -141,7 +143,7 @@ struct db_worker_info {
   char id[16];
   char status[16];
   char token[72];
-  char session[72];
+  char session[SESSION_STORED_MAX];
   char master_ip[48];
   char bind_ip[48];
   char gpu_indices[256];
@@ -173,6 +175,11 @@ int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_
  * (caller frees) and may be NULL when 0 is returned. */
 MUST_CHECK int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
                                int64_t *last);
+/* The same, of the events of workers whose session starts with prefix,
+ * with seq <= upto too (a caller who sees only their own sessions). */
+MUST_CHECK int db_events_since_scoped(struct db *db, int64_t since, int64_t upto,
+                                      const char *prefix, int limit, char **out, size_t *outlen,
+                                      int64_t *last);
 
 /* The newest limit events of worker id, oldest first, as a new JSON array
  * of {"seq", "from", "to", "at", "detail"} in *out (caller decrefs), and in
@@ -229,9 +236,11 @@ MUST_CHECK int db_run_insert(struct db *db, const struct db_run_new *r);
 /* The API's run object: a new reference, or NULL if there is no such run. */
 json_t *db_run_json(struct db *db, const char *id);
 /* One page of run ids, newest first, filtered by session and status (NULL:
- * any); paged as db_worker_page(). */
-MUST_CHECK int db_run_page(struct db *db, const char *session, const char *status, int64_t before,
-                           int limit, char (*ids)[16], int *n, int64_t *next);
+ * any), of sessions starting with prefix (NULL: any); paged as
+ * db_worker_page(). */
+MUST_CHECK int db_run_page(struct db *db, const char *session, const char *prefix,
+                           const char *status, int64_t before, int limit, char (*ids)[16], int *n,
+                           int64_t *next);
 /* Copies run id's status and session; MUSTER_E_NOT_FOUND if none. */
 MUST_CHECK int db_run_state(struct db *db, const char *id, char *status, size_t slen, char *session,
                             size_t sesslen);

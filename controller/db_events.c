@@ -9,17 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
-                    int64_t *last) {
-  sqlite3_stmt *s = db_stmt(db, ST_EVENTS_SINCE);
+/* Steps s, a query of (seq, worker_id, from, to, at, detail) rows, into
+ * SSE records (db_events_since()); resets it. */
+static int events_out(sqlite3_stmt *s, char **out, size_t *outlen, int64_t *last) {
   char *buf = NULL;
   size_t len = 0;
   int n = 0, rc;
 
   *out = NULL;
   *outlen = 0;
-  sqlite3_bind_int64(s, 1, since);
-  sqlite3_bind_int(s, 2, limit);
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     json_t *e = json_object();
     char *data, *grown;
@@ -61,6 +59,36 @@ nomem:
   sqlite3_reset(s);
   free(buf);
   return MUSTER_E_NOMEM;
+}
+
+int db_events_since(struct db *db, int64_t since, int limit, char **out, size_t *outlen,
+                    int64_t *last) {
+  sqlite3_stmt *s = db_stmt(db, ST_EVENTS_SINCE);
+
+  sqlite3_bind_int64(s, 1, since);
+  sqlite3_bind_int(s, 2, limit);
+  return events_out(s, out, outlen, last);
+}
+
+int db_events_since_scoped(struct db *db, int64_t since, int64_t upto, const char *prefix,
+                           int limit, char **out, size_t *outlen, int64_t *last) {
+  sqlite3_stmt *s = NULL;
+  int n;
+
+  if (sqlite3_prepare_v2(db->conn,
+                         "SELECT e.seq, e.worker_id, e.\"from\", e.\"to\", e.at, e.detail "
+                         "FROM events e JOIN workers w ON w.id = e.worker_id "
+                         "WHERE e.seq > ?1 AND e.seq <= ?2 "
+                         "AND substr(w.session, 1, length(?3)) = ?3 ORDER BY e.seq LIMIT ?4",
+                         -1, &s, NULL) != SQLITE_OK)
+    return MUSTER_E_DB;
+  sqlite3_bind_int64(s, 1, since);
+  sqlite3_bind_int64(s, 2, upto);
+  sqlite3_bind_text(s, 3, prefix, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(s, 4, limit);
+  n = events_out(s, out, outlen, last);
+  sqlite3_finalize(s);
+  return n;
 }
 
 int db_worker_events(struct db *db, const char *id, int limit, json_t **out, int *truncated) {

@@ -1,5 +1,6 @@
 /* db_runs.c: the runs' rows. See db.h. */
 #include "db_internal.h"
+#include "session_name.h"
 
 #include "muster_errors.h"
 #include "util.h"
@@ -60,11 +61,12 @@ json_t *db_run_json(struct db *db, const char *id) {
   return o;
 }
 
-int db_run_page(struct db *db, const char *session, const char *status, int64_t before, int limit,
-                char (*ids)[16], int *n, int64_t *next) {
+int db_run_page(struct db *db, const char *session, const char *prefix, const char *status,
+                int64_t before, int limit, char (*ids)[16], int *n, int64_t *next) {
   sqlite3_stmt *s = db_stmt(db, ST_RUN_LIST);
 
   db_bind_text_or_null(s, 1, session);
+  db_bind_text_or_null(s, 5, prefix);
   db_bind_text_or_null(s, 2, status);
   sqlite3_bind_int64(s, 3, before > 0 ? before : INT64_MAX);
   sqlite3_bind_int(s, 4, limit + 1);
@@ -90,7 +92,7 @@ int db_run_state(struct db *db, const char *id, char *status, size_t slen, char 
  * there is no such run, MUSTER_E_CONFLICT if the condition kept it as it
  * was. */
 static int run_update(struct db *db, sqlite3_stmt *s, const char *id) {
-  char status[16], session[72];
+  char status[16], session[SESSION_STORED_MAX];
   int rc = db_exec_stmt(s);
 
   if (rc || sqlite3_changes(db->conn) == 1)

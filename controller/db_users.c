@@ -215,3 +215,17 @@ int db_users_usage_each(struct db *db,
                         void *arg) {
   return usage_query(db, NULL, 1, fn, arg, NULL);
 }
+
+int db_worker_session(struct db *db, const char *id, char *out, size_t size) {
+  sqlite3_stmt *s = prep(db, "SELECT session FROM workers WHERE id = ?1");
+  int rc;
+
+  if (!s)
+    return MUSTER_E_DB;
+  sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
+  rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    db_copy_col(s, 0, out, size);
+  sqlite3_finalize(s);
+  return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? MUSTER_E_NOT_FOUND : MUSTER_E_DB;
+}

@@ -203,13 +203,14 @@ json_t *db_worker_json(struct db *db, const char *id) {
   return w;
 }
 
-int db_worker_page(struct db *db, const char *statuses_json, const char *session, const char *role,
-                   const char *run, int64_t before, int limit, char (*ids)[16], int *n,
-                   int64_t *next) {
+int db_worker_page(struct db *db, const char *statuses_json, const char *session,
+                   const char *prefix, const char *role, const char *run, int64_t before, int limit,
+                   char (*ids)[16], int *n, int64_t *next) {
   sqlite3_stmt *s = db_stmt(db, ST_WORKER_LIST);
 
   db_bind_text_or_null(s, 1, statuses_json);
   db_bind_text_or_null(s, 2, session);
+  db_bind_text_or_null(s, 7, prefix);
   db_bind_text_or_null(s, 3, role);
   db_bind_text_or_null(s, 6, run);
   sqlite3_bind_int64(s, 4, before > 0 ? before : INT64_MAX);

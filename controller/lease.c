@@ -1,5 +1,6 @@
 /* lease.c: see lease.h. */
 #include "lease.h"
+#include "session_name.h"
 
 #include "db.h"
 #include "log.h"
@@ -20,7 +21,7 @@ struct part {
 };
 
 struct lease {
-  char session[72];
+  char session[SESSION_STORED_MAX];
   struct part *parts;
   int n, cap;
   struct lease *next; /* hash chain */

@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "db.h"
 #include "muster_status.h"
+#include "session_name.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -93,7 +94,7 @@ struct lw {
    * by the first call made with the new token. */
   int rotation_open;
   uint64_t exec_refused; /* its workerd's count, as its last heartbeat said */
-  char session[72];
+  char session[SESSION_STORED_MAX];
   char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;
   int attempt;   /* the committed start attempt (0: never started) */

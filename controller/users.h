@@ -88,6 +88,9 @@ int db_users_usage_each(struct db *db,
 int quota_check_locked(struct db *db, const char *name, double cpu, double memory, long gpus,
                        long workers, const char **field, char *why, size_t size)
     __attribute__((warn_unused_result));
+/* Worker id's session (its stored name) into out; MUSTER_E_NOT_FOUND. */
+int db_worker_session(struct db *db, const char *id, char *out, size_t size)
+    __attribute__((warn_unused_result));
 /* How many live workers name owns. */
 int db_user_live_workers(struct db *db, const char *name, long *n)
     __attribute__((warn_unused_result));

@@ -25,6 +25,7 @@
 #define MUSTER_WORKERD_H
 
 #include "scratch.h"
+#include "session_name.h"
 #include "util.h"
 
 #include <curl/curl.h>
@@ -198,7 +199,7 @@ struct wd_state {
   char run_as[64];        /* MUSTER_RUN_AS: the account commands run as ("": workerd's own) */
   char home[1024];        /* its home (or workerd's own): writable where confined */
   struct scratch scratch; /* confined: the session's private /tmp, held (lock_fd >= 0) */
-  char session[72];
+  char session[SESSION_STORED_MAX];
   uid_t run_uid;
   gid_t run_gid;
   gid_t run_groups[WD_GROUPS_MAX]; /* its own groups, less the privileged ones */

@@ -1,6 +1,7 @@
 /* lease.c: sessions' leases and run records, see muster.h. */
 #include "internal.h"
 #include "muster.h"
+#include "session_name.h"
 #include "utf8.h"
 
 #include <jansson.h>
@@ -17,7 +18,7 @@
 struct muster_lease {
   muster_client *c; /* its own: the renewals never share a handle */
   char *url, *token;
-  char session[72];
+  char session[SESSION_STORED_MAX];
   char holder[72]; /* this client's id: its part of the session's lease */
   double ttl;
   int stop_workers; /* the part keeps the session's workers */

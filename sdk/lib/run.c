@@ -5,6 +5,7 @@
 #include "internal.h"
 #include "muster.h"
 #include "run_internal.h"
+#include "session_name.h"
 #include "utf8.h"
 
 #include <dirent.h>
@@ -193,7 +194,8 @@ static const char *mode_name(muster_run_mode m) {
 }
 
 int muster_run_cluster(muster_client *c, const muster_run_opts *o, muster_run_result *r) {
-  char session[72], ckpt[1024] = "", causes[CAUSES_MAX] = "", why[sizeof(r->failure)];
+  char session[SESSION_STORED_MAX], ckpt[1024] = "", causes[CAUSES_MAX] = "",
+                                    why[sizeof(r->failure)];
   char why_field[64] = "";
   long status;
   const char **argv = NULL;

@@ -98,18 +98,10 @@ START_TEST(a_users_token_names_the_user) {
   ck_assert_int_eq(get_as("", "/api/v1/whoami", &who), 200);
   ck_assert_str_eq(h_str(who, "user"), "admin");
   json_decref(who);
-  ck_assert_int_eq(get_as(alice, "/api/v1/workers", &who), 403);
-  ck_assert_msg(strstr(h_str(json_object_get(who, "error"), "message"), "alice") != NULL,
-                "the refusal names the user");
-  json_decref(who);
+  ck_assert_int_eq(get_as(alice, "/api/v1/users", NULL), 403);       /* administrators' */
+  ck_assert_int_eq(get_as(alice, "/api/v1/users/alice", NULL), 200); /* one's own */
+  ck_assert_int_eq(get_as(alice, "/api/v1/users/carol", NULL), 404);
   ck_assert_int_eq(get_as(carol, "/api/v1/workers", NULL), 200);
-  /* the event stream's query token, a call with a body: refused alike */
-  {
-    char path[200];
-    snprintf(path, sizeof(path), "/api/v1/events?access_token=%s", alice);
-    ck_assert_int_eq(get_as(NULL, path, NULL), 403);
-  }
-  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1}", alice, NULL, NULL), 403);
   ck_assert_int_eq(user_cmd("list", carol, sizeof(carol), err, sizeof(err)), 0);
   ck_assert_msg(strncmp(carol, "NAME", 4) == 0, "user list's first line: %s", carol);
   h_finish(&ctl);
@@ -267,12 +259,134 @@ START_TEST(a_launch_past_a_users_limits_is_refused_and_changes_nothing) {
 }
 END_TEST
 
+/* The events the stream at path (token in its query) sends within 2 s. */
+static char *events_for(const char *token) {
+  char cmd[600], *buf = calloc(1, 65536);
+  size_t n = 0;
+  FILE *p;
+
+  ck_assert_ptr_nonnull(buf);
+  snprintf(cmd, sizeof(cmd), "curl -s -N --max-time 2 '%s/api/v1/events?since=0&access_token=%s'",
+           ctl.url, token);
+  p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  n = fread(buf, 1, 65535, p);
+  buf[n] = '\0';
+  pclose(p);
+  return buf;
+}
+
+/* Two users who are no administrators and one who is: each user's calls
+ * see only their own workers, sessions and runs, another's answering 404
+ * as if it did not exist (every endpoint tried with the other's ids); the
+ * administrator's see both. */
+START_TEST(each_user_sees_only_their_own) {
+  char alice[128], bob[128], carol[128], err[512], path[300], a[16], b[16], run[32];
+  json_t *ans = NULL;
+  char *ev;
+  long st;
+
+  start();
+  ck_assert_int_eq(user_cmd("add alice", alice, sizeof(alice), err, sizeof(err)), 0);
+  ck_assert_int_eq(user_cmd("add bob", bob, sizeof(bob), err, sizeof(err)), 0);
+  ck_assert_int_eq(user_cmd("add carol --admin", carol, sizeof(carol), err, sizeof(err)), 0);
+  /* both in a session each calls "default" */
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.1}", alice, &ans, NULL), 201);
+  snprintf(a, sizeof(a), "%s", h_str(json_array_get(json_object_get(ans, "workers"), 0), "id"));
+  ck_assert_str_eq(h_str(json_array_get(json_object_get(ans, "workers"), 0), "session"),
+                   "alice/default");
+  json_decref(ans);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.1}", bob, &ans, NULL), 201);
+  snprintf(b, sizeof(b), "%s", h_str(json_array_get(json_object_get(ans, "workers"), 0), "id"));
+  json_decref(ans);
+  json_decref(h_wait_status(&ctl, a, "running", 30));
+  json_decref(h_wait_status(&ctl, b, "running", 30));
+
+  /* lists */
+  ck_assert_int_eq(get_as(alice, "/api/v1/workers", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  ck_assert_str_eq(h_str(json_array_get(json_object_get(ans, "workers"), 0), "id"), a);
+  json_decref(ans);
+  ck_assert_int_eq(get_as(alice, "/api/v1/workers?session=bob/default", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 0);
+  json_decref(ans);
+  ck_assert_int_eq(get_as(carol, "/api/v1/workers", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 2);
+  json_decref(ans);
+  /* another's worker, every way */
+  snprintf(path, sizeof(path), "/api/v1/workers/%s", b);
+  ck_assert_int_eq(get_as(alice, path, NULL), 404);
+  ck_assert_int_eq(get_as(carol, path, NULL), 200);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/events", b);
+  ck_assert_int_eq(get_as(alice, path, NULL), 404);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", b);
+  ck_assert_int_eq(get_as(alice, path, NULL), 404);
+  snprintf(path, sizeof(path), "{\"ids\": [\"%s\"]}", b);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/await", path, alice, NULL, NULL), 404);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", path, alice, NULL, NULL), 404);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s", b);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", path, NULL, alice, NULL, NULL), 404);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{\"session\": \"bob/default\"}",
+                          alice, &ans, NULL),
+                   200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 0);
+  json_decref(ans);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s", b);
+  ck_assert_int_eq(get_as(bob, path, &ans), 200);
+  ck_assert_str_eq(h_str(ans, "status"), "running");
+  json_decref(ans);
+  /* sessions: one's own by its bare name, with its exec token; not another's */
+  ck_assert_int_eq(get_as(alice, "/api/v1/sessions/default", &ans), 200);
+  ck_assert_str_eq(h_str(ans, "name"), "alice/default");
+  ck_assert_ptr_nonnull(json_string_value(json_object_get(ans, "exec_token")));
+  json_decref(ans);
+  ck_assert_int_eq(get_as(alice, "/api/v1/sessions/bob/default", NULL), 404);
+  ck_assert_int_eq(get_as(carol, "/api/v1/sessions/bob/default", NULL), 200);
+  ck_assert_int_eq(h_http(&ctl, "PUT", "/api/v1/sessions/bob/default/lease",
+                          "{\"ttl_seconds\": 30, \"holder\": \"h\"}", alice, NULL, NULL),
+                   404);
+  ck_assert_int_eq(get_as(alice, "/api/v1/sessions", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "sessions")), 1);
+  json_decref(ans);
+  /* runs */
+  ck_assert_int_eq(h_http(&ctl, "PUT", "/api/v1/sessions/default/lease",
+                          "{\"ttl_seconds\": 30, \"holder\": \"h\", \"stop_workers\": false}",
+                          alice, NULL, NULL),
+                   201);
+  st =
+      h_http(&ctl, "POST", "/api/v1/runs",
+             "{\"mode\": \"exec\", \"command\": [\"true\"], \"holder\": \"h\"}", alice, &ans, NULL);
+  ck_assert_int_eq(st, 201);
+  snprintf(run, sizeof(run), "%s", h_str(ans, "id"));
+  json_decref(ans);
+  snprintf(path, sizeof(path), "/api/v1/runs/%s", run);
+  ck_assert_int_eq(get_as(alice, path, NULL), 200);
+  ck_assert_int_eq(get_as(bob, path, NULL), 404);
+  ck_assert_int_eq(get_as(bob, "/api/v1/runs", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "runs")), 0);
+  json_decref(ans);
+  snprintf(path, sizeof(path), "/api/v1/runs/%s/end", run);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"status\": \"stopped\"}", bob, NULL, NULL), 404);
+  /* the event stream: one's own workers' events alone */
+  ev = events_for(alice);
+  ck_assert_msg(strstr(ev, a) && !strstr(ev, b), "alice's stream: %.400s", ev);
+  free(ev);
+  ev = events_for(carol);
+  ck_assert_msg(strstr(ev, a) && strstr(ev, b), "carol's stream: %.400s", ev);
+  free(ev);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("users");
   TCase *tc = tcase_create("users");
 
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, a_users_token_names_the_user);
+  tcase_add_test(tc, each_user_sees_only_their_own);
   tcase_add_test(tc, a_new_token_revokes_the_old_one);
   tcase_add_test(tc, tokens_are_not_in_the_database_in_clear);
   tcase_add_test(tc, a_user_with_live_workers_is_not_removed);

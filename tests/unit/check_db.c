@@ -393,14 +393,16 @@ START_TEST(pages_follow_the_cursor_newest_first) {
     insert(db, ids[i]);
   }
   do {
-    ck_assert_int_eq(db_worker_page(db, NULL, NULL, NULL, NULL, before, 3, got, &n, &next), 0);
+    ck_assert_int_eq(db_worker_page(db, NULL, NULL, NULL, NULL, NULL, before, 3, got, &n, &next),
+                     0);
     for (int i = 0; i < n; i++, seen++)
       ck_assert_str_eq(got[i], ids[6 - seen]);
     before = next;
   } while (next);
   ck_assert_int_eq(seen, 7);
   /* Filters apply before the limit. */
-  ck_assert_int_eq(db_worker_page(db, "[\"running\"]", NULL, NULL, NULL, 0, 3, got, &n, &next), 0);
+  ck_assert_int_eq(
+      db_worker_page(db, "[\"running\"]", NULL, NULL, NULL, NULL, 0, 3, got, &n, &next), 0);
   ck_assert_int_eq(n, 0);
   ck_assert_int_eq(next, 0);
   db_close(db);

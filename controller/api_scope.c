@@ -1,0 +1,59 @@
+/* api_scope.c: see api_scope.h. */
+#include "api_scope.h"
+
+#include "muster_errors.h"
+#include "scratch.h"
+#include "session_name.h"
+#include "users.h"
+#include "validate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int api_session_scope(const struct req *rq, const char *name, char *out, size_t size) {
+  const char *slash = name ? strchr(name, '/') : NULL;
+  size_t own = strlen(rq->who.name);
+
+  if (!name)
+    return MUSTER_E_INVALID;
+  if (slash) {
+    /* a stored name: anyone's to an administrator, else one's own */
+    if (!scratch_session_ok(name))
+      return MUSTER_E_INVALID;
+    if (!rq->who.admin &&
+        (own == 0 || (size_t)(slash - name) != own || strncmp(name, rq->who.name, own) != 0))
+      return MUSTER_E_NOT_FOUND;
+    snprintf(out, size, "%s", name);
+    return 0;
+  }
+  if (!validate_name(name))
+    return MUSTER_E_INVALID;
+  if (own)
+    snprintf(out, size, "%s/%s", rq->who.name, name);
+  else
+    snprintf(out, size, "%s", name);
+  return 0;
+}
+
+const char *api_own_prefix(const struct req *rq, char *buf, size_t size) {
+  if (rq->who.admin)
+    return NULL;
+  snprintf(buf, size, "%s/", rq->who.name);
+  return buf;
+}
+
+int api_sees_session(const struct req *rq, const char *s) {
+  char prefix[USER_NAME_MAX + 2];
+  const char *own = api_own_prefix(rq, prefix, sizeof(prefix));
+
+  return !own || (s && strncmp(s, own, strlen(own)) == 0);
+}
+
+int api_sees_worker(const struct req *rq, struct reader *rd, const char *id) {
+  char session[SESSION_STORED_MAX];
+
+  if (rq->who.admin)
+    return 1;
+  return db_worker_session(rd->db, id, session, sizeof(session)) == 0 &&
+         api_sees_session(rq, session);
+}

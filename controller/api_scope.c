@@ -20,9 +20,24 @@ int api_session_scope(const struct req *rq, const char *name, char *out, size_t 
     /* a stored name: anyone's to an administrator, else one's own */
     if (!scratch_session_ok(name))
       return MUSTER_E_INVALID;
-    if (!rq->who.admin &&
-        (own == 0 || (size_t)(slash - name) != own || strncmp(name, rq->who.name, own) != 0))
+    int mine = own && (size_t)(slash - name) == own && strncmp(name, rq->who.name, own) == 0;
+
+    if (!rq->who.admin && !mine)
       return MUSTER_E_NOT_FOUND;
+    /* An administrator's "USER/x": USER must be a user (a session made for
+     * a name nobody has yet would be the next user of that name's). */
+    if (!mine) {
+      char user[USER_NAME_MAX + 1];
+      struct db_user u;
+      struct reader *rd = api_reader_get();
+      int rc;
+
+      snprintf(user, sizeof(user), "%.*s", (int)(slash - name), name);
+      rc = db_user_get(rd->db, user, &u);
+      api_reader_put(rd);
+      if (rc || u.removed)
+        return MUSTER_E_NOT_FOUND;
+    }
     snprintf(out, size, "%s", name);
     return 0;
   }

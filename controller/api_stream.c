@@ -48,6 +48,8 @@ static ssize_t copy_out(char **bufp, size_t *len, size_t *pos, char *out, size_t
 #define EVENTS_MAX_BEHIND 100000
 /* Events read (and buffered) at a time for one client. */
 #define EVENTS_BATCH 512
+/* Events scanned at a time for a client who sees only their own. */
+#define EVENTS_SCAN_MAX 20000
 
 /* libmicrohttpd asks for the next bytes of the event stream, only as fast
  * as the client takes them: at most 512 events are buffered per client. The
@@ -57,7 +59,7 @@ static ssize_t copy_out(char **bufp, size_t *len, size_t *pos, char *out, size_t
 static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
   struct events_ctx *e = cls;
   struct reader *rd;
-  int n, waiting;
+  int n, waiting, more;
   int64_t newest;
 
   (void)pos;
@@ -86,10 +88,16 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
       return e->len ? copy_out(&e->buf, &e->len, &e->pos, out, max)
                     : MHD_CONTENT_READER_END_WITH_ERROR;
     }
+    more = 0;
     if (e->prefix[0]) {
       /* Only their own workers' events; past the others' up to the newest
        * seen before the read, so that they are not read again. */
       int64_t upto = db_last_event_seq(rd->db);
+      /* (a bounded stretch at a time: the others' events are scanned too) */
+      if (upto - e->last_seq > EVENTS_SCAN_MAX) {
+        upto = e->last_seq + EVENTS_SCAN_MAX;
+        more = 1;
+      }
       n = db_events_since_scoped(rd->db, e->last_seq, upto, e->prefix, EVENTS_BATCH, &e->buf,
                                  &e->len, &e->last_seq);
       if (n >= 0 && n < EVENTS_BATCH && upto > e->last_seq)
@@ -98,7 +106,10 @@ static ssize_t events_reader(void *cls, uint64_t pos, char *out, size_t max) {
       n = db_events_since(rd->db, e->last_seq, EVENTS_BATCH, &e->buf, &e->len, &e->last_seq);
     }
     api_reader_put(rd);
-    e->catching_up = n == EVENTS_BATCH;
+    e->catching_up = n == EVENTS_BATCH || more;
+    /* a stretch of the others' events alone: on to the next, not to sleep */
+    if (n == 0 && more && !e->len)
+      continue;
     if (n < 0)
       return MHD_CONTENT_READER_END_WITH_ERROR;
     if (n == 0 && e->s.keepalive_due) {
@@ -155,6 +166,9 @@ static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, cons
   e->last_seq = v;
   if (!api_own_prefix(rq, e->prefix, sizeof(e->prefix)))
     e->prefix[0] = '\0';
+  /* A stream that starts far behind is told so at once (the check runs
+   * while catching up): a scoped one would scan the others' events too. */
+  e->catching_up = 1;
   e->buf = strdup("retry: 1000\n\n");
   e->len = e->buf ? strlen(e->buf) : 0;
   r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, events_reader, e, events_free);

@@ -114,7 +114,10 @@ static enum MHD_Result api_user_add(struct MHD_Connection *c, struct req *rq, co
     rc = db_user_get(g.db, u.name, &u);
   state_unlock();
   if (rc == MUSTER_E_CONFLICT)
-    ret = api_respond_error(c, rc, "name", "there is a user %s already", u.name);
+    ret = api_respond_error(c, rc, "name",
+                            "the name %s is taken (by a user, or by one removed: a name is never "
+                            "given to another)",
+                            u.name);
   else if (rc)
     ret = api_respond_error(c, rc, NULL, "could not add the user");
   else
@@ -166,6 +169,8 @@ static enum MHD_Result api_user_get(struct MHD_Connection *c, struct req *rq, co
     return api_respond_error(c, MUSTER_E_NOT_FOUND, NULL, "there is no user %.40s", name);
   state_lock();
   rc = db_user_get(g.db, name, &u);
+  if (!rc && u.removed)
+    rc = MUSTER_E_NOT_FOUND;
   if (!rc)
     rc = db_user_live_workers(g.db, name, &live);
   state_unlock();

@@ -10,7 +10,7 @@
 #include <string.h>
 
 static const char cols[] = "name, admin, unix_user, max_cpu, max_memory, max_gpus, max_workers, "
-                           "token_prefix, token_sha256, created_at";
+                           "token_prefix, token_sha256, created_at, removed_at IS NOT NULL";
 
 static sqlite3_stmt *prep(struct db *db, const char *sql) {
   sqlite3_stmt *s = NULL;
@@ -32,6 +32,7 @@ static void read_row(sqlite3_stmt *s, struct db_user *u) {
   db_copy_col(s, 7, u->token_prefix, sizeof(u->token_prefix));
   db_copy_col(s, 8, u->token_sha256, sizeof(u->token_sha256));
   db_copy_col(s, 9, u->created_at, sizeof(u->created_at));
+  u->removed = sqlite3_column_int(s, 10);
 }
 
 /* One row by a column's value (where: "name" or "token_prefix"). */
@@ -52,7 +53,9 @@ static int user_where(struct db *db, const char *where, const char *value, struc
 }
 
 int db_user_by_prefix(struct db *db, const char *prefix, struct db_user *out) {
-  return user_where(db, "token_prefix", prefix, out);
+  int rc = user_where(db, "token_prefix", prefix, out);
+
+  return rc == 0 && out->removed ? MUSTER_E_NOT_FOUND : rc;
 }
 
 int db_user_get(struct db *db, const char *name, struct db_user *out) {
@@ -121,23 +124,32 @@ static int change(struct db *db, const char *sql, const char *name, const char *
 }
 
 int db_user_set_token(struct db *db, const char *name, const char *prefix, const char *sha256) {
-  return change(db, "UPDATE users SET token_prefix = ?2, token_sha256 = ?3 WHERE name = ?1", name,
-                prefix, sha256);
+  return change(db,
+                "UPDATE users SET token_prefix = ?2, token_sha256 = ?3 "
+                "WHERE name = ?1 AND removed_at IS NULL",
+                name, prefix, sha256);
 }
 
 int db_user_remove(struct db *db, const char *name) {
   /* One statement: no launch of theirs can come between the count and the
    * removal. */
-  int rc = change(db,
-                  "DELETE FROM users WHERE name = ?1 AND NOT EXISTS (SELECT 1 FROM workers "
-                  "WHERE owner = ?1 AND status IN ('scheduling', 'starting', 'running'))",
-                  name, NULL, NULL);
+  char now[32];
+  int rc;
   struct db_user u;
 
+  /* The row stays, its token dead (a prefix no token has): the name is
+   * never another's (users.h). */
+  util_now_iso(now, sizeof(now));
+  rc = change(db,
+              "UPDATE users SET removed_at = ?2, token_prefix = 'removed:' || ?1, "
+              "token_sha256 = '' WHERE name = ?1 AND removed_at IS NULL AND NOT EXISTS "
+              "(SELECT 1 FROM workers WHERE owner = ?1 AND status IN "
+              "('scheduling', 'starting', 'running'))",
+              name, now, NULL);
   if (rc != MUSTER_E_NOT_FOUND)
     return rc;
   rc = db_user_get(db, name, &u);
-  return rc == 0 ? MUSTER_E_CONFLICT : rc;
+  return rc == 0 && !u.removed ? MUSTER_E_CONFLICT : rc == 0 ? MUSTER_E_NOT_FOUND : rc;
 }
 
 int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), void *arg) {
@@ -146,7 +158,7 @@ int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), 
   struct db_user u;
   int rc;
 
-  snprintf(sql, sizeof(sql), "SELECT %s FROM users ORDER BY name", cols);
+  snprintf(sql, sizeof(sql), "SELECT %s FROM users WHERE removed_at IS NULL ORDER BY name", cols);
   if (!(s = prep(db, sql)))
     return MUSTER_E_DB;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {

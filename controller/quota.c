@@ -22,6 +22,8 @@ int quota_check_locked(struct db *db, const char *name, double cpu, double memor
   struct user_usage used;
   int rc = db_user_get(db, name, &u);
 
+  if (rc == 0 && u.removed)
+    rc = MUSTER_E_NOT_FOUND;
   if (rc == MUSTER_E_NOT_FOUND) {
     snprintf(why, size, "there is no user %s any more", name);
     return MUSTER_E_UNAUTHORIZED; /* removed since its call began */

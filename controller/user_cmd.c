@@ -181,7 +181,9 @@ int user_cmd(int argc, char **argv) {
     if (rc == MUSTER_E_IO)
       rc = fail("%s", "no randomness for a token");
     else if (rc == MUSTER_E_CONFLICT)
-      rc = fail("there is a user %s already (user token NAME gives a new token)", name);
+      rc = fail("the name %s is taken, by a user or by one removed (a name is never given to "
+                "another; user token NAME gives a user a new token)",
+                name);
     else if (rc == MUSTER_E_NOT_FOUND)
       rc = fail("there is no user %s", name);
     else if (rc)

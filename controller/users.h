@@ -40,6 +40,7 @@ struct db_user {
   char token_prefix[USER_PREFIX_LEN + 1];
   char token_sha256[65];
   char created_at[32];
+  int removed; /* removed: its name taken for good, its token dead */
 };
 
 /* A new token into token (USER_TOKEN_LEN + 1 bytes), its lookup prefix and
@@ -55,7 +56,7 @@ int user_name_ok(const char *name);
 /* What db_user_add() and db_user_set_token() say when another user's token
  * has the same prefix (one in 2^48): mint another. */
 #define USER_PREFIX_TAKEN 1
-/* MUSTER_E_CONFLICT when the name is taken. */
+/* MUSTER_E_CONFLICT when the name is taken (by a removed user too). */
 int db_user_add(struct db *db, const struct db_user *u) __attribute__((warn_unused_result));
 /* MUSTER_E_NOT_FOUND when no user has it. */
 int db_user_by_prefix(struct db *db, const char *prefix, struct db_user *out)
@@ -64,7 +65,9 @@ int db_user_get(struct db *db, const char *name, struct db_user *out)
     __attribute__((warn_unused_result));
 int db_user_set_token(struct db *db, const char *name, const char *prefix, const char *sha256)
     __attribute__((warn_unused_result));
-/* MUSTER_E_CONFLICT while name owns live workers; MUSTER_E_NOT_FOUND. */
+/* Removes name (the row stays, so that the name is never another's: a new
+ * user would find the first one's sessions, runs and logs). MUSTER_E_CONFLICT
+ * while name owns live workers; MUSTER_E_NOT_FOUND. */
 int db_user_remove(struct db *db, const char *name) __attribute__((warn_unused_result));
 /* Calls fn for every user, by name. */
 int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), void *arg)

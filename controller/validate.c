@@ -1,6 +1,9 @@
 /* validate.c: see validate.h. */
 #include "validate.h"
 
+#include "scratch.h"
+#include "session_name.h"
+
 #include "utf8.h"
 
 #include "muster_errors.h"
@@ -257,7 +260,8 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
       (rc = opt_string(body, "kernel", 255, &out->kernel, field, msg, msglen)) ||
       (rc = opt_string(body, "role", 64, &out->role, field, msg, msglen)) ||
       (rc = opt_string(body, "name", 128, &out->name, field, msg, msglen)) ||
-      (rc = opt_string(body, "session", 64, &out->session, field, msg, msglen)) ||
+      (rc = opt_string(body, "session", SESSION_STORED_MAX - 1, &out->session, field, msg,
+                       msglen)) ||
       (rc = opt_string(body, "run", 64, &out->run, field, msg, msglen)) ||
       (rc = opt_string(body, "cwd", LAUNCH_MAX_CWD, &out->cwd, field, msg, msglen)) ||
       (rc = opt_string(body, "path", LAUNCH_MAX_PATH, &out->path, field, msg, msglen)))
@@ -286,7 +290,9 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
   if (!validate_name(out->role))
     return fail(MUSTER_E_INVALID, field, "role", msg, msglen,
                 "role must be 1 to 64 letters, digits, '_', '.' or '-'");
-  if (!validate_name(out->session))
+  /* (or a user's as stored, "USER/name": whose it may be is the API's
+   * business, api_scope.c) */
+  if (!validate_name(out->session) && !scratch_session_ok(out->session))
     return fail(MUSTER_E_INVALID, field, "session", msg, msglen,
                 "session must be 1 to 64 letters, digits, '_', '.' or '-'");
 

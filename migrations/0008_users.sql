@@ -16,7 +16,10 @@ CREATE TABLE users (
   max_workers   INTEGER,
   token_prefix  TEXT NOT NULL UNIQUE,
   token_sha256  TEXT NOT NULL,
-  created_at    TEXT NOT NULL
+  created_at    TEXT NOT NULL,
+  -- A removed user's row stays, its token dead: a name is never given to
+  -- another user, who would find the first one's sessions, runs and logs.
+  removed_at    TEXT
 ) WITHOUT ROWID;
 
 -- Who made a worker (NULL: the bootstrap administrator, and every worker

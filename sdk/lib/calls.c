@@ -2,6 +2,7 @@
  * await, stop) and a session's exec token. */
 #include "client_internal.h"
 #include "muster.h"
+#include "session_name.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -353,12 +354,12 @@ int muster_stop(muster_client *c, const char *const *ids, size_t nids, const cha
 }
 
 int muster_session_exec_token(muster_client *c, const char *session, char *buf, size_t size) {
-  char path[160];
+  char path[200];
   json_t *ans = NULL;
   const char *tok;
   int rc;
 
-  if (!session || strlen(session) > 64)
+  if (!session || strlen(session) >= SESSION_STORED_MAX)
     return muster_set_errorf_(c, MUSTER_E_INVALID, "session", "not a session name");
   snprintf(path, sizeof(path), "/api/v1/sessions/%s", session);
   rc = muster_json_call_timeout_(c, "GET", path, NULL, c->timeout_s, &ans);

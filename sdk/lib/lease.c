@@ -66,16 +66,20 @@ static int lease_put(muster_client *c, const muster_lease *l, int *created, int 
   return rc;
 }
 
+/* A session's name: 1 to 64 of [A-Za-z0-9_.-], or a user's as the
+ * controller stores it, "USER/name" (what a worker's MUSTER_SESSION holds). */
 static int session_ok(muster_client *c, const char *session) {
-  size_t n = session ? strlen(session) : 0;
+  size_t n = session ? strlen(session) : 0, slashes = 0;
 
   for (size_t i = 0; i < n; i++) {
     char ch = session[i];
+    if (ch == '/' && i > 0 && i + 1 < n && ++slashes == 1)
+      continue;
     if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
           ch == '_' || ch == '.' || ch == '-'))
       n = 0;
   }
-  if (n == 0 || n > 64)
+  if (n == 0 || n > (slashes ? SESSION_STORED_MAX - 1 : 64))
     return muster_set_error_(c, MUSTER_E_INVALID, "session",
                              "session must be 1 to 64 letters, digits, '_', '.' or '-'");
   return 0;

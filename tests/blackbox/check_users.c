@@ -173,7 +173,10 @@ START_TEST(a_user_with_live_workers_is_not_removed) {
   ck_assert_int_eq(user_cmd("add hal --max-gpus 1.5", out, sizeof(out), err, sizeof(err)), 2);
   ck_assert_int_eq(user_cmd("add gus", out, sizeof(out), err, sizeof(err)), 0);
   ck_assert_int_eq(user_cmd("add gus", out, sizeof(out), err, sizeof(err)), 2);
-  ck_assert_msg(strstr(err, "there is a user gus already") != NULL, "add gus again said: %s", err);
+  ck_assert_msg(strstr(err, "the name gus is taken") != NULL, "add gus again said: %s", err);
+  /* a removed user's name is never another's */
+  ck_assert_int_eq(user_cmd("add fay", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_msg(strstr(err, "the name fay is taken") != NULL, "add fay again said: %s", err);
   h_finish(&ctl);
 }
 END_TEST
@@ -304,6 +307,19 @@ START_TEST(each_user_sees_only_their_own) {
   json_decref(h_wait_status(&ctl, a, "running", 30));
   json_decref(h_wait_status(&ctl, b, "running", 30));
 
+  /* a session named as stored (what a worker's MUSTER_SESSION holds): one's
+   * own, not another's; an administrator's for a user, not for a name
+   * nobody has */
+  ck_assert_int_eq(get_as(alice, "/api/v1/workers?session=alice/default", &ans), 200);
+  ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);
+  json_decref(ans);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers",
+                          "{\"n\": 1, \"cpu\": 0.1, \"session\": \"alice/default\"}", bob, NULL,
+                          NULL),
+                   404);
+  ck_assert_int_eq(h_http(&ctl, "PUT", "/api/v1/sessions/ghost/x/lease",
+                          "{\"ttl_seconds\": 30, \"holder\": \"h\"}", carol, NULL, NULL),
+                   404);
   /* lists */
   ck_assert_int_eq(get_as(alice, "/api/v1/workers", &ans), 200);
   ck_assert_int_eq(json_array_size(json_object_get(ans, "workers")), 1);

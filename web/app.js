@@ -7,7 +7,7 @@
 // except the event stream: EventSource cannot set headers, so it passes the
 // token as ?access_token= (the controller accepts that on /api/v1/events only).
 
-import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText, visibleWorker } from './format.js';
+import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText, visible, visibleWorker } from './format.js';
 import { renderEvents, renderFields } from './detail.js';
 import { logs, logsClose, logsInit, logsOpen, pollLogs, selectTab } from './logs.js';
 
@@ -31,6 +31,10 @@ const state = {
   pendingTimer: null,
   filterStatus: '',
   filterSession: '',
+  // Who is signed in (GET /api/v1/whoami): a list shows their own workers;
+  // an administrator, who is sent everyone's, may switch to all of them.
+  me: null,
+  everyone: false,
   search: '', // what the search box holds, lower case
   runs: new Map(), // run id -> the run's record, as last fetched
   next: undefined, // cursor of the next older page; null when all are loaded
@@ -276,6 +280,7 @@ function matchesFilter(w) {
   if (fs === 'live' && !LIVE.has(w.status)) return false;
   if (fs && fs !== 'live' && w.status !== fs) return false;
   if (state.filterSession && w.session !== state.filterSession) return false;
+  if (state.me && !state.everyone && w.user && w.user !== state.me.user) return false;
   const q = state.search;
   if (q && !w.id.toLowerCase().includes(q) && !(w.name || '').toLowerCase().includes(q)) return false;
   return true;
@@ -512,6 +517,21 @@ function renderSessions(list) {
   } else if (list.length > 0 && note) {
     note.remove();
   }
+}
+
+// Says who is signed in; an administrator gets the switch to everyone's.
+async function loadWhoami() {
+  try {
+    const r = await api('/api/v1/whoami');
+    state.me = await r.json();
+  } catch {
+    state.me = null;
+  }
+  const who = $('whoami');
+  who.textContent = state.me ? `signed in as ${visible(state.me.user)}${state.me.admin ? ' (administrator)' : ''}` : '';
+  who.hidden = !state.me;
+  $('everyone-label').hidden = !(state.me && state.me.admin);
+  state.everyone = $('everyone').checked;
 }
 
 async function loadSessions() {
@@ -936,6 +956,10 @@ async function start() {
   });
   $('filter-status').addEventListener('change', setFilters);
   $('filter-session').addEventListener('change', setFilters);
+  $('everyone').addEventListener('change', () => {
+    state.everyone = $('everyone').checked;
+    setFilters();
+  });
   $('search').addEventListener('input', onSearch);
   $('detail-close').addEventListener('click', () => go(null));
   $('detail-stop').addEventListener('click', () => {
@@ -1001,6 +1025,7 @@ async function boot() {
   $('signout').hidden = false;
   setConn('down', 'connecting…');
   clearList();
+  await loadWhoami();
   for (;;) {
     try {
       state.lastSeq = await loadList();

@@ -679,6 +679,38 @@ async function main() {
         `the row shows the name's control characters written out (${JSON.stringify(shown)})`);
     });
 
+    await step('each user\'s page shows their own workers; an administrator may switch to everyone\'s', async () => {
+      const made = await api('POST', '/api/v1/users', { name: 'webuser' });
+      const launched = await fetch(`${baseUrl}/api/v1/workers`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${made.token}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ n: 1, cpu: 0.1, memory: 0.25, name: 'a-users-own' }),
+      }).then((r) => r.json());
+      const mine = launched.workers[0].id;
+      const theirs = await launch({ name: 'the-administrators-own' });
+      await page.waitForSelector(rowSel(theirs.id), { state: 'attached' });
+      await page.waitForSelector(rowSel(mine), { state: 'attached' });
+      const who = await page.$eval('#whoami', (e) => e.textContent);
+      ok(who === 'signed in as admin (administrator)', `the page says who is signed in (${who})`);
+      ok(await page.$eval(rowSel(mine), (tr) => tr.hidden), 'the administrator\'s list leaves another user\'s worker out');
+      await page.check('#everyone');
+      await page.waitForFunction((id) => !document.querySelector(`#rows tr[data-id="${id}"]`).hidden, mine);
+      ok(true, 'switched to everyone\'s, it shows');
+      await page.uncheck('#everyone');
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/?token=${made.token}`);
+      await page.waitForSelector(rowSel(mine), { state: 'attached' });
+      const whoUser = await page.$eval('#whoami', (e) => e.textContent);
+      ok(whoUser === 'signed in as webuser', `signed in as the user, the page says so (${whoUser})`);
+      const ids = await page.$$eval('#rows tr', (trs) => trs.map((t) => t.dataset.id));
+      ok(ids.length === 1 && ids[0] === mine, `the user's page holds their worker alone (${ids.join(', ')})`);
+      ok(await page.$eval('#everyone-label', (e) => e.hidden), 'a user who is no administrator has no switch');
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/?token=${token}`);
+      await page.waitForSelector(rowSel(theirs.id), { state: 'attached' });
+      await api('DELETE', `/api/v1/workers/${mine}`);
+    });
+
     await step('a waiting worker\'s row says what it waits for', async () => {
       const hold = await launch({ name: 'hold-a-core', cpu: 1 });
       await rowStatus(page, hold.id, 'running');

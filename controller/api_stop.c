@@ -15,8 +15,17 @@
 
 /* ---- DELETE /api/v1/workers/{id}, POST /api/v1/workers/stop ---- */
 
+/* Why a worker stopped, naming who stopped it: "stopped by the user" for
+ * the bootstrap administrator (as before users), else "stopped by NAME". */
+static const char *stopped_by(const struct req *rq, char *buf, size_t size) {
+  if (!rq->who.name[0])
+    return "stopped by the user";
+  snprintf(buf, size, "stopped by %s", rq->who.name);
+  return buf;
+}
+
 static enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, const char *id) {
-  char ids[1][16];
+  char ids[1][16], why[64];
   struct reader *rd = api_reader_get();
   int sees = api_sees_worker(rq, rd, id), rc;
   json_t *w;
@@ -28,7 +37,7 @@ static enum MHD_Result api_delete(struct MHD_Connection *c, struct req *rq, cons
   json_decref(w);
   snprintf(ids[0], sizeof(ids[0]), "%s", id);
   state_lock();
-  rc = sm_stop_many_locked(ids, 1, "stopped by the user", NULL);
+  rc = sm_stop_many_locked(ids, 1, stopped_by(rq, why, sizeof(why)), NULL);
   state_unlock();
   if (rc)
     return api_respond_error(c, rc, NULL, "could not stop %s", id);
@@ -47,7 +56,7 @@ static enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq
   (void)arg;
   json_t *body = NULL, *ids, *item, *out = json_array();
   const char *session = "default";
-  char(*targets)[16] = NULL, stored[SESSION_STORED_MAX];
+  char(*targets)[16] = NULL, stored[SESSION_STORED_MAX], why[64];
   enum MHD_Result ret = MHD_NO;
   struct reader *rd;
   size_t i;
@@ -122,7 +131,7 @@ static enum MHD_Result api_stop_workers(struct MHD_Connection *c, struct req *rq
         snprintf(targets[k++], sizeof(targets[0]), "%s", w->id);
   }
   /* One transaction for all of them, however many. */
-  rc = sm_stop_many_locked(targets, n, "stopped by the user", NULL);
+  rc = sm_stop_many_locked(targets, n, stopped_by(rq, why, sizeof(why)), NULL);
   state_unlock();
   if (rc) {
     ret = api_respond_error(c, rc, NULL, "could not stop the workers; none was stopped");

@@ -68,7 +68,12 @@ int db_worker_insert(struct db *db, const struct db_worker_new *w) {
   rc = db_exec_stmt(s);
   if (rc)
     return rc;
-  return event_insert(db, w->id, now, NULL, "scheduling", "launched");
+  {
+    /* who launched it (docs/design.md, "Users") */
+    char detail[64];
+    snprintf(detail, sizeof(detail), "launched by %s", w->owner ? w->owner : USER_BOOTSTRAP);
+    return event_insert(db, w->id, now, NULL, "scheduling", detail);
+  }
 }
 
 int db_worker_transition(struct db *db, const char *id, const char *from, const char *to,

@@ -392,6 +392,27 @@ START_TEST(each_user_sees_only_their_own) {
   ev = events_for(carol);
   ck_assert_msg(strstr(ev, a) && strstr(ev, b), "carol's stream: %.400s", ev);
   free(ev);
+  /* events and failures say who did what */
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/events", a);
+  ck_assert_int_eq(get_as(alice, path, &ans), 200);
+  ck_assert_str_eq(h_str(json_array_get(json_object_get(ans, "events"), 0), "detail"),
+                   "launched by alice");
+  json_decref(ans);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s", b);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", path, NULL, carol, &ans, NULL), 200);
+  json_decref(ans);
+  json_decref(h_wait_status(&ctl, b, "stopped", 30));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/events", b);
+  ck_assert_int_eq(get_as(carol, path, &ans), 200);
+  {
+    json_t *evs = json_object_get(ans, "events"), *e;
+    size_t k;
+    int said = 0;
+    json_array_foreach(evs, k, e) said |= json_is_string(json_object_get(e, "detail")) &&
+                                          strcmp(h_str(e, "detail"), "stopped by carol") == 0;
+    ck_assert_msg(said, "no event says \"stopped by carol\"");
+  }
+  json_decref(ans);
   h_finish(&ctl);
 }
 END_TEST

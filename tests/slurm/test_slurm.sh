@@ -446,7 +446,9 @@ if [ -f "$MUSTER_SLURM_DIR/etc/slurm/slurmdbd.conf" ]; then
     local all
     all=$(login squeue -t all --noheader --format=%i) && ! grep -qx "$ujob" <<<"$all"
   }
-  wait_for 60 "squeue to forget job $ujob" forgotten
+  # (slurmctld purges ended jobs older than MinJobAge in a pass every 60 s,
+  # and a cancelled job first waits out COMPLETING: up to two passes)
+  wait_for 180 "squeue to forget job $ujob" forgotten
   start_controller
   check "a worker whose job was cancelled while the controller was down, and left squeue, fails with sacct's account" \
     failure_has "$uid" 'cancelled outside muster (Slurm: CANCELLED)' ||

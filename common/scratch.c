@@ -107,32 +107,8 @@ static void dir_name(const char *session, char *out, size_t size) {
       *c = '@';
 }
 
-/* Whether s (n bytes) is a session's name as a client gives it. */
-static int bare_ok(const char *s, size_t n) {
-  if (n == 0 || n > SESSION_NAME_MAX)
-    return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-          c == '_' || c == '.'))
-      return 0;
-  }
-  return 1;
-}
-
 int scratch_session_ok(const char *session) {
-  const char *slash = strchr(session, '/');
-
-  if (!slash)
-    return bare_ok(session, strlen(session));
-  /* a user's: "USER/name", USER a user's name (1..32 of [a-z0-9_-]) */
-  if (slash == session || slash - session > 32 || strchr(slash + 1, '/') ||
-      !(session[0] >= 'a' && session[0] <= 'z'))
-    return 0;
-  for (const char *c = session; c < slash; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
-      return 0;
-  return bare_ok(slash + 1, strlen(slash + 1));
+  return session_name_ok(session);
 }
 
 /* mkdir that accepts a directory already there, owned by this process's

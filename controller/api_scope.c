@@ -2,7 +2,6 @@
 #include "api_scope.h"
 
 #include "muster_errors.h"
-#include "scratch.h"
 #include "session_name.h"
 #include "users.h"
 #include "validate.h"
@@ -18,7 +17,7 @@ int api_session_scope(const struct req *rq, const char *name, char *out, size_t 
     return MUSTER_E_INVALID;
   if (slash) {
     /* a stored name: anyone's to an administrator, else one's own */
-    if (!scratch_session_ok(name))
+    if (!session_name_ok(name))
       return MUSTER_E_INVALID;
     int mine = own && (size_t)(slash - name) == own && strncmp(name, rq->who.name, own) == 0;
 

@@ -1,7 +1,6 @@
 /* validate.c: see validate.h. */
 #include "validate.h"
 
-#include "scratch.h"
 #include "session_name.h"
 
 #include "utf8.h"
@@ -292,7 +291,7 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
                 "role must be 1 to 64 letters, digits, '_', '.' or '-'");
   /* (or a user's as stored, "USER/name": whose it may be is the API's
    * business, api_scope.c) */
-  if (!validate_name(out->session) && !scratch_session_ok(out->session))
+  if (!validate_name(out->session) && !session_name_ok(out->session))
     return fail(MUSTER_E_INVALID, field, "session", msg, msglen,
                 "session must be 1 to 64 letters, digits, '_', '.' or '-'");
 

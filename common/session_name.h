@@ -10,10 +10,12 @@
 
 #define SESSION_NAME_MAX 64
 #define SESSION_STORED_MAX 112
+#define SESSION_USER_MAX 32
 
 #include <string.h>
 
-/* Whether s (n bytes) is a session's name as a client gives it. */
+/* Whether s (n bytes) is a name as a client gives it: a session's, a
+ * role's, a run's mode, a lease's holder. */
 static inline int session_bare_ok(const char *s, size_t n) {
   if (n == 0 || n > SESSION_NAME_MAX)
     return 0;
@@ -26,20 +28,27 @@ static inline int session_bare_ok(const char *s, size_t n) {
   return 1;
 }
 
+/* Whether s (n bytes) has the form of a user's name: 1 to SESSION_USER_MAX of
+ * [a-z0-9_-], starting with a letter. */
+static inline int session_user_ok(const char *s, size_t n) {
+  if (n == 0 || n > SESSION_USER_MAX || !(s[0] >= 'a' && s[0] <= 'z'))
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+          s[i] == '-'))
+      return 0;
+  return 1;
+}
+
 /* Whether session is a session's name: bare, or a user's as stored,
- * "USER/name" (USER 1 to 32 of [a-z0-9_-], starting with a letter). */
+ * "USER/name". */
 static inline int session_name_ok(const char *session) {
   const char *slash = strchr(session, '/');
 
   if (!slash)
     return session_bare_ok(session, strlen(session));
-  if (slash == session || slash - session > 32 || strchr(slash + 1, '/') ||
-      !(session[0] >= 'a' && session[0] <= 'z'))
-    return 0;
-  for (const char *c = session; c < slash; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
-      return 0;
-  return session_bare_ok(slash + 1, strlen(slash + 1));
+  return session_user_ok(session, (size_t)(slash - session)) &&
+         session_bare_ok(slash + 1, strlen(slash + 1));
 }
 
 #endif

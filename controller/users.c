@@ -44,13 +44,5 @@ int user_token_parts(const char *token, char *prefix, char *sha256) {
 }
 
 int user_name_ok(const char *name) {
-  size_t n = strlen(name);
-
-  if (n == 0 || n > USER_NAME_MAX || !(name[0] >= 'a' && name[0] <= 'z') ||
-      strcmp(name, USER_BOOTSTRAP) == 0)
-    return 0;
-  for (const char *c = name; *c; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
-      return 0;
-  return 1;
+  return session_user_ok(name, strlen(name)) && strcmp(name, USER_BOOTSTRAP) != 0;
 }

@@ -13,13 +13,14 @@
 #define MUSTER_USERS_H
 
 #include "db.h"
+#include "session_name.h"
 
 #include <stddef.h>
 
 #define USER_TOKEN_PREFIX "mu_"
 #define USER_TOKEN_LEN (3 + 64)
 #define USER_PREFIX_LEN 12
-#define USER_NAME_MAX 32
+#define USER_NAME_MAX SESSION_USER_MAX
 /* The name the bootstrap administrator (the state directory's token) goes
  * by; no user may take it. */
 #define USER_BOOTSTRAP "admin"

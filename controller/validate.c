@@ -48,17 +48,7 @@ int validate_run_id(const char *s) {
 }
 
 int validate_name(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-
-  if (n == 0 || n > 64)
-    return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-          c == '.' || c == '-'))
-      return 0;
-  }
-  return 1;
+  return s && session_bare_ok(s, strlen(s));
 }
 
 static int env_key_ok(const char *k) {
@@ -291,7 +281,7 @@ int validate_launch(json_t *body, struct launch_req *out, const char **field, ch
                 "role must be 1 to 64 letters, digits, '_', '.' or '-'");
   /* (or a user's as stored, "USER/name": whose it may be is the API's
    * business, api_scope.c) */
-  if (!validate_name(out->session) && !session_name_ok(out->session))
+  if (!session_name_ok(out->session))
     return fail(MUSTER_E_INVALID, field, "session", msg, msglen,
                 "session must be 1 to 64 letters, digits, '_', '.' or '-'");
 

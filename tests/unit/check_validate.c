@@ -1,6 +1,7 @@
 /* check_validate.c: launch and await bodies are checked field by field. */
 #include "muster_errors.h"
 #include "resources.h"
+#include "users.h"
 #include "validate.h"
 
 #include "../check_run.h"
@@ -202,6 +203,61 @@ START_TEST(await_bodies) {
 }
 END_TEST
 
+/* One rule for a name a client gives (a session, a role, a lease's
+ * holder), one for a user's, and a stored session is "USER/name". */
+START_TEST(names_of_sessions_roles_and_users) {
+  char long_name[80];
+
+  ck_assert(validate_name("Train-1_a.b"));
+  ck_assert(!validate_name(""));
+  ck_assert(!validate_name(NULL));
+  ck_assert(!validate_name("a b"));
+  ck_assert(!validate_name("a/b"));
+  ck_assert(!validate_name("caf\xc3\xa9"));
+  memset(long_name, 'x', 64);
+  long_name[64] = '\0';
+  ck_assert(validate_name(long_name));
+  long_name[64] = 'x';
+  long_name[65] = '\0';
+  ck_assert(!validate_name(long_name));
+
+  ck_assert(user_name_ok("alice"));
+  ck_assert(user_name_ok("a9_-"));
+  ck_assert(!user_name_ok("admin")); /* the bootstrap administrator's */
+  ck_assert(!user_name_ok("Alice"));
+  ck_assert(!user_name_ok("9lives"));
+  ck_assert(!user_name_ok("al.ice"));
+  ck_assert(!user_name_ok(""));
+  memset(long_name, 'u', 32);
+  long_name[32] = '\0';
+  ck_assert(user_name_ok(long_name));
+  long_name[32] = 'u';
+  long_name[33] = '\0';
+  ck_assert(!user_name_ok(long_name));
+
+  ck_assert(session_name_ok("default"));
+  ck_assert(session_name_ok("alice/Train.1"));
+  ck_assert(!session_name_ok("/x"));
+  ck_assert(!session_name_ok("alice/"));
+  ck_assert(!session_name_ok("Alice/x"));
+  ck_assert(!session_name_ok("alice/x/y"));
+  ck_assert(!session_name_ok("alice/a b"));
+  snprintf(long_name, sizeof(long_name), "%.33s/x", "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu");
+  ck_assert(!session_name_ok(long_name));
+  /* A launch names a bare session or a stored one; nothing else. */
+  {
+    struct launch_req lr;
+    const char *field = NULL;
+    char msg[256];
+    json_t *b = json_loads("{\"n\": 1, \"session\": \"alice/x\"}", 0, NULL);
+
+    ck_assert_int_eq(validate_launch(b, &lr, &field, msg, sizeof(msg)), 0);
+    ck_assert_str_eq(lr.session, "alice/x");
+    json_decref(b);
+  }
+}
+END_TEST
+
 START_TEST(worker_ids) {
   ck_assert(validate_worker_id("w-3kf9x2m1qa"));
   ck_assert(!validate_worker_id("w-3kf9x2m1q"));
@@ -246,6 +302,7 @@ int main(void) {
   tcase_add_test(tc, kernels_and_their_code_flags);
   tcase_add_test(tc, await_bodies);
   tcase_add_test(tc, worker_ids);
+  tcase_add_test(tc, names_of_sessions_roles_and_users);
   tcase_add_test(tc, a_long_exit_reason_is_cut_between_characters);
   suite_add_tcase(s, tc);
   return check_run(s);

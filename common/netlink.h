@@ -12,11 +12,26 @@
 #ifndef MUSTER_NETLINK_H
 #define MUSTER_NETLINK_H
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define NL_MUST __attribute__((warn_unused_result))
+
+/* The host's end of a bridged worker's veth pair: "mv" and its address in
+ * hex (ip in network order), unique while the address is that worker's. */
+#define NL_VETH_NAME_MAX 16
+static inline void nl_worker_veth_name(struct in_addr ip, char buf[NL_VETH_NAME_MAX]) {
+  static const char hex[] = "0123456789abcdef";
+  uint32_t v = ntohl(ip.s_addr);
+
+  buf[0] = 'm';
+  buf[1] = 'v';
+  for (int i = 0; i < 8; i++)
+    buf[2 + i] = hex[(v >> (28 - 4 * i)) & 0xf];
+  buf[10] = '\0';
+}
 
 /* Opens an rtnetlink socket in the calling thread's network namespace.
  * Returns its descriptor (close() it), or -errno. */

@@ -8,11 +8,15 @@
 
 #include "cgroup.h"
 #include "log.h"
+#include "netlink.h"
+#include "network.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Workers adopted after a restart are not our children: their end is seen
  * through /proc, once a second (heartbeat loss catches them anyway; this
@@ -128,6 +132,42 @@ static MUST_CHECK int ref_parse(const char *ref, pid_t *pid, unsigned long long 
   return 0;
 }
 
+/* Ends what runs of an attempt that was not adopted (a workerd a crashed
+ * controller's fork server started, not yet registered), before anything
+ * new starts: the worker's next attempt may get the same address, and two
+ * workerds must never make its veth pair at once. Its cgroup goes, and its
+ * veth with its namespace: that is waited for (up to 2 s in all; the
+ * kernel tears namespaces down in the background). */
+static void end_earlier_attempts(const struct backend_live *ws, int n) {
+  int64_t until;
+  int fd;
+
+  for (int i = 0; i < n; i++) {
+    char name[32];
+
+    if (ws[i].adopted || ws[i].attempt < 1)
+      continue;
+    local_cg_name(ws[i].id, ws[i].attempt, name, sizeof(name));
+    (void)cg_destroy(name, 1000); /* (it says what it could not end) */
+  }
+  if (!net_bridge())
+    return;
+  until = util_mono_ms() + 2000;
+  fd = nl_open();
+  for (int i = 0; fd >= 0 && i < n; i++) {
+    char veth[NL_VETH_NAME_MAX];
+    struct in_addr ip;
+
+    if (ws[i].adopted || inet_pton(AF_INET, ws[i].where.bind_ip, &ip) != 1)
+      continue;
+    nl_worker_veth_name(ip, veth);
+    while (nl_link_index(fd, veth) > 0 && util_mono_ms() < until)
+      usleep(10 * 1000);
+  }
+  if (fd >= 0)
+    close(fd);
+}
+
 void local_reconcile(struct backend_live *ws, int n) {
   pthread_mutex_lock(&lb.mu);
   lb.sweep = 1; /* every record of an adopted worker is made below */
@@ -156,4 +196,5 @@ void local_reconcile(struct backend_live *ws, int n) {
     local_reserve(p);
   }
   pthread_mutex_unlock(&lb.mu);
+  end_earlier_attempts(ws, n);
 }

@@ -433,6 +433,8 @@ enum reg_result register_step(int64_t now, int *rc) {
   if (reg.call.state == CALL_DONE)
     return register_answer(now, rc);
   if (reg.call.state == CALL_IDLE && now >= reg.retry_at_ms) {
+    /* (tests: a workerd that lives on, unregistered, its network set up) */
+    FAULT_POINT("workerd_before_register");
     *rc = call_start(&reg.call, "register", true, reg.body, strlen(reg.body), WD_CALL_TIMEOUT_MS);
     if (*rc)
       return REG_FAILED;

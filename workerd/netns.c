@@ -26,12 +26,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The host's end's name: "mv" and the worker's address in hex, unique
- * while the controller holds that address for the worker. */
-static void veth_name(struct in_addr ip, char *buf, size_t size) {
-  snprintf(buf, size, "mv%08x", (unsigned)ntohl(ip.s_addr));
-}
-
 /* Parses MUSTER_NETNS, "BRIDGE GATEWAY/PREFIX". Returns 0 or -1. */
 static int netns_parse(const char *v, char *bridge, size_t blen, struct in_addr *gw, int *prefix) {
   char gws[32];
@@ -56,7 +50,7 @@ static int netns_parse(const char *v, char *bridge, size_t blen, struct in_addr 
 int wd_netns_enter(void) {
   const char *v = getenv("MUSTER_NETNS");
   const char *ip_s = getenv("MUSTER_BIND_IP");
-  char bridge[32], host_end[16];
+  char bridge[32], host_end[NL_VETH_NAME_MAX];
   struct in_addr gw, ip;
   int prefix, host = -1, ns = -1, br, rc = -1, e = 0, lo, eth;
   const char *step = "";
@@ -68,7 +62,7 @@ int wd_netns_enter(void) {
     fprintf(stderr, "muster-workerd: MUSTER_NETNS \"%s\" or MUSTER_BIND_IP is not valid\n", v);
     return -1;
   }
-  veth_name(ip, host_end, sizeof(host_end));
+  nl_worker_veth_name(ip, host_end);
   step = "open a netlink socket";
   host = nl_open();
   if (host < 0) {
@@ -88,13 +82,20 @@ int wd_netns_enter(void) {
   }
   step = "make its veth pair";
   e = -nl_veth_add(host, host_end, br, "eth0", getpid());
-  if (e == EEXIST) {
-    /* A namespace that ended a moment ago may not have taken its pair
-     * along yet (the kernel tears namespaces down in the background): the
-     * address is this worker's now, so is the name. */
+  /* A namespace that ended a moment ago may not have taken its pair along
+   * yet (the kernel tears namespaces down in the background; the
+   * controller ends an earlier attempt's processes before it starts a new
+   * one): the address is this worker's now, so is the name. */
+  for (int waited = 0; e == EEXIST && waited < 2000; waited += 20) {
     int old = nl_link_index(host, host_end);
+
+    if (waited == 0)
+      fprintf(stderr, "muster-workerd: the veth %s of address %s was still there: it is removed\n",
+              host_end, ip_s);
     if (old > 0 && nl_link_del(host, old) == 0)
       e = -nl_veth_add(host, host_end, br, "eth0", getpid());
+    if (e == EEXIST)
+      usleep(20 * 1000);
   }
   if (e)
     goto out;

@@ -91,11 +91,16 @@ static enum MHD_Result api_user_add(struct MHD_Connection *c, struct req *rq, co
   }
   u.admin = json_is_true(v);
   v = json_object_get(body, "unix_user");
-  if (v && !json_is_null(v) &&
-      (!json_is_string(v) || !json_string_value(v)[0] ||
-       strlen(json_string_value(v)) >= sizeof(u.unix_user))) {
+  if (v && !json_is_null(v) && !json_is_string(v)) {
     ret = api_respond_error(c, MUSTER_E_INVALID, "unix_user", "unix_user must be an account name");
     goto out;
+  }
+  if (json_is_string(v)) {
+    char why[200];
+    if (user_unix_ok(json_string_value(v), why, sizeof(why)) != 0) {
+      ret = api_respond_error(c, MUSTER_E_INVALID, "unix_user", "unix_user: %s", why);
+      goto out;
+    }
   }
   if (json_is_string(v))
     snprintf(u.unix_user, sizeof(u.unix_user), "%s", json_string_value(v));

@@ -58,6 +58,9 @@ struct backend_start {
   const char *launch;         /* the launch (gang) it came from: a backend may group by it */
   const char *controller_url; /* where its workerd registers */
   const char *token;          /* the worker's bearer token: a secret */
+  /* The account its commands run as: its user's --unix-user; "" for the
+   * backend's own (--run-as). */
+  const char *account;
   int attempt;
   const struct backend_req *req; /* what it asked for */
   const struct backend_placement *where;

@@ -304,6 +304,7 @@ static int local_submit(const struct backend_start *ws, int n, char *why, size_t
     snprintf(j->id, sizeof(j->id), "%s", ws[i].id);
     snprintf(j->token, sizeof(j->token), "%s", ws[i].token);
     snprintf(j->controller_url, sizeof(j->controller_url), "%s", ws[i].controller_url);
+    snprintf(j->account, sizeof(j->account), "%s", ws[i].account ? ws[i].account : "");
     j->attempt = ws[i].attempt;
     j->where = *ws[i].where;
     job_push(j);

@@ -74,6 +74,7 @@ struct job {
   char id[16];
   char token[72];
   char controller_url[600];
+  char account[64]; /* backend_start's: "" for --run-as */
   int attempt;
   struct backend_placement where;
   enum backend_cancel how;

@@ -12,10 +12,13 @@
 #include "network.h"
 #include "zygote_proto.h"
 
+#include <errno.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void wvars_fill(struct wvars *w, const struct job *j) {
   snprintf(w->url, sizeof(w->url), "MUSTER_CONTROLLER_URL=%s", j->controller_url);
@@ -39,11 +42,42 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
   snprintf(w->confine, sizeof(w->confine), "MUSTER_CONFINE=%s",
            cg_confined() ? lb.cfg.state_dir : "");
   w->v[7] = w->confine;
-  snprintf(w->run_as, sizeof(w->run_as), "MUSTER_RUN_AS=%s", lb.cfg.run_as);
+  snprintf(w->run_as, sizeof(w->run_as), "MUSTER_RUN_AS=%s",
+           j->account[0] ? j->account : lb.cfg.run_as);
   w->v[8] = w->run_as;
   /* Bridge mode: workerd makes its own network namespace on the bridge. */
   snprintf(w->netns, sizeof(w->netns), "MUSTER_NETNS=%s", net_workerd_setting());
   w->v[9] = w->netns;
+}
+
+/* Whether j's user's account (--unix-user) can run its commands here.
+ * Returns 0, or -1 with why (the worker fails saying it). */
+static int account_ok(const struct job *j, char *why, size_t whylen) {
+  struct passwd *pw;
+
+  if (!j->account[0])
+    return 0;
+  if (geteuid() != 0) {
+    snprintf(why, whylen,
+             "its user's unix account %s needs a controller run as root, which this one is not",
+             j->account);
+    return -1;
+  }
+  errno = 0;
+  pw = getpwnam(j->account);
+  if (!pw) {
+    snprintf(why, whylen, "its user's unix account %s %s", j->account,
+             errno ? strerror(errno) : "does not exist on this host");
+    return -1;
+  }
+  if (pw->pw_uid == 0 || pw->pw_gid == 0) {
+    snprintf(why, whylen,
+             "its user's unix account %s is root or in root's group; a worker's code never runs "
+             "so",
+             j->account);
+    return -1;
+  }
+  return 0;
 }
 
 /* Records that j's workerd runs as pid (and reports it), or, if the worker
@@ -113,6 +147,11 @@ void local_start_batch(struct job **jobs, int n) {
     pthread_mutex_unlock(&lb.mu);
     if (!wanted) {
       jobs[i] = NULL; /* stopped before it could start: it never will */
+      continue;
+    }
+    if (account_ok(jobs[i], err, sizeof(err)) != 0) {
+      report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt, err);
+      jobs[i] = NULL;
       continue;
     }
     wvars_fill(&w[i], jobs[i]);

@@ -5,6 +5,8 @@
 
 #include "fault.h"
 #include "log.h"
+#include "muster_errors.h"
+#include "users.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,34 @@ static void fail_batch(struct lw **batch, int n, const char *why) {
     (void)fail_one(batch[i], "could not be started", why);
 }
 
+/* The account w's commands run as (struct backend_start): its user's
+ * unix account, read once per user and pass (user and account hold the
+ * last one read), else "" for the backend's own. NULL when the user's row
+ * cannot be read: never the backend's own account instead. */
+static const char *worker_account(const struct lw *w, char *user, char *account) {
+  const char *slash = strchr(w->session, '/');
+  size_t n = slash ? (size_t)(slash - w->session) : 0;
+  struct db_user u;
+
+  if (!n || n > USER_NAME_MAX)
+    return "";
+  if (strlen(user) == n && strncmp(user, w->session, n) == 0)
+    return account;
+  memcpy(user, w->session, n);
+  user[n] = '\0';
+  account[0] = '\0';
+  switch (db_user_get(g.db, user, &u)) {
+  case 0:
+    snprintf(account, sizeof(u.unix_user), "%s", u.unix_user);
+    return account;
+  case MUSTER_E_NOT_FOUND:
+    return account;
+  default:
+    user[0] = '\0';
+    return NULL;
+  }
+}
+
 /* Hands the backend every worker that waits for a start, oldest first,
  * while it has room: the backend reserves room (place), the new attempts
  * are committed with the `starting` state, and only then is the backend
@@ -64,6 +94,8 @@ void schedule_locked(void) {
   struct backend_start *starts = starts_s;
   struct lw **batch = batch_s;
   struct lw *w = g.head;
+  char user[USER_NAME_MAX + 1] = "", account[sizeof(((struct db_user *)0)->unix_user)] = "";
+  char(*accounts)[sizeof(account)] = NULL;
   int cap = 64;
 
   g.schedule_needed = 0;
@@ -75,7 +107,8 @@ void schedule_locked(void) {
     starts = calloc((size_t)cap, sizeof(*starts));
     batch = calloc((size_t)cap, sizeof(*batch));
   }
-  if (!where || !starts || !batch) {
+  accounts = calloc((size_t)cap, sizeof(*accounts));
+  if (!where || !starts || !batch || !accounts) {
     LOG(LOG_ERROR, "out of memory scheduling workers");
     g.schedule_needed = 1;
     goto out;
@@ -97,9 +130,15 @@ void schedule_locked(void) {
       char why[160], detail[256];
       int next_attempt = w->attempt + 1;
       enum wstatus to = WS_STARTING;
+      const char *acct;
 
       if (!wants_start(w))
         continue;
+      if (!(acct = worker_account(w, user, account))) {
+        LOG(LOG_ERROR, "could not read the user of %s: %s", w->id, db_errmsg(g.db));
+        g.schedule_needed = 1;
+        continue;
+      }
       /* One launch per submit for a queueing backend: the next launch
        * starts the next batch. */
       if (queues && launch && strcmp(launch, w->launch) != 0)
@@ -161,6 +200,7 @@ void schedule_locked(void) {
       } else {
         w->waiting_for[0] = '\0';
       }
+      snprintf(accounts[n], sizeof(accounts[n]), "%s", acct);
       batch[n++] = w;
     }
     FAULT_POINT("schedule_before_commit");
@@ -177,6 +217,7 @@ void schedule_locked(void) {
       starts[i].launch = batch[i]->launch;
       starts[i].controller_url = g.worker_url;
       starts[i].token = batch[i]->token;
+      starts[i].account = accounts[i];
       starts[i].attempt = batch[i]->attempt;
       starts[i].req = &batch[i]->req;
       starts[i].where = &where[i];
@@ -189,6 +230,7 @@ void schedule_locked(void) {
       goto out;
   }
 out:
+  free(accounts);
   if (queues) {
     free(where);
     free(starts);

@@ -101,8 +101,9 @@ int user_cmd(int argc, char **argv) {
     } else if (strcmp(a, "--admin") == 0) {
       u.admin = 1;
     } else if (strcmp(a, "--unix-user") == 0 && v) {
-      if (strlen(v) >= sizeof(u.unix_user) || !v[0])
-        return fail("--unix-user: not an account name: %s", v);
+      char why[200];
+      if (user_unix_ok(v, why, sizeof(why)) != 0)
+        return fail("--unix-user: %s", why);
       snprintf(u.unix_user, sizeof(u.unix_user), "%s", v);
       i++;
     } else if (strcmp(a, "--max-cpu") == 0 || strcmp(a, "--max-memory") == 0 ||

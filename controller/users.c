@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <openssl/evp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +42,30 @@ int user_token_parts(const char *token, char *prefix, char *sha256) {
   memcpy(prefix, token + pl, USER_PREFIX_LEN);
   prefix[USER_PREFIX_LEN] = '\0';
   return sha256_hex(token, sha256) == 0;
+}
+
+int user_unix_ok(const char *account, char *why, size_t whylen) {
+  size_t n = strlen(account);
+  struct passwd *pw;
+
+  /* (POSIX's portable names, as useradd takes them; '$' ends a Samba
+   * machine account) */
+  if (n == 0 || n >= sizeof(((struct db_user *)0)->unix_user) || account[0] == '-') {
+    snprintf(why, whylen, "%s is not an account name", account);
+    return -1;
+  }
+  for (const char *c = account; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '_' || *c == '-' || *c == '.' || (*c == '$' && c[1] == '\0'))) {
+      snprintf(why, whylen, "%s is not an account name", account);
+      return -1;
+    }
+  pw = getpwnam(account);
+  if (pw && (pw->pw_uid == 0 || pw->pw_gid == 0)) {
+    snprintf(why, whylen, "%s is root or in root's group: a worker's code never runs so", account);
+    return -1;
+  }
+  return 0;
 }
 
 int user_name_ok(const char *name) {

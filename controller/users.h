@@ -52,6 +52,10 @@ int user_token_parts(const char *token, char *prefix, char *sha256);
 /* Whether name is a user name: 1 to USER_NAME_MAX of [a-z0-9_-], starting
  * with a letter, and not USER_BOOTSTRAP. */
 int user_name_ok(const char *name);
+/* Whether account may be a user's --unix-user: an account's name, and not
+ * root's or in root's group where it exists here (a Slurm cluster's may
+ * exist on its nodes only). Returns 0, or -1 with why. */
+int user_unix_ok(const char *account, char *why, size_t whylen);
 
 /* ---- db_users.c: the users' rows ---- */
 /* What db_user_add() and db_user_set_token() say when another user's token

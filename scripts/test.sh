@@ -18,6 +18,16 @@ if [ "$(id -u)" -eq 0 ] && ! runuser -u muster-worker -- test -r "$PWD/CMakeList
   exit 1
 fi
 
+# Two accounts of the tests' own users (`muster-controller user add
+# --unix-user`): workers of two users run as two accounts, here and on the
+# Slurm test cluster. System accounts without a login, as muster-worker.
+if [ "$(id -u)" -eq 0 ]; then
+  for acct in muster-test-u1 muster-test-u2; do
+    getent passwd "$acct" >/dev/null ||
+      useradd --system --create-home --home-dir "/var/lib/$acct" --shell /usr/sbin/nologin "$acct"
+  done
+fi
+
 status=0
 # The style rules a machine can check (format, banned functions, number
 # parsing): a failure fails the run, after the tests have run too.

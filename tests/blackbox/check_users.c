@@ -3,13 +3,17 @@
  * muster-controller, its database and its CLI, as an operator uses them. */
 #include "harness.h"
 
+#include "account.h"
+
 #include "../check_run.h"
 
 #include <check.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static struct ctl_proc ctl;
 
@@ -75,6 +79,86 @@ static int file_has(const char *path, const char *needle) {
   free(buf);
   return hit;
 }
+
+/* What the worker launched with token prints (its code: code), once it
+ * succeeded; or, with failure set, the sentence of its failure. */
+static void worker_says(const char *token, const char *code, char *out, size_t size, int failure) {
+  char body[400], path[160], *text = NULL;
+  json_t *ws = NULL, *w;
+  const char *id;
+
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"sh\", \"code\": \"%s\"}",
+           code);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers", body, token, &ws, NULL), 201);
+  id = h_str(json_array_get(json_object_get(ws, "workers"), 0), "id");
+  w = h_wait_status(&ctl, id, failure ? "failed" : "succeeded", 60);
+  if (failure) {
+    snprintf(out, size, "%s", h_str(w, "failure"));
+  } else {
+    snprintf(path, sizeof(path), "/api/v1/workers/%s/logs", id);
+    ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, token, NULL, &text), 200);
+    snprintf(out, size, "%s", text);
+    out[strcspn(out, "\n")] = '\0';
+    free(text);
+  }
+  json_decref(w);
+  json_decref(ws);
+}
+
+/* Workers of two users run as their two unix accounts (--unix-user), as
+ * Slurm runs a job as its owner; a user without one, as the controller's
+ * --run-as; an account that is not there fails the worker saying so; root
+ * is never one. The accounts are scripts/test.sh's. */
+START_TEST(workers_of_two_users_run_as_their_two_accounts) {
+  static const char *const acct[2] = {"muster-test-u1", "muster-test-u2"};
+  char tok[3][128], out[600], err[512], args[200], want[32];
+  struct passwd *pw;
+
+  if (geteuid() != 0 || !getpwnam(acct[0]) || !getpwnam(acct[1])) {
+    fprintf(stderr, "skipped: needs root and the accounts %s and %s (scripts/test.sh)\n", acct[0],
+            acct[1]);
+    return;
+  }
+  start();
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof(args), "add u%d --unix-user %s", i + 1, acct[i]);
+    ck_assert_int_eq(user_cmd(args, tok[i], sizeof(tok[i]), err, sizeof(err)), 0);
+  }
+  ck_assert_int_eq(user_cmd("add u3", tok[2], sizeof(tok[2]), err, sizeof(err)), 0);
+  for (int i = 0; i < 2; i++) {
+    pw = getpwnam(acct[i]);
+    snprintf(want, sizeof(want), "%u %s", (unsigned)pw->pw_uid, acct[i]);
+    worker_says(tok[i], "echo $(id -u) $(id -un)", out, sizeof(out), 0);
+    ck_assert_msg(strcmp(out, want) == 0, "u%d's worker ran as \"%s\", not \"%s\"", i + 1, out,
+                  want);
+  }
+  pw = getpwnam(MUSTER_DEFAULT_ACCOUNT);
+  ck_assert_ptr_nonnull(pw);
+  snprintf(want, sizeof(want), "%u", (unsigned)pw->pw_uid);
+  worker_says(tok[2], "id -u", out, sizeof(out), 0);
+  ck_assert_str_eq(out, want);
+  /* an account removed from the host after the user was made */
+  ck_assert_int_eq(user_cmd("add u4 --unix-user muster-no-such-account", tok[2], sizeof(tok[2]),
+                            err, sizeof(err)),
+                   0);
+  worker_says(tok[2], "id -u", out, sizeof(out), 1);
+  ck_assert_msg(strstr(out, "its user's unix account muster-no-such-account does not exist") !=
+                    NULL,
+                "the failure: %s", out);
+  ck_assert_int_eq(user_cmd("add u5 --unix-user root", out, sizeof(out), err, sizeof(err)), 2);
+  ck_assert_msg(strstr(err, "root is root or in root's group") != NULL, "add said: %s", err);
+  {
+    json_t *ans = NULL;
+    ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users",
+                            "{\"name\": \"u6\", \"unix_user\": \"a b\"}", "", &ans, NULL),
+                     422);
+    ck_assert_str_eq(h_str(json_object_get(ans, "error"), "message"),
+                     "unix_user: a b is not an account name");
+    json_decref(ans);
+  }
+  h_finish(&ctl);
+}
+END_TEST
 
 /* A user added prints a token once; the token names its user (whoami); a
  * user who is no administrator is refused the rest, saying why; an
@@ -429,6 +513,7 @@ int main(void) {
   tcase_add_test(tc, a_user_with_live_workers_is_not_removed);
   tcase_add_test(tc, administrators_manage_users_through_the_api);
   tcase_add_test(tc, a_launch_past_a_users_limits_is_refused_and_changes_nothing);
+  tcase_add_test(tc, workers_of_two_users_run_as_their_two_accounts);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -10,12 +10,30 @@
 
 #include <string.h>
 
+/* {"user", "admin", "run_as"}: run_as, the account the caller's workers
+ * run as (their unix_user, else --run-as; null: the controller's own). */
 static enum MHD_Result api_whoami(struct MHD_Connection *c, struct req *rq, const char *arg) {
+  char run_as[sizeof(g.cfg.run_as) > sizeof(((struct db_user *)0)->unix_user)
+                  ? sizeof(g.cfg.run_as)
+                  : sizeof(((struct db_user *)0)->unix_user)];
+  struct db_user u;
+  int rc = 0;
+
   (void)arg;
-  return api_respond_json(c, MHD_HTTP_OK,
-                          json_pack("{s:s, s:b}", "user",
-                                    rq->who.name[0] ? rq->who.name : USER_BOOTSTRAP, "admin",
-                                    rq->who.admin));
+  snprintf(run_as, sizeof(run_as), "%s", g.cfg.run_as);
+  if (rq->who.name[0]) {
+    state_lock();
+    rc = db_user_get(g.db, rq->who.name, &u);
+    state_unlock();
+    if (rc == 0 && u.unix_user[0])
+      snprintf(run_as, sizeof(run_as), "%s", u.unix_user);
+  }
+  if (rc != 0 && rc != MUSTER_E_NOT_FOUND)
+    return api_respond_error(c, rc, NULL, NULL);
+  return api_respond_json(
+      c, MHD_HTTP_OK,
+      json_pack("{s:s, s:b, s:o}", "user", rq->who.name[0] ? rq->who.name : USER_BOOTSTRAP, "admin",
+                rq->who.admin, "run_as", run_as[0] ? json_string(run_as) : json_null()));
 }
 
 /* A limit as JSON: null where there is none. */

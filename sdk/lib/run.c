@@ -82,14 +82,22 @@ static size_t trainer_argv(const muster_run_opts *o, const char *ckpt, int resta
 }
 
 /* The home of the account the workers' code runs as ("~" of a checkpoint
- * muster-train wrote): the one health names, else this client's own. */
+ * muster-train wrote): the one whoami names (this user's), else the one
+ * health names (a controller from before users), else this client's own. */
 static const char *workers_home(muster_client *c, char *buf, size_t size) {
   json_t *h = NULL;
   const char *acct, *home = getenv("HOME");
   struct passwd *pw;
 
-  if (muster_json_call_(c, "GET", "/api/v1/health", NULL, &h) == 0 &&
-      (acct = json_string_value(json_object_get(h, "run_as"))) != NULL &&
+  if (muster_json_call_(c, "GET", "/api/v1/whoami", NULL, &h) != 0) {
+    json_decref(h);
+    h = NULL;
+    if (muster_json_call_(c, "GET", "/api/v1/health", NULL, &h) != 0) {
+      json_decref(h);
+      h = NULL;
+    }
+  }
+  if ((acct = json_string_value(json_object_get(h, "run_as"))) != NULL &&
       (pw = getpwnam(acct)) != NULL)
     home = pw->pw_dir;
   snprintf(buf, size, "%s", home ? home : "/");

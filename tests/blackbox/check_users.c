@@ -132,6 +132,12 @@ START_TEST(workers_of_two_users_run_as_their_two_accounts) {
     ck_assert_msg(strcmp(out, want) == 0, "u%d's worker ran as \"%s\", not \"%s\"", i + 1, out,
                   want);
   }
+  for (int i = 0; i < 3; i++) {
+    json_t *who = NULL;
+    ck_assert_int_eq(get_as(tok[i], "/api/v1/whoami", &who), 200);
+    ck_assert_str_eq(h_str(who, "run_as"), i < 2 ? acct[i] : MUSTER_DEFAULT_ACCOUNT);
+    json_decref(who);
+  }
   pw = getpwnam(MUSTER_DEFAULT_ACCOUNT);
   ck_assert_ptr_nonnull(pw);
   snprintf(want, sizeof(want), "%u", (unsigned)pw->pw_uid);

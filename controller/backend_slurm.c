@@ -313,103 +313,12 @@ static void *backend_main(void *arg) {
 
 /* ---- the operations ---- */
 
-/* Makes the directory jobs write their output to (sb.out_dir): the state
- * directory's slurm/ when jobs run as the controller's account; else
- * STATE-slurm, owned by the --run-as account (slurmstepd opens a job's
- * output as the job's user) and 0700, so that only it and root read it.
- * Returns 0 or MUSTER_E_IO with a sentence in err. */
-/* 0 if account pw can enter and write dir (tried as it, in a child), or
- * -1 (errno set: EACCES for "it cannot"). */
-static int account_reaches(const struct passwd *pw, const char *dir) {
-  int status;
-  pid_t pid = fork();
-
-  if (pid < 0)
-    return -1;
-  if (pid == 0) {
-    if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0)
-      _exit(2);
-    _exit(access(dir, R_OK | W_OK | X_OK) == 0 ? 0 : 1);
-  }
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      return -1;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-    return 0;
-  errno = WIFEXITED(status) && WEXITSTATUS(status) == 1 ? EACCES : EPERM;
-  return -1;
-}
-
-static int make_out_dir(const struct ctl_config *cfg, char *err, size_t errlen) {
-  struct passwd *pw;
-  struct stat st;
-  int fd;
-
-  if (!cfg->run_as[0]) {
-    snprintf(sb.out_dir, sizeof(sb.out_dir), "%s/slurm", cfg->state_dir);
-    if (mkdir(sb.out_dir, 0700) != 0 && errno != EEXIST)
-      goto fail;
-    return 0;
-  }
-  /* (never falls back to the controller's own account: that is root) */
-  errno = 0;
-  pw = getpwnam(cfg->run_as);
-  if (!pw || strlen(pw->pw_name) >= sizeof(sb.run_user) ||
-      strlen(pw->pw_dir) >= sizeof(sb.run_home)) {
-    snprintf(err, errlen,
-             "cannot look up the account %s that Slurm jobs run as (%s); no job is submitted as "
-             "root instead",
-             cfg->run_as,
-             pw      ? "its name or home is too long"
-             : errno ? strerror(errno)
-                     : "no such account");
-    return MUSTER_E_IO;
-  }
-  snprintf(sb.uid_arg, sizeof(sb.uid_arg), "--uid=%u", (unsigned)pw->pw_uid);
-  snprintf(sb.gid_arg, sizeof(sb.gid_arg), "--gid=%u", (unsigned)pw->pw_gid);
-  snprintf(sb.run_user, sizeof(sb.run_user), "%s", pw->pw_name);
-  snprintf(sb.run_home, sizeof(sb.run_home), "%s", pw->pw_dir);
-  snprintf(sb.out_dir, sizeof(sb.out_dir), "%s-slurm", cfg->state_dir);
-  if (mkdir(sb.out_dir, 0700) != 0 && errno != EEXIST)
-    goto fail;
-  /* (the account owns the directory's contents, never where it points:
-   * an existing one must be a directory itself, not a link to one, and is
-   * given to it through the descriptor, so no swap can redirect that) */
-  fd = open(sb.out_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && (errno == ENOTDIR || errno == ELOOP)) {
-    snprintf(err, errlen, "%s, where Slurm jobs write their output, is not a directory",
-             sb.out_dir);
-    return MUSTER_E_IO;
-  }
-  if (fd < 0)
-    goto fail;
-  if (fstat(fd, &st) != 0 || fchown(fd, pw->pw_uid, pw->pw_gid) != 0 || fchmod(fd, 0700) != 0) {
-    int e = errno;
-    close(fd);
-    errno = e;
-    goto fail;
-  }
-  close(fd);
-  if (account_reaches(pw, sb.out_dir) != 0) {
-    snprintf(err, errlen,
-             "%s cannot reach %s, where its Slurm jobs write their output (%s): a directory "
-             "above it is not searchable by it. Choose a --state-dir whose parent %s can enter",
-             pw->pw_name, sb.out_dir, strerror(errno), pw->pw_name);
-    return MUSTER_E_IO;
-  }
-  return 0;
-fail:
-  snprintf(err, errlen, "could not make %s (where Slurm jobs write their output): %s", sb.out_dir,
-           strerror(errno));
-  return MUSTER_E_IO;
-}
-
 static int slurm_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   int rc;
 
   sb.cfg = *cfg;
   snprintf(sb.controller_url, sizeof(sb.controller_url), "%s", state_controller_url());
-  rc = make_out_dir(cfg, err, errlen);
+  rc = sb_accounts_init(cfg, err, errlen);
   if (rc)
     return rc;
   util_cond_init_monotonic(&sb.cv);
@@ -468,6 +377,8 @@ static int slurm_submit(const struct backend_start *ws, int n, char *why, size_t
     return -1;
   }
   snprintf(j->launch, sizeof(j->launch), "%s", ws[0].launch ? ws[0].launch : "l-unknown");
+  /* (a launch is one user's: its account is its first worker's) */
+  snprintf(j->account, sizeof(j->account), "%s", ws[0].account ? ws[0].account : "");
   j->n = n;
   /* The launch's groups arrive in order: a new shape starts a new
    * component of a heterogeneous job. */

@@ -11,6 +11,7 @@
  *   slurm_script.c   a job's batch script and its shape options (no I/O)
  *   slurm_queue.c    squeue --json, read
  *   slurm_words.c    what Slurm says, made into muster's sentences
+ *   slurm_accounts.c the accounts jobs run as, and their output's directories
  *   slurm_run.c      running one Slurm command, with a timeout
  *   slurm_jobs.c     the backend's state (sb), its tracked jobs, reports
  */
@@ -55,6 +56,7 @@ struct sb_worker {
 struct sb_job {
   long jobid; /* 0 until sbatch answered */
   char launch[16];
+  char account[64]; /* its user's unix_user; "" for --run-as (sb.uid_arg) */
   int n;
   struct sb_worker *w;
   struct backend_req req;   /* the first worker's shape */
@@ -281,5 +283,28 @@ void sb_fate_decide(const struct sb_fate_in *in, struct sb_fate *f);
 void sb_resolve(const struct sq_job *q, size_t nq);
 /* backend_ops.reconcile. */
 void slurm_reconcile(struct backend_live *ws, int n);
+
+/* ---- slurm_accounts.c: the accounts jobs run as, and where their output
+ * goes ---- */
+
+/* An account a job runs as, as sbatch is told. */
+struct sb_account {
+  char uid_arg[32], gid_arg[32]; /* sbatch --uid= --gid= ("": the controller's own) */
+  char user[64], home[500];      /* its name and home ("": the controller's own) */
+  char out_dir[600];             /* where its jobs' output goes */
+};
+/* The default account (--run-as) and its output directory, sb.out_dir.
+ * Returns 0, or an error with a sentence in err. */
+int sb_accounts_init(const struct ctl_config *cfg, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* The account named name ("": the default), its output directory made.
+ * Returns 0, or an error with why (the job's workers fail saying it). */
+int sb_account_get(const char *name, struct sb_account *a, char *why, size_t whylen)
+    __attribute__((warn_unused_result));
+/* Calls fn with each account's output directory. */
+void sb_output_dirs(void (*fn)(const char *dir, void *arg), void *arg);
+/* The path of job jobid's output (OUT_DIR/JOBID.out) in whichever
+ * directory has it. Returns 0, or -1 if none has it. */
+int sb_output_path(long jobid, char *path, size_t size);
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * slurm_retain.c: retention of the output Slurm writes for muster's jobs
- * (OUT_DIR/JOBID.out: STATE/slurm, or STATE-slurm for --run-as): an ended job's goes after
- * --retain, as ended workers' logs do. Calls slurm_queue.c (slurm_internal.h).
+ * (OUT_DIR/JOBID.out: STATE/slurm, or STATE-slurm for --run-as, and
+ * STATE-slurm-users/ACCOUNT for a user's own account): an ended job's goes
+ * after --retain, as ended workers' logs do. Calls slurm_accounts.c and
+ * slurm_queue.c (slurm_internal.h).
  */
 #include "slurm_internal.h"
 
@@ -52,28 +54,22 @@ static int job_listed_live(const struct sq_job *q, size_t nq, int readable, long
   return 0;
 }
 
-/* Retention: the output (OUT_DIR/JOBID.out) of a job that has ended goes once
- * the file is older than --retain, as ended workers' logs do. A job this
- * controller tracks, or squeue lists as not ended, keeps its output
- * (workerd writes to it only at its start, so a long job's file is old).
- * Not under sb.mu. */
-void sb_prune_outputs(void) {
-  char dir[600], path[900], words[400];
-  time_t cutoff = time(NULL) - (time_t)sb.cfg.retain_s;
+/* One pass of retention over the output directories. */
+struct prune {
+  time_t cutoff;
+  json_t *root;
+  struct sq_job *q; /* squeue's jobs, read once a pass, when needed */
+  size_t nq;
+  int asked, readable, n;
+};
+
+static void prune_dir(const char *dir, void *arg) {
+  struct prune *pr = arg;
+  char path[1200], words[400];
   struct dirent *e;
   struct stat st;
-  json_t *root = NULL;
-  struct sq_job *q = NULL;
-  size_t nq = 0;
-  int asked = 0, readable = 0;
-  DIR *d;
-  int n = 0;
+  DIR *d = opendir(dir);
 
-  if (!jobs_all_known())
-    return;
-
-  snprintf(dir, sizeof(dir), "%s", sb.out_dir);
-  d = opendir(dir);
   if (!d)
     return;
   while ((e = readdir(d))) {
@@ -83,20 +79,33 @@ void sb_prune_outputs(void) {
     if (end == e->d_name || id <= 0 || strcmp(end, ".out") != 0)
       continue;
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    if (lstat(path, &st) != 0 || st.st_mtime >= cutoff || job_tracked(id))
+    if (lstat(path, &st) != 0 || st.st_mtime >= pr->cutoff || job_tracked(id))
       continue;
-    if (!asked++)
-      readable = sb_queue_read(&root, &q, &nq, words, sizeof(words)) == 0;
-    if (job_listed_live(q, nq, readable, id))
+    if (!pr->asked++)
+      pr->readable = sb_queue_read(&pr->root, &pr->q, &pr->nq, words, sizeof(words)) == 0;
+    if (job_listed_live(pr->q, pr->nq, pr->readable, id))
       continue;
     if (unlink(path) == 0)
-      n++;
+      pr->n++;
     else if (errno != ENOENT)
       LOG(LOG_WARN, "could not remove %s: %s", path, strerror(errno));
   }
   closedir(d);
-  free(q);
-  json_decref(root);
-  if (n)
-    LOG(LOG_INFO, "retention: removed the output of %d ended Slurm jobs", n);
+}
+
+/* Retention: the output (OUT_DIR/JOBID.out, in each account's directory)
+ * of a job that has ended goes once the file is older than --retain, as
+ * ended workers' logs do. A job this controller tracks, or squeue lists as
+ * not ended, keeps its output (workerd writes to it only at its start, so
+ * a long job's file is old). Not under sb.mu. */
+void sb_prune_outputs(void) {
+  struct prune pr = {.cutoff = time(NULL) - (time_t)sb.cfg.retain_s};
+
+  if (!jobs_all_known())
+    return;
+  sb_output_dirs(prune_dir, &pr);
+  free(pr.q);
+  json_decref(pr.root);
+  if (pr.n)
+    LOG(LOG_INFO, "retention: removed the output of %d ended Slurm jobs", pr.n);
 }

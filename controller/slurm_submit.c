@@ -173,6 +173,7 @@ void sb_submit_job(struct sb_job *j) {
   char *argv[SB_ARGV_MAX], bufs[SB_COMP_MAX][4][64], name[64], output[700], chdir[1100];
   char **envp = NULL, **tok = NULL, acct_env[4][600];
   char *script = sb_job_script(j), *comment_text = NULL;
+  struct sb_account acct;
   size_t nenv = 0, clen = 0;
   struct sb_out o = {0};
   char words[400];
@@ -195,18 +196,22 @@ void sb_submit_job(struct sb_job *j) {
              j->ncomp, sb.cfg.nslurm_args, SB_ARGV_MAX);
     goto refuse;
   }
+  /* Its user's account (their unix_user), else --run-as: sbatch --uid,
+   * as Slurm runs a job as its owner (its accounting, limits and files). */
+  if (sb_account_get(j->account, &acct, words, sizeof(words)) != 0)
+    goto refuse;
   nenv = 0;
   for (char **e = environ; *e; e++)
-    if (env_to_slurm_job(*e) && !(sb.uid_arg[0] && sb_env_is_account(*e)))
+    if (env_to_slurm_job(*e) && !(acct.uid_arg[0] && sb_env_is_account(*e)))
       envp[nenv++] = *e;
-  /* A job of the --run-as account is that account's, its home included
-   * (Slurm passes the submitter's HOME on): `~` is its own, not root's.
+  /* A job of an account is that account's, its home included (Slurm
+   * passes the submitter's HOME on): `~` is its own, not root's.
    * MUSTER_JOB_ACCOUNT tells the launcher to refuse to start dumpable. */
-  if (sb.uid_arg[0]) {
-    snprintf(acct_env[0], sizeof(acct_env[0]), "HOME=%s", sb.run_home);
-    snprintf(acct_env[1], sizeof(acct_env[1]), "USER=%s", sb.run_user);
-    snprintf(acct_env[2], sizeof(acct_env[2]), "LOGNAME=%s", sb.run_user);
-    snprintf(acct_env[3], sizeof(acct_env[3]), "MUSTER_JOB_ACCOUNT=%s", sb.run_user);
+  if (acct.uid_arg[0]) {
+    snprintf(acct_env[0], sizeof(acct_env[0]), "HOME=%s", acct.home);
+    snprintf(acct_env[1], sizeof(acct_env[1]), "USER=%s", acct.user);
+    snprintf(acct_env[2], sizeof(acct_env[2]), "LOGNAME=%s", acct.user);
+    snprintf(acct_env[3], sizeof(acct_env[3]), "MUSTER_JOB_ACCOUNT=%s", acct.user);
     for (int i = 0; i < 4; i++)
       envp[nenv++] = acct_env[i];
   }
@@ -266,7 +271,7 @@ void sb_submit_job(struct sb_job *j) {
   }
 
   snprintf(name, sizeof(name), "--job-name=muster-%s", j->launch);
-  snprintf(output, sizeof(output), "--output=%s/%%j.out", sb.out_dir);
+  snprintf(output, sizeof(output), "--output=%s/%%j.out", acct.out_dir);
   snprintf(chdir, sizeof(chdir), "--chdir=%s", sb.cfg.workdir);
   argv[n++] = "sbatch";
   argv[n++] = "--parsable";
@@ -284,11 +289,11 @@ void sb_submit_job(struct sb_job *j) {
   argv[n++] = comment_text;
   argv[n++] = output;
   argv[n++] = chdir;
-  /* A root controller's jobs run as the --run-as account (sbatch takes
-   * these from root only): a worker's code never runs as root. */
-  if (sb.uid_arg[0]) {
-    argv[n++] = sb.uid_arg;
-    argv[n++] = sb.gid_arg;
+  /* A root controller's jobs run as an account (sbatch takes these from
+   * root only): a worker's code never runs as root. */
+  if (acct.uid_arg[0]) {
+    argv[n++] = acct.uid_arg;
+    argv[n++] = acct.gid_arg;
   }
   /* One set of shape options per component, separated by ":" (the
    * heterogeneous job syntax); the --slurm-args go to each. */

@@ -94,7 +94,8 @@ void sb_append_output_error(long jobid, char *buf, size_t len) {
   ssize_t n;
   int fd;
 
-  snprintf(path, sizeof(path), "%s/%ld.out", sb.out_dir, jobid);
+  if (sb_output_path(jobid, path, sizeof(path)) != 0)
+    return;
   /* (the jobs' account owns the directory: never a link it put there) */
   fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)

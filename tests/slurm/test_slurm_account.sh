@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A worker's code never runs as root on Slurm, and no step of a job can
-# take another's identity (issue 26), on the real test cluster
+# A worker's code never runs as root on Slurm, no step of a job can take
+# another's identity, and two users' jobs run as their two accounts, on
+# the real test cluster
 # (tests/slurm/cluster.sh) with a root controller and its default account
 # (muster-worker, scripts/setup.sh):
 #   - `id -u` in a worker is the account's, not 0;
@@ -66,6 +67,44 @@ home=$(grep -o '^home=.*' "$tmp/id.out" | head -1)
 ahome=$(getent passwd "$account" | cut -d: -f6)
 check "its HOME, USER and LOGNAME are $account's, not root's ($home)" \
   test "$home" = "home=$ahome/$account/$account"
+
+# --- two users' workers run as their two unix accounts (user add
+# --unix-user), as Slurm runs a job as its owner: their code, their jobs in
+# squeue and, where the cluster keeps accounting, in sacct -u
+if id -u muster-test-u1 >/dev/null 2>&1 && id -u muster-test-u2 >/dev/null 2>&1; then
+  for u in 1 2; do
+    "$build/muster-controller" user add "u$u" --unix-user "muster-test-u$u" \
+      --state-dir "$tmp/state" >"$tmp/u$u.token" 2>>"$tmp/users.err"
+  done
+  declare -A ujob
+  for u in 1 2; do
+    wid=$(login env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN="$(cat "$tmp/u$u.token")" \
+      "$build/muster" launch --cpu 1 --memory 0.25 --no-path -- /bin/sh -c \
+      'echo "user=$(id -un) jobid=$SLURM_JOB_ID"; squeue --noheader --format="job=%u" --jobs "$SLURM_JOB_ID"')
+    m await --timeout 90 "$wid" >/dev/null 2>&1
+    m logs "$wid" >"$tmp/u$u.out" 2>/dev/null
+    said=$(grep -o '^user=[^ ]*' "$tmp/u$u.out" | head -1)
+    job=$(grep -o '^job=.*' "$tmp/u$u.out" | head -1)
+    ujob[$u]=$(grep -o 'jobid=[0-9]*' "$tmp/u$u.out" | head -1 | cut -d= -f2)
+    check "user u$u's worker runs as muster-test-u$u ($said)" test "$said" = "user=muster-test-u$u"
+    check "...in a Slurm job of muster-test-u$u's ($job)" test "$job" = "job=muster-test-u$u"
+    check "...its job's output in muster-test-u$u's own directory" \
+      test "$(stat -c %U "$tmp/state-slurm-users/muster-test-u$u")" = "muster-test-u$u"
+  done
+  if grep -q '^AccountingStorageType=accounting_storage/slurmdbd' "$MUSTER_SLURM_DIR/etc/slurm/slurm.conf"; then
+    for u in 1 2; do
+      # (slurmdbd learns of an ended job a moment after it ends)
+      wait_for 60 "sacct to list job ${ujob[$u]:-?} under muster-test-u$u" bash -c \
+        "bash '$cluster' exec sacct -n -X -u muster-test-u$u --format=JobID%20 | grep -qw '${ujob[$u]:-none}'"
+      check "sacct -u muster-test-u$u lists job ${ujob[$u]:-?}, and no other user's" bash -c \
+        "[ \"\$(bash '$cluster' exec sacct -n -X -j '${ujob[$u]:-0}' --format=User%30 | tr -d ' ')\" = muster-test-u$u ]"
+    done
+  else
+    echo "# skipped: sacct per user (this cluster has no accounting: slurmdbd or MariaDB missing)"
+  fi
+else
+  echo "# skipped: two users' accounts (muster-test-u1 and muster-test-u2 come from scripts/test.sh)"
+fi
 
 # --- muster-workerd is non-dumpable from exec for the account: root-owned,
 # mode 0711, so no process of the account opens a launcher's or a

@@ -62,7 +62,7 @@ static inline bool env_to_worker(const char *var) {
       "SSH_AGENT_PID=",   "GPG_AGENT_INFO=", "DBUS_SESSION_BUS_ADDRESS=",
       "XDG_RUNTIME_DIR=", "KRB5CCNAME=",     NULL};
   static const char *const for_workerd[] = {
-      "MUSTER_ORPHAN_TIMEOUT=", "MUSTER_LOG_LEVEL=", "MUSTER_FAULT=", NULL};
+      "MUSTER_ORPHAN_TIMEOUT=", "MUSTER_LOG_LEVEL=", "MUSTER_FAULT=", "MUSTER_CA_FILE=", NULL};
   return !env_in(var, controller_own) || env_in(var, for_workerd);
 }
 

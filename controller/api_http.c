@@ -385,6 +385,49 @@ int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
   return rc;
 }
 
+/* --tls-cert's and --tls-key's PEM text, read at the start (NULL: plain
+ * HTTP); libmicrohttpd reads them for as long as it serves. */
+static char *tls_cert_pem, *tls_key_pem;
+
+/* Reads the PEM file path (what: its option) into *out. Returns 0, or
+ * MUSTER_E_INVALID with a sentence in err. */
+static int read_pem(const char *path, const char *what, char **out, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+
+  if (!f) {
+    snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+    return MUSTER_E_INVALID;
+  }
+  for (;;) {
+    if (n + 4096 + 1 > cap) {
+      char *grown = cap < (1u << 20) ? realloc(buf, cap ? 2 * cap : 8192) : NULL;
+      if (!grown) {
+        free(buf);
+        fclose(f);
+        snprintf(err, errlen, "%s %s: larger than 1 MiB, or out of memory", what, path);
+        return MUSTER_E_INVALID;
+      }
+      buf = grown;
+      cap = cap ? 2 * cap : 8192;
+    }
+    size_t k = fread(buf + n, 1, 4096, f);
+    n += k;
+    if (k == 0)
+      break;
+  }
+  fclose(f);
+  buf[n] = '\0';
+  if (!strstr(buf, "-----BEGIN ")) {
+    free(buf);
+    snprintf(err, errlen, "%s %s: not a PEM file (no -----BEGIN line)", what, path);
+    return MUSTER_E_INVALID;
+  }
+  *out = buf;
+  return 0;
+}
+
 /* Serves fd with a daemon of its own into *out; the fd is the daemon's
  * from here (libmicrohttpd closes it, even when it fails to start). */
 static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char *err,
@@ -401,13 +444,17 @@ static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char
     close(fd);
     return MUSTER_E_IO;
   }
+  /* (with TLS, the certificate and key come last: there, MHD_OPTION_END
+   * ends the list when there are none) */
   *out = MHD_start_daemon(
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-      handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+          (tls_cert_pem ? MHD_USE_TLS : 0),
+      0, NULL, NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
       (unsigned)g.cfg.http_threads, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
       MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)GUARD_IDLE_S,
       MHD_OPTION_NOTIFY_CONNECTION, api_guard_notify, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-      NULL, MHD_OPTION_END);
+      NULL, tls_cert_pem ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, tls_cert_pem,
+      MHD_OPTION_HTTPS_MEM_KEY, tls_key_pem, MHD_OPTION_END);
   if (!*out) {
     snprintf(err, errlen, "could not serve on %s:%d", g.cfg.listen_host, g.cfg.port);
     return MUSTER_E_IO;
@@ -424,6 +471,10 @@ int api_start(char *err, size_t errlen) {
     snprintf(err, errlen, "internal error: the API's socket is not bound (api_bind)");
     return MUSTER_E_INTERNAL;
   }
+  if (g.cfg.tls_cert[0] && !tls_cert_pem &&
+      ((rc = read_pem(g.cfg.tls_cert, "--tls-cert", &tls_cert_pem, err, errlen)) ||
+       (rc = read_pem(g.cfg.tls_key, "--tls-key", &tls_key_pem, err, errlen))))
+    return rc;
   rc = api_readers_open(err, errlen);
   if (rc)
     return rc;

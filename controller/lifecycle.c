@@ -16,7 +16,7 @@
 
 int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   char path[600];
-  const char *host;
+  const char *host, *scheme;
   int rc;
 
   g.cfg = *cfg;
@@ -43,12 +43,13 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0' ||
       strcmp(host, "localhost") == 0)
     host = "127.0.0.1"; /* the IPv4 address bound: "localhost" may resolve to ::1 first */
+  scheme = g.cfg.tls_cert[0] ? "https" : "http";
   if (g.cfg.advertise_url[0])
     snprintf(g.controller_url, sizeof(g.controller_url), "%s", g.cfg.advertise_url);
   else
-    snprintf(g.controller_url, sizeof(g.controller_url), "http://%s:%d", host, g.cfg.port);
+    snprintf(g.controller_url, sizeof(g.controller_url), "%s://%s:%d", scheme, host, g.cfg.port);
   if (net_bridge() && !g.cfg.advertise_url[0])
-    snprintf(g.worker_url, sizeof(g.worker_url), "http://%s:%d", net_gateway(), g.cfg.port);
+    snprintf(g.worker_url, sizeof(g.worker_url), "%s://%s:%d", scheme, net_gateway(), g.cfg.port);
   else
     snprintf(g.worker_url, sizeof(g.worker_url), "%s", g.controller_url);
 

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <microhttpd.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -73,6 +74,10 @@ static void usage(FILE *out) {
                "                            run as this account (not root; the controller\n"
                "                            must run as root; default for a root controller:\n"
                "                            muster-worker)\n"
+               "  --tls-cert FILE           serve HTTPS with this certificate (PEM; its chain\n"
+               "                            after it); clients and workers verify it against\n"
+               "                            the system's CAs or MUSTER_CA_FILE\n"
+               "  --tls-key FILE            the certificate's private key (PEM)\n"
                "  --http-threads N          HTTP thread pool size (default 4)\n"
                "  -v, --verbose             log debug lines\n"
                "  -h, --help                this text\n"
@@ -277,6 +282,11 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     } else if (strcmp(a, "--workdir") == 0) {
       NEED_VALUE();
       snprintf(cfg->workdir, sizeof(cfg->workdir), "%s", v);
+    } else if (strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0) {
+      char *dst = a[6] == 'c' ? cfg->tls_cert : cfg->tls_key;
+      NEED_VALUE();
+      bad = strlen(v) >= sizeof(cfg->tls_cert) || !*v;
+      snprintf(dst, sizeof(cfg->tls_cert), "%s", v);
     } else if (strcmp(a, "--run-as") == 0) {
       NEED_VALUE();
       bad = strlen(v) >= sizeof(cfg->run_as) || !*v;
@@ -290,6 +300,23 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
       return MUSTER_E_INVALID;
     }
 #undef NEED_VALUE
+  }
+  if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+    fprintf(stderr, "muster-controller: %s needs %s too\n",
+            cfg->tls_cert[0] ? "--tls-cert" : "--tls-key",
+            cfg->tls_cert[0] ? "--tls-key" : "--tls-cert");
+    return MUSTER_E_INVALID;
+  }
+  if (cfg->tls_cert[0] && strncmp(cfg->advertise_url, "http://", 7) == 0) {
+    fprintf(stderr,
+            "muster-controller: --advertise-url %s is http://, but --tls-cert serves "
+            "HTTPS only\n",
+            cfg->advertise_url);
+    return MUSTER_E_INVALID;
+  }
+  if (cfg->tls_cert[0] && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    fprintf(stderr, "muster-controller: --tls-cert: this libmicrohttpd was built without TLS\n");
+    return MUSTER_E_INVALID;
   }
   /* A worker heartbeats every interval and is lost after the timeout
    * without one: a timeout no longer than the interval loses them all. */

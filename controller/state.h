@@ -53,6 +53,7 @@ struct ctl_config {
   char state_dir[512];
   char workdir[1024];
   char run_as[64]; /* the account workers' commands run as ("": the controller's own) */
+  char tls_cert[1024], tls_key[1024]; /* --tls-cert, --tls-key ("": plain HTTP) */
   char workerd_path[1024];
   char web_dir[1024];
   char backend[16];

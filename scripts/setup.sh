@@ -8,8 +8,10 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       check libsubunit-dev python3 iproute2 procps time
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
-      slurm-wlm munge slurmdbd mariadb-server)  # slurm-wlm pulls slurmctld, slurmd and slurm-client;
-      # slurmdbd and MariaDB keep its accounting (sacct): tests/slurm/cluster.sh
+      slurm-wlm munge slurmdbd mariadb-server openssl tcpdump)
+      # slurm-wlm pulls slurmctld, slurmd and slurm-client; slurmdbd and
+      # MariaDB keep its accounting (sacct): tests/slurm/cluster.sh; openssl
+      # makes the tests' throwaway CA (tests/tls), tcpdump captures the wire
 
 missing=()
 for p in "${pkgs[@]}"; do

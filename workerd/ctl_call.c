@@ -19,6 +19,7 @@
  * (wd.last_contact_ms); a call that got no answer marks it away
  * (wd.controller_up), which is said once, and its return said once too.
  */
+#include "ca_file.h"
 #include "workerd.h"
 
 #include "log.h"
@@ -246,6 +247,7 @@ MUST_CHECK static int call_setup(struct call *c) {
   cc.slots[cc.n_slots++] = c;
   curl_easy_setopt(c->easy, CURLOPT_PRIVATE, c);
   curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
+  muster_curl_ca(c->easy);
   curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS, WD_CONNECT_TIMEOUT_MS);
   curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);

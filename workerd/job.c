@@ -22,6 +22,7 @@
  *   4. waits for its steps, as the shell script before it did.
  * Calls nothing else of workerd; main.c calls job_main().
  */
+#include "ca_file.h"
 #include "workerd.h"
 
 #include "log.h"
@@ -91,6 +92,7 @@ static CURLcode job_post(const char *url, const char *bearer, const char *body, 
   if (c && h && body) {
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    muster_curl_ca(c);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, b);

@@ -1,6 +1,7 @@
 /* http.c: the transport of every call: one libcurl transfer on the
  * client's handle, its answer collected (capped) or streamed, an error
  * answer mapped back to a muster error. */
+#include "ca_file.h"
 #include "client_internal.h"
 #include "muster.h"
 #include "util.h"
@@ -53,11 +54,26 @@ static int close_socket(void *arg, curl_socket_t fd) {
   return close(fd);
 }
 
+/* MUSTER_E_UNREACHABLE for a transfer that got no answer (cc, curl's
+ * words in cerr), saying what to do where the controller's certificate
+ * could not be verified. */
+static int unreachable(muster_client *c, CURLcode cc, const char *cerr) {
+  if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE)
+    return muster_set_errorf_(c, MUSTER_E_UNREACHABLE, NULL,
+                              "the controller at %s has a certificate this client cannot verify "
+                              "(%s): set MUSTER_CA_FILE to the file of the CA that signed it",
+                              c->url, cerr[0] ? cerr : curl_easy_strerror(cc));
+  return muster_set_errorf_(c, MUSTER_E_UNREACHABLE, NULL,
+                            "could not reach the controller at %s: %s", c->url,
+                            cerr[0] ? cerr : curl_easy_strerror(cc));
+}
+
 /* Options every transfer of c gets. */
 static void common_opts(muster_client *c, const char *url, struct curl_slist *hdrs, char *cerr) {
   curl_easy_setopt(c->curl, CURLOPT_URL, url);
   curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
   curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+  muster_curl_ca(c->curl);
   curl_easy_setopt(c->curl, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, cerr);
   curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
@@ -179,9 +195,7 @@ int muster_http_(muster_client *c, const struct call *k) {
     rc = muster_set_errorf_(c, MUSTER_E_TIMEOUT, NULL, "no answer from %s within %g s", c->url,
                             k->timeout_s);
   } else if (cc != CURLE_OK && status == 0) {
-    rc = muster_set_errorf_(c, MUSTER_E_UNREACHABLE, NULL,
-                            "could not reach the controller at %s: %s", c->url,
-                            cerr[0] ? cerr : curl_easy_strerror(cc));
+    rc = unreachable(c, cc, cerr);
   } else if (status >= 400) {
     rc = answer_error(c, status, &b);
   } else if (cc != CURLE_OK) {
@@ -268,9 +282,7 @@ int muster_http_stream_(muster_client *c, const char *path, curl_write_callback 
   else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc != CURLE_OK && muster_client_cancelled_(c)))
     rc = muster_set_errorf_(c, MUSTER_E_SHUTTING_DOWN, NULL, "cancelled");
   else if (cc != CURLE_OK && status == 0)
-    rc = muster_set_errorf_(c, MUSTER_E_UNREACHABLE, NULL,
-                            "could not reach the controller at %s: %s", c->url,
-                            cerr[0] ? cerr : curl_easy_strerror(cc));
+    rc = unreachable(c, cc, cerr);
   else if (cc != CURLE_OK)
     rc = muster_set_errorf_(c, MUSTER_E_PROTOCOL, NULL, "the stream from %s broke off: %s", c->url,
                             cerr[0] ? cerr : curl_easy_strerror(cc));

@@ -46,6 +46,7 @@ import os
 import random
 import re
 import socket
+import ssl
 import sys
 import threading
 import urllib.parse
@@ -448,14 +449,24 @@ class Client:
             headers["Content-Type"] = "application/json"
         if timeout is _CLIENT_TIMEOUT:
             timeout = self.timeout
-        conn_cls = (http.client.HTTPSConnection if p.scheme == "https"
-                    else http.client.HTTPConnection)
-        conn = conn_cls(p.hostname, p.port, timeout=timeout)
+        if p.scheme == "https":
+            # The system's CAs, or MUSTER_CA_FILE's (as the C library and
+            # the CLI): the controller's --tls-cert is verified, name too.
+            ctx = ssl.create_default_context(cafile=os.environ.get("MUSTER_CA_FILE") or None)
+            conn = http.client.HTTPSConnection(p.hostname, p.port, timeout=timeout,
+                                               context=ctx)
+        else:
+            conn = http.client.HTTPConnection(p.hostname, p.port, timeout=timeout)
         try:
             try:
                 conn.request(method, full, body=data, headers=headers)
                 resp = conn.getresponse()
                 raw = resp.read()
+            except ssl.SSLCertVerificationError as e:
+                raise MusterError("unreachable",
+                                  "the muster controller at %s has a certificate this client "
+                                  "cannot verify (%s): set MUSTER_CA_FILE to the file of the "
+                                  "CA that signed it" % (self.url, e.verify_message or e))
             except socket.timeout:
                 raise MusterError("timeout",
                                   "the muster controller at %s did not answer %s %s "

@@ -338,7 +338,7 @@ void h_bridge_remove(struct ctl_proc *c) {
 }
 
 static void spawn(struct ctl_proc *c) {
-  char listen[64], workerd[512];
+  char listen[64], workerd[512], cert[200], key[200], ca[200];
   const char *argv[40];
   int n = 0;
 
@@ -359,8 +359,17 @@ static void spawn(struct ctl_proc *c) {
     h_subnet(c->port, c->subnet, sizeof(c->subnet));
   argv[n++] = "--subnet";
   argv[n++] = c->subnet;
-  for (int i = 0; c->extra[i] && n < 36; i++)
+  for (int i = 0; c->extra[i] && n < 32; i++)
     argv[n++] = c->extra[i];
+  if (c->tls) {
+    snprintf(cert, sizeof(cert), "%s/cert.pem", c->tls_dir);
+    snprintf(key, sizeof(key), "%s/key.pem", c->tls_dir);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", c->tls_dir);
+    argv[n++] = "--tls-cert";
+    argv[n++] = cert;
+    argv[n++] = "--tls-key";
+    argv[n++] = key;
+  }
   argv[n] = NULL;
 
   c->pid = fork();
@@ -377,6 +386,9 @@ static void spawn(struct ctl_proc *c) {
     for (int k = 3; k < 1024; k++)
       close(k);
     setenv("MUSTER_ORPHAN_TIMEOUT", c->orphan_timeout ? c->orphan_timeout : "60", 1);
+    /* (what its workers verify it with: it hands this on) */
+    if (c->tls)
+      setenv("MUSTER_CA_FILE", ca, 1);
     /* (a change of uid clears the death signal: set again, and the test
      * checked to be still there) */
     if (c->uid && (setgroups(0, NULL) != 0 || setgid(c->gid) != 0 || setuid(c->uid) != 0 ||
@@ -449,7 +461,19 @@ void h_start(struct ctl_proc *c) {
   }
   if (!c->port)
     c->port = h_free_port();
-  snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
+  snprintf(c->url, sizeof(c->url), "%s://127.0.0.1:%d", c->tls ? "https" : "http", c->port);
+  if (c->tls && !c->tls_dir[0]) {
+    /* valid for the loopback address clients use and the bridge's
+     * gateway, where workers reach the controller */
+    char cmd[512], gw[24];
+    if (!c->subnet[0])
+      h_subnet(c->port, c->subnet, sizeof(c->subnet));
+    snprintf(gw, sizeof(gw), "%.*s1", (int)(strrchr(c->subnet, '.') - c->subnet + 1), c->subnet);
+    snprintf(c->tls_dir, sizeof(c->tls_dir), "%s.tls", c->dir);
+    snprintf(cmd, sizeof(cmd), "bash %s/tests/tls/make_ca.sh %s 127.0.0.1 %s", MUSTER_SOURCE_DIR,
+             c->tls_dir, gw);
+    ck_assert_msg(system(cmd) == 0, "could not make the test CA: %s", cmd);
+  }
   snprintf(c->log, sizeof(c->log), "%s.controller.log", c->dir);
   snprintf(c->work, sizeof(c->work), "%s.work", c->dir);
   if (mkdir(c->work, 0777) == 0 || errno == EEXIST)
@@ -521,7 +545,8 @@ void h_finish(struct ctl_proc *c) {
   if (system(cmd) != 0)
     fprintf(stderr, "could not unmount the overlays in %s/scratch\n", c->dir);
   /* (DIR-slurm: a root slurm controller's job output, beside its state) */
-  snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s %s", c->dir, c->dir, c->log, c->work);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s-slurm-users %s.tls %s %s", c->dir, c->dir,
+           c->dir, c->dir, c->log, c->work);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", c->dir);
 }
@@ -544,6 +569,15 @@ static size_t collect(char *p, size_t size, size_t n, void *arg) {
   return size * n;
 }
 
+void h_curl_tls(struct ctl_proc *c, CURL *curl) {
+  char ca[160];
+
+  if (!c->tls)
+    return;
+  snprintf(ca, sizeof(ca), "%s/ca.pem", c->tls_dir);
+  curl_easy_setopt(curl, CURLOPT_CAINFO, ca); /* (libcurl copies it) */
+}
+
 long h_http(struct ctl_proc *c, const char *method, const char *path, const char *body,
             const char *token, json_t **out, char **raw) {
   CURL *curl = curl_easy_init();
@@ -554,6 +588,7 @@ long h_http(struct ctl_proc *c, const char *method, const char *path, const char
 
   snprintf(url, sizeof(url), "%s%s", c->url, path);
   curl_easy_setopt(curl, CURLOPT_URL, url);
+  h_curl_tls(c, curl);
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
@@ -667,6 +702,7 @@ int h_sse(struct ctl_proc *c, long since, int want, long timeout_ms, char **raw)
   snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
   hdrs = curl_slist_append(hdrs, auth);
   curl_easy_setopt(curl, CURLOPT_URL, url);
+  h_curl_tls(c, curl);
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hdrs);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);

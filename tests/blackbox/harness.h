@@ -7,6 +7,7 @@
 #ifndef MUSTER_HARNESS_H
 #define MUSTER_HARNESS_H
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <sys/types.h>
 
@@ -27,12 +28,17 @@ struct ctl_proc {
   uid_t uid;                  /* not 0: the controller runs as this account ... */
   gid_t gid;                  /* ... and group, owning its state directory */
   char subnet[24];            /* its workers' subnet (h_subnet()), its own */
+  int tls;                    /* serve HTTPS: a throwaway CA's certificate (tests/tls) */
+  char tls_dir[128];          /* ...in DIR.tls: ca.pem (MUSTER_CA_FILE), cert.pem, key.pem */
 };
 
 /* The workers' subnet the harness gives a controller on port (so that
  * test suites that run at once never share a bridge): a /24 in
  * 10.128.0.0/9 from the port's low 15 bits. */
 void h_subnet(int port, char *buf, size_t len);
+
+/* Makes curl trust c's test CA, when c serves HTTPS. */
+void h_curl_tls(struct ctl_proc *c, CURL *curl);
 
 /* Removes the bridge of c's subnet, if there is one (a test removes what
  * it made; a controller leaves its bridge, as docker leaves docker0). */

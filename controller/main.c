@@ -254,8 +254,11 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
       cfg->http_threads = (int)l;
     } else if (strcmp(a, "--advertise-url") == 0) {
       NEED_VALUE();
-      if (strncmp(v, "http://", 7) != 0 || strlen(v) >= sizeof(cfg->advertise_url)) {
-        fprintf(stderr, "muster-controller: --advertise-url must be an http:// URL, not \"%s\"\n",
+      if ((strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0) ||
+          strlen(v) >= sizeof(cfg->advertise_url)) {
+        fprintf(stderr,
+                "muster-controller: --advertise-url must be an http:// or https:// URL, not "
+                "\"%s\"\n",
                 v);
         return MUSTER_E_INVALID;
       }
@@ -307,11 +310,12 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
             cfg->tls_cert[0] ? "--tls-key" : "--tls-cert");
     return MUSTER_E_INVALID;
   }
-  if (cfg->tls_cert[0] && strncmp(cfg->advertise_url, "http://", 7) == 0) {
-    fprintf(stderr,
-            "muster-controller: --advertise-url %s is http://, but --tls-cert serves "
-            "HTTPS only\n",
-            cfg->advertise_url);
+  if (cfg->advertise_url[0] &&
+      (cfg->tls_cert[0] != '\0') == (strncmp(cfg->advertise_url, "http://", 7) == 0)) {
+    fprintf(stderr, "muster-controller: --advertise-url %s: the controller serves %s\n",
+            cfg->advertise_url,
+            cfg->tls_cert[0] ? "HTTPS only (--tls-cert)"
+                             : "plain HTTP (https:// needs --tls-cert)");
     return MUSTER_E_INVALID;
   }
   if (cfg->tls_cert[0] && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {

@@ -381,6 +381,36 @@ void muster_run_info_list_free(muster_run_info_list *l);
 int muster_runs(muster_client *c, const char *session, const char *status, int limit,
                 const char *before, muster_run_info_list *out, char *next) MUSTER_WARN_UNUSED;
 
+/* ---- Users (docs/design.md, "Users") ----
+ * Each call hands back the controller's JSON answer as text in *json
+ * (free()); NULL when it fails. */
+
+/* {"user", "admin", "run_as"}: whose token this client carries. */
+int muster_whoami(muster_client *c, char **json) MUSTER_WARN_UNUSED;
+
+/* A new user's settings; limits below 0 (as muster_user_opts_init() sets
+ * them) are none. */
+typedef struct muster_user_opts {
+  int admin;
+  const char *unix_user; /* the account their workers run as (NULL: --run-as) */
+  double max_cpu, max_memory;
+  int max_gpus, max_workers;
+} muster_user_opts;
+void muster_user_opts_init(muster_user_opts *o);
+
+/* Administrators: {"users": [user]}. */
+int muster_users_list(muster_client *c, char **json) MUSTER_WARN_UNUSED;
+/* Administrators: {"user", "token"}; the only time the token is shown. */
+int muster_user_add(muster_client *c, const char *name, const muster_user_opts *o,
+                    char **json) MUSTER_WARN_UNUSED;
+/* An administrator, or that user: the user object. */
+int muster_user_get(muster_client *c, const char *name, char **json) MUSTER_WARN_UNUSED;
+/* Administrators: {"token"}, a new one; the old one is dead at once. */
+int muster_user_token(muster_client *c, const char *name, char **json) MUSTER_WARN_UNUSED;
+/* Administrators: {"removed"}; refused (MUSTER_E_CONFLICT) while the user
+ * owns live workers. */
+int muster_user_remove(muster_client *c, const char *name, char **json) MUSTER_WARN_UNUSED;
+
 typedef enum muster_run_mode {
   MUSTER_RUN_PS,        /* the command on every PS and worker, with TF_CONFIG */
   MUSTER_RUN_ALLREDUCE, /* mpirun in this session, orted started through exec */

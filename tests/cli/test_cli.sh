@@ -778,6 +778,40 @@ m logs "$EW"
 check "...as does logs into a pipe or a file" eval 'grep -qF -- $'"'"'a\033[31mred'"'"' <<<"$OUT"'
 m stop --session "evil-$$" --all
 
+# ======================= users =======================
+# An administrator adds a user, who sees who they are and is refused the
+# users' list; a new token revokes the old one; a user is removed.
+m whoami
+check "whoami with the state directory's token: admin, an administrator" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^admin \(administrator\); workers run as "'
+m users add "cli$$" --max-cpu 2 --max-workers 3
+UTOK=$OUT
+check "users add prints the new user's token alone" eval '[ $RC = 0 ] && hasE "$OUT" "^mu_[0-9a-f]{64}$"'
+m users add "cli$$"
+check "...a name taken: exit 4, saying so" eval '[ $RC = 4 ] && has "$ERR" "taken"'
+m users add "cli$$-b" --max-cpu lots
+check "...a limit that is no number: exit 2, naming it" eval '[ $RC = 2 ] && has "$ERR" "--max-cpu"'
+m users
+check "users lists the user with its limits" \
+  eval '[ $RC = 0 ] && hasE "$OUT" "^NAME +ADMIN" && hasE "$OUT" "^cli$$ +no +- +2 +- +- +3 +0$"'
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$UTOK" "$MUSTER" whoami --json
+check "the user's token names the user (whoami --json)" \
+  eval '[ $RC = 0 ] && [ "$(jq -r .user <<<"$OUT")" = "cli$$" ] && [ "$(jq -r .admin <<<"$OUT")" = false ]'
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$UTOK" "$MUSTER" users
+check "...who is no administrator: users is refused, exit 4" eval '[ $RC = 4 ] && [ -z "$OUT" ]'
+m users token "cli$$"
+NTOK=$OUT
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$UTOK" "$MUSTER" whoami
+check "users token: the old token is refused at once" eval '[ $RC = 4 ] && [ -z "$OUT" ]'
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$NTOK" "$MUSTER" whoami
+check "...and the new one serves" eval '[ $RC = 0 ] && hasE "$OUT" "^cli$$; workers run as "'
+m users remove "cli$$"
+check "users remove removes the user" eval '[ $RC = 0 ] && has "$OUT" "removed user cli$$"'
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$NTOK" "$MUSTER" whoami
+check "...whose token is refused from then on" eval '[ $RC = 4 ]'
+m users remove "nobody$$"
+check "users remove of no such user: exit 3" eval '[ $RC = 3 ] && has "$ERR" "nobody$$"'
+
 # ======================= the end =======================
 # A notebook's worker, in a session of its own: stop --all (no --session, no
 # MUSTER_SESSION) stops it too, with the default session's.

@@ -47,7 +47,7 @@ static void lease_path(const muster_lease *l, char *path, size_t size) {
 static int lease_put(muster_client *c, const muster_lease *l, int *created, int *expired,
                      int *stopped) {
   json_t *ans = NULL;
-  char path[128];
+  char path[192];
   int rc;
 
   lease_path(l, path, sizeof(path));

@@ -368,23 +368,6 @@ static int bind_one(const char *host, const char *shown, const char *dev, int *p
   return 0;
 }
 
-int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
-  const char *host = cfg->listen_host;
-  int rc;
-
-  if (strcmp(host, "*") == 0 || host[0] == '\0')
-    host = "0.0.0.0";
-  if (strcmp(host, "localhost") == 0)
-    host = "127.0.0.1";
-  rc = bind_one(host, cfg->listen_host, NULL, &cfg->port, &listen_fds[0], err, errlen);
-  /* Workers in their own namespaces reach the controller at the gateway,
-   * on the same port. */
-  if (!rc && net_bridge() && strcmp(host, "0.0.0.0") != 0 && strcmp(host, net_gateway()) != 0)
-    rc = bind_one(net_gateway(), net_gateway(), net_bridge_name(), &cfg->port, &listen_fds[1], err,
-                  errlen);
-  return rc;
-}
-
 /* --tls-cert's and --tls-key's PEM text, read at the start (NULL: plain
  * HTTP); libmicrohttpd reads them for as long as it serves. */
 static char *tls_cert_pem, *tls_key_pem;
@@ -428,6 +411,29 @@ static int read_pem(const char *path, const char *what, char **out, char *err, s
   return 0;
 }
 
+int api_bind(struct ctl_config *cfg, char *err, size_t errlen) {
+  const char *host = cfg->listen_host;
+  int rc;
+
+  if (strcmp(host, "*") == 0 || host[0] == '\0')
+    host = "0.0.0.0";
+  if (strcmp(host, "localhost") == 0)
+    host = "127.0.0.1";
+  /* (read before anything else starts: a file that is not there stops the
+   * controller before its restart's reconciliation) */
+  if (cfg->tls_cert[0] && !tls_cert_pem &&
+      ((rc = read_pem(cfg->tls_cert, "--tls-cert", &tls_cert_pem, err, errlen)) ||
+       (rc = read_pem(cfg->tls_key, "--tls-key", &tls_key_pem, err, errlen))))
+    return rc;
+  rc = bind_one(host, cfg->listen_host, NULL, &cfg->port, &listen_fds[0], err, errlen);
+  /* Workers in their own namespaces reach the controller at the gateway,
+   * on the same port. */
+  if (!rc && net_bridge() && strcmp(host, "0.0.0.0") != 0 && strcmp(host, net_gateway()) != 0)
+    rc = bind_one(net_gateway(), net_gateway(), net_bridge_name(), &cfg->port, &listen_fds[1], err,
+                  errlen);
+  return rc;
+}
+
 /* Serves fd with a daemon of its own into *out; the fd is the daemon's
  * from here (libmicrohttpd closes it, even when it fails to start). */
 static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char *err,
@@ -456,7 +462,10 @@ static int serve_one(int fd, long max_connections, struct MHD_Daemon **out, char
       NULL, tls_cert_pem ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, tls_cert_pem,
       MHD_OPTION_HTTPS_MEM_KEY, tls_key_pem, MHD_OPTION_END);
   if (!*out) {
-    snprintf(err, errlen, "could not serve on %s:%d", g.cfg.listen_host, g.cfg.port);
+    snprintf(err, errlen, "could not serve on %s:%d%s", g.cfg.listen_host, g.cfg.port,
+             tls_cert_pem ? " (does --tls-key hold the key of --tls-cert's certificate? "
+                            "libmicrohttpd's words are above)"
+                          : "");
     return MUSTER_E_IO;
   }
   return 0;
@@ -471,10 +480,6 @@ int api_start(char *err, size_t errlen) {
     snprintf(err, errlen, "internal error: the API's socket is not bound (api_bind)");
     return MUSTER_E_INTERNAL;
   }
-  if (g.cfg.tls_cert[0] && !tls_cert_pem &&
-      ((rc = read_pem(g.cfg.tls_cert, "--tls-cert", &tls_cert_pem, err, errlen)) ||
-       (rc = read_pem(g.cfg.tls_key, "--tls-key", &tls_key_pem, err, errlen))))
-    return rc;
   rc = api_readers_open(err, errlen);
   if (rc)
     return rc;

@@ -153,8 +153,10 @@ static void poll_jobs(void) {
       nn--; /* counted below, once it holds something to report */
       nt->w = *w;
       if (ended) {
-        if (s && (state_is(s->state, "COMPLETED") || state_is(s->state, "FAILED")))
+        if (s && (state_is(s->state, "COMPLETED") || state_is(s->state, "FAILED"))) {
           nt->output_of = j->jobid;
+          snprintf(nt->out_dir, sizeof(nt->out_dir), "%s", j->out_dir[0] ? j->out_dir : sb.out_dir);
+        }
         if (s && state_is(s->state, "NODE_FAIL"))
           nt->node_fail = 1;
         if (s)
@@ -223,7 +225,8 @@ static void poll_jobs(void) {
                  down);
     }
     if (notes[i].output_of)
-      sb_append_output_error(notes[i].output_of, notes[i].detail, sizeof(notes[i].detail));
+      sb_append_output_error(notes[i].out_dir, notes[i].output_of, notes[i].detail,
+                             sizeof(notes[i].detail));
     sb_report(notes[i].ev, &notes[i].w, notes[i].ref[0] ? notes[i].ref : NULL, notes[i].detail);
   }
   /* Tests: Slurm's account of an ending job comes late. */

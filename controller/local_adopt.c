@@ -136,8 +136,10 @@ static MUST_CHECK int ref_parse(const char *ref, pid_t *pid, unsigned long long 
  * controller's fork server started, not yet registered), before anything
  * new starts: the worker's next attempt may get the same address, and two
  * workerds must never make its veth pair at once. Its cgroup goes, and its
- * veth with its namespace: that is waited for (up to 2 s in all; the
- * kernel tears namespaces down in the background). */
+ * veth with its namespace: that is waited for (up to 5 s in all; the
+ * kernel tears namespaces down in the background, in milliseconds when
+ * the host is not loaded). Without cgroups (--isolation none) there is
+ * nothing to end them by: such a workerd is refused when it registers. */
 static void end_earlier_attempts(const struct backend_live *ws, int n) {
   int64_t until;
   int fd;
@@ -152,7 +154,7 @@ static void end_earlier_attempts(const struct backend_live *ws, int n) {
   }
   if (!net_bridge())
     return;
-  until = util_mono_ms() + 2000;
+  until = util_mono_ms() + 5000;
   fd = nl_open();
   for (int i = 0; fd >= 0 && i < n; i++) {
     char veth[NL_VETH_NAME_MAX];

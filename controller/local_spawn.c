@@ -53,7 +53,9 @@ static void wvars_fill(struct wvars *w, const struct job *j) {
 /* Whether j's user's account (--unix-user) can run its commands here.
  * Returns 0, or -1 with why (the worker fails saying it). */
 static int account_ok(const struct job *j, char *why, size_t whylen) {
-  struct passwd *pw;
+  struct passwd pwbuf, *pw = NULL;
+  char buf[4096];
+  int e;
 
   if (!j->account[0])
     return 0;
@@ -63,11 +65,11 @@ static int account_ok(const struct job *j, char *why, size_t whylen) {
              j->account);
     return -1;
   }
-  errno = 0;
-  pw = getpwnam(j->account);
+  /* (getpwnam_r: API threads look accounts up meanwhile) */
+  e = getpwnam_r(j->account, &pwbuf, buf, sizeof(buf), &pw);
   if (!pw) {
     snprintf(why, whylen, "its user's unix account %s %s", j->account,
-             errno ? strerror(errno) : "does not exist on this host");
+             e ? strerror(e) : "does not exist on this host");
     return -1;
   }
   if (pw->pw_uid == 0 || pw->pw_gid == 0) {

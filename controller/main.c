@@ -517,11 +517,12 @@ int main(int argc, char **argv) {
   /* Who runs the workers' code is the first thing to know about their
    * boundary: said at every start, as health says it. */
   if (g.cfg.run_as[0] && strcmp(g.backend->name, "slurm") == 0)
-    printf("muster-controller: workers' commands run as %s (their Slurm jobs are submitted as "
-           "it)\n",
+    printf("muster-controller: workers' commands run as %s, or as their user's unix_user (their "
+           "Slurm jobs are submitted as it)\n",
            g.cfg.run_as);
   else if (g.cfg.run_as[0])
-    printf("muster-controller: workers' commands run as %s\n", g.cfg.run_as);
+    printf("muster-controller: workers' commands run as %s, or as their user's unix_user\n",
+           g.cfg.run_as);
   else if (strcmp(g.backend->name, "slurm") == 0)
     printf("muster-controller: workers' commands run as this controller's account (their Slurm "
            "jobs are submitted as it; a controller run as root submits them as another: "

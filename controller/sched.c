@@ -134,11 +134,6 @@ void schedule_locked(void) {
 
       if (!wants_start(w))
         continue;
-      if (!(acct = worker_account(w, user, account))) {
-        LOG(LOG_ERROR, "could not read the user of %s: %s", w->id, db_errmsg(g.db));
-        g.schedule_needed = 1;
-        continue;
-      }
       /* One launch per submit for a queueing backend: the next launch
        * starts the next batch. */
       if (queues && launch && strcmp(launch, w->launch) != 0)
@@ -160,6 +155,18 @@ void schedule_locked(void) {
             LOG(LOG_WARN, "could not record why %s waits: %s", w->id, db_errmsg(g.db));
         }
         continue;
+      }
+      /* (placed: its account, looked up once per user and pass; a user
+       * that cannot be read sends the whole batch back to the next pass,
+       * never runs it as another account, nor splits a launch) */
+      if (!(acct = worker_account(w, user, account))) {
+        LOG(LOG_ERROR, "could not read the user of %s: %s", w->id, db_errmsg(g.db));
+        g.backend->release(w->id);
+        sm_rollback();
+        for (int i = 0; i < n; i++)
+          g.backend->release(batch[i]->id);
+        g.schedule_needed = 1;
+        goto out;
       }
       launch = w->launch;
       if (queues && w->status == WS_SCHEDULING)

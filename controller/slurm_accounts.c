@@ -9,8 +9,9 @@
  * directory: the default account's output goes to STATE-slurm (STATE/slurm
  * for the controller's own), and each user's account's to
  * STATE-slurm-users/ACCOUNT, made on its first job. Each is owned by its
- * account and 0700: only it and root read it. Slurm's job ids are unique,
- * so a job's output is found by looking in each.
+ * account and 0700: only it and root read it. A job's output is read from
+ * its own account's directory only (sb_job.out_dir): another account could
+ * put a file named after the job's id in its own.
  */
 #include "slurm_internal.h"
 
@@ -36,16 +37,16 @@ static struct {
   int n;
 } ready = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* 0 if account pw can enter and write dir (tried as it, in a child), or
+/* 0 if account a can enter and write dir (tried as it, in a child), or
  * -1 (errno set: EACCES for "it cannot"). */
-static int account_reaches(const struct passwd *pw, const char *dir) {
+static int account_reaches(const struct sb_account *a, const char *dir) {
   int status;
   pid_t pid = fork();
 
   if (pid < 0)
     return -1;
   if (pid == 0) {
-    if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0)
+    if (setgroups(0, NULL) != 0 || setgid(a->gid) != 0 || setuid(a->uid) != 0)
       _exit(2);
     _exit(access(dir, R_OK | W_OK | X_OK) == 0 ? 0 : 1);
   }
@@ -58,12 +59,12 @@ static int account_reaches(const struct passwd *pw, const char *dir) {
   return -1;
 }
 
-/* Makes dir (mode 0700) the directory of pw's jobs' output. The account
+/* Makes dir (mode 0700) the directory of a's jobs' output. The account
  * owns its contents, never where it points: an existing one must be a
  * directory itself, not a link to one, and is given to the account
  * through the descriptor, so that no swap can redirect that. Returns 0 or
  * MUSTER_E_IO with a sentence in err. */
-static int account_dir(const struct passwd *pw, const char *dir, char *err, size_t errlen) {
+static int account_dir(const struct sb_account *a, const char *dir, char *err, size_t errlen) {
   struct stat st;
   int fd;
 
@@ -76,18 +77,18 @@ static int account_dir(const struct passwd *pw, const char *dir, char *err, size
   }
   if (fd < 0)
     goto fail;
-  if (fstat(fd, &st) != 0 || fchown(fd, pw->pw_uid, pw->pw_gid) != 0 || fchmod(fd, 0700) != 0) {
+  if (fstat(fd, &st) != 0 || fchown(fd, a->uid, a->gid) != 0 || fchmod(fd, 0700) != 0) {
     int e = errno;
     close(fd);
     errno = e;
     goto fail;
   }
   close(fd);
-  if (account_reaches(pw, dir) != 0) {
+  if (account_reaches(a, dir) != 0) {
     snprintf(err, errlen,
              "%s cannot reach %s, where its Slurm jobs write their output (%s): a directory "
              "above it is not searchable by it. Choose a --state-dir whose parent %s can enter",
-             pw->pw_name, dir, strerror(errno), pw->pw_name);
+             a->user, dir, strerror(errno), a->user);
     return MUSTER_E_IO;
   }
   return 0;
@@ -97,19 +98,20 @@ fail:
   return MUSTER_E_IO;
 }
 
-/* Fills a from pw. Returns 0, or MUSTER_E_INVALID with why. */
-static int account_of(const char *name, struct sb_account *a, struct passwd **out, char *why,
-                      size_t whylen) {
-  struct passwd *pw;
+/* Fills a with the account name's ids, name and home (getpwnam_r: API
+ * threads look accounts up meanwhile). Returns 0, or MUSTER_E_INVALID with
+ * why. */
+static int account_of(const char *name, struct sb_account *a, char *why, size_t whylen) {
+  struct passwd pwbuf, *pw = NULL;
+  char buf[4096];
+  int e = getpwnam_r(name, &pwbuf, buf, sizeof(buf), &pw);
 
-  errno = 0;
-  pw = getpwnam(name);
   if (!pw || strlen(pw->pw_name) >= sizeof(a->user) || strlen(pw->pw_dir) >= sizeof(a->home)) {
     snprintf(why, whylen, "cannot look up the account %s that its Slurm job would run as (%s)",
              name,
-             pw      ? "its name or home is too long"
-             : errno ? strerror(errno)
-                     : "no such account on the controller's host");
+             pw  ? "its name or home is too long"
+             : e ? strerror(e)
+                 : "no such account on the controller's host");
     return MUSTER_E_INVALID;
   }
   if (pw->pw_uid == 0 || pw->pw_gid == 0) {
@@ -117,17 +119,17 @@ static int account_of(const char *name, struct sb_account *a, struct passwd **ou
              "the account %s is root or in root's group; a worker's code never runs so", name);
     return MUSTER_E_INVALID;
   }
+  a->uid = pw->pw_uid;
+  a->gid = pw->pw_gid;
   snprintf(a->uid_arg, sizeof(a->uid_arg), "--uid=%u", (unsigned)pw->pw_uid);
   snprintf(a->gid_arg, sizeof(a->gid_arg), "--gid=%u", (unsigned)pw->pw_gid);
   snprintf(a->user, sizeof(a->user), "%s", pw->pw_name);
   snprintf(a->home, sizeof(a->home), "%s", pw->pw_dir);
-  *out = pw;
   return 0;
 }
 
 int sb_accounts_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   struct sb_account a = {0};
-  struct passwd *pw;
 
   if (!cfg->run_as[0]) {
     snprintf(sb.out_dir, sizeof(sb.out_dir), "%s/slurm", cfg->state_dir);
@@ -139,14 +141,16 @@ int sb_accounts_init(const struct ctl_config *cfg, char *err, size_t errlen) {
     return 0;
   }
   /* (never falls back to the controller's own account: that is root) */
-  if (account_of(cfg->run_as, &a, &pw, err, errlen) != 0)
+  if (account_of(cfg->run_as, &a, err, errlen) != 0)
     return MUSTER_E_IO;
   snprintf(sb.uid_arg, sizeof(sb.uid_arg), "%s", a.uid_arg);
   snprintf(sb.gid_arg, sizeof(sb.gid_arg), "%s", a.gid_arg);
   snprintf(sb.run_user, sizeof(sb.run_user), "%s", a.user);
   snprintf(sb.run_home, sizeof(sb.run_home), "%s", a.home);
   snprintf(sb.out_dir, sizeof(sb.out_dir), "%s-slurm", cfg->state_dir);
-  return account_dir(pw, sb.out_dir, err, errlen);
+  sb.run_uid = a.uid;
+  sb.run_gid = a.gid;
+  return account_dir(&a, sb.out_dir, err, errlen);
 }
 
 /* STATE-slurm-users: root's, 0711 (each account enters its own below). */
@@ -169,7 +173,6 @@ static int users_dir(char *dir, size_t size, char *why, size_t whylen) {
 
 int sb_account_get(const char *name, struct sb_account *a, char *why, size_t whylen) {
   char parent[620];
-  struct passwd *pw;
   int known = 0, rc;
 
   memset(a, 0, sizeof(*a));
@@ -179,6 +182,8 @@ int sb_account_get(const char *name, struct sb_account *a, char *why, size_t why
     snprintf(a->user, sizeof(a->user), "%s", sb.run_user);
     snprintf(a->home, sizeof(a->home), "%s", sb.run_home);
     snprintf(a->out_dir, sizeof(a->out_dir), "%s", sb.out_dir);
+    a->uid = sb.run_uid;
+    a->gid = sb.run_gid;
     return 0;
   }
   if (geteuid() != 0) {
@@ -188,7 +193,7 @@ int sb_account_get(const char *name, struct sb_account *a, char *why, size_t why
              name);
     return MUSTER_E_INVALID;
   }
-  if ((rc = account_of(name, a, &pw, why, whylen)) != 0)
+  if ((rc = account_of(name, a, why, whylen)) != 0)
     return rc;
   if ((rc = users_dir(parent, sizeof(parent), why, whylen)) != 0)
     return rc;
@@ -203,7 +208,7 @@ int sb_account_get(const char *name, struct sb_account *a, char *why, size_t why
   pthread_mutex_unlock(&ready.mu);
   if (known)
     return 0;
-  if ((rc = account_dir(pw, a->out_dir, why, whylen)) != 0)
+  if ((rc = account_dir(a, a->out_dir, why, whylen)) != 0)
     return rc;
   pthread_mutex_lock(&ready.mu);
   if (ready.n < ACCOUNTS_MAX)
@@ -215,6 +220,7 @@ int sb_account_get(const char *name, struct sb_account *a, char *why, size_t why
 void sb_output_dirs(void (*fn)(const char *dir, void *arg), void *arg) {
   char parent[620], dir[900];
   struct dirent *e;
+  struct stat st;
   DIR *d;
 
   fn(sb.out_dir, arg);
@@ -222,38 +228,14 @@ void sb_output_dirs(void (*fn)(const char *dir, void *arg), void *arg) {
   d = opendir(parent);
   if (!d)
     return;
+  /* (a file system that gives no type, NFS's, says so with DT_UNKNOWN) */
   while ((e = readdir(d)))
-    if (e->d_name[0] != '.' && e->d_type == DT_DIR) {
+    if (e->d_name[0] != '.' &&
+        (e->d_type == DT_DIR ||
+         (e->d_type == DT_UNKNOWN && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISDIR(st.st_mode)))) {
       snprintf(dir, sizeof(dir), "%s/%s", parent, e->d_name);
       fn(dir, arg);
     }
   closedir(d);
-}
-
-struct find {
-  long jobid;
-  char *path;
-  size_t size;
-  int found;
-};
-
-static void find_in(const char *dir, void *arg) {
-  struct find *f = arg;
-  char path[1000];
-  struct stat st;
-
-  if (f->found)
-    return;
-  snprintf(path, sizeof(path), "%s/%ld.out", dir, f->jobid);
-  if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-    snprintf(f->path, f->size, "%s", path);
-    f->found = 1;
-  }
-}
-
-int sb_output_path(long jobid, char *path, size_t size) {
-  struct find f = {jobid, path, size, 0};
-
-  sb_output_dirs(find_in, &f);
-  return f.found ? 0 : -1;
 }

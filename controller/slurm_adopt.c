@@ -198,7 +198,7 @@ static void decide(const struct backend_live *ws, int n, const struct sq_job *q,
     if (f[i].node_fail && down[0])
       sb_end_sentence("NODE_FAIL", NULL, down, f[i].why, sizeof(f[i].why));
     if (f[i].output_of)
-      sb_append_output_error(f[i].output_of, f[i].why, sizeof(f[i].why));
+      sb_append_output_error(sb.out_dir, f[i].output_of, f[i].why, sizeof(f[i].why));
     if (f[i].from_acct)
       LOG(LOG_INFO, "%s: its Slurm job %s ended while the controller was down: %s (sacct)",
           ws[i].id, ws[i].ref, f[i].why);

@@ -56,7 +56,8 @@ struct sb_worker {
 struct sb_job {
   long jobid; /* 0 until sbatch answered */
   char launch[16];
-  char account[64]; /* its user's unix_user; "" for --run-as (sb.uid_arg) */
+  char account[64];  /* its user's unix_user; "" for --run-as (sb.uid_arg) */
+  char out_dir[600]; /* where its output goes ("": sb.out_dir; a restart's) */
   int n;
   struct sb_worker *w;
   struct backend_req req;   /* the first worker's shape */
@@ -93,6 +94,8 @@ struct sb_state {
   /* sbatch --uid= and --gid= for a root controller's --run-as ("": none) */
   char uid_arg[32], gid_arg[32];
   char run_user[64], run_home[500]; /* that account's name and home */
+  uid_t run_uid;                    /* ...and its ids */
+  gid_t run_gid;
   struct sb_job *jobs;
   /* Workers a restart could not match with a job (squeue failed then):
    * matched by the first poll that reads the queue. */
@@ -123,8 +126,9 @@ struct sb_note {
   struct sb_worker w;
   char ref[32];
   char detail[600];
-  long output_of; /* a job whose output may say why it ended (read after sb.mu) */
-  int node_fail;  /* NODE_FAIL: name the nodes that are down (asked after sb.mu) */
+  long output_of;    /* a job whose output may say why it ended (read after sb.mu) */
+  char out_dir[600]; /* ...in this directory (its account's) */
+  int node_fail;     /* NODE_FAIL: name the nodes that are down (asked after sb.mu) */
 };
 
 /* ---- Slurm's job states (squeue's and sacct's words) ---- */
@@ -196,7 +200,7 @@ void sb_end_sentence(const char *state, const char *reason, const char *nodes, c
 /* The nodes Slurm has down now, into buf (runs sinfo; not under sb.mu). */
 void sb_down_nodes(char *buf, size_t len);
 /* Appends the error line of job jobid's output file to buf. */
-void sb_append_output_error(long jobid, char *buf, size_t len);
+void sb_append_output_error(const char *dir, long jobid, char *buf, size_t len);
 
 /* ---- slurm_queue.c ---- */
 
@@ -292,6 +296,8 @@ struct sb_account {
   char uid_arg[32], gid_arg[32]; /* sbatch --uid= --gid= ("": the controller's own) */
   char user[64], home[500];      /* its name and home ("": the controller's own) */
   char out_dir[600];             /* where its jobs' output goes */
+  uid_t uid;                     /* (when uid_arg is set) */
+  gid_t gid;
 };
 /* The default account (--run-as) and its output directory, sb.out_dir.
  * Returns 0, or an error with a sentence in err. */
@@ -303,8 +309,5 @@ int sb_account_get(const char *name, struct sb_account *a, char *why, size_t why
     __attribute__((warn_unused_result));
 /* Calls fn with each account's output directory. */
 void sb_output_dirs(void (*fn)(const char *dir, void *arg), void *arg);
-/* The path of job jobid's output (OUT_DIR/JOBID.out) in whichever
- * directory has it. Returns 0, or -1 if none has it. */
-int sb_output_path(long jobid, char *path, size_t size);
 
 #endif

@@ -200,6 +200,7 @@ void sb_submit_job(struct sb_job *j) {
    * as Slurm runs a job as its owner (its accounting, limits and files). */
   if (sb_account_get(j->account, &acct, words, sizeof(words)) != 0)
     goto refuse;
+  snprintf(j->out_dir, sizeof(j->out_dir), "%s", acct.out_dir);
   nenv = 0;
   for (char **e = environ; *e; e++)
     if (env_to_slurm_job(*e) && !(acct.uid_arg[0] && sb_env_is_account(*e)))

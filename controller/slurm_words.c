@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Slurm's own words from a failed command: its stderr's last line, without
@@ -85,21 +86,26 @@ void sb_down_nodes(char *buf, size_t len) {
   sb_out_free(&o);
 }
 
-/* The last line of job jobid's output (OUT_DIR/JOBID.out) that says
+/* The last line of job jobid's output (DIR/JOBID.out, DIR its account's) that says
  * "error:" and why (slurmstepd's words for a step that could not start: a
  * workerd that is not where --workerd says on that node, say), rather than
  * srun's summary of the task's exit, appended to buf. */
-void sb_append_output_error(long jobid, char *buf, size_t len) {
+void sb_append_output_error(const char *dir, long jobid, char *buf, size_t len) {
   char path[700], tail[8192], *last = NULL, *last_any = NULL;
+  struct stat st;
   ssize_t n;
   int fd;
 
-  if (sb_output_path(jobid, path, sizeof(path)) != 0)
-    return;
+  snprintf(path, sizeof(path), "%s/%ld.out", dir, jobid);
   /* (the jobs' account owns the directory: never a link it put there) */
   fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return;
+  /* (a plain file, not a hard link to another: root reads it) */
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    close(fd);
+    return;
+  }
   if (lseek(fd, 0, SEEK_END) > (off_t)sizeof(tail) - 1)
     (void)lseek(fd, -(off_t)sizeof(tail) + 1, SEEK_END);
   else

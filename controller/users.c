@@ -46,7 +46,8 @@ int user_token_parts(const char *token, char *prefix, char *sha256) {
 
 int user_unix_ok(const char *account, char *why, size_t whylen) {
   size_t n = strlen(account);
-  struct passwd *pw;
+  struct passwd pwbuf, *pw = NULL;
+  char buf[4096];
 
   /* (POSIX's portable names, as useradd takes them; '$' ends a Samba
    * machine account) */
@@ -60,7 +61,7 @@ int user_unix_ok(const char *account, char *why, size_t whylen) {
       snprintf(why, whylen, "%s is not an account name", account);
       return -1;
     }
-  pw = getpwnam(account);
+  (void)getpwnam_r(account, &pwbuf, buf, sizeof(buf), &pw); /* (API threads at once) */
   if (pw && (pw->pw_uid == 0 || pw->pw_gid == 0)) {
     snprintf(why, whylen, "%s is root or in root's group: a worker's code never runs so", account);
     return -1;

@@ -53,8 +53,10 @@ int user_token_parts(const char *token, char *prefix, char *sha256);
  * with a letter, and not USER_BOOTSTRAP. */
 int user_name_ok(const char *name);
 /* Whether account may be a user's --unix-user: an account's name, and not
- * root's or in root's group where it exists here (a Slurm cluster's may
- * exist on its nodes only). Returns 0, or -1 with why. */
+ * root's or in root's group where it exists here. One that does not exist
+ * (yet) is taken: the worker that would run as it fails, saying so (the
+ * local and Slurm backends look it up on the controller's host). Returns
+ * 0, or -1 with why. */
 int user_unix_ok(const char *account, char *why, size_t whylen);
 
 /* ---- db_users.c: the users' rows ---- */

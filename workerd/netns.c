@@ -86,13 +86,15 @@ int wd_netns_enter(void) {
    * yet (the kernel tears namespaces down in the background; the
    * controller ends an earlier attempt's processes before it starts a new
    * one): the address is this worker's now, so is the name. */
-  for (int waited = 0; e == EEXIST && waited < 2000; waited += 20) {
-    int old = nl_link_index(host, host_end);
+  for (int waited = 0, said = 0; e == EEXIST && waited < 2000; waited += 20) {
+    int old = nl_link_index(host, host_end), del = old > 0 ? nl_link_del(host, old) : old;
 
-    if (waited == 0)
-      fprintf(stderr, "muster-workerd: the veth %s of address %s was still there: it is removed\n",
+    if (del == 0 && !said++)
+      fprintf(stderr, "muster-workerd: the veth %s of address %s was still there: it was removed\n",
               host_end, ip_s);
-    if (old > 0 && nl_link_del(host, old) == 0)
+    /* (gone meanwhile, or removed: the name is free, unless the kernel
+     * has not let go of it yet) */
+    if (del == 0 || del == -ENODEV)
       e = -nl_veth_add(host, host_end, br, "eth0", getpid());
     if (e == EEXIST)
       usleep(20 * 1000);

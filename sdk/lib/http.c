@@ -58,6 +58,12 @@ static int close_socket(void *arg, curl_socket_t fd) {
  * words in cerr), saying what to do where the controller's certificate
  * could not be verified. */
 static int unreachable(muster_client *c, CURLcode cc, const char *cerr) {
+  const char *ca = getenv("MUSTER_CA_FILE");
+
+  if (cc == CURLE_SSL_CACERT_BADFILE && ca && *ca)
+    return muster_set_errorf_(c, MUSTER_E_UNREACHABLE, NULL,
+                              "MUSTER_CA_FILE %s cannot be read as certificates (%s)", ca,
+                              cerr[0] ? cerr : curl_easy_strerror(cc));
   if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE)
     return muster_set_errorf_(c, MUSTER_E_UNREACHABLE, NULL,
                               "the controller at %s has a certificate this client cannot verify "

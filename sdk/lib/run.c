@@ -89,7 +89,10 @@ static const char *workers_home(muster_client *c, char *buf, size_t size) {
   const char *acct, *home = getenv("HOME");
   struct passwd *pw;
 
-  if (muster_json_call_(c, "GET", "/api/v1/whoami", NULL, &h) != 0) {
+  /* (a controller whose whoami has no run_as, or no whoami, says it in
+   * its health) */
+  if (muster_json_call_(c, "GET", "/api/v1/whoami", NULL, &h) != 0 ||
+      !json_object_get(h, "run_as")) {
     json_decref(h);
     h = NULL;
     if (muster_json_call_(c, "GET", "/api/v1/health", NULL, &h) != 0) {

@@ -432,6 +432,19 @@ class Client:
 
     # --- transport -------------------------------------------------------
 
+    def _tls_context(self):
+        """The system's CAs, or MUSTER_CA_FILE's (as the C library and the
+        CLI): the controller's --tls-cert is verified, its name too. Made
+        once per client."""
+        if getattr(self, "_tls", None) is None:
+            ca = os.environ.get("MUSTER_CA_FILE") or None
+            try:
+                self._tls = ssl.create_default_context(cafile=ca)
+            except (OSError, ssl.SSLError) as e:
+                raise MusterError("unreachable", "MUSTER_CA_FILE %s cannot be read as "
+                                  "certificates (%s)" % (ca, e))
+        return self._tls
+
     def _request(self, method, path, body=None, query=None, timeout=_CLIENT_TIMEOUT,
                  want="json", status_out=None):
         """One HTTP call; the decoded JSON (or text) answer, or MusterError."""
@@ -450,11 +463,8 @@ class Client:
         if timeout is _CLIENT_TIMEOUT:
             timeout = self.timeout
         if p.scheme == "https":
-            # The system's CAs, or MUSTER_CA_FILE's (as the C library and
-            # the CLI): the controller's --tls-cert is verified, name too.
-            ctx = ssl.create_default_context(cafile=os.environ.get("MUSTER_CA_FILE") or None)
             conn = http.client.HTTPSConnection(p.hostname, p.port, timeout=timeout,
-                                               context=ctx)
+                                               context=self._tls_context())
         else:
             conn = http.client.HTTPConnection(p.hostname, p.port, timeout=timeout)
         try:

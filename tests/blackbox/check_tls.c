@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,8 @@ static pid_t capture_start(int port, const char *path) {
   pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
+    /* (a failed check ends the test's process: tcpdump goes with it) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     freopen(errpath, "w", stderr);
     execlp("tcpdump", "tcpdump", "-i", "any", "-U", "-s", "0", "-w", path, filter, (char *)NULL);
     _exit(127);
@@ -117,7 +120,8 @@ START_TEST(nothing_secret_crosses_the_wire_in_clear) {
   }
   memset(&ctl, 0, sizeof(ctl));
   h_start(&ctl);
-  snprintf(pcap, sizeof(pcap), "%s.plain.pcap", ctl.dir);
+  /* (in the state directory, root's and 0700, which h_finish removes) */
+  snprintf(pcap, sizeof(pcap), "%s/plain.pcap", ctl.dir);
   captured_life(&ctl, pcap, auth, sizeof(auth));
   token = auth + strlen("Authorization: Bearer ");
   ck_assert_msg(file_has(pcap, ctl.token), "the plain capture lacks the API token");
@@ -130,7 +134,7 @@ START_TEST(nothing_secret_crosses_the_wire_in_clear) {
   ctl.tls = 1;
   h_start(&ctl);
   ck_assert_int_eq(strncmp(ctl.url, "https://", 8), 0);
-  snprintf(pcap, sizeof(pcap), "%s.tls.pcap", ctl.dir);
+  snprintf(pcap, sizeof(pcap), "%s/tls.pcap", ctl.dir);
   captured_life(&ctl, pcap, auth, sizeof(auth));
   token = auth + strlen("Authorization: Bearer ");
   ck_assert_int_eq(stat(pcap, &st), 0);

@@ -5,6 +5,7 @@
 # MUSTER_CA_FILE), DIR/cert.pem and DIR/key.pem (--tls-cert, --tls-key).
 # ECDSA P-256, one day. Nothing outside DIR is touched.
 set -euo pipefail
+umask 077 # (the keys are never readable by others, not even for a moment)
 dir=${1:?usage: make_ca.sh DIR IP...}
 shift
 mkdir -p "$dir"
@@ -19,5 +20,5 @@ openssl x509 -req -in "$dir/cert.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca-key.pem"
   -extfile <(printf 'subjectAltName=%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$san") \
   2>/dev/null
 rm -f "$dir/cert.csr" "$dir/ca.srl"
-chmod 600 "$dir/key.pem" "$dir/ca-key.pem"
+chmod 755 "$dir"
 chmod 644 "$dir/ca.pem" "$dir/cert.pem"

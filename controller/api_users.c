@@ -8,6 +8,7 @@
 #include "state.h"
 #include "users.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* {"user", "admin", "run_as"}: run_as, the account the caller's workers
@@ -227,20 +228,52 @@ static enum MHD_Result api_user_token(struct MHD_Connection *c, struct req *rq, 
   return ret;
 }
 
+/* sm_stop_many_with_locked()'s: the user goes in the stops' transaction. */
+static int remove_also(void *name) {
+  return db_user_remove(g.db, name);
+}
+
+/* ?stop=1: the user's live workers are stopped and the user removed, in one
+ * transaction (a worker of theirs launched meanwhile waits on the lock). */
+static int stop_and_remove_locked(const struct req *rq, const char *name) {
+  char(*ids)[16], detail[120];
+  size_t len = strlen(name);
+  int n = 0, rc;
+
+  for (struct lw *w = g.head; w; w = w->next)
+    n += strncmp(w->session, name, len) == 0 && w->session[len] == '/';
+  if (!(ids = calloc((size_t)n + 1, sizeof(*ids))))
+    return MUSTER_E_NOMEM;
+  n = 0;
+  for (struct lw *w = g.head; w; w = w->next)
+    if (strncmp(w->session, name, len) == 0 && w->session[len] == '/')
+      snprintf(ids[n++], sizeof(ids[0]), "%s", w->id);
+  snprintf(detail, sizeof(detail), "stopped by %s: user %s removed",
+           rq->who.name[0] ? rq->who.name : USER_BOOTSTRAP, name);
+  rc = sm_stop_many_with_locked(ids, n, detail, NULL, remove_also, (void *)name);
+  free(ids);
+  return rc;
+}
+
 static enum MHD_Result api_user_remove(struct MHD_Connection *c, struct req *rq, const char *name) {
+  const char *stop = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stop");
   long live = 0;
   int rc;
 
   if (!rq->who.admin)
     return not_admin(c);
+  if (stop && strcmp(stop, "1") != 0 && strcmp(stop, "0") != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "stop", "stop must be 1 or 0");
   state_lock();
-  rc = db_user_remove(g.db, name);
+  rc = stop && strcmp(stop, "1") == 0 && user_name_ok(name) ? stop_and_remove_locked(rq, name)
+                                                            : db_user_remove(g.db, name);
   if (rc == MUSTER_E_CONFLICT && db_user_live_workers(g.db, name, &live) != 0)
     live = -1;
   state_unlock();
   if (rc == MUSTER_E_CONFLICT)
-    return api_respond_error(c, rc, NULL, "%.40s has %ld live worker%s: stop them first", name,
-                             live, live == 1 ? "" : "s");
+    return api_respond_error(c, rc, NULL,
+                             "%.40s has %ld live worker%s: stop them first, or remove with ?stop=1",
+                             name, live, live == 1 ? "" : "s");
   if (rc)
     return api_respond_error(
         c, rc, NULL,

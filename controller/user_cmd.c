@@ -206,8 +206,10 @@ int user_cmd(int argc, char **argv) {
       if (db_user_live_workers(db, name, &live) != 0)
         live = -1;
       fprintf(stderr,
-              "muster-controller user: %s has %ld live worker%s: stop them first (muster stop)\n",
-              name, live, live == 1 ? "" : "s");
+              "muster-controller user: %s has %ld live worker%s: stop them first (muster stop), "
+              "or remove the user through the running controller, which stops them with it: "
+              "muster users remove %s --stop\n",
+              name, live, live == 1 ? "" : "s", name);
       rc = 1;
     } else if (rc == MUSTER_E_NOT_FOUND) {
       rc = fail("there is no user %s", name);

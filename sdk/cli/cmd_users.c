@@ -12,11 +12,12 @@ static const char usage_users[] =
     "       muster users add NAME [--admin] [--unix-user U] [--max-cpu N]\n"
     "                    [--max-memory GIB] [--max-gpus K] [--max-workers W]\n"
     "       muster users token NAME\n"
-    "       muster users remove NAME\n"
+    "       muster users remove NAME [--stop]\n"
     "\n"
     "The users of the controller, for administrators. add and token print the\n"
     "new token once (token revokes the old one at once); remove is refused\n"
-    "while the user owns live workers. muster whoami says whose token this is.\n";
+    "while the user owns live workers, unless --stop stops them with it.\n"
+    "muster whoami says whose token this is.\n";
 
 static const char usage_whoami[] =
     "usage: muster whoami [--json]\n"
@@ -124,7 +125,10 @@ int cmd_users(int argc, char **argv) {
     return usage_error(usage_users, "unknown users command \"%s\"", sub);
   } else if (argc < 3 || argv[2][0] == '-') {
     return usage_error(usage_users, "muster users %s needs a user's NAME", sub);
-  } else if (strcmp(sub, "add") != 0 && argc > 3) {
+  } else if (strcmp(sub, "remove") == 0 && argc > 3 &&
+             (strcmp(argv[3], "--stop") != 0 || argc > 4)) {
+    return unknown_option(usage_users, argv[argc > 4 && strcmp(argv[3], "--stop") == 0 ? 4 : 3]);
+  } else if (strcmp(sub, "add") != 0 && strcmp(sub, "remove") != 0 && argc > 3) {
     return unknown_option(usage_users, argv[3]);
   } else if (strcmp(sub, "add") == 0 && (code = add_options(argc, argv, &o)) != EXIT_OK) {
     return code;
@@ -138,7 +142,7 @@ int cmd_users(int argc, char **argv) {
   else if (strcmp(sub, "token") == 0)
     rc = muster_user_token(c, argv[2], &out);
   else
-    rc = muster_user_remove(c, argv[2], &out);
+    rc = muster_user_remove(c, argv[2], argc > 3, &out);
   if (rc)
     code = call_failed(c, rc);
   else if (strcmp(sub, "list") == 0)

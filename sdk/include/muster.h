@@ -408,8 +408,9 @@ int muster_user_get(muster_client *c, const char *name, char **json) MUSTER_WARN
 /* Administrators: {"token"}, a new one; the old one is dead at once. */
 int muster_user_token(muster_client *c, const char *name, char **json) MUSTER_WARN_UNUSED;
 /* Administrators: {"removed"}; refused (MUSTER_E_CONFLICT) while the user
- * owns live workers. */
-int muster_user_remove(muster_client *c, const char *name, char **json) MUSTER_WARN_UNUSED;
+ * owns live workers, unless stop: then they are stopped with it. */
+int muster_user_remove(muster_client *c, const char *name, int stop,
+                       char **json) MUSTER_WARN_UNUSED;
 
 typedef enum muster_run_mode {
   MUSTER_RUN_PS,        /* the command on every PS and worker, with TF_CONFIG */

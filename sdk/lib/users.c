@@ -89,9 +89,9 @@ int muster_user_token(muster_client *c, const char *name, char **json) {
   return rc ? rc : call_text(c, "POST", path, NULL, json);
 }
 
-int muster_user_remove(muster_client *c, const char *name, char **json) {
+int muster_user_remove(muster_client *c, const char *name, int stop, char **json) {
   char path[300];
-  int rc = user_path(c, name, "", path, sizeof(path));
+  int rc = user_path(c, name, stop ? "?stop=1" : "", path, sizeof(path));
 
   return rc ? rc : call_text(c, "DELETE", path, NULL, json);
 }

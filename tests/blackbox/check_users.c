@@ -271,6 +271,40 @@ START_TEST(a_user_with_live_workers_is_not_removed) {
 }
 END_TEST
 
+/* Removing a user who owns live workers is refused, saying how; with
+ * ?stop=1 their workers are stopped and the user removed at once. */
+START_TEST(removing_a_user_with_stop_stops_their_workers) {
+  char token[128], err[512], path[64], ids[2][16];
+  json_t *ws = NULL, *ans = NULL;
+
+  start();
+  ck_assert_int_eq(user_cmd("add ivy", token, sizeof(token), err, sizeof(err)), 0);
+  ck_assert_int_eq(
+      h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 2, \"cpu\": 0.1}", token, &ws, NULL), 201);
+  for (int i = 0; i < 2; i++)
+    snprintf(ids[i], sizeof(ids[i]), "%s",
+             h_str(json_array_get(json_object_get(ws, "workers"), (size_t)i), "id"));
+  json_decref(ws);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", "/api/v1/users/ivy", NULL, "", &ans, NULL), 409);
+  ck_assert_msg(strstr(h_str(json_object_get(ans, "error"), "message"), "?stop=1") != NULL,
+                "the refusal: %s", h_str(json_object_get(ans, "error"), "message"));
+  json_decref(ans);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", "/api/v1/users/ivy?stop=2", NULL, "", NULL, NULL), 422);
+  ck_assert_int_eq(h_http(&ctl, "DELETE", "/api/v1/users/ivy?stop=1", NULL, "", &ans, NULL), 200);
+  ck_assert_str_eq(h_str(ans, "removed"), "ivy");
+  json_decref(ans);
+  for (int i = 0; i < 2; i++) {
+    json_t *w = h_worker(&ctl, ids[i]);
+    ck_assert_str_eq(h_str(w, "status"), "stopped");
+    json_decref(w);
+  }
+  ck_assert_int_eq(get_as(token, "/api/v1/whoami", NULL), 401);
+  snprintf(path, sizeof(path), "/api/v1/users/ivy");
+  ck_assert_int_eq(get_as("", path, NULL), 404);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* The same through the REST calls, as an administrator makes them; a
  * user who is no administrator may not. */
 START_TEST(administrators_manage_users_through_the_api) {
@@ -520,6 +554,7 @@ int main(void) {
   tcase_add_test(tc, administrators_manage_users_through_the_api);
   tcase_add_test(tc, a_launch_past_a_users_limits_is_refused_and_changes_nothing);
   tcase_add_test(tc, workers_of_two_users_run_as_their_two_accounts);
+  tcase_add_test(tc, removing_a_user_with_stop_stops_their_workers);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

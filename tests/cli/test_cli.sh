@@ -809,6 +809,15 @@ m users remove "cli$$"
 check "users remove removes the user" eval '[ $RC = 0 ] && has "$OUT" "removed user cli$$"'
 run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$NTOK" "$MUSTER" whoami
 check "...whose token is refused from then on" eval '[ $RC = 4 ]'
+m users add "cli$$-w"
+run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$OUT" "$MUSTER" launch --cpu 0.1
+WW=$OUT
+m users remove "cli$$-w"
+check "users remove of a user with a live worker: exit 4, saying --stop" \
+  eval '[ $RC = 4 ] && has "$ERR" "1 live worker" && has "$ERR" "stop"'
+m users remove "cli$$-w" --stop
+check "...users remove --stop removes the user and stops the worker" \
+  eval '[ $RC = 0 ] && [ "$(run "$MUSTER" show --json "$WW"; jq -r .status <<<"$OUT")" = stopped ]'
 m users remove "nobody$$"
 check "users remove of no such user: exit 3" eval '[ $RC = 3 ] && has "$ERR" "nobody$$"'
 

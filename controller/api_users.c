@@ -233,21 +233,14 @@ static int remove_also(void *name) {
   return db_user_remove(g.db, name);
 }
 
-/* ?stop=1: the user's live workers are stopped and the user removed, in one
- * transaction (a worker of theirs launched meanwhile waits on the lock). */
+/* ?stop=1: the user's live workers (the ones they launched: what the
+ * removal counts) are stopped and the user removed, in one transaction. */
 static int stop_and_remove_locked(const struct req *rq, const char *name) {
   char(*ids)[16], detail[120];
-  size_t len = strlen(name);
-  int n = 0, rc;
+  int n, rc = db_user_live_ids(g.db, name, &ids, &n);
 
-  for (struct lw *w = g.head; w; w = w->next)
-    n += strncmp(w->session, name, len) == 0 && w->session[len] == '/';
-  if (!(ids = calloc((size_t)n + 1, sizeof(*ids))))
-    return MUSTER_E_NOMEM;
-  n = 0;
-  for (struct lw *w = g.head; w; w = w->next)
-    if (strncmp(w->session, name, len) == 0 && w->session[len] == '/')
-      snprintf(ids[n++], sizeof(ids[0]), "%s", w->id);
+  if (rc)
+    return rc;
   snprintf(detail, sizeof(detail), "stopped by %s: user %s removed",
            rq->who.name[0] ? rq->who.name : USER_BOOTSTRAP, name);
   rc = sm_stop_many_with_locked(ids, n, detail, NULL, remove_also, (void *)name);

@@ -155,7 +155,13 @@ static void poll_jobs(void) {
       if (ended) {
         if (s && (state_is(s->state, "COMPLETED") || state_is(s->state, "FAILED"))) {
           nt->output_of = j->jobid;
-          snprintf(nt->out_dir, sizeof(nt->out_dir), "%s", j->out_dir[0] ? j->out_dir : sb.out_dir);
+          /* (an adopted job's account is not known: its output is read
+           * only where every job is --run-as's) */
+          if (j->out_dir[0] || !sb_users_have_dirs())
+            snprintf(nt->out_dir, sizeof(nt->out_dir), "%s",
+                     j->out_dir[0] ? j->out_dir : sb.out_dir);
+          else
+            nt->output_of = 0;
         }
         if (s && state_is(s->state, "NODE_FAIL"))
           nt->node_fail = 1;

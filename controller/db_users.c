@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char cols[] = "name, admin, unix_user, max_cpu, max_memory, max_gpus, max_workers, "
@@ -167,6 +168,39 @@ int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), 
   }
   sqlite3_finalize(s);
   return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
+}
+
+int db_user_live_ids(struct db *db, const char *name, char (**ids)[16], int *n) {
+  sqlite3_stmt *s = prep(db, "SELECT id FROM workers WHERE owner = ?1 AND status IN "
+                             "('scheduling', 'starting', 'running')");
+  char(*v)[16] = NULL;
+  int rc, cap = 0;
+
+  *ids = NULL;
+  *n = 0;
+  if (!s)
+    return MUSTER_E_DB;
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (*n == cap) {
+      char(*grown)[16] = realloc(v, (size_t)(cap ? 2 * cap : 64) * sizeof(*v));
+      if (!grown) {
+        rc = SQLITE_NOMEM;
+        break;
+      }
+      v = grown;
+      cap = cap ? 2 * cap : 64;
+    }
+    snprintf(v[(*n)++], sizeof(v[0]), "%s", (const char *)sqlite3_column_text(s, 0));
+  }
+  sqlite3_finalize(s);
+  if (rc != SQLITE_DONE) {
+    free(v);
+    *n = 0;
+    return rc == SQLITE_NOMEM ? MUSTER_E_NOMEM : MUSTER_E_DB;
+  }
+  *ids = v;
+  return 0;
 }
 
 int db_user_live_workers(struct db *db, const char *name, long *n) {

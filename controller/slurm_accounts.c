@@ -217,6 +217,14 @@ int sb_account_get(const char *name, struct sb_account *a, char *why, size_t why
   return 0;
 }
 
+int sb_users_have_dirs(void) {
+  char parent[620];
+  struct stat st;
+
+  snprintf(parent, sizeof(parent), "%s-slurm-users", sb.cfg.state_dir);
+  return lstat(parent, &st) == 0;
+}
+
 void sb_output_dirs(void (*fn)(const char *dir, void *arg), void *arg) {
   char parent[620], dir[900];
   struct dirent *e;

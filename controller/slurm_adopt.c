@@ -197,7 +197,9 @@ static void decide(const struct backend_live *ws, int n, const struct sq_job *q,
       sb_down_nodes(down, sizeof(down));
     if (f[i].node_fail && down[0])
       sb_end_sentence("NODE_FAIL", NULL, down, f[i].why, sizeof(f[i].why));
-    if (f[i].output_of)
+    /* (whose account a job an earlier controller submitted ran as is not
+     * known here: its output is read only where every job is --run-as's) */
+    if (f[i].output_of && !sb_users_have_dirs())
       sb_append_output_error(sb.out_dir, f[i].output_of, f[i].why, sizeof(f[i].why));
     if (f[i].from_acct)
       LOG(LOG_INFO, "%s: its Slurm job %s ended while the controller was down: %s (sacct)",

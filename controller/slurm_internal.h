@@ -307,6 +307,8 @@ int sb_accounts_init(const struct ctl_config *cfg, char *err, size_t errlen)
  * Returns 0, or an error with why (the job's workers fail saying it). */
 int sb_account_get(const char *name, struct sb_account *a, char *why, size_t whylen)
     __attribute__((warn_unused_result));
+/* Whether any user's own account has had a job (STATE-slurm-users). */
+int sb_users_have_dirs(void);
 /* Calls fn with each account's output directory. */
 void sb_output_dirs(void (*fn)(const char *dir, void *arg), void *arg);
 

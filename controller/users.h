@@ -102,6 +102,10 @@ int quota_check_locked(struct db *db, const char *name, double cpu, double memor
 int db_worker_session(struct db *db, const char *id, char *out, size_t size)
     __attribute__((warn_unused_result));
 /* How many live workers name owns. */
+/* The ids of name's live workers (the ones db_user_live_workers() counts)
+ * into *ids (free()), *n of them. */
+int db_user_live_ids(struct db *db, const char *name, char (**ids)[16], int *n)
+    __attribute__((warn_unused_result));
 int db_user_live_workers(struct db *db, const char *name, long *n)
     __attribute__((warn_unused_result));
 

@@ -96,6 +96,8 @@ int wd_netns_enter(void) {
      * has not let go of it yet) */
     if (del == 0 || del == -ENODEV)
       e = -nl_veth_add(host, host_end, br, "eth0", getpid());
+    else
+      e = -del; /* (what stands in the way, said as it is) */
     if (e == EEXIST)
       usleep(20 * 1000);
   }

@@ -104,53 +104,65 @@ static int add_options(int argc, char **argv, muster_user_opts *o) {
 }
 
 int cmd_users(int argc, char **argv) {
-  const char *sub = argc > 1 ? argv[1] : "list";
+  const char *sub = NULL, *name = NULL;
   muster_client *c = NULL;
   muster_user_opts o;
   char *out = NULL;
-  int rc, code, as_json = 0;
+  int rc, code, as_json = 0, stop = 0;
 
-  if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
-    fputs(usage_users, stdout);
-    return EXIT_OK;
-  }
-  if (strcmp(sub, "--json") == 0 || strcmp(sub, "list") == 0) {
-    for (int i = strcmp(sub, "list") == 0 ? 2 : 1; i < argc; i++) {
-      if (strcmp(argv[i], "--json") != 0)
-        return unknown_option(usage_users, argv[i]);
+  /* The command and NAME wherever they are among --json, --stop and -h;
+   * add's own options after NAME. */
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_users, stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--json") == 0 && (!sub || strcmp(sub, "list") == 0)) {
       as_json = 1;
+    } else if (strcmp(a, "--stop") == 0 && sub && strcmp(sub, "remove") == 0) {
+      stop = 1;
+    } else if (!sub && a[0] != '-') {
+      sub = a;
+      if (strcmp(sub, "list") != 0 && strcmp(sub, "add") != 0 && strcmp(sub, "token") != 0 &&
+          strcmp(sub, "remove") != 0)
+        return usage_error(usage_users, "unknown users command \"%s\"", sub);
+    } else if (sub && strcmp(sub, "list") != 0 && !name && a[0] != '-') {
+      name = a;
+      if (strcmp(sub, "add") == 0) {
+        if ((code = add_options(argc - i + 2, argv + i - 2, &o)) != EXIT_OK)
+          return code;
+        break;
+      }
+    } else {
+      return unknown_option(usage_users, a);
     }
-    sub = "list";
-  } else if (strcmp(sub, "add") != 0 && strcmp(sub, "token") != 0 && strcmp(sub, "remove") != 0) {
-    return usage_error(usage_users, "unknown users command \"%s\"", sub);
-  } else if (argc < 3 || argv[2][0] == '-') {
-    return usage_error(usage_users, "muster users %s needs a user's NAME", sub);
-  } else if (strcmp(sub, "remove") == 0 && argc > 3 &&
-             (strcmp(argv[3], "--stop") != 0 || argc > 4)) {
-    return unknown_option(usage_users, argv[argc > 4 && strcmp(argv[3], "--stop") == 0 ? 4 : 3]);
-  } else if (strcmp(sub, "add") != 0 && strcmp(sub, "remove") != 0 && argc > 3) {
-    return unknown_option(usage_users, argv[3]);
-  } else if (strcmp(sub, "add") == 0 && (code = add_options(argc, argv, &o)) != EXIT_OK) {
-    return code;
   }
+  if (!sub)
+    sub = "list";
+  if (strcmp(sub, "list") != 0 && !name)
+    return usage_error(usage_users, "muster users %s needs a user's NAME", sub);
   if ((code = connect_client(&c)))
     return code;
   if (strcmp(sub, "list") == 0)
     rc = muster_users_list(c, &out);
   else if (strcmp(sub, "add") == 0)
-    rc = muster_user_add(c, argv[2], &o, &out);
+    rc = muster_user_add(c, name, &o, &out);
   else if (strcmp(sub, "token") == 0)
-    rc = muster_user_token(c, argv[2], &out);
+    rc = muster_user_token(c, name, &out);
   else
-    rc = muster_user_remove(c, argv[2], argc > 3, &out);
-  if (rc)
+    rc = muster_user_remove(c, name, stop, &out);
+  if (rc) {
     code = call_failed(c, rc);
-  else if (strcmp(sub, "list") == 0)
+    if (rc == MUSTER_E_CONFLICT && strcmp(sub, "remove") == 0 && !stop)
+      fprintf(stderr, "(muster users remove %s --stop stops them with it)\n", name);
+  } else if (strcmp(sub, "list") == 0) {
     code = print_list(out, as_json);
-  else if (strcmp(sub, "remove") == 0)
-    printf("removed user %s\n", argv[2]);
-  else
+  } else if (strcmp(sub, "remove") == 0) {
+    printf("removed user %s\n", name);
+  } else {
     code = print_token(out);
+  }
   free(out);
   muster_client_free(c);
   return code;

@@ -62,7 +62,9 @@ static pid_t capture_start(int port, const char *path) {
     /* (a failed check ends the test's process: tcpdump goes with it) */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     freopen(errpath, "w", stderr);
-    execlp("tcpdump", "tcpdump", "-i", "any", "-U", "-s", "0", "-w", path, filter, (char *)NULL);
+    /* (-Z root: a change of account would clear the death signal) */
+    execlp("tcpdump", "tcpdump", "-Z", "root", "-i", "any", "-U", "-s", "0", "-w", path, filter,
+           (char *)NULL);
     _exit(127);
   }
   for (double until = h_now() + 20; !file_has(errpath, "listening on"); usleep(20 * 1000))

@@ -814,10 +814,13 @@ run env -u MUSTER_STATE_DIR MUSTER_URL="$URL" MUSTER_TOKEN="$OUT" "$MUSTER" laun
 WW=$OUT
 m users remove "cli$$-w"
 check "users remove of a user with a live worker: exit 4, saying --stop" \
-  eval '[ $RC = 4 ] && has "$ERR" "1 live worker" && has "$ERR" "stop"'
-m users remove "cli$$-w" --stop
+  eval '[ $RC = 4 ] && has "$ERR" "1 live worker" && has "$ERR" "muster users remove cli$$-w --stop"'
+m users remove --stop "cli$$-w"
 check "...users remove --stop removes the user and stops the worker" \
   eval '[ $RC = 0 ] && [ "$(run "$MUSTER" show --json "$WW"; jq -r .status <<<"$OUT")" = stopped ]'
+m users --json
+check "...the user is gone from the users' list" \
+  eval '[ $RC = 0 ] && [ "$(jq "[.users[] | select(.name == \"cli$$-w\")] | length" <<<"$OUT")" = 0 ]'
 m users remove "nobody$$"
 check "users remove of no such user: exit 3" eval '[ $RC = 3 ] && has "$ERR" "nobody$$"'
 

@@ -21,4 +21,5 @@ openssl x509 -req -in "$dir/cert.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca-key.pem"
   2>/dev/null
 rm -f "$dir/cert.csr" "$dir/ca.srl"
 chmod 755 "$dir"
+chmod 600 "$dir/key.pem" "$dir/ca-key.pem"
 chmod 644 "$dir/ca.pem" "$dir/cert.pem"

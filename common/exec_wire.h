@@ -32,6 +32,12 @@
  * code 126): the client tells these apart from other refusals. */
 #define EXEC_WIRE_ERR_TOKEN "wrong exec token"
 #define EXEC_WIRE_ERR_NO_TOKEN "this worker has no exec token"
+/* The connection is TLS (GnuTLS) keyed by the session's exec token as a
+ * pre-shared key, with an ephemeral (EC)DH exchange on top: the token never
+ * crosses the wire, and a client without it fails the handshake. Both ends
+ * take the priority string and the key's identity from here. */
+#define EXEC_TLS_PRIORITY "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-PSK:+DHE-PSK"
+#define EXEC_TLS_IDENTITY "muster-exec"
 /* How long the client waits for the TCP connection to a worker. */
 #define EXEC_WIRE_CONNECT_MS 10000
 #define EXEC_WIRE_CONNECT_S "10" /* the same, for messages */

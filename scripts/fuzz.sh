@@ -48,12 +48,13 @@ for name in "${names[@]}"; do
     ps) build ps tests/fuzz/fuzz_ps.c trainer/tr_ps_wire.c common/util.c common/hostport.c \
           common/errors.c -- $(pkg-config --cflags --libs jansson) -lm ;;
     exec) build exec tests/fuzz/fuzz_exec.c $(sdk_lib_but none) \
-            common/errors.c common/hostport.c common/utf8.c -- $(pkg-config --cflags --libs jansson libcurl) \
-            -lpthread ;;
+            common/errors.c common/hostport.c common/utf8.c -- \
+            $(pkg-config --cflags --libs jansson libcurl gnutls) -lpthread ;;
     hostport) build hostport tests/fuzz/fuzz_hostport.c common/hostport.c ;;
     idx) build idx tests/fuzz/fuzz_idx.c trainer/tr_data.c common/errors.c -- -lm ;;
     sse) build sse tests/fuzz/fuzz_sse.c $(sdk_lib_but sdk/lib/events.c) common/errors.c \
-           common/hostport.c common/utf8.c -- $(pkg-config --cflags --libs jansson libcurl) -lpthread ;;
+           common/hostport.c common/utf8.c -- $(pkg-config --cflags --libs jansson libcurl gnutls) \
+           -lpthread ;;
     *) echo "fuzz: no fuzzer named $name" >&2; exit 2 ;;
   esac
   scratch=$(mktemp -d)

@@ -5,6 +5,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev
+      libgnutls28-dev
       check libsubunit-dev python3 iproute2 procps time
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang

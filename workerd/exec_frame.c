@@ -91,7 +91,7 @@ char *ex_exit_json(int code, int signo, const char *error) {
  * MUSTER_E_IO when the client is gone (connection reset or closed). */
 MUST_CHECK int ex_flush(struct ex_conn *c, int64_t now) {
   while (c->out_len > 0) {
-    ssize_t n = send(c->sock, c->out + c->out_start, c->out_len, MSG_NOSIGNAL);
+    ssize_t n = ex_tls_send(c, c->out + c->out_start, c->out_len);
 
     if (n > 0) {
       c->out_start += (size_t)n;
@@ -114,35 +114,19 @@ MUST_CHECK int ex_flush(struct ex_conn *c, int64_t now) {
  * or out of memory), best effort and without blocking: X, our FIN, and what
  * the client sent is read, so that the close is less likely to turn into a
  * reset. */
-void ex_refuse_now(int fd, const char *error) {
-  char *x = ex_exit_json(126, -1, error);
+void ex_refuse_now(int fd) {
   unsigned char buf[4096];
 
-  if (x) {
-    size_t len = strlen(x);
-    unsigned char frame[EXEC_WIRE_HDR_LEN + 256];
-
-    if (len <= sizeof(frame) - EXEC_WIRE_HDR_LEN) {
-      exec_wire_put_hdr(frame, EXEC_FRAME_EXIT, len);
-      memcpy(frame + EXEC_WIRE_HDR_LEN, x, len);
-      (void)!send(fd, frame, EXEC_WIRE_HDR_LEN + len, MSG_NOSIGNAL);
-    }
-    free(x);
-  }
+  /* (no X: there is no TLS session to carry it; the client's handshake
+   * ends with the connection) */
   shutdown(fd, SHUT_WR);
-  while (recv(fd, buf, sizeof(buf), 0) > 0)
+  while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
     ;
   close(fd);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Frames received                                                          */
-
-/* How much of the frame being read is read before the hello's token is
- * checked. */
-static size_t ex_prefix_len(const struct ex_conn *c) {
-  return c->in_len < EX_AUTH_PREFIX ? c->in_len : EX_AUTH_PREFIX;
-}
 
 /* Reads once from c's socket: the rest of the frame header, or of the
  * payload (c->in, allocated once the header is whole, with one more byte so
@@ -163,9 +147,9 @@ enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop) {
     want = EXEC_WIRE_HDR_LEN - c->hdr_got;
   } else {
     where = c->in + c->in_got;
-    want = (c->authed ? c->in_len : ex_prefix_len(c)) - c->in_got;
+    want = c->in_len - c->in_got;
   }
-  n = recv(c->sock, where, want, 0);
+  n = ex_tls_recv(c, where, want);
   if (n < 0 && errno == EINTR)
     return EX_RX_MORE;
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -188,39 +172,19 @@ enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop) {
     c->in_got = 0;
     if (hr == EXEC_WIRE_TOO_LARGE)
       return EX_RX_TOO_LARGE;
-    /* Before its token holds, a client gets room for the start of its
-     * hello only (EX_AUTH_PREFIX bytes), and nothing for anything else. */
-    if (!c->authed && (char)c->hdr[0] != EXEC_FRAME_HELLO)
-      return EX_RX_NOT_HELLO;
-    if (!(c->in = malloc((c->authed ? c->in_len : ex_prefix_len(c)) + 1)))
+    if (!(c->in = malloc(c->in_len + 1)))
       return EX_RX_NOMEM;
-    c->in[c->authed ? c->in_len : ex_prefix_len(c)] = '\0';
-    if (!c->authed && c->in_len == 0)
-      return EX_RX_PREFIX;
+    c->in[c->in_len] = '\0';
   } else {
     c->in_got += (size_t)n;
-    if (!c->authed && c->in_got == ex_prefix_len(c))
-      return EX_RX_PREFIX;
   }
   return c->in_got == c->in_len ? EX_RX_FRAME : EX_RX_MORE;
-}
-
-int ex_hello_rest(struct ex_conn *c) {
-  unsigned char *all;
-
-  c->authed = true;
-  if (c->in_got == c->in_len)
-    return 0;
-  if (!(all = realloc(c->in, c->in_len + 1)))
-    return -1;
-  c->in = all;
-  c->in[c->in_len] = '\0';
-  return 0;
 }
 
 /* Closes c's socket and frees its buffers; the record itself stays while its
  * command needs reaping. */
 void ex_sock_release(struct ex_conn *c) {
+  ex_tls_free(c);
   fd_close(&c->sock);
   free(c->in);
   free(c->out);

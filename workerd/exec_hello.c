@@ -1,6 +1,6 @@
 /*
  * exec_hello.c: the exec channel's hello (docs/exec-protocol.md), the first
- * frame of a connection: its token is checked, then argv, env and cwd, and
+ * frame of a connection once its TLS handshake held: argv, env and cwd, and
  * the command it asks for is built (struct ex_cmd) for exec_relay.c to
  * start. A hello that fails is refused by exec_server.c with the sentence
  * written here.
@@ -75,29 +75,6 @@ static bool ex_is_cstring(json_t *j, bool nonempty) {
          (!nonempty || json_string_length(j) > 0);
 }
 
-bool ex_hello_token_first(const char *text, size_t len) {
-  static const char head[] = "{\"token\":\"";
-  size_t hl = sizeof(head) - 1, tl;
-
-  if (!wd.exec_token)
-    return false;
-  tl = strlen(wd.exec_token);
-  if (len < hl + tl + 1 || memcmp(text, head, hl) != 0 || text[hl + tl] != '"')
-    return false;
-  {
-    char got[EX_AUTH_PREFIX];
-    bool ok;
-
-    if (tl >= sizeof(got))
-      return false;
-    memcpy(got, text + hl, tl);
-    got[tl] = '\0';
-    ok = util_secret_equal(got, wd.exec_token);
-    explicit_bzero(got, sizeof(got));
-    return ok;
-  }
-}
-
 /* Checks the hello (text, len bytes) and builds the command it asks for
  * into cmd (which must be zeroed; ex_cmd_cleanup() frees it, whatever this
  * returns), naming c after argv[0]. Returns 0, or MUSTER_E_INVALID or
@@ -120,12 +97,14 @@ MUST_CHECK int ex_hello_parse(struct ex_conn *c, const char *text, size_t len, s
     snprintf(err, size, "the hello is not a JSON object");
     goto out;
   }
-  /* The token first: a client without it learns nothing more. */
+  /* The TLS handshake proved the token (exec_tls.c); a hello that names
+   * one all the same must name that one. */
   if (!wd.exec_token) {
     snprintf(err, size, "%s", EXEC_WIRE_ERR_NO_TOKEN);
     goto out;
   }
-  if (!ex_is_cstring(token, false) || !util_secret_equal(json_string_value(token), wd.exec_token)) {
+  if (token && (!ex_is_cstring(token, false) ||
+                !util_secret_equal(json_string_value(token), wd.exec_token))) {
     snprintf(err, size, "%s", EXEC_WIRE_ERR_TOKEN);
     goto out;
   }

@@ -6,6 +6,7 @@
  *                  machine, and the main loop's hooks (ex_poll_add() ...)
  *   exec_hello.c   the hello: checked, and the command it asks for built
  *   exec_frame.c   the framing: frames queued and sent, frames received
+ *   exec_tls.c     the TLS under the frames (the session's token as its key)
  *   exec_relay.c   the command: started on pipes, its stdin written, its
  *                  output read into frames (and copied into the worker's
  *                  log), signalled, reaped
@@ -21,6 +22,7 @@
 #include "exec_wire.h"
 #include "workerd.h"
 
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -30,9 +32,8 @@
 
 /* Limits and timings; EX_CONN_MAX, EX_UNAUTH_MAX, EX_SPARE, EX_RECORDS and
  * EX_POLL_MAX are in workerd.h. */
-#define EX_HELLO_MS 2000          /* from accept to a complete hello */
-#define EX_HELLO_REST_MS 10000    /* the rest of a hello whose token held */
-#define EX_AUTH_PREFIX 256        /* a hello's bytes read before its token is checked */
+#define EX_HELLO_MS 2000          /* from accept to the TLS handshake's end */
+#define EX_HELLO_REST_MS 10000    /* the hello, once the handshake held */
 #define EX_QUIET_MS 60000         /* one log line for the refusals of this long */
 #define EX_OUT_HIGH (1u << 20)    /* stop reading the command's output here */
 #define EX_READ_CHUNK (64u << 10) /* one read from a pipe: one O/E frame */
@@ -59,7 +60,10 @@ enum ex_state {
 /* One exec connection and its command. */
 struct ex_conn {
   enum ex_state state;
-  int sock; /* -1 once released */
+  int sock;             /* -1 once released */
+  gnutls_session_t tls; /* over sock (exec_tls.c); NULL once released */
+  bool tls_done;        /* its handshake held: the client has the token */
+  bool tls_again;       /* the last record sent waits to be sent again */
   char peer[INET6_ADDRSTRLEN + 8];
   char name[EX_NAME_MAX + 1]; /* argv[0], cut at a character, for the logs */
   int64_t deadline_ms;        /* HELLO: the hello is due; CLOSING: give up */
@@ -74,7 +78,7 @@ struct ex_conn {
   /* Frames to send, back to back, from out[out_start] on. */
   unsigned char *out;
   size_t out_start, out_len, out_cap;
-  bool authed;   /* the hello's first bytes carried the session's token */
+  bool authed;   /* the TLS handshake held (tls_done): the session's client */
   bool shut;     /* CLOSING: everything was sent and our side shut down */
   bool peer_eof; /* CLOSING: the client closed its side */
 
@@ -120,9 +124,7 @@ enum ex_rx {
   EX_RX_CLOSED,    /* the client closed its side */
   EX_RX_BROKEN,    /* the connection broke */
   EX_RX_TOO_LARGE, /* the header announced a frame over 1 MiB */
-  EX_RX_NOMEM,     /* no memory for the frame's payload */
-  EX_RX_NOT_HELLO, /* before the hello's token: a frame that is no hello */
-  EX_RX_PREFIX     /* before the hello's token: its first bytes, c->in (c->in_got) */
+  EX_RX_NOMEM      /* no memory for the frame's payload */
 };
 
 unsigned char *ex_out_room(struct ex_conn *c, size_t need);
@@ -131,10 +133,30 @@ char *ex_exit_json(int code, int signo, const char *error);
 void ex_sock_release(struct ex_conn *c);
 MUST_CHECK int ex_flush(struct ex_conn *c, int64_t now);
 enum ex_rx ex_frame_recv(struct ex_conn *c, bool drop);
-/* The hello's token held (EX_RX_PREFIX): the rest of it may come. 0, or -1
- * out of memory. */
-MUST_CHECK int ex_hello_rest(struct ex_conn *c);
-void ex_refuse_now(int fd, const char *error);
+void ex_refuse_now(int fd);
+
+/* ------------------------------------------------------------------------ */
+/* exec_tls.c: the TLS                                                      */
+
+/* The credentials and priorities every connection shares. 0, or -1. */
+MUST_CHECK int ex_tls_init(void);
+void ex_tls_cleanup(void);
+/* A server session over c->sock. 0, or -1 (c->tls stays NULL). */
+MUST_CHECK int ex_tls_start(struct ex_conn *c);
+/* Moves the handshake on: 1 done (c->tls_done), 0 not yet, -1 failed (why:
+ * EXEC_WIRE_ERR_TOKEN, or another sentence). */
+int ex_tls_handshake(struct ex_conn *c, const char **why);
+/* Whether the handshake waits to write, not to read. */
+bool ex_tls_wants_write(const struct ex_conn *c);
+/* Whether records already read hold data not yet taken (poll() says
+ * nothing of them). */
+bool ex_tls_pending(const struct ex_conn *c);
+/* recv() and send() through the session: -1 with errno EAGAIN, EINTR or
+ * ECONNRESET; recv's 0 is the end. */
+ssize_t ex_tls_recv(struct ex_conn *c, void *buf, size_t n);
+ssize_t ex_tls_send(struct ex_conn *c, const void *buf, size_t n);
+void ex_tls_bye(struct ex_conn *c);
+void ex_tls_free(struct ex_conn *c);
 
 /* ------------------------------------------------------------------------ */
 /* exec_hello.c: the hello                                                  */
@@ -149,9 +171,6 @@ struct ex_cmd {
 };
 
 size_t ex_utf8_prefix(const char *s, size_t max);
-/* Whether a hello's first len bytes (all of it, or EX_AUTH_PREFIX of it)
- * start with the session's token, as clients send it: {"token":"TOKEN". */
-bool ex_hello_token_first(const char *text, size_t len);
 MUST_CHECK int ex_hello_parse(struct ex_conn *c, const char *text, size_t len, struct ex_cmd *cmd,
                               char *err, size_t size);
 void ex_cmd_cleanup(struct ex_cmd *cmd);

@@ -92,6 +92,10 @@ MUST_CHECK int exec_listen(void) {
     rc = MUSTER_E_INVALID;
     goto out;
   }
+  if (ex_tls_init() != 0) {
+    LOG(LOG_ERROR, "cannot set up the exec channel's TLS (GnuTLS)");
+    goto out;
+  }
   /* Non-blocking: the main loop accepts until EAGAIN. */
   wd.listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (wd.listen_fd < 0) {
@@ -159,24 +163,11 @@ static void ex_count_refusal(const char *peer, const char *why, int64_t now) {
   }
 }
 
-/* Drops c, whose hello's token did not hold (or never came): one try at
- * sending the X with error (non-blocking), and the connection ends at once,
- * so that a client without the token holds no record. Nothing is logged
- * for each: the refusals are counted and summed up once a minute. */
+/* Drops c, whose TLS handshake did not hold (or never ended): the
+ * connection ends at once (there is no session to carry an X), so that a
+ * client without the token holds no record. Nothing is logged for each:
+ * the refusals are counted and summed up once a minute. */
 static void ex_drop_unauth(struct ex_conn *c, const char *error, int64_t now) {
-  char *x = ex_exit_json(126, -1, error);
-
-  if (x) {
-    unsigned char frame[EXEC_WIRE_HDR_LEN + 256];
-    size_t len = strlen(x);
-
-    if (len <= sizeof(frame) - EXEC_WIRE_HDR_LEN) {
-      exec_wire_put_hdr(frame, EXEC_FRAME_EXIT, len);
-      memcpy(frame + EXEC_WIRE_HDR_LEN, x, len);
-      (void)!send(c->sock, frame, EXEC_WIRE_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    free(x);
-  }
   ex_sock_release(c);
   c->state = EX_ORPHAN;
   ex_count_refusal(c->peer, error, now);
@@ -286,6 +277,26 @@ static size_t ex_authed_busy(void) {
  * is pending (that is the flow control toward the command). In EX_CLOSING
  * everything is read and dropped, until the client closes. */
 static void ex_sock_read(struct ex_conn *c, int64_t now) {
+  if (c->sock >= 0 && !c->tls_done) {
+    const char *why = NULL;
+    int hs = ex_tls_handshake(c, &why);
+
+    if (hs < 0) {
+      ex_drop_unauth(c, wd.exec_token ? why : EXEC_WIRE_ERR_NO_TOKEN, now);
+      return;
+    }
+    if (hs == 0)
+      return;
+    /* The client has the session's token. */
+    c->authed = true;
+    if (ex_authed_busy() > EX_CONN_MAX) {
+      ex_refuse(c, 126, "this worker serves too many exec connections (64)", now);
+      return;
+    }
+    /* The hello (its env) may take longer on a slow link: the client is
+     * known now. */
+    c->deadline_ms = now + EX_HELLO_REST_MS;
+  }
   for (int i = 0; i < EX_READS_PER_WAKE && c->sock >= 0; i++) {
     enum ex_rx rx;
 
@@ -307,43 +318,17 @@ static void ex_sock_read(struct ex_conn *c, int64_t now) {
           c, rx == EX_RX_CLOSED ? "the client closed the connection" : "the connection broke", now);
       return;
     case EX_RX_TOO_LARGE:
-      if (c->state == EX_HELLO && !c->authed)
-        ex_drop_unauth(c, "a frame is larger than 1 MiB", now);
-      else if (c->state == EX_HELLO)
+      if (c->state == EX_HELLO)
         ex_refuse(c, 126, "a frame is larger than 1 MiB", now);
       else
         ex_disconnect(c, "the client sent a frame larger than 1 MiB", now);
       return;
     case EX_RX_NOMEM:
-      if (c->state == EX_HELLO && !c->authed)
-        ex_drop_unauth(c, "muster-workerd is out of memory", now);
-      else if (c->state == EX_HELLO)
+      if (c->state == EX_HELLO)
         ex_refuse(c, 126, "muster-workerd is out of memory", now);
       else
         ex_disconnect(c, "out of memory for a frame", now);
       return;
-    case EX_RX_NOT_HELLO:
-      ex_drop_unauth(c, "the first frame must be a hello (H)", now);
-      return;
-    case EX_RX_PREFIX:
-      if (!ex_hello_token_first((const char *)c->in, c->in_got)) {
-        ex_drop_unauth(c, wd.exec_token ? EXEC_WIRE_ERR_TOKEN : EXEC_WIRE_ERR_NO_TOKEN, now);
-        return;
-      }
-      if (ex_authed_busy() >= EX_CONN_MAX) {
-        ex_refuse(c, 126, "this worker serves too many exec connections (64)", now);
-        return;
-      }
-      if (ex_hello_rest(c) != 0) {
-        ex_refuse(c, 126, "muster-workerd is out of memory", now);
-        return;
-      }
-      /* The rest of a large hello (its env) may take longer on a slow
-       * link: the client is known now. */
-      c->deadline_ms = now + EX_HELLO_REST_MS;
-      if (c->in_got == c->in_len)
-        ex_dispatch(c, (char)c->hdr[0], now);
-      break;
     case EX_RX_FRAME:
       ex_dispatch(c, (char)c->hdr[0], now);
       break;
@@ -426,7 +411,9 @@ static void ex_send(struct ex_conn *c, int64_t now) {
   if (c->state != EX_CLOSING)
     return;
   if (c->out_len == 0 && !c->shut) {
-    /* Our FIN follows the X; the client answers with its close. */
+    /* Our close_notify and FIN follow the X; the client answers with its
+     * close. */
+    ex_tls_bye(c);
     shutdown(c->sock, SHUT_WR);
     c->shut = true;
     c->deadline_ms = now + EX_LINGER_MS;
@@ -515,13 +502,12 @@ static void ex_accept(int64_t now) {
     if (ex.n == EX_RECORDS) {
       char peer[INET6_ADDRSTRLEN + 8];
       snprintf(peer, sizeof(peer), "%s:%s", host, port);
-      ex_refuse_now(fd, ex.stopping ? "this worker is stopping"
-                                    : "this worker serves too many exec connections");
-      ex_count_refusal(peer, "too many connections", now);
+      ex_refuse_now(fd);
+      ex_count_refusal(peer, ex.stopping ? "this worker is stopping" : "too many connections", now);
       continue;
     }
     if (!(c = calloc(1, sizeof(*c)))) {
-      ex_refuse_now(fd, "muster-workerd is out of memory");
+      ex_refuse_now(fd);
       continue;
     }
     /* Frames are small and interactive (orted's control traffic); and a
@@ -535,6 +521,11 @@ static void ex_accept(int64_t now) {
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
     }
     c->sock = fd;
+    if (ex.stopping || ex_tls_start(c) != 0) {
+      ex_refuse_now(fd);
+      free(c);
+      continue;
+    }
     c->stdin_fd = c->out_fd = c->err_fd = -1;
     c->at_sock = c->at_in = c->at_out = c->at_err = -1;
     c->state = EX_HELLO;
@@ -545,8 +536,6 @@ static void ex_accept(int64_t now) {
     snprintf(c->name, sizeof(c->name), "(no command yet)");
     ex.conns[ex.n++] = c;
     LOG(LOG_DEBUG, "exec connection from %s", c->peer);
-    if (ex.stopping)
-      ex_refuse(c, 126, "this worker is stopping", now);
   }
 }
 
@@ -562,7 +551,9 @@ void ex_stop_all(int64_t now) {
   for (size_t i = 0; i < ex.n; i++) {
     struct ex_conn *c = ex.conns[i];
 
-    if (c->state == EX_HELLO) {
+    if (c->state == EX_HELLO && !c->tls_done) {
+      ex_drop_unauth(c, "this worker is stopping", now);
+    } else if (c->state == EX_HELLO) {
       ex_refuse(c, 126, "this worker is stopping", now);
     } else if (c->state == EX_RUNNING && !c->exited) {
       LOG(LOG_INFO, "exec from %s: the worker is stopping; terminating %s", c->peer, c->name);
@@ -573,9 +564,20 @@ void ex_stop_all(int64_t now) {
   }
 }
 
+/* Whether c's TLS session holds data already read off the socket that c
+ * may take now (poll() says nothing of it). */
+static bool ex_sock_readable(const struct ex_conn *c) {
+  return c->sock >= 0 && c->state != EX_ORPHAN && !(c->state == EX_RUNNING && c->pend) &&
+         ex_tls_pending(c);
+}
+
 /* The earliest deadline among the exec connections, or INT64_MAX. */
 int64_t ex_next_deadline(void) {
   int64_t next = ex.accept_after_ms > 0 ? ex.accept_after_ms : INT64_MAX;
+
+  for (size_t i = 0; i < ex.n; i++)
+    if (ex_sock_readable(ex.conns[i]))
+      return 0; /* at once */
 
   if (ex.stopping && ex.n > 0 && ex.stop_deadline_ms < next)
     next = ex.stop_deadline_ms;
@@ -614,7 +616,8 @@ void ex_poll_add(struct pollfd *p, int *n, int64_t now) {
 
       if (c->state == EX_HELLO || c->state == EX_CLOSING || (c->state == EX_RUNNING && !c->pend))
         ev |= POLLIN;
-      if (c->out_len > 0)
+      /* (the handshake may wait to write; records wait while it runs) */
+      if (c->tls_done ? c->out_len > 0 : ex_tls_wants_write(c))
         ev |= POLLOUT;
       c->at_sock = *n;
       p[(*n)++] = (struct pollfd){.fd = c->sock, .events = ev};
@@ -660,7 +663,9 @@ void ex_poll_handle(const struct pollfd *p, int64_t now) {
 
       if (c->state == EX_RUNNING && c->pend && (rev & (POLLRDHUP | POLLHUP | POLLERR)))
         ex_disconnect(c, "the client closed the connection", now);
-      else if (rev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
+      else if ((rev & (POLLIN | POLLOUT | POLLRDHUP | POLLHUP | POLLERR)) && !c->tls_done)
+        ex_sock_read(c, now); /* (the handshake) */
+      else if ((rev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) || ex_sock_readable(c))
         ex_sock_read(c, now);
     }
   }
@@ -707,4 +712,5 @@ void ex_cleanup(void) {
     ex_conn_free(c);
   }
   ex.n = 0;
+  ex_tls_cleanup();
 }

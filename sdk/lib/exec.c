@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -147,6 +148,78 @@ static MUST_CHECK int connect_to(const muster_exec_target *t, const muster_exec_
   return fd;
 }
 
+/* The exec channel's TLS, the client's end (docs/exec-protocol.md,
+ * "Credentials"): the session's token is the pre-shared key, never sent. */
+struct tls {
+  gnutls_session_t s;
+  gnutls_psk_client_credentials_t cred;
+  int again; /* the last record waits to be sent again (gnutls_record_send) */
+};
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void tls_close(struct tls *tc) {
+  if (tc->s)
+    gnutls_deinit(tc->s);
+  if (tc->cred)
+    gnutls_psk_free_client_credentials(tc->cred);
+  tc->s = NULL;
+  tc->cred = NULL;
+}
+
+/* The handshake over fd, within EXEC_WIRE_CONNECT_MS. Returns 0; or
+ * MUSTER_E_FORBIDDEN (*refused set: the worker said no to the token), or
+ * another error, with err saying why. */
+static int tls_open(struct tls *tc, int fd, const muster_exec_target *t, const muster_exec_opts *o,
+                    char *err, size_t errlen) {
+  gnutls_datum_t key = {(unsigned char *)t->token, (unsigned)strlen(t->token)};
+  int64_t deadline = now_ms() + EXEC_WIRE_CONNECT_MS;
+  int r;
+
+  if (gnutls_psk_allocate_client_credentials(&tc->cred) < 0 ||
+      gnutls_psk_set_client_credentials(tc->cred, EXEC_TLS_IDENTITY, &key, GNUTLS_PSK_KEY_RAW) <
+          0 ||
+      gnutls_init(&tc->s, GNUTLS_CLIENT | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) < 0 ||
+      gnutls_priority_set_direct(tc->s, EXEC_TLS_PRIORITY, NULL) < 0 ||
+      gnutls_credentials_set(tc->s, GNUTLS_CRD_PSK, tc->cred) < 0) {
+    snprintf(err, errlen, "cannot set up TLS (GnuTLS) for worker %s", t->worker_id);
+    return MUSTER_E_INTERNAL;
+  }
+  gnutls_transport_set_int(tc->s, fd);
+  while ((r = gnutls_handshake(tc->s)) != GNUTLS_E_SUCCESS) {
+    struct pollfd p = {.fd = fd};
+
+    if (r == GNUTLS_E_FATAL_ALERT_RECEIVED || r == GNUTLS_E_WARNING_ALERT_RECEIVED) {
+      snprintf(err, errlen, "%s (worker %s: %s)", EXEC_WIRE_ERR_TOKEN, t->worker_id,
+               gnutls_alert_get_name(gnutls_alert_get(tc->s)));
+      return MUSTER_E_FORBIDDEN;
+    }
+    if (r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED && gnutls_error_is_fatal(r)) {
+      snprintf(err, errlen,
+               "worker %s (%s:%d) ended the connection before its TLS handshake did (%s): it may "
+               "serve too many exec connections, or be stopping",
+               t->worker_id, t->host, t->port, gnutls_strerror(r));
+      return MUSTER_E_UNREACHABLE;
+    }
+    if (o->cancel && *o->cancel) {
+      snprintf(err, errlen, "cancelled");
+      return MUSTER_E_SHUTTING_DOWN;
+    }
+    if (now_ms() >= deadline) {
+      snprintf(err, errlen, "worker %s (%s:%d) did not finish a TLS handshake within %s s",
+               t->worker_id, t->host, t->port, EXEC_WIRE_CONNECT_S);
+      return MUSTER_E_UNREACHABLE;
+    }
+    p.events = gnutls_record_get_direction(tc->s) ? POLLOUT : POLLIN;
+    (void)poll(&p, 1, 100);
+  }
+  return 0;
+}
+
 static char *hello(const muster_exec_target *t, const muster_exec_opts *o) {
   json_t *h = json_object(), *argv = json_array(), *env = json_object();
   char *text;
@@ -162,7 +235,7 @@ static char *hello(const muster_exec_target *t, const muster_exec_opts *o) {
     key[eq - o->env[i]] = '\0';
     json_object_set_new(env, key, json_string(eq + 1));
   }
-  json_object_set_new(h, "token", json_string(t->token));
+  (void)t; /* (the token keys the TLS: the hello carries none) */
   json_object_set_new(h, "argv", argv);
   json_object_set_new(h, "env", env);
   json_object_set_new(h, "cwd", o->cwd ? json_string(o->cwd) : json_null());
@@ -192,6 +265,7 @@ int muster_exec_at(const muster_exec_target *t, const muster_exec_opts *o, int *
 int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o, int *exit_code,
                           int *signo, char *err, size_t errlen) {
   struct outbuf out = {0};
+  struct tls tc = {0};
   char *in = NULL, *h = NULL;
   size_t inlen = 0;
   int fd, stdin_open = o->stdin_fd >= 0, rc = MUSTER_E_UNREACHABLE, done = 0, no_signo;
@@ -208,6 +282,12 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
   fd = connect_to(t, o, err, errlen);
   if (fd < 0) /* cancelled: as a cancel anywhere else here */
     return o->cancel && *o->cancel ? MUSTER_E_SHUTTING_DOWN : MUSTER_E_UNREACHABLE;
+  if ((rc = tls_open(&tc, fd, t, o, err, errlen)) != 0) {
+    if (rc == MUSTER_E_FORBIDDEN)
+      *exit_code = 126; /* (as a refused hello: the command never ran) */
+    goto out;
+  }
+  rc = MUSTER_E_UNREACHABLE;
   h = hello(t, o);
   in = malloc(EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN);
   if (!h || !in || out_frame(&out, EXEC_FRAME_HELLO, h, strlen(h)) != 0) {
@@ -240,7 +320,8 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
       p[1].revents = 0;
       np = 2;
     }
-    if (poll(p, (nfds_t)np, o->cancel ? 200 : -1) < 0) {
+    /* (records read already may hold frames: poll() says nothing of them) */
+    if (poll(p, (nfds_t)np, gnutls_record_check_pending(tc.s) > 0 ? 0 : o->cancel ? 200 : -1) < 0) {
       if (errno == EINTR)
         continue;
       snprintf(err, errlen, "poll: %s", strerror(errno));
@@ -265,23 +346,28 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
       }
     }
     if (p[0].revents & POLLOUT) {
-      ssize_t w = send(fd, out.data, out.len, MSG_NOSIGNAL);
+      /* (after GNUTLS_E_AGAIN the same record goes again: NULL, 0) */
+      ssize_t w = tc.again ? gnutls_record_send(tc.s, NULL, 0)
+                           : gnutls_record_send(tc.s, out.data, out.len);
+      tc.again = w == GNUTLS_E_AGAIN || w == GNUTLS_E_INTERRUPTED;
       if (w > 0) {
         memmove(out.data, out.data + w, out.len - (size_t)w);
         out.len -= (size_t)w;
-      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+      } else if (w < 0 && !tc.again) {
         snprintf(err, errlen, "the connection to worker %s (%s:%d) broke: %s", t->worker_id,
-                 t->host, t->port, strerror(errno));
+                 t->host, t->port, gnutls_strerror((int)w));
         goto out;
       }
     }
-    if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      ssize_t n = recv(fd, in + inlen, EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN - inlen, 0);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) || gnutls_record_check_pending(tc.s) > 0) {
+      ssize_t n =
+          gnutls_record_recv(tc.s, in + inlen, EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN - inlen);
+      if (n == 0 || (n < 0 && n != GNUTLS_E_AGAIN && n != GNUTLS_E_INTERRUPTED)) {
         snprintf(err, errlen,
                  "the connection to worker %s (%s:%d) closed before the command "
                  "ended%s%s",
-                 t->worker_id, t->host, t->port, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+                 t->worker_id, t->host, t->port, n < 0 ? ": " : "",
+                 n < 0 ? gnutls_strerror((int)n) : "");
         goto out;
       }
       if (n < 0)
@@ -344,6 +430,7 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
     }
   }
 out:
+  tls_close(&tc);
   close(fd);
   free(out.data);
   free(in);

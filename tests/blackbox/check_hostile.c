@@ -314,10 +314,10 @@ static int dial_exec(const muster_exec_target *t) {
 }
 
 /* 200 idle connections and 64 hellos of 1 MiB that stop short, none with
- * the token, on a small worker's exec port: its own session's exec still
- * runs, the worker is not killed for memory (workerd reads no more of a
- * hello than its first bytes before the token holds), and its log does
- * not grow by a line per connection. */
+ * the token (in clear: no TLS handshake), on a small worker's exec port:
+ * its own session's exec still runs, the worker is not killed for memory
+ * (workerd reads nothing but a TLS handshake before the token holds), and
+ * its log does not grow by a line per connection. */
 START_TEST(hostile_exec_connections_leave_the_sessions_exec_alone) {
   static char chunk[64 * 1024];
   const char *argv[] = {"sh", "-c", "echo still-served"};

@@ -5,13 +5,15 @@
  * Each input is first walked frame by frame with exec_wire_parse_hdr(), the
  * way both ends cut their byte streams (a header that comes out is
  * re-encoded and must give the same bytes). Then a loopback listener plays
- * the worker: it reads the client's hello and answers with the input,
- * byte for byte, and muster_exec_at() must end with an answer (never a
- * hang, a crash, a leak or undefined behaviour). */
+ * the worker: it completes the TLS handshake with the client's token (the
+ * exec channel's, common/exec_wire.h), then answers with the input, byte
+ * for byte, inside the session, and muster_exec_at() must end with an
+ * answer (never a hang, a crash, a leak or undefined behaviour). */
 #include "exec_wire.h"
 #include "muster.h"
 
 #include <arpa/inet.h>
+#include <gnutls/gnutls.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -72,6 +74,17 @@ struct peer {
   size_t size;
 };
 
+/* The worker's key: the token the client is given ("fuzz"). */
+static int psk_key(gnutls_session_t s, const gnutls_datum_t *identity, gnutls_datum_t *key) {
+  (void)s;
+  (void)identity;
+  if (!(key->data = gnutls_malloc(4)))
+    return -1;
+  memcpy(key->data, "fuzz", 4);
+  key->size = 4;
+  return 0;
+}
+
 /* Plays the worker on its own thread, so that the client's poll loop and
  * the answer are as over a network. */
 static void *serve(void *arg) {
@@ -79,6 +92,8 @@ static void *serve(void *arg) {
   const uint8_t *data = pr->data;
   size_t size = pr->size;
   struct pollfd lp = {.fd = listener, .events = POLLIN};
+  gnutls_psk_server_credentials_t cred = NULL;
+  gnutls_session_t s = NULL;
   int fd;
   char buf[4096];
   size_t off = 0;
@@ -89,28 +104,47 @@ static void *serve(void *arg) {
   fd = accept(listener, NULL, NULL);
   if (fd < 0)
     return NULL;
+  if (gnutls_psk_allocate_server_credentials(&cred) < 0)
+    abort();
+  gnutls_psk_set_server_credentials_function2(cred, psk_key);
+  if (gnutls_init(&s, GNUTLS_SERVER | GNUTLS_NONBLOCK) < 0 ||
+      gnutls_priority_set_direct(s, EXEC_TLS_PRIORITY, NULL) < 0 ||
+      gnutls_credentials_set(s, GNUTLS_CRD_PSK, cred) < 0)
+    abort();
+  gnutls_transport_set_int(s, fd);
+  for (int r; (r = gnutls_handshake(s)) != GNUTLS_E_SUCCESS;) {
+    struct pollfd p = {.fd = fd, .events = gnutls_record_get_direction(s) ? POLLOUT : POLLIN};
+    if (gnutls_error_is_fatal(r) || poll(&p, 1, 2000) <= 0)
+      goto out;
+  }
   /* The hello comes first; then the bytes go out while whatever the client
    * sends is read and dropped. */
   while (off < size) {
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLOUT};
-    if (poll(&p, 1, 2000) <= 0)
+    if (gnutls_record_check_pending(s) == 0 && poll(&p, 1, 2000) <= 0)
       break;
-    if (p.revents & POLLIN) {
-      ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0 && !(p.revents & POLLOUT))
+    if ((p.revents & POLLIN) || gnutls_record_check_pending(s) > 0) {
+      ssize_t n = gnutls_record_recv(s, buf, sizeof(buf));
+      if ((n == 0 || (n < 0 && gnutls_error_is_fatal((int)n))) && !(p.revents & POLLOUT))
         break;
     }
     if (p.revents & POLLOUT) {
-      ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
+      ssize_t n = gnutls_record_send(s, data + off, size - off);
+      if (n == GNUTLS_E_AGAIN)
+        continue;
       if (n <= 0)
         break;
       off += (size_t)n;
     }
   }
+  (void)gnutls_bye(s, GNUTLS_SHUT_WR);
+out:
   shutdown(fd, SHUT_WR);
   while (read(fd, buf, sizeof(buf)) > 0)
     ;
   close(fd);
+  gnutls_deinit(s);
+  gnutls_psk_free_server_credentials(cred);
   return NULL;
 }
 

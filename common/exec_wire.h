@@ -36,7 +36,11 @@
  * pre-shared key, with an ephemeral (EC)DH exchange on top: the token never
  * crosses the wire, and a client without it fails the handshake. Both ends
  * take the priority string and the key's identity from here. */
-#define EXEC_TLS_PRIORITY "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-PSK:+DHE-PSK"
+/* (TLS 1.3 and the two cheapest groups only: a client without the token
+ * must not make workerd compute a large finite-field exchange before the
+ * key's binder is checked) */
+#define EXEC_TLS_PRIORITY                                                                          \
+  "NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1"
 #define EXEC_TLS_IDENTITY "muster-exec"
 /* How long the client waits for the TCP connection to a worker. */
 #define EXEC_WIRE_CONNECT_MS 10000

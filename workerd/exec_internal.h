@@ -63,6 +63,7 @@ struct ex_conn {
   int sock;             /* -1 once released */
   gnutls_session_t tls; /* over sock (exec_tls.c); NULL once released */
   bool tls_done;        /* its handshake held: the client has the token */
+  bool proven;          /* ...or GnuTLS checked its key already, the end to come */
   bool tls_again;       /* the last record sent waits to be sent again */
   char peer[INET6_ADDRSTRLEN + 8];
   char name[EX_NAME_MAX + 1]; /* argv[0], cut at a character, for the logs */

@@ -479,15 +479,17 @@ static void ex_accept(int64_t now) {
     }
     /* Connections not yet past their token make room for a new one, the
      * oldest first (as OpenSSH's MaxStartups does): they never take the
-     * session's own. What the oldest has sent already is read first, so
-     * that a client whose hello is there passes instead of being dropped
-     * by a flood of connections behind it. */
+     * session's own. What the oldest has sent already is read first, and
+     * one whose key GnuTLS has checked (proven, its handshake's end to
+     * come) is never dropped: a client with the token passes instead of
+     * being dropped by a flood of connections behind it. */
     for (int tries = 0; tries < 4; tries++) {
       struct ex_conn *oldest = NULL;
       size_t waiting = 0;
 
       for (size_t k = 0; k < ex.n; k++)
-        if (ex.conns[k]->state == EX_HELLO && ex.conns[k]->sock >= 0 && !ex.conns[k]->authed) {
+        if (ex.conns[k]->state == EX_HELLO && ex.conns[k]->sock >= 0 && !ex.conns[k]->authed &&
+            !ex.conns[k]->proven) {
           waiting++;
           if (!oldest || ex.conns[k]->deadline_ms < oldest->deadline_ms)
             oldest = ex.conns[k];
@@ -495,7 +497,7 @@ static void ex_accept(int64_t now) {
       if (waiting < EX_UNAUTH_MAX || !oldest)
         break;
       ex_sock_read(oldest, now);
-      if (oldest->state == EX_HELLO && oldest->sock >= 0 && !oldest->authed)
+      if (oldest->state == EX_HELLO && oldest->sock >= 0 && !oldest->authed && !oldest->proven)
         ex_drop_unauth(oldest, "too many connections without a token", now);
     }
     ex_reap_over();
@@ -522,8 +524,11 @@ static void ex_accept(int64_t now) {
     }
     c->sock = fd;
     if (ex.stopping || ex_tls_start(c) != 0) {
+      char peer[INET6_ADDRSTRLEN + 8];
+      snprintf(peer, sizeof(peer), "%s:%s", host, port);
       ex_refuse_now(fd);
       free(c);
+      ex_count_refusal(peer, ex.stopping ? "this worker is stopping" : "no TLS session", now);
       continue;
     }
     c->stdin_fd = c->out_fd = c->err_fd = -1;
@@ -614,10 +619,14 @@ void ex_poll_add(struct pollfd *p, int *n, int64_t now) {
     if (c->sock >= 0) {
       short ev = POLLRDHUP;
 
-      if (c->state == EX_HELLO || c->state == EX_CLOSING || (c->state == EX_RUNNING && !c->pend))
+      /* (a handshake that waits to write waits for that alone: its
+       * client's bytes stay where they are meanwhile) */
+      if (!c->tls_done && ex_tls_wants_write(c))
+        ev |= POLLOUT;
+      else if (c->state == EX_HELLO || c->state == EX_CLOSING ||
+               (c->state == EX_RUNNING && !c->pend))
         ev |= POLLIN;
-      /* (the handshake may wait to write; records wait while it runs) */
-      if (c->tls_done ? c->out_len > 0 : ex_tls_wants_write(c))
+      if (c->tls_done && c->out_len > 0)
         ev |= POLLOUT;
       c->at_sock = *n;
       p[(*n)++] = (struct pollfd){.fd = c->sock, .events = ev};

@@ -65,6 +65,22 @@ void ex_tls_cleanup(void) {
   tls.ready = false;
 }
 
+/* Runs before the server's hello goes out: by then GnuTLS has checked the
+ * client's binder, made with the key: the client has the token (a
+ * connection that far along is never dropped to make room). */
+static int key_proven(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
+                      const gnutls_datum_t *msg) {
+  struct ex_conn *c = gnutls_session_get_ptr(s);
+
+  (void)htype;
+  (void)when;
+  (void)incoming;
+  (void)msg;
+  if (c)
+    c->proven = true;
+  return 0;
+}
+
 int ex_tls_start(struct ex_conn *c) {
   if (!tls.ready || gnutls_init(&c->tls, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) !=
                         GNUTLS_E_SUCCESS) {
@@ -78,6 +94,12 @@ int ex_tls_start(struct ex_conn *c) {
     return -1;
   }
   gnutls_transport_set_int(c->tls, c->sock);
+  gnutls_session_set_ptr(c->tls, c);
+  gnutls_handshake_set_hook_function(c->tls, GNUTLS_HANDSHAKE_SERVER_HELLO, GNUTLS_HOOK_PRE,
+                                     key_proven);
+  /* (a client's hello with a pre-shared key is some hundreds of bytes: no
+   * client without the token has GnuTLS buffer 128 KiB of handshake) */
+  gnutls_handshake_set_max_packet_length(c->tls, 8192);
   return 0;
 }
 
@@ -93,8 +115,9 @@ int ex_tls_handshake(struct ex_conn *c, const char **why) {
   /* (the client hears an alert, not only a close: a wrong token is told
    * apart from a worker that had no room) */
   (void)gnutls_alert_send_appropriate(c->tls, r);
-  *why = r == GNUTLS_E_DECRYPTION_FAILED || r == GNUTLS_E_MAC_VERIFY_FAILED ||
-                 r == GNUTLS_E_INSUFFICIENT_CREDENTIALS || r == GNUTLS_E_KEYFILE_ERROR
+  *why = r == GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER || r == GNUTLS_E_DECRYPTION_FAILED ||
+                 r == GNUTLS_E_MAC_VERIFY_FAILED || r == GNUTLS_E_INSUFFICIENT_CREDENTIALS ||
+                 r == GNUTLS_E_KEYFILE_ERROR
              ? EXEC_WIRE_ERR_TOKEN
              : "no TLS handshake with the exec token";
   return -1;
@@ -115,8 +138,8 @@ ssize_t ex_tls_recv(struct ex_conn *c, void *buf, size_t n) {
     return r;
   if (r == GNUTLS_E_AGAIN)
     errno = EAGAIN;
-  else if (r == GNUTLS_E_INTERRUPTED)
-    errno = EINTR;
+  else if (r == GNUTLS_E_INTERRUPTED || r == GNUTLS_E_WARNING_ALERT_RECEIVED)
+    errno = EINTR; /* (a warning ends nothing: read again) */
   else if (r == GNUTLS_E_PREMATURE_TERMINATION)
     return 0; /* (a close without close_notify: the client is gone all the same) */
   else

@@ -180,6 +180,11 @@ static int tls_open(struct tls *tc, int fd, const muster_exec_target *t, const m
   int64_t deadline = now_ms() + EXEC_WIRE_CONNECT_MS;
   int r;
 
+  if (!t->token[0]) {
+    snprintf(err, errlen, "%s (no exec token to give worker %s)", EXEC_WIRE_ERR_TOKEN,
+             t->worker_id);
+    return MUSTER_E_FORBIDDEN;
+  }
   if (gnutls_psk_allocate_client_credentials(&tc->cred) < 0 ||
       gnutls_psk_set_client_credentials(tc->cred, EXEC_TLS_IDENTITY, &key, GNUTLS_PSK_KEY_RAW) <
           0 ||
@@ -193,10 +198,19 @@ static int tls_open(struct tls *tc, int fd, const muster_exec_target *t, const m
   while ((r = gnutls_handshake(tc->s)) != GNUTLS_E_SUCCESS) {
     struct pollfd p = {.fd = fd};
 
-    if (r == GNUTLS_E_FATAL_ALERT_RECEIVED || r == GNUTLS_E_WARNING_ALERT_RECEIVED) {
-      snprintf(err, errlen, "%s (worker %s: %s)", EXEC_WIRE_ERR_TOKEN, t->worker_id,
-               gnutls_alert_get_name(gnutls_alert_get(tc->s)));
-      return MUSTER_E_FORBIDDEN;
+    if (r == GNUTLS_E_FATAL_ALERT_RECEIVED) {
+      gnutls_alert_description_t a = gnutls_alert_get(tc->s);
+
+      /* (what GnuTLS answers a key that does not match, or none) */
+      if (a == GNUTLS_A_DECRYPT_ERROR || a == GNUTLS_A_ILLEGAL_PARAMETER ||
+          a == GNUTLS_A_BAD_RECORD_MAC || a == GNUTLS_A_UNKNOWN_PSK_IDENTITY) {
+        snprintf(err, errlen, "%s (worker %s: its TLS handshake's alert: %s)", EXEC_WIRE_ERR_TOKEN,
+                 t->worker_id, gnutls_alert_get_name(a));
+        return MUSTER_E_FORBIDDEN;
+      }
+      snprintf(err, errlen, "worker %s (%s:%d) refused the TLS handshake: %s", t->worker_id,
+               t->host, t->port, gnutls_alert_get_name(a));
+      return MUSTER_E_PROTOCOL;
     }
     if (r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED && gnutls_error_is_fatal(r)) {
       snprintf(err, errlen,
@@ -362,7 +376,8 @@ int muster_exec_at_signal(const muster_exec_target *t, const muster_exec_opts *o
     if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) || gnutls_record_check_pending(tc.s) > 0) {
       ssize_t n =
           gnutls_record_recv(tc.s, in + inlen, EXEC_WIRE_FRAME_MAX + EXEC_WIRE_HDR_LEN - inlen);
-      if (n == 0 || (n < 0 && n != GNUTLS_E_AGAIN && n != GNUTLS_E_INTERRUPTED)) {
+      if (n == 0 || (n < 0 && n != GNUTLS_E_AGAIN && n != GNUTLS_E_INTERRUPTED &&
+                     n != GNUTLS_E_WARNING_ALERT_RECEIVED)) {
         snprintf(err, errlen,
                  "the connection to worker %s (%s:%d) closed before the command "
                  "ended%s%s",

@@ -833,7 +833,7 @@ class CdswCompatibility(unittest.TestCase):
         imports = {line.split()[1].split(".")[0] for line in src.splitlines()
                    if line.startswith(("import ", "from "))}
         self.assertLessEqual(imports, {"atexit", "http", "json", "os", "random", "re", "socket",
-                                       "sys", "threading", "urllib"}, imports)
+                                       "ssl", "sys", "threading", "urllib"}, imports)
 
 
 class WhatAWorkerSaysCannotDriveTheTerminal(unittest.TestCase):

@@ -88,8 +88,12 @@ static inline bool env_run_sets(const char *var) {
  * starts in a worker (whose environment is otherwise the worker's own). */
 static inline bool env_rsh_forwards(const char *var) {
   /* MUSTER_FAULT: a test build's fault points (common/fault.h) reach the
-   * daemon's muster rank. */
-  static const char *const list[] = {"HWLOC_COMPONENTS=", "MUSTER_FAULT=", NULL};
+   * daemon's muster rank. MUSTER_EXEC_TOKEN: what the daemon's muster
+   * rank execs its rank with, given to the daemon here, inside the exec
+   * channel's TLS, and never through mpirun's -x: Open MPI's own wire to
+   * its daemons is not encrypted. */
+  static const char *const list[] = {"HWLOC_COMPONENTS=", "MUSTER_FAULT=", "MUSTER_EXEC_TOKEN=",
+                                     NULL};
   return env_in(var, list);
 }
 

@@ -280,8 +280,6 @@ void muster_run_allreduce_(struct run *run, const char *master) {
   argv[n++] = "-x";
   argv[n++] = "MUSTER_EXEC_RANKS";
   argv[n++] = "-x";
-  argv[n++] = "MUSTER_EXEC_TOKEN";
-  argv[n++] = "-x";
   argv[n++] = "MUSTER_RESTART_COUNT";
   argv[n++] = "-x";
   argv[n++] = RANK_END_ENV;

@@ -92,8 +92,8 @@ static inline bool env_rsh_forwards(const char *var) {
    * rank execs its rank with, given to the daemon here, inside the exec
    * channel's TLS, and never through mpirun's -x: Open MPI's own wire to
    * its daemons is not encrypted. */
-  static const char *const list[] = {"HWLOC_COMPONENTS=", "MUSTER_FAULT=", "MUSTER_EXEC_TOKEN=",
-                                     NULL};
+  static const char *const list[] = {
+      "HWLOC_COMPONENTS=", "MUSTER_FAULT=", "MUSTER_EXEC_TOKEN=", NULL};
   return env_in(var, list);
 }
 

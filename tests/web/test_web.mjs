@@ -154,6 +154,8 @@ async function rowStatus(page, id, status) {
 async function main() {
   await startController();
   const userData = path.join(tmp, 'chromium-profile');
+  // (a browser that does not start still leaves nothing running: the
+  // controller is stopped and its workers killed before the error goes on)
   const context = await chromium.launchPersistentContext(userData, {
     executablePath: CHROMIUM,
     headless: true,
@@ -163,6 +165,9 @@ async function main() {
     // (Chromium's own start: on a loaded 2-core machine it has taken more
     // than 15 s, with nothing of muster's in the way)
     timeout: 4 * T,
+  }).catch(async (e) => {
+    await cleanup(null);
+    throw e;
   });
   context.setDefaultTimeout(T);
   const page = context.pages()[0] || (await context.newPage());

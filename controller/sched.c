@@ -74,6 +74,17 @@ static const char *worker_account(const struct lw *w, char *user, char *account)
   }
 }
 
+/* Sends a batch back to the next pass: w (placed, not in batch) and the n
+ * workers of batch give their room back, and their transaction is rolled
+ * back. */
+static void batch_back(struct lw *w, struct lw **batch, int n) {
+  g.backend->release(w->id);
+  sm_rollback();
+  for (int i = 0; i < n; i++)
+    g.backend->release(batch[i]->id);
+  g.schedule_needed = 1;
+}
+
 /* Hands the backend every worker that waits for a start, oldest first,
  * while it has room: the backend reserves room (place), the new attempts
  * are committed with the `starting` state, and only then is the backend
@@ -161,11 +172,7 @@ void schedule_locked(void) {
        * never runs it as another account, nor splits a launch) */
       if (!(acct = worker_account(w, user, account))) {
         LOG(LOG_ERROR, "could not read the user of %s: %s", w->id, db_errmsg(g.db));
-        g.backend->release(w->id);
-        sm_rollback();
-        for (int i = 0; i < n; i++)
-          g.backend->release(batch[i]->id);
-        g.schedule_needed = 1;
+        batch_back(w, batch, n);
         goto out;
       }
       launch = w->launch;
@@ -192,11 +199,7 @@ void schedule_locked(void) {
         /* The row may be half written: the whole batch goes back, and
          * tries again on the next pass. */
         LOG(LOG_ERROR, "could not record the start of %s: %s", w->id, db_errmsg(g.db));
-        g.backend->release(w->id);
-        sm_rollback();
-        for (int i = 0; i < n; i++)
-          g.backend->release(batch[i]->id);
-        g.schedule_needed = 1;
+        batch_back(w, batch, n);
         goto out;
       }
       if (to == WS_SCHEDULING) {

@@ -191,7 +191,11 @@ static int pick(struct MHD_Connection *c, struct req *rq, const char *url, const
           continue;
         }
         rq->max_body = API_MAX_BODY;
-        if (r->auth == AUTH_CLIENT) {
+        /* A run's own token, else a client's that sees the run. */
+        if (r->auth == AUTH_RUN && api_bearer(c) && r->check(c, arg) == 0) {
+          api_guard_request(c, 1);
+          rq->run_token = 1;
+        } else if (r->auth == AUTH_CLIENT || r->auth == AUTH_RUN) {
           if (authed < 0)
             authed = client_ok(c, url, method, &rq->who);
           api_guard_request(c, authed);

@@ -20,6 +20,7 @@
  *   api_stream.c    the event stream and logs (followed or not)
  *   api_sessions.c  sessions' leases, the session list, one session
  *   api_runs.c      runs
+ *   api_metrics.c   runs' metrics
  *
  * Each handler file registers its handlers in a route table of its own
  * (api_*_routes, listed by api_routes.c); the router (api_http.c) only
@@ -65,6 +66,7 @@ struct req {
   char arg[SESSION_STORED_MAX];
   int web;
   struct user_id who;    /* whose token a client call carries */
+  int run_token;         /* AUTH_RUN: the call carries the run's own token */
   struct waiter *waiter; /* a suspended await */
   req_resume_fn resume;  /* set while parked */
   req_release_fn release;
@@ -78,10 +80,12 @@ enum route_auth {
   AUTH_CLIENT, /* the API token (the event stream also takes ?access_token=) */
   AUTH_WORKER, /* that worker's own token (the route's check, then the handler) */
   AUTH_SECRET, /* a job's secret, checked by the handler (body: API_SECRET_BODY) */
+  AUTH_RUN,    /* the run's own token (the route's check), else as AUTH_CLIENT */
 };
 
-/* A worker route's check of the token, from the request's head: 0, or the
- * error to answer (MUSTER_E_UNAUTHORIZED, MUSTER_E_FORBIDDEN). */
+/* A worker route's (or a run route's) check of the token, from the
+ * request's head: 0, or the error to answer (MUSTER_E_UNAUTHORIZED,
+ * MUSTER_E_FORBIDDEN). */
 typedef int (*route_check_fn)(struct MHD_Connection *c, const char *id);
 
 /* One route. Its method is POST, PUT, GET or DELETE. A table of them ends
@@ -92,7 +96,7 @@ struct api_route {
       *path; /* "/api/v1/workers/{id}/logs": {id} is a worker id, {name} or {run} any segment */
   enum route_auth auth;
   route_fn fn;
-  route_check_fn check; /* AUTH_WORKER: required */
+  route_check_fn check; /* AUTH_WORKER, AUTH_RUN: required */
 };
 
 /* The largest body a call takes, and a job's claim (whose secret is checked
@@ -113,6 +117,7 @@ extern const struct api_route api_stream_routes[];   /* api_stream.c */
 extern const struct api_route api_sessions_routes[]; /* api_sessions.c */
 extern const struct api_route api_runs_routes[];     /* api_runs.c */
 extern const struct api_route api_users_routes[];    /* api_users.c */
+extern const struct api_route api_metrics_routes[];  /* api_metrics.c */
 
 /* Every table above, NULL-terminated (api_routes.c). No two routes match
  * one method and URL, so their order does not matter. */

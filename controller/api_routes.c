@@ -6,7 +6,17 @@
 #include <stddef.h>
 
 const struct api_route *const api_route_tables[] = {
-    api_health_routes, api_worker_routes, api_launch_routes, api_list_routes,
-    api_await_routes,  api_stop_routes,   api_stream_routes, api_sessions_routes,
-    api_runs_routes,   api_users_routes,  api_claim_routes,  NULL,
+    api_health_routes,
+    api_worker_routes,
+    api_launch_routes,
+    api_list_routes,
+    api_await_routes,
+    api_stop_routes,
+    api_stream_routes,
+    api_sessions_routes,
+    api_runs_routes,
+    api_users_routes,
+    api_claim_routes,
+    api_metrics_routes,
+    NULL,
 };

@@ -17,26 +17,12 @@
 
 /* The body of a change of run id with only known fields: a new reference,
  * or NULL with the answer (404, 400, 422) queued through *ret. */
-/* Whether rq's caller sees run id (its session is theirs to see). */
-static int sees_run(const struct req *rq, const char *id) {
-  char st[16], session[SESSION_STORED_MAX];
-  struct reader *rd;
-  int rc;
-
-  if (rq->who.admin)
-    return 1;
-  rd = api_reader_get();
-  rc = db_run_state(rd->db, id, st, sizeof(st), session, sizeof(session));
-  api_reader_put(rd);
-  return rc == 0 && api_sees_session(rq, session);
-}
-
 static json_t *run_change_body(struct MHD_Connection *c, struct req *rq, const char *id,
                                const char *const *known, size_t n, const char *list,
                                enum MHD_Result *ret) {
   json_t *body;
 
-  if (!validate_run_id(id) || !sees_run(rq, id)) {
+  if (!validate_run_id(id) || !api_sees_run(rq, id)) {
     *ret = api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
     return NULL;
   }
@@ -267,7 +253,7 @@ static json_t *run_read(const char *id) {
 }
 
 static enum MHD_Result api_run_get(struct MHD_Connection *c, struct req *rq, const char *id) {
-  json_t *o = validate_run_id(id) && sees_run(rq, id) ? run_read(id) : NULL;
+  json_t *o = validate_run_id(id) && api_sees_run(rq, id) ? run_read(id) : NULL;
 
   if (!o)
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);

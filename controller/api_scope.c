@@ -71,3 +71,12 @@ int api_sees_worker(const struct req *rq, struct reader *rd, const char *id) {
   return db_worker_session(rd->db, id, session, sizeof(session)) == 0 &&
          api_sees_session(rq, session);
 }
+
+int api_sees_run(const struct req *rq, const char *id) {
+  char st[16], session[SESSION_STORED_MAX];
+  struct reader *rd = api_reader_get();
+  int rc = db_run_state(rd->db, id, st, sizeof(st), session, sizeof(session));
+
+  api_reader_put(rd);
+  return rc == 0 && (rq->who.admin || api_sees_session(rq, session));
+}

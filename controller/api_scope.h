@@ -25,6 +25,9 @@ int api_sees_session(const struct req *rq, const char *s);
 /* Whether rq's caller sees worker id (read through rd); 0 also when there
  * is no such worker. */
 int api_sees_worker(const struct req *rq, struct reader *rd, const char *id);
+/* Whether rq's caller sees run id (its session is theirs to see); 0 also
+ * when there is no such run. */
+int api_sees_run(const struct req *rq, const char *id);
 /* "USER/" for a caller who sees only their own sessions (into buf), else
  * NULL. */
 const char *api_own_prefix(const struct req *rq, char *buf, size_t size);

@@ -254,8 +254,8 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
   }
   answer = json_pack("{s:f, s:o, s:o, s:s, s:o}", "heartbeat_interval_seconds",
                      g.cfg.heartbeat_interval_s, "command", spec_command(&info), "env",
-                     spec_env(&info, ip, g.worker_url), "cwd", spec_cwd(&info, g.cfg.workdir),
-                     "script", spec_script(&info, g.cfg.workdir));
+                     spec_env(&info, ip, g.worker_url, g.api_token), "cwd",
+                     spec_cwd(&info, g.cfg.workdir), "script", spec_script(&info, g.cfg.workdir));
   {
     /* The session's exec credential: the worker checks it on every exec
      * request (docs/exec-protocol.md). */

@@ -20,7 +20,7 @@
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
   "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, "           \
-  "backend_ref, launch_id, cwd, path"
+  "backend_ref, launch_id, cwd, path, run"
 
 static const char *const statement_sql[ST_COUNT_] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -130,6 +130,24 @@ static const char *const statement_sql[ST_COUNT_] = {
                             "WHERE session = ?1 AND holder = ?2 AND status = 'running'",
     [ST_GATE_OPEN] = "INSERT INTO prune_gate(open) VALUES (1)",
     [ST_GATE_CLOSE] = "DELETE FROM prune_gate",
+    [ST_MS_GET] = "SELECT id, bucket, nrows FROM metric_series "
+                  "WHERE run = ?1 AND name = ?2 AND rank = ?3",
+    [ST_MS_INSERT] = "INSERT INTO metric_series(run, name, rank) VALUES (?1, ?2, ?3)",
+    [ST_MS_COUNT] = "SELECT count(*) FROM metric_series WHERE run = ?1",
+    [ST_MS_UPDATE] = "UPDATE metric_series SET bucket = ?2, nrows = ?3, points = points + ?4 "
+                     "WHERE id = ?1",
+    [ST_MS_OF_RUN] = "SELECT id, name, rank, points FROM metric_series WHERE run = ?1 "
+                     "ORDER BY name, rank",
+    [ST_MP_LAST] = "SELECT id, step, epoch, at, value, vmin, vmax, n FROM metric_points "
+                   "WHERE series = ?1 ORDER BY id DESC LIMIT 1",
+    [ST_MP_INSERT] = "INSERT INTO metric_points(series, step, epoch, at, value, vmin, vmax, n) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_MP_INSERT_ID] = "INSERT INTO metric_points(series, step, epoch, at, value, vmin, vmax, "
+                        "n, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [ST_MP_DELETE] = "DELETE FROM metric_points WHERE id = ?1",
+    [ST_MP_DELETE_SERIES] = "DELETE FROM metric_points WHERE series = ?1",
+    [ST_MP_ROWS] = "SELECT id, step, epoch, at, value, vmin, vmax, n FROM metric_points "
+                   "WHERE series = ?1 AND id > ?2 ORDER BY id",
 };
 
 /* Drops the cached objects of the workers written since the last commit. */

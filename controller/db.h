@@ -157,6 +157,7 @@ struct db_worker_info {
   char *script, *code, *command_json, *args_json, *env_json, *secret_env_json;
   char *name, *role;
   char *cwd, *path; /* NULL if the launch gave none */
+  char run[16];     /* the run it belongs to ("" if none) */
 };
 
 /* Fills *out for worker id. Returns 0, MUSTER_E_NOT_FOUND, or another error.
@@ -258,6 +259,49 @@ MUST_CHECK int db_runs_fail_session(struct db *db, const char *session, const ch
 /* Fails every running run of session bound to holder; *n: their number. */
 MUST_CHECK int db_runs_fail_holder(struct db *db, const char *session, const char *holder,
                                    const char *failure, int *n);
+
+/* ---- runs' metrics (db_metrics.c) ---- */
+
+/* Rows a series keeps before its neighbouring rows are merged in pairs,
+ * and the series a run may have (names times ranks). */
+#define METRIC_SERIES_ROWS 2000
+#define METRIC_RUN_SERIES 4096
+
+/* One value of one point, as it arrives. has_epoch: whether epoch is set. */
+struct db_metric_in {
+  const char *name;
+  int64_t rank;
+  int64_t step;
+  double epoch;
+  int has_epoch;
+  double at; /* seconds since the epoch */
+  double value;
+};
+
+/* Adds the n values p (in the order they were logged) to run's series,
+ * inside the caller's transaction. Returns 0; MUSTER_E_INVALID when they
+ * would take the run past METRIC_RUN_SERIES series; MUSTER_E_DB. Sorts p
+ * (by series, keeping each series' order). */
+MUST_CHECK int db_metrics_add(struct db *db, const char *run, struct db_metric_in *p, size_t n);
+
+/* What a read of a run's metrics asks for: the names (NULL: all), the rows
+ * written after since, and at most max_points points per series, each
+ * bucket of merged points with its least and greatest value. */
+struct db_metric_query {
+  const char *const *names;
+  size_t nnames;
+  int64_t since;
+  int max_points;
+};
+
+/* The run's points as the API's array (grouped by series, each in order),
+ * and in *next the cursor of what follows them. NULL on a database error. */
+json_t *db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q,
+                         int64_t *next);
+
+/* The latest value of each name of run: {"name": {"step", "value",
+ * "ranks"}}, the value of its lowest rank; an empty object if none. */
+json_t *db_metrics_latest(struct db *db, const char *run);
 
 /* The last SQLite error message, for logs. */
 const char *db_errmsg(struct db *db);

@@ -58,6 +58,7 @@ json_t *db_run_json(struct db *db, const char *id) {
     json_array_append_new(workers, db_col_text(s, 0));
   sqlite3_reset(s);
   json_object_set_new(o, "workers", workers);
+  json_object_set_new(o, "latest", db_metrics_latest(db, id));
   return o;
 }
 

@@ -257,6 +257,7 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   db_copy_col(s, 22, o->launch_id, sizeof(o->launch_id));
   o->cwd = dup_col(s, 23);
   o->path = dup_col(s, 24);
+  db_copy_col(s, 25, o->run, sizeof(o->run));
 }
 
 void db_worker_info_cleanup(struct db_worker_info *o) {

@@ -35,22 +35,43 @@ int job_secret(const struct job_member *m, int n, char out[JOB_SECRET_LEN + 1]) 
   return 0;
 }
 
-int job_rotated_token(const char *key, const char *id, const char *old,
-                      char out[ROTATED_TOKEN_LEN + 1]) {
-  unsigned char md[EVP_MAX_MD_SIZE], data[256];
+/* The first nhex / 2 bytes of HMAC-SHA256(key, data) into out in hex. */
+static int hmac_hex(const char *key, const unsigned char *data, int len, char *out, int nhex) {
+  unsigned char md[EVP_MAX_MD_SIZE];
   unsigned mdlen = 0;
-  int len = snprintf((char *)data, sizeof(data), "muster rotated token v1\n%s\n%s", id, old);
 
   out[0] = '\0';
-  if (len < 0 || (size_t)len >= sizeof(data) ||
-      !HMAC(EVP_sha256(), key, (int)strlen(key), data, (size_t)len, md, &mdlen) ||
-      mdlen < ROTATED_TOKEN_LEN / 2) {
-    explicit_bzero(data, sizeof(data));
+  if (len < 0 || !HMAC(EVP_sha256(), key, (int)strlen(key), data, (size_t)len, md, &mdlen) ||
+      mdlen < (unsigned)nhex / 2)
     return -1;
-  }
-  for (int i = 0; i < ROTATED_TOKEN_LEN / 2; i++)
+  for (int i = 0; i < nhex / 2; i++)
     snprintf(out + 2 * i, 3, "%02x", md[i]);
   explicit_bzero(md, sizeof(md));
+  return 0;
+}
+
+int job_rotated_token(const char *key, const char *id, const char *old,
+                      char out[ROTATED_TOKEN_LEN + 1]) {
+  unsigned char data[256];
+  int len = snprintf((char *)data, sizeof(data), "muster rotated token v1\n%s\n%s", id, old);
+  int rc = len >= 0 && (size_t)len < sizeof(data) ? hmac_hex(key, data, len, out, ROTATED_TOKEN_LEN)
+                                                  : -1;
+
   explicit_bzero(data, sizeof(data));
+  if (rc)
+    out[0] = '\0';
+  return rc;
+}
+
+int run_token(const char *key, const char *run, char out[RUN_TOKEN_LEN + 1]) {
+  unsigned char data[128];
+  int len = snprintf((char *)data, sizeof(data), "muster run token v1\n%s", run);
+
+  memcpy(out, "mr_", 3);
+  if (len < 0 || (size_t)len >= sizeof(data) ||
+      hmac_hex(key, data, len, out + 3, RUN_TOKEN_LEN - 3) != 0) {
+    out[0] = '\0';
+    return -1;
+  }
   return 0;
 }

@@ -1,4 +1,5 @@
-/* job_secret.h: the one secret a queueing backend's job carries (Slurm's:
+/* job_secret.h: the secrets derived from the controller's key. First, the
+ * one secret a queueing backend's job carries (Slurm's:
  * in its environment, which every step of the job can read), with which
  * its launcher claims its workers' tokens (POST
  * /api/v1/workers/{id}/claim, api_claim.c).
@@ -34,5 +35,14 @@ int job_secret(const struct job_member *m, int n, char out[JOB_SECRET_LEN + 1])
 #define ROTATED_TOKEN_LEN 48
 int job_rotated_token(const char *key, const char *id, const char *old,
                       char out[ROTATED_TOKEN_LEN + 1]) __attribute__((warn_unused_result));
+
+/* The token of run's processes (MUSTER_RUN_TOKEN), which posts the run's
+ * metrics: "mr_" and an HMAC-SHA256 of the run's id under key (the
+ * controller's API token), its first 24 bytes in hex. Derived, never
+ * stored: a restarted controller knows it as well. Returns 0, or -1 (out
+ * is then empty). */
+#define RUN_TOKEN_LEN 51
+int run_token(const char *key, const char *run, char out[RUN_TOKEN_LEN + 1])
+    __attribute__((warn_unused_result));
 
 #endif

@@ -1,6 +1,7 @@
 /* worker_spec.c: see worker_spec.h. */
 #include "worker_spec.h"
 
+#include "job_secret.h"
 #include "validate.h"
 
 #include <stdarg.h>
@@ -51,8 +52,10 @@ static void setf(json_t *env, const char *key, const char *fmt, ...) {
 }
 
 /* The environment of docs/design.md for a worker's script. New reference. */
-json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url) {
+json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url,
+                 const char *run_key) {
   json_t *env = json_object(), *user;
+  char token[RUN_TOKEN_LEN + 1];
 
   setf(env, "MUSTER_CONTROLLER_URL", "%s", controller_url);
   setf(env, "MUSTER_WORKER_ID", "%s", info->id);
@@ -83,6 +86,12 @@ json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *
   if (json_is_object(user))
     json_object_update(env, user);
   json_decref(user);
+  /* A run's processes post its metrics with the run's own token. */
+  if (info->run[0] && run_token(run_key, info->run, token) == 0) {
+    setf(env, "MUSTER_RUN_ID", "%s", info->run);
+    setf(env, "MUSTER_RUN_TOKEN", "%s", token);
+    explicit_bzero(token, sizeof(token));
+  }
   /* The session names the worker's /tmp (docs/sandbox.md): a launch's env
    * cannot put it in another session's. */
   setf(env, "MUSTER_SESSION", "%s", info->session);

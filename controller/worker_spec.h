@@ -17,9 +17,12 @@ json_t *spec_command(const struct db_worker_info *info);
 
 /* The environment of the worker's script: MUSTER_*, the CML names
  * (CDSW_*), CUDA_VISIBLE_DEVICES, then the user's env and secret_env on
- * top. ip is the address the worker registered. New reference; it holds
- * secrets (secret_env): never log it. */
-json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url);
+ * top, and a run's worker its run's MUSTER_RUN_ID and MUSTER_RUN_TOKEN
+ * (derived under run_key: job_secret.h). ip is the address the worker
+ * registered. New reference; it holds secrets (secret_env, the run's
+ * token): never log it. */
+json_t *spec_env(const struct db_worker_info *info, const char *ip, const char *controller_url,
+                 const char *run_key);
 
 /* The directory the worker starts in: its launch's cwd, else workdir (the
  * controller's --workdir). Borrowed from info or workdir. */

@@ -129,10 +129,20 @@ static enum MHD_Result api_metrics_post(struct MHD_Connection *c, struct req *rq
   double now = now_s();
   enum MHD_Result ret = MHD_NO;
   json_error_t jerr;
-  int rc;
+  int rc, dup = 0;
+
+  const char *sender = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "sender");
+  const char *seq_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "seq");
+  long seq = 0;
 
   if (!rq->run_token && (!validate_run_id(id) || !api_sees_run(rq, id)))
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
+  if ((sender != NULL) != (seq_arg != NULL) ||
+      (sender && (!name_ok(sender) || util_parse_long(seq_arg, 1, 0x7fffffffffffffffL, &seq))))
+    return api_respond_error(c, MUSTER_E_INVALID, "sender",
+                             "sender (a name of 1 to %d letters, digits and _.-/:) and seq (a "
+                             "number from 1) go together",
+                             METRIC_NAME_MAX);
   body = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, &jerr);
   if (!body)
     return api_respond_error(c, MUSTER_E_MALFORMED, NULL, "the body is not JSON: %s", jerr.text);
@@ -173,7 +183,16 @@ static enum MHD_Result api_metrics_post(struct MHD_Connection *c, struct req *rq
     if (!rc && strcmp(status, "running") != 0)
       rc = MUSTER_E_CONFLICT;
   }
-  if (!rc)
+  /* A retry of a call that was stored (its answer lost) is not stored
+   * twice. */
+  if (!rc && sender) {
+    rc = db_metrics_seen(g.db, id, sender, seq);
+    if (rc == 1) {
+      dup = 1;
+      rc = 0;
+    }
+  }
+  if (!rc && !dup)
     rc = db_metrics_add(g.db, id, v, n);
   if (!rc)
     rc = db_commit(g.db);
@@ -223,16 +242,19 @@ static enum MHD_Result api_metrics_get(struct MHD_Connection *c, struct req *rq,
   const char *names[METRICS_POINT_NAMES];
   char list[METRICS_POINT_NAMES * (METRIC_NAME_MAX + 1) + 1];
   struct reader *rd;
-  json_t *points;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out;
   int64_t next = 0;
   long v;
+  int rc;
 
   if (!validate_run_id(id) || !api_sees_run(rq, id))
     return api_respond_error(c, MUSTER_E_NOT_FOUND, "id", "there is no run %.40s", id);
   if (names_arg && *names_arg) {
     int k;
-    if (strlen(names_arg) >= sizeof(list) ||
-        (k = split_names(strcpy(list, names_arg), names, METRICS_POINT_NAMES)) <= 0)
+    if (snprintf(list, sizeof(list), "%s", names_arg) >= (int)sizeof(list) ||
+        (k = split_names(list, names, METRICS_POINT_NAMES)) <= 0)
       return api_respond_error(c, MUSTER_E_INVALID, "names",
                                "names must be a comma list of at most %d metrics' names",
                                METRICS_POINT_NAMES);
@@ -250,13 +272,20 @@ static enum MHD_Result api_metrics_get(struct MHD_Connection *c, struct req *rq,
       return api_respond_error(c, MUSTER_E_INVALID, "max_points", "max_points must be 1 to 100000");
     q.max_points = (int)v;
   }
+  out = open_memstream(&text, &len);
+  if (!out)
+    return api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);
+  fputs("{\"points\":[", out);
   rd = api_reader_get();
-  points = db_metrics_query(rd->db, id, &q, &next);
+  rc = db_metrics_query(rd->db, id, &q, out, &next);
   api_reader_put(rd);
-  if (!points)
-    return api_respond_error(c, MUSTER_E_DB, NULL, "could not read run %s's metrics", id);
-  return api_respond_json(
-      c, MHD_HTTP_OK, json_pack("{s:o, s:I}", "points", points, "next_since", (json_int_t)next));
+  fprintf(out, "],\"next_since\":%lld}", (long long)next);
+  if (fclose(out) != 0 || rc) {
+    free(text);
+    return api_respond_error(c, rc ? rc : MUSTER_E_NOMEM, NULL, "could not read run %s's metrics",
+                             id);
+  }
+  return api_respond_text(c, MHD_HTTP_OK, text, len);
 }
 
 /* The routes of this file (api_routes.c lists the table). */

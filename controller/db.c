@@ -131,23 +131,26 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_GATE_OPEN] = "INSERT INTO prune_gate(open) VALUES (1)",
     [ST_GATE_CLOSE] = "DELETE FROM prune_gate",
     [ST_MS_GET] = "SELECT id, bucket, nrows FROM metric_series "
-                  "WHERE run = ?1 AND name = ?2 AND rank = ?3",
-    [ST_MS_INSERT] = "INSERT INTO metric_series(run, name, rank) VALUES (?1, ?2, ?3)",
-    [ST_MS_COUNT] = "SELECT count(*) FROM metric_series WHERE run = ?1",
+                  "WHERE run = ?1 AND level = ?4 AND name = ?2 AND rank = ?3",
+    [ST_MS_INSERT] = "INSERT INTO metric_series(run, name, rank, level) VALUES (?1, ?2, ?3, ?4)",
+    [ST_MS_COUNT] = "SELECT count(*) FROM metric_series WHERE run = ?1 AND level = 0",
     [ST_MS_UPDATE] = "UPDATE metric_series SET bucket = ?2, nrows = ?3, points = points + ?4 "
                      "WHERE id = ?1",
     [ST_MS_OF_RUN] = "SELECT id, name, rank, points FROM metric_series WHERE run = ?1 "
-                     "ORDER BY name, rank",
+                     "AND level = ?2 ORDER BY name, rank",
     [ST_MP_LAST] = "SELECT id, step, epoch, at, value, vmin, vmax, n FROM metric_points "
                    "WHERE series = ?1 ORDER BY id DESC LIMIT 1",
-    [ST_MP_INSERT] = "INSERT INTO metric_points(series, step, epoch, at, value, vmin, vmax, n) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    [ST_MP_INSERT_ID] = "INSERT INTO metric_points(series, step, epoch, at, value, vmin, vmax, "
-                        "n, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    [ST_MP_DELETE] = "DELETE FROM metric_points WHERE id = ?1",
+    [ST_MP_INSERT] = "INSERT INTO metric_points(series, step, epoch, at, value, vmin, vmax, n, "
+                     "id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [ST_MP_NEXT_GET] = "SELECT id FROM metric_next",
+    [ST_MP_NEXT_SET] = "UPDATE metric_next SET id = ?1",
+    [ST_MP_DELETE] = "DELETE FROM metric_points WHERE series = ?1 AND id = ?2",
     [ST_MP_DELETE_SERIES] = "DELETE FROM metric_points WHERE series = ?1",
     [ST_MP_ROWS] = "SELECT id, step, epoch, at, value, vmin, vmax, n FROM metric_points "
                    "WHERE series = ?1 AND id > ?2 ORDER BY id",
+    [ST_MSEND_GET] = "SELECT seq FROM metric_senders WHERE run = ?1 AND sender = ?2",
+    [ST_MSEND_SET] = "INSERT INTO metric_senders(run, sender, seq) VALUES (?1, ?2, ?3) "
+                     "ON CONFLICT(run, sender) DO UPDATE SET seq = excluded.seq",
 };
 
 /* Drops the cached objects of the workers written since the last commit. */

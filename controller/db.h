@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct db;
 
@@ -262,9 +263,11 @@ MUST_CHECK int db_runs_fail_holder(struct db *db, const char *session, const cha
 
 /* ---- runs' metrics (db_metrics.c) ---- */
 
-/* Rows a series keeps before its neighbouring rows are merged in pairs,
- * and the series a run may have (names times ranks). */
+/* Rows a series keeps before its neighbouring rows are merged in pairs (at
+ * level 0, and at level 1: the same points, coarser), and the series a
+ * run may have (names times ranks). */
 #define METRIC_SERIES_ROWS 2000
+#define METRIC_COARSE_ROWS 256
 #define METRIC_RUN_SERIES 4096
 
 /* One value of one point, as it arrives. has_epoch: whether epoch is set. */
@@ -284,6 +287,11 @@ struct db_metric_in {
  * (by series, keeping each series' order). */
 MUST_CHECK int db_metrics_add(struct db *db, const char *run, struct db_metric_in *p, size_t n);
 
+/* Whether sender's call seq of run was stored already (1), or not (0, and
+ * it is recorded as stored, inside the caller's transaction); or
+ * MUSTER_E_DB. */
+MUST_CHECK int db_metrics_seen(struct db *db, const char *run, const char *sender, int64_t seq);
+
 /* What a read of a run's metrics asks for: the names (NULL: all), the rows
  * written after since, and at most max_points points per series, each
  * bucket of merged points with its least and greatest value. */
@@ -294,10 +302,11 @@ struct db_metric_query {
   int max_points;
 };
 
-/* The run's points as the API's array (grouped by series, each in order),
- * and in *next the cursor of what follows them. NULL on a database error. */
-json_t *db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q,
-                         int64_t *next);
+/* Writes the run's points to out as the members of the API's array
+ * (grouped by series, each in order), and in *next the cursor of what
+ * follows them. Returns 0 or MUSTER_E_DB. */
+MUST_CHECK int db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q,
+                                FILE *out, int64_t *next);
 
 /* The latest value of each name of run: {"name": {"step", "value",
  * "ranks"}}, the value of its lowest rank; an empty object if none. */

@@ -5,6 +5,7 @@
 #include "muster_errors.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,10 +31,10 @@ static void read_mrow(sqlite3_stmt *s, struct mrow *r) {
   r->n = sqlite3_column_int64(s, 7);
 }
 
-/* Writes r of series; under its own id when keep_id, else under a new one. */
-static int write_mrow(struct db *db, int64_t series, struct mrow *r, int keep_id) {
-  sqlite3_stmt *s = db_stmt(db, keep_id ? ST_MP_INSERT_ID : ST_MP_INSERT);
-  int rc;
+/* Writes r of series; under its own id when keep_id, else under the next
+ * one (*next). */
+static int write_mrow(struct db *db, int64_t series, struct mrow *r, int keep_id, int64_t *next) {
+  sqlite3_stmt *s = db_stmt(db, ST_MP_INSERT);
 
   sqlite3_bind_int64(s, 1, series);
   sqlite3_bind_int64(s, 2, r->step);
@@ -44,12 +45,10 @@ static int write_mrow(struct db *db, int64_t series, struct mrow *r, int keep_id
   sqlite3_bind_double(s, 6, r->vmin);
   sqlite3_bind_double(s, 7, r->vmax);
   sqlite3_bind_int64(s, 8, r->n);
-  if (keep_id)
-    sqlite3_bind_int64(s, 9, r->id);
-  rc = db_exec_stmt(s);
-  if (!rc && !keep_id)
-    r->id = sqlite3_last_insert_rowid(db->conn);
-  return rc;
+  if (!keep_id)
+    r->id = (*next)++;
+  sqlite3_bind_int64(s, 9, r->id);
+  return db_exec_stmt(s);
 }
 
 /* Merges b, which came after a, into a: b's step, time and value, both's
@@ -70,6 +69,8 @@ static void merge_into(struct mrow *a, const struct mrow *b) {
  * points (n < bucket); dirty: open has points not yet written. */
 struct series {
   int64_t id;
+  int64_t *next;   /* the next row id */
+  int64_t maxrows; /* its level's bound */
   int64_t bucket, nrows, added;
   struct mrow open;
   int has_open, dirty;
@@ -84,11 +85,12 @@ static int flush_open(struct db *db, struct series *ss) {
     return 0;
   if (ss->open.id) {
     sqlite3_stmt *s = db_stmt(db, ST_MP_DELETE);
-    sqlite3_bind_int64(s, 1, ss->open.id);
+    sqlite3_bind_int64(s, 1, ss->id);
+    sqlite3_bind_int64(s, 2, ss->open.id);
     rc = db_exec_stmt(s);
   }
   if (!rc)
-    rc = write_mrow(db, ss->id, &ss->open, 0);
+    rc = write_mrow(db, ss->id, &ss->open, 0, ss->next);
   ss->dirty = 0;
   return rc;
 }
@@ -135,7 +137,7 @@ static int compact(struct db *db, struct series *ss) {
     struct mrow m = v[i];
     if (i + 1 < n)
       merge_into(&m, &v[i + 1]);
-    rc = write_mrow(db, ss->id, &m, 1);
+    rc = write_mrow(db, ss->id, &m, 1, NULL);
     k++;
   }
   free(v);
@@ -145,16 +147,19 @@ static int compact(struct db *db, struct series *ss) {
 }
 
 /* The series (run, name, rank), made if new (*made says so). */
-static int series_get(struct db *db, const char *run, const char *name, int64_t rank,
-                      struct series *ss, int *made) {
+static int series_get(struct db *db, const char *run, const char *name, int64_t rank, int level,
+                      struct series *ss, int *made, int64_t *next) {
   sqlite3_stmt *s = db_stmt(db, ST_MS_GET);
   int rc;
 
   memset(ss, 0, sizeof(*ss));
+  ss->next = next;
+  ss->maxrows = level ? METRIC_COARSE_ROWS : METRIC_SERIES_ROWS;
   *made = 0;
   db_bind_text_or_null(s, 1, run);
   db_bind_text_or_null(s, 2, name);
   sqlite3_bind_int64(s, 3, rank);
+  sqlite3_bind_int(s, 4, level);
   rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
     ss->id = sqlite3_column_int64(s, 0);
@@ -170,6 +175,7 @@ static int series_get(struct db *db, const char *run, const char *name, int64_t 
   db_bind_text_or_null(s, 1, run);
   db_bind_text_or_null(s, 2, name);
   sqlite3_bind_int64(s, 3, rank);
+  sqlite3_bind_int(s, 4, level);
   rc = db_exec_stmt(s);
   if (rc)
     return rc;
@@ -195,7 +201,7 @@ static int series_add(struct db *db, struct series *ss, const struct db_metric_i
   rc = flush_open(db, ss);
   if (rc)
     return rc;
-  if (ss->nrows >= METRIC_SERIES_ROWS) {
+  if (ss->nrows >= ss->maxrows) {
     rc = compact(db, ss);
     if (rc)
       return rc;
@@ -260,34 +266,71 @@ static int series_count(struct db *db, const char *run, int64_t *n) {
 int db_metrics_add(struct db *db, const char *run, struct db_metric_in *p, size_t n) {
   struct in_at *v = calloc(n + 1, sizeof(*v));
   struct series ss;
-  int64_t nseries = -1;
+  int64_t nseries = -1, next = 0;
   int rc = 0, made;
+  sqlite3_stmt *s;
 
   if (!v)
     return MUSTER_E_NOMEM;
+  s = db_stmt(db, ST_MP_NEXT_GET);
+  if (sqlite3_step(s) == SQLITE_ROW)
+    next = sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  if (next < 1) {
+    free(v);
+    return MUSTER_E_DB;
+  }
   for (size_t i = 0; i < n; i++)
     v[i] = (struct in_at){&p[i], i};
   qsort(v, n, sizeof(*v), in_cmp);
-  for (size_t i = 0; !rc && i < n;) {
-    size_t j = i;
-    rc = series_get(db, run, v[i].p->name, v[i].p->rank, &ss, &made);
-    if (!rc && made) {
-      if (nseries < 0)
-        rc = series_count(db, run, &nseries);
-      else
-        nseries++;
-      if (!rc && nseries > METRIC_RUN_SERIES)
-        rc = MUSTER_E_INVALID;
+  for (size_t i = 0, j = 0; !rc && i < n; i = j) {
+    while (j < n && strcmp(v[j].p->name, v[i].p->name) == 0 && v[j].p->rank == v[i].p->rank)
+      j++;
+    /* v[i..j): one series' points, at each level. */
+    for (int level = 0; !rc && level < 2; level++) {
+      rc = series_get(db, run, v[i].p->name, v[i].p->rank, level, &ss, &made, &next);
+      if (!rc && made && level == 0) {
+        if (nseries < 0)
+          rc = series_count(db, run, &nseries);
+        else
+          nseries++;
+        if (!rc && nseries > METRIC_RUN_SERIES)
+          rc = MUSTER_E_INVALID;
+      }
+      for (size_t k = i; !rc && k < j; k++)
+        rc = series_add(db, &ss, v[k].p);
+      if (!rc)
+        rc = series_done(db, &ss);
     }
-    for (; !rc && j < n && strcmp(v[j].p->name, v[i].p->name) == 0 && v[j].p->rank == v[i].p->rank;
-         j++)
-      rc = series_add(db, &ss, v[j].p);
-    if (!rc)
-      rc = series_done(db, &ss);
-    i = j;
   }
   free(v);
+  if (!rc) {
+    s = db_stmt(db, ST_MP_NEXT_SET);
+    sqlite3_bind_int64(s, 1, next);
+    rc = db_exec_stmt(s);
+  }
   return rc;
+}
+
+int db_metrics_seen(struct db *db, const char *run, const char *sender, int64_t seq) {
+  sqlite3_stmt *s = db_stmt(db, ST_MSEND_GET);
+  int rc, seen = 0;
+
+  db_bind_text_or_null(s, 1, run);
+  db_bind_text_or_null(s, 2, sender);
+  rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    seen = sqlite3_column_int64(s, 0) >= seq;
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return MUSTER_E_DB;
+  if (seen)
+    return 1;
+  s = db_stmt(db, ST_MSEND_SET);
+  db_bind_text_or_null(s, 1, run);
+  db_bind_text_or_null(s, 2, sender);
+  sqlite3_bind_int64(s, 3, seq);
+  return db_exec_stmt(s);
 }
 
 /* ---- reads ---- */
@@ -301,33 +344,27 @@ static int name_wanted(const struct db_metric_query *q, const char *name) {
   return 0;
 }
 
-static json_t *one_value(const char *name, double v) {
-  json_t *o = json_object();
-
-  json_object_set_new(o, name, json_real(v));
-  return o;
-}
-
-static void append_point(json_t *points, const char *name, int64_t rank, const struct mrow *r) {
-  json_t *pt = json_object();
-
-  json_object_set_new(pt, "step", json_integer(r->step));
-  json_object_set_new(pt, "epoch", r->has_epoch ? json_real(r->epoch) : json_null());
-  json_object_set_new(pt, "rank", json_integer(rank));
-  json_object_set_new(pt, "at", json_real(r->at));
-  json_object_set_new(pt, "values", one_value(name, r->value));
-  if (r->n > 1) {
-    json_object_set_new(pt, "min", one_value(name, r->vmin));
-    json_object_set_new(pt, "max", one_value(name, r->vmax));
-    json_object_set_new(pt, "n", json_integer(r->n));
-  }
-  json_array_append_new(points, pt);
+/* Writes one point of series name of rank as the API's JSON (no name
+ * needs escaping: name_ok() in api_metrics.c); first: none came before. */
+static void write_point(FILE *out, int first, const char *name, int64_t rank,
+                        const struct mrow *r) {
+  fprintf(out, "%s{\"step\":%lld,\"rank\":%lld,\"at\":%.3f,", first ? "" : ",", (long long)r->step,
+          (long long)rank, r->at);
+  if (r->has_epoch)
+    fprintf(out, "\"epoch\":%.9g,", r->epoch);
+  else
+    fputs("\"epoch\":null,", out);
+  fprintf(out, "\"values\":{\"%s\":%.9g}", name, r->value);
+  if (r->n > 1)
+    fprintf(out, ",\"min\":{\"%s\":%.9g},\"max\":{\"%s\":%.9g},\"n\":%lld", name, r->vmin, name,
+            r->vmax, (long long)r->n);
+  fputc('}', out);
 }
 
 /* Reads one series' rows after since into points, at most max_points of
  * them (each bucket merged, with its extremes). */
 static int series_read(struct db *db, int64_t id, const char *name, int64_t rank,
-                       const struct db_metric_query *q, json_t *points, int64_t *next) {
+                       const struct db_metric_query *q, FILE *out, int *first, int64_t *next) {
   sqlite3_stmt *s = db_stmt(db, ST_MP_ROWS);
   struct mrow *v = NULL, *grown;
   size_t n = 0, cap = 0, per;
@@ -359,7 +396,8 @@ static int series_read(struct db *db, int64_t id, const char *name, int64_t rank
     struct mrow m = v[i];
     for (size_t k = i + 1; k < i + per && k < n; k++)
       merge_into(&m, &v[k]);
-    append_point(points, name, rank, &m);
+    write_point(out, *first, name, rank, &m);
+    *first = 0;
     if (m.id > *next)
       *next = m.id;
   }
@@ -367,10 +405,10 @@ static int series_read(struct db *db, int64_t id, const char *name, int64_t rank
   return 0;
 }
 
-json_t *db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q,
-                         int64_t *next) {
+int db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q, FILE *out,
+                     int64_t *next) {
   sqlite3_stmt *s = db_stmt(db, ST_MS_OF_RUN);
-  json_t *points = json_array();
+  int first = 1;
   struct {
     int64_t id, rank;
     char *name;
@@ -380,6 +418,8 @@ json_t *db_metrics_query(struct db *db, const char *run, const struct db_metric_
 
   *next = q->since;
   db_bind_text_or_null(s, 1, run);
+  /* The coarse level answers a read of all of each series, in few points. */
+  sqlite3_bind_int(s, 2, q->since == 0 && q->max_points > 0 && q->max_points <= METRIC_COARSE_ROWS);
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(s, 1);
     if (!name || !name_wanted(q, name))
@@ -402,16 +442,13 @@ json_t *db_metrics_query(struct db *db, const char *run, const struct db_metric_
   }
   sqlite3_reset(s);
   for (size_t i = 0; i < n; i++) {
-    if (rc == SQLITE_DONE && series_read(db, sv[i].id, sv[i].name, sv[i].rank, q, points, next))
+    if (rc == SQLITE_DONE &&
+        series_read(db, sv[i].id, sv[i].name, sv[i].rank, q, out, &first, next))
       rc = SQLITE_ERROR;
     free(sv[i].name);
   }
   free(sv);
-  if (rc != SQLITE_DONE) {
-    json_decref(points);
-    return NULL;
-  }
-  return points;
+  return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
 }
 
 json_t *db_metrics_latest(struct db *db, const char *run) {
@@ -426,6 +463,7 @@ json_t *db_metrics_latest(struct db *db, const char *run) {
   int n = 0;
 
   db_bind_text_or_null(s, 1, run);
+  sqlite3_bind_int(s, 2, 0);
   while (sqlite3_step(s) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(s, 1);
     if (!name)

@@ -3,6 +3,7 @@
  * global batch, and all gradients (every layer, plus the loss sum and the
  * correct count) travel in one fused MPI_Allreduce per step. */
 #include "fabric.h"
+#include "tr_metrics.h"
 #include "tr_run.h"
 
 #include <mpi.h>
@@ -72,6 +73,7 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
 
   MPI_Barrier(MPI_COMM_WORLD);
   r->t_ready = tr_wall();
+  tr_metrics_open(o->metrics_every, rank);
   t_start = t_epoch = tr_now();
   if (step < total)
     tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);
@@ -94,11 +96,15 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
     ep_loss += last_loss;
     ep_ok += m->grads[m->nparams + 1];
     ep_steps++;
+    tr_metrics_step(step, spe, last_loss, m->grads[m->nparams + 1] / o->batch, hi - lo,
+                    s_in == spe - 1 || step == total - 1);
     if (s_in == spe - 1 || step == total - 1) {
       if (rank == 0) {
         double tl = 0, ta = 0, el = tr_now() - t_epoch;
-        if (!o->quiet)
+        if (!o->quiet) {
           tr_mlp_evaluate(m, test, &tl, &ta);
+          tr_metrics_value(step, spe, "test_accuracy", ta);
+        }
         tr_report_epoch(o, (int)(step / spe) + 1, epochs, ep_loss / ep_steps,
                         ep_ok / ((double)ep_steps * o->batch), ta,
                         (double)ep_steps * o->batch / (el > 0 ? el : 1));
@@ -122,8 +128,11 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
   r->samples_per_s = r->total_s > 0 ? r->samples / r->total_s : 0;
   r->final_loss = last_loss;
   r->report = rank == 0; /* one summary for the job */
-  if (rank == 0)
+  if (rank == 0) {
     tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
+    tr_metrics_value(total - 1, spe, "test_accuracy", r->test_accuracy);
+  }
+  tr_metrics_close();
 out:
   free(perm);
   tr_free(x);

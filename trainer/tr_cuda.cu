@@ -23,6 +23,7 @@
  * the sentence themselves.
  */
 extern "C" {
+#include "tr_metrics.h"
 #include "tr_run.h"
 }
 
@@ -585,6 +586,7 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
   char err[512];
   double t_start = tr_now();
 
+  tr_metrics_open(o->metrics_every, c->rank);
   if (start < total)
     stage(c, train, spe, start, cur);
   for (long step = start; step < total; step++) {
@@ -629,6 +631,8 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
     eloss += r->final_loss;
     eok += c->h_stats[1];
     esteps++;
+    tr_metrics_step(step, spe, r->final_loss, c->h_stats[1] / B, b,
+                    sie == spe - 1 || step + 1 == total);
     r->steps++;
     r->samples += B;
     cur ^= 1;
@@ -655,6 +659,7 @@ static int train_loop(struct cu_run *c, const struct tr_data *train, const struc
       }
     }
   }
+  tr_metrics_close();
   r->total_s = tr_now() - t_start;
   if (c->rank == 0 && !have_eval)
     TRY(evaluate(c, test_n, &tloss, &tacc));

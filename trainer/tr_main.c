@@ -25,6 +25,7 @@ static void usage(FILE *f) {
           "                    [--lr-schedule cosine|constant] [--momentum M]\n"
           "                    [--seed S] [--checkpoint PATH] [--resume PATH] [--threads T]\n"
           "                    [--auto-resume] [--quiet] [--dump-params PATH] [--io-timeout S]\n"
+          "                    [--metrics-every N]\n"
           "\n"
           "Trains a multi-layer perceptron (ReLU, softmax cross-entropy, SGD with momentum)\n"
           "data-parallel: single (one process), allreduce (under mpirun: one fused\n"
@@ -43,6 +44,9 @@ static void usage(FILE *f) {
           "                  a leading ~/ is $HOME)\n"
           "  --auto-resume   resume from --checkpoint's file when it exists (else from\n"
           "                  --resume, else from the start)\n"
+          "  --metrics-every N  under muster (MUSTER_RUN_ID), every rank posts loss,\n"
+          "                  accuracy, samples/s and step time to its run every N steps\n"
+          "                  (default 0: about once a second), and at each epoch's end\n"
           "\n"
           "The last line of output is a JSON summary.\n",
           MUSTER_DATA_DIR);
@@ -289,6 +293,11 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct tr_opts *o) {
         o->lr_constant = 1;
       else
         return bad(a, v, "cosine or constant");
+    } else if (strcmp(a, "--metrics-every") == 0) {
+      i++;
+      if (parse_long(v, 0, 1000000000L, &l))
+        return bad(a, v, "a number of steps (0: about once a second)");
+      o->metrics_every = l;
     } else if (strcmp(a, "--io-timeout") == 0) {
       i++;
       if (parse_float(v, 0.1, 3600, &f))

@@ -4,6 +4,7 @@
  * gradient and pushes each server its range. The protocol is described in
  * tr_ps.h.
  */
+#include "tr_metrics.h"
 #include "tr_ps.h"
 #include "util.h"
 
@@ -203,6 +204,7 @@ int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
       /* Every PS has every worker in and sent its weights. */
       r->t_ready = tr_wall();
       t_train0 = tr_now();
+      tr_metrics_open(o->metrics_every, w);
       continue;
     }
 
@@ -215,6 +217,7 @@ int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
       ep_loss += last_loss;
       ep_correct += correct / denom;
       ep_steps++;
+      tr_metrics_step(t, spe, last_loss, correct / denom, rows, sie == spe - 1 || s == steps);
       if (sie == spe - 1 || s == steps) {
         double test_acc = -1, test_loss = 0;
         double dt = tr_now() - t_epoch0;
@@ -262,6 +265,7 @@ int ps_run_worker(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
     tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
   rc = 0;
 out:
+  tr_metrics_close();
   ps_net_cleanup(&nt);
   tr_free(x);
   free(y);

@@ -1,5 +1,6 @@
 /* tr_run.c: see tr_run.h; also the single-process mode. */
 #include "tr_run.h"
+#include "tr_metrics.h"
 #include "util.h"
 
 #include "muster_errors.h"
@@ -225,6 +226,7 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
     code = 2;
     goto out;
   }
+  tr_metrics_open(o->metrics_every, 0);
   t_start = tr_now();
   if (step < total)
     tr_epoch_order(o->seed, (int)(step / spe), train->n, perm);
@@ -242,10 +244,14 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
     ep_loss += last_loss;
     ep_ok += ok;
     ep_steps++;
+    tr_metrics_step(step, spe, last_loss, ok / o->batch, o->batch,
+                    s_in == spe - 1 || step == total - 1);
     if (s_in == spe - 1 || step == total - 1) {
       double tl = 0, ta = 0;
-      if (!o->quiet)
+      if (!o->quiet) {
         tr_mlp_evaluate(m, test, &tl, &ta);
+        tr_metrics_value(step, spe, "test_accuracy", ta);
+      }
       tr_report_epoch(o, (int)(step / spe) + 1, epochs, ep_loss / ep_steps,
                       ep_ok / ((double)ep_steps * o->batch), ta,
                       ep_steps * o->batch / (t_epoch > 0 ? t_epoch : 1));
@@ -266,6 +272,7 @@ int tr_run_single(const struct tr_opts *o, struct tr_mlp *m, const struct tr_dat
   r->final_loss = last_loss;
   tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
 out:
+  tr_metrics_close();
   free(perm);
   tr_free(x);
   free(y);

@@ -38,6 +38,7 @@ struct tr_opts {
   int bench_sgemm;        /* --bench-sgemm N: measure, print, exit */
   int bench_step_gemms;   /* --bench-step-gemms B: measure, print, exit */
   long bench_allreduce;   /* --bench-allreduce FLOATS: measure, print, exit */
+  long metrics_every;     /* --metrics-every N: a point every N steps (0: every ~1 s) */
 };
 
 /* What a run reports in its last line. */

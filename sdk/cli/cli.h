@@ -171,7 +171,9 @@ int cmd_rsh(int argc, char **argv);
 int cmd_rank(int argc, char **argv);
 /* cmd_run.c */
 int cmd_run(int argc, char **argv);
+/* cmd_runs.c */
 int cmd_runs(int argc, char **argv);
+int cmd_metrics(int argc, char **argv);
 /* cmd_users.c */
 int cmd_users(int argc, char **argv);
 int cmd_whoami(int argc, char **argv);

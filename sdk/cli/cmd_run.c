@@ -49,12 +49,6 @@ static const char usage_run[] =
     "--run-dir, $MUSTER_RUN_DIR or ~/.muster/runs, which the workers must reach),\n"
     "other commands start again with MUSTER_RESTART_COUNT set.\n";
 
-static const char usage_runs[] =
-    "usage: muster runs [--session S] [--status S] [-n N] [--json]\n"
-    "\n"
-    "Lists runs, newest first (at most N, default 50; --status running, succeeded,\n"
-    "failed or stopped).\n";
-
 static void run_output(void *arg, const char *role, int index, muster_stream stream,
                        const char *line, size_t len) {
   FILE *f = stream == MUSTER_STDERR ? stderr : stdout;
@@ -258,80 +252,6 @@ int cmd_run(int argc, char **argv) {
   fprintf(stderr, "muster run: the workers were stopped; the run is %s; the web UI is at %s/\n",
           r.run_id[0] ? r.run_id : "not recorded", muster_client_url(c));
   muster_run_result_free(&r);
-  muster_client_free(c);
-  return code;
-}
-
-int cmd_runs(int argc, char **argv) {
-  const char *session = NULL, *status = NULL;
-  int as_json = 0, rc, code = EXIT_OK;
-  long limit = 50, got = 0;
-  char next[32] = "";
-  muster_client *c = NULL;
-
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      fputs(usage_runs, stdout);
-      return EXIT_OK;
-    } else if (strcmp(a, "--json") == 0) {
-      as_json = 1;
-    } else if (strcmp(a, "--session") == 0 && v) {
-      session = argv[++i];
-    } else if (strcmp(a, "--status") == 0 && v) {
-      status = argv[++i];
-      if (strcmp(status, "running") != 0 && strcmp(status, "succeeded") != 0 &&
-          strcmp(status, "failed") != 0 && strcmp(status, "stopped") != 0)
-        return usage_error(usage_runs,
-                           "--status must be running, succeeded, failed or stopped, not \"%s\"",
-                           status);
-    } else if (strcmp(a, "-n") == 0 && v) {
-      if (parse_int(argv[++i], 1, 1000000, &limit) != 0)
-        return usage_error(usage_runs, "-n must be a whole number >= 1, not \"%s\"", v);
-    } else {
-      return unknown_option(usage_runs, a);
-    }
-  }
-  if ((code = connect_client(&c)))
-    return code;
-  if (as_json)
-    fputs("[", stdout);
-  else
-    printf("%-13s %-9s %-9s %-8s %-7s %-12s %-8s %s\n", "RUN", "MODE", "STATUS", "RESTARTS",
-           "WORKERS", "SESSION", "AGE", "FAILURE");
-  /* Page after page, as the controller hands them out, until -n are shown. */
-  do {
-    muster_run_info_list l;
-    long want = limit - got > 5000 ? 5000 : limit - got;
-    rc = muster_runs(c, session, status, (int)want, next[0] ? next : NULL, &l, next);
-    if (rc) {
-      code = call_failed(c, rc);
-      break;
-    }
-    for (size_t k = 0; k < l.count; k++, got++) {
-      const muster_run_info *r = &l.items[k];
-      char age[32], restarts[24], failure[4096];
-      if (as_json) {
-        printf("%s%s", got ? "," : "", r->json ? r->json : "null");
-        continue;
-      }
-      fmt_age(age_of(r->created_at), age, sizeof(age));
-      snprintf(restarts, sizeof(restarts), "%d/%d", r->restarts, r->max_restarts);
-      fmt_failure_line(r->failure ? r->failure : "", failure, sizeof(failure));
-      {
-        char *safe_failure = term_safe_dup(failure, 0);
-        char *safe_session = term_safe_dup(r->session ? r->session : "-", 0);
-        printf("%-13s %-9s %-9s %-8s %-7zu %-12.12s %-8s %s\n", r->id, r->mode ? r->mode : "-",
-               r->status ? r->status : "-", restarts, r->nworkers,
-               safe_session ? safe_session : "?", age, safe_failure ? safe_failure : "?");
-        free(safe_failure);
-        free(safe_session);
-      }
-    }
-    muster_run_info_list_free(&l);
-  } while (next[0] && got < limit);
-  if (as_json)
-    puts("]");
   muster_client_free(c);
   return code;
 }

@@ -23,7 +23,8 @@ static const char usage_main[] =
     "  logs       print (or follow) a worker's output\n"
     "  exec       run a command inside a worker (stdin/stdout relayed; no SSH)\n"
     "  run        launch a cluster, train across it (ps, allreduce, exec), stop it\n"
-    "  runs       list runs (muster run's and run_cluster()'s)\n"
+    "  runs       list runs (muster run's and run_cluster()'s); runs show RUN\n"
+    "  metrics    a run's metrics (loss, accuracy...), once or --follow\n"
     "  users      the controller's users (administrators: list, add, token, remove)\n"
     "  whoami     whose token this is, and the account their workers run as\n"
     "  rsh        Open MPI's rsh agent on the exec channel (used by muster run)\n"
@@ -50,10 +51,10 @@ static const struct {
   const char *name;
   int (*run)(int argc, char **argv);
 } commands[] = {
-    {"launch", cmd_launch}, {"await", cmd_await},   {"ps", cmd_ps},     {"ls", cmd_ps},
-    {"show", cmd_show},     {"stop", cmd_stop},     {"logs", cmd_logs}, {"exec", cmd_exec},
-    {"rsh", cmd_rsh},       {"rank", cmd_rank},     {"run", cmd_run},   {"runs", cmd_runs},
-    {"users", cmd_users},   {"whoami", cmd_whoami},
+    {"launch", cmd_launch},   {"await", cmd_await}, {"ps", cmd_ps},         {"ls", cmd_ps},
+    {"show", cmd_show},       {"stop", cmd_stop},   {"logs", cmd_logs},     {"exec", cmd_exec},
+    {"rsh", cmd_rsh},         {"rank", cmd_rank},   {"run", cmd_run},       {"runs", cmd_runs},
+    {"metrics", cmd_metrics}, {"users", cmd_users}, {"whoami", cmd_whoami},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

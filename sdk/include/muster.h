@@ -381,6 +381,50 @@ void muster_run_info_list_free(muster_run_info_list *l);
 int muster_runs(muster_client *c, const char *session, const char *status, int limit,
                 const char *before, muster_run_info_list *out, char *next) MUSTER_WARN_UNUSED;
 
+/* The run object of id (its workers, restarts, summary, latest values) as
+ * JSON text in *json (free()). */
+int muster_run_get(muster_client *c, const char *id, char **json) MUSTER_WARN_UNUSED;
+
+/* ---- Metrics (docs/design.md, "Metrics") ---- */
+
+/* A logger of one process's points, sent to its run from a thread of its
+ * own. */
+typedef struct muster_metrics muster_metrics;
+
+/* Opens a logger for run. url, run and token NULL take
+ * MUSTER_CONTROLLER_URL, MUSTER_RUN_ID and MUSTER_RUN_TOKEN, which every
+ * worker of a run has (anyone else passes a client's URL and token). rank
+ * below 0 takes RANK, OMPI_COMM_WORLD_RANK or PMIX_RANK, else 0. What is
+ * logged is sent every interval_s (0: 1 s). Returns 0,
+ * MUSTER_E_NOT_FOUND when there is no run to send to, MUSTER_E_INVALID,
+ * or MUSTER_E_NOMEM. */
+int muster_metrics_open(const char *url, const char *run, const char *token, long rank,
+                        double interval_s, muster_metrics **out) MUSTER_WARN_UNUSED;
+
+/* Logs one point of step (epoch below 0: none): names[i] = values[i], i <
+ * n (1..64; a NaN or infinity is sent as null, which the controller
+ * skips). It copies them under a lock and returns: it never waits on the
+ * network and never fails the caller's work. A controller that does not
+ * answer costs a line on stderr; up to 100,000 values wait for it, and
+ * newer ones are dropped (counted) past that. Returns 0 or
+ * MUSTER_E_INVALID. */
+int muster_log_metrics(muster_metrics *m, int64_t step, double epoch, const char *const *names,
+                       const double *values, size_t n);
+
+/* The values sent so far, and those dropped (refused, or past the 100,000
+ * that may wait). */
+void muster_metrics_counts(muster_metrics *m, uint64_t *sent, uint64_t *dropped);
+
+/* Sends what is left (each call waiting at most timeout_s, or the 10 s of
+ * a call already on the wire) and frees m. */
+void muster_metrics_close(muster_metrics *m, double timeout_s);
+
+/* GET /api/v1/runs/{run}/metrics: names (a comma list, NULL: all), the
+ * points written after since (0: all), at most max_points per series (0:
+ * the controller's default). The answer as JSON text in *json (free()). */
+int muster_run_metrics(muster_client *c, const char *run, const char *names, int64_t since,
+                       int max_points, char **json) MUSTER_WARN_UNUSED;
+
 /* ---- Users (docs/design.md, "Users") ----
  * Each call hands back the controller's JSON answer as text in *json
  * (free()); NULL when it fails. */

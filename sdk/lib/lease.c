@@ -441,3 +441,21 @@ int muster_runs(muster_client *c, const char *session, const char *status, int l
   json_decref(ans);
   return 0;
 }
+
+int muster_run_get(muster_client *c, const char *id, char **json) {
+  char path[64];
+  json_t *ans = NULL;
+  int rc;
+
+  *json = NULL;
+  rc = run_id_ok(c, id);
+  if (rc)
+    return rc;
+  snprintf(path, sizeof(path), "/api/v1/runs/%s", id);
+  rc = muster_json_call_(c, "GET", path, NULL, &ans);
+  if (rc)
+    return rc;
+  *json = json_dumps(ans, JSON_COMPACT);
+  json_decref(ans);
+  return *json ? 0 : muster_set_error_(c, MUSTER_E_NOMEM, NULL, "out of memory");
+}

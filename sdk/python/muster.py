@@ -40,8 +40,10 @@ promises, ``io_error`` for a local file, or ``training_failed`` from
 """
 
 import atexit
+import collections
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -50,6 +52,7 @@ import ssl
 import sys
 import threading
 import urllib.parse
+from time import time as _time
 
 __all__ = [
     "MusterError",
@@ -66,6 +69,9 @@ __all__ = [
     "run_cluster",
     "list_runs",
     "get_run",
+    "run_metrics",
+    "log_metrics",
+    "flush_metrics",
 ]
 
 __version__ = "0.2.0"
@@ -892,6 +898,21 @@ class Client:
             raise MusterError("invalid_value", "not a run id: %r" % (run_id,), field="run_id")
         return self._request("GET", "/api/v1/runs/" + run_id)
 
+    def run_metrics(self, run_id, names=None, since=0, max_points=None):
+        """A run's metrics: ``{"points": [{"step", "epoch", "rank", "at",
+        "values": {name: value}}, ...], "next_since"}``, grouped by series
+        (a name of a rank), each in order. ``names``: a list or comma string
+        of the names wanted; ``since``: an earlier answer's ``next_since``;
+        ``max_points``: at most so many points per series (a point that
+        merges several adds ``"min"``, ``"max"`` and ``"n"``)."""
+        self.get_run(run_id)  # checks the id, and that the run is there
+        query = [("since", str(int(since)))]
+        if names:
+            query.append(("names", names if isinstance(names, str) else ",".join(names)))
+        if max_points:
+            query.append(("max_points", str(int(max_points))))
+        return self._request("GET", "/api/v1/runs/%s/metrics" % run_id, query=query)
+
     def worker_logs(self, worker_id, stream="stdout", offset=None):
         """Returns what a worker wrote to ``stream`` (``"stdout"`` or ``"stderr"``).
 
@@ -1099,3 +1120,170 @@ def list_runs(status=None, all_sessions=False):
 def get_run(run_id):
     """Returns one run (a dict)."""
     return default_client().get_run(run_id)
+
+
+def run_metrics(run_id, names=None, since=0, max_points=None):
+    """A run's metrics (see :meth:`Client.run_metrics`)."""
+    return default_client().run_metrics(run_id, names=names, since=since,
+                                        max_points=max_points)
+
+
+# --- metrics from inside a run ---------------------------------------------
+
+_METRICS_KEEP = 100000   # values that may wait for the controller
+_METRICS_CALL = 20000    # values sent in one call at most
+
+
+class _MetricsSender:
+    """Sends what :func:`log_metrics` queued, from a daemon thread, once a
+    second: the training loop only appends to a deque. A controller that
+    is away costs a line on stderr; up to 100,000 values wait for it (the
+    oldest go past that), and are sent once it answers."""
+
+    def __init__(self, url, run_id, token, rank, interval=1.0):
+        self.path = "/api/v1/runs/%s/metrics" % run_id
+        self.rank = rank
+        self.interval = interval
+        self.queue = collections.deque()
+        self.pending = []          # points taken from the queue, not yet sent
+        self.inflight = None       # (seq, points, values) of the call not yet answered
+        self.sender = "py-%08x-%d" % (random.getrandbits(32), os.getpid())
+        self.seq = 0
+        self.stopped = False
+        self.sent = self.dropped = 0
+        self.told = False
+        self.client = Client(url=url, token=token, session="metrics", timeout=10, lease=False)
+        self.wake = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._loop, name="muster-metrics", daemon=True)
+        self.thread.start()
+        atexit.register(self.flush, 2.0)
+
+    def _take(self):
+        q = self.queue
+        while q:
+            step, at, epoch, values = q.popleft()
+            vals = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None)
+                    for k, v in values.items()}
+            point = {"step": int(step), "rank": self.rank, "at": at, "values": vals}
+            if epoch is not None:
+                point["epoch"] = float(epoch)
+            self.pending.append(point)
+        over = sum(len(p["values"]) for p in self.pending) - _METRICS_KEEP
+        if self.inflight:
+            over += self.inflight[2]
+        while over > 0 and self.pending:
+            gone = self.pending.pop(0)
+            over -= len(gone["values"])
+            self.dropped += len(gone["values"])
+
+    def _send(self, timeout):
+        """Sends what waits; False when the controller did not answer. A
+        call keeps its points and number (seq) until it is answered, so
+        that a retry of one that was stored is stored once."""
+        with self.lock:
+            self._take()
+            while self.inflight or self.pending:
+                if not self.inflight:
+                    batch, n = [], 0
+                    while self.pending and (not batch or n + len(self.pending[0]["values"])
+                                            <= _METRICS_CALL):
+                        batch.append(self.pending.pop(0))
+                        n += len(batch[-1]["values"])
+                    self.seq += 1
+                    self.inflight = (self.seq, batch, n)
+                seq, batch, n = self.inflight
+                self.client.timeout = timeout
+                try:
+                    self.client._request("POST", self.path, body=batch,
+                                         query=[("sender", self.sender), ("seq", str(seq))])
+                    self.sent += n
+                    self.told = False
+                except MusterError as e:
+                    if e.code in ("unreachable", "timeout") or (e.status or 0) >= 500:
+                        if not self.told and not self.stopped:
+                            print("muster: could not send metrics (%s); they are kept (up to "
+                                  "%d values) and sent once the controller answers" %
+                                  (e, _METRICS_KEEP), file=sys.stderr)
+                        self.told = True
+                        return False
+                    self.dropped += n
+                    if not self.told:
+                        print("muster: metrics refused (%s); %d values dropped" % (e, n),
+                              file=sys.stderr)
+                    self.told = True
+                self.inflight = None
+            return True
+
+    def _loop(self):
+        while not self.stopped:
+            self.wake.wait(self.interval)
+            if self.stopped:
+                return
+            self.wake.clear()
+            try:
+                self._send(10)
+            except Exception as e:  # never let the sender die silently
+                print("muster: metrics sender: %r" % (e,), file=sys.stderr)
+
+    def flush(self, timeout=5.0):
+        """Sends what waits now, each call waiting at most ``timeout`` s."""
+        return self._send(timeout) if not self.stopped else True
+
+    def close(self):
+        """Stops sending (what waits is left)."""
+        self.stopped = True
+        self.wake.set()
+        atexit.unregister(self.flush)
+
+
+_metrics_sender = None
+_metrics_append = None   # the sender's queue's append, once it runs
+_metrics_lock = threading.Lock()
+
+
+def _metrics_start():
+    global _metrics_sender, _metrics_append
+    with _metrics_lock:
+        if _metrics_sender is None:
+            url = os.environ.get("MUSTER_CONTROLLER_URL") or os.environ.get("MUSTER_URL")
+            run_id = os.environ.get("MUSTER_RUN_ID")
+            token = os.environ.get("MUSTER_RUN_TOKEN") or os.environ.get("MUSTER_TOKEN")
+            if not (url and run_id and token):
+                raise MusterError("not_found", "log_metrics() needs a run: MUSTER_RUN_ID and "
+                                  "MUSTER_RUN_TOKEN are set in the workers of a run "
+                                  "(muster run, run_cluster())", field="run")
+            rank = 0
+            for var in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+                if os.environ.get(var, "").isdigit():
+                    rank = int(os.environ[var])
+                    break
+            _metrics_sender = _MetricsSender(url, run_id, token, rank)
+            _metrics_append = _metrics_sender.queue.append
+    return _metrics_append
+
+
+def log_metrics(step, epoch=None, **values):
+    """Logs one point of the run this process is part of: ``step`` (an int),
+    optionally ``epoch``, and named numbers, e.g.
+    ``log_metrics(step, loss=0.31, accuracy=0.92)``.
+
+    It appends to a queue and returns (about a microsecond): a thread sends
+    the queue to the controller once a second, with the run's own token
+    (``MUSTER_RUN_TOKEN``, which every worker of a run has), as this
+    process's rank (``RANK`` or Open MPI's). A controller that is down or
+    slow never blocks or fails the training loop: a line on stderr says so,
+    and the points wait (up to 100,000 values) until it answers. A NaN or
+    infinity is sent as null, which the controller skips.
+
+    Raises:
+        MusterError: ``not_found`` outside a run (no ``MUSTER_RUN_ID``).
+    """
+    (_metrics_append or _metrics_start())((step, _time(), epoch, values))
+
+
+def flush_metrics(timeout=5.0):
+    """Sends what :func:`log_metrics` queued now (at the end of a script
+    this happens by itself). Returns False if the controller did not
+    answer."""
+    return _metrics_sender.flush(timeout) if _metrics_sender else True

@@ -89,6 +89,7 @@ bench slurm '^1\. launch -> running, N=3:;^2\. allreduce, 3 workers on 3 nodes, 
 bench run '^ +wall: muster run .* fixed cost ;^bench/run: done'
 bench start '^ratio muster-train/reference: warm;^target: warm <='
 bench flood '^idle .* ratio p99;^exec .* ratio p99;^worst p99 of the API under'
+bench metrics '^\(a\) reference, sqlite3 alone.* ratio;^\(b\) GET metrics\?names=loss.* ratio;^\(c\) Python log_metrics.* ratio;^\(c\) C muster_log_metrics.* ratio'
 echo "# took $(($(date +%s) - start)) s"
 echo "$pass passed, $skip skipped, $fail failed"
 [ "$fail" = 0 ]

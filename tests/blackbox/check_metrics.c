@@ -46,6 +46,15 @@ static const char *new_run(void) {
   return id;
 }
 
+/* POST to run's metrics (query: "" or "?..."). */
+static long post_q(const char *run, const char *query, const char *body, const char *token,
+                   char **raw) {
+  char path[160];
+
+  snprintf(path, sizeof(path), "/api/v1/runs/%s/metrics%s", run, query);
+  return h_http(&ctl, "POST", path, body, token, NULL, raw);
+}
+
 static long post(const char *run, const char *body, const char *token, char **raw) {
   char path[96];
 
@@ -91,7 +100,7 @@ START_TEST(a_runs_worker_posts_with_the_runs_own_token) {
   ck_assert_int_eq(npoints(ans), 2); /* each posted a point of rank 0's step 7 */
   pt = json_array_get(json_object_get(ans, "points"), 0);
   ck_assert_int_eq(json_integer_value(json_object_get(pt, "step")), 7);
-  ck_assert(fabs(json_real_value(json_object_get(json_object_get(pt, "values"), "loss")) - 0.25) <
+  ck_assert(fabs(json_number_value(json_object_get(json_object_get(pt, "values"), "loss")) - 0.25) <
             1e-9);
   ck_assert_int_eq(json_integer_value(json_object_get(pt, "n")), 0); /* not a merged bucket */
   json_decref(ans);
@@ -108,24 +117,25 @@ START_TEST(a_hundred_thousand_points_read_back_as_a_hundred_with_their_extremes)
   json_t *ans, *pt;
   size_t i;
   double lo = INFINITY, hi = -INFINITY;
-  char *body = malloc(10000 * 64 + 16);
+  size_t cap = 10000 * 64 + 16;
+  char *body = malloc(cap);
   int step = 0;
 
   start(NULL);
   run = new_run();
   for (int batch = 0; batch < 10; batch++) {
     size_t len = 0;
-    len += (size_t)sprintf(body + len, "[");
+    len += (size_t)snprintf(body + len, cap - len, "[");
     for (int k = 0; k < 10000; k++, step++) {
       double v = sin(step / 100.0);
       if (step == 31337)
         v = -5;
       if (step == 77777)
         v = 7;
-      len += (size_t)sprintf(body + len, "%s{\"step\":%d,\"values\":{\"loss\":%.6f}}", k ? "," : "",
-                             step, v);
+      len += (size_t)snprintf(body + len, cap - len, "%s{\"step\":%d,\"values\":{\"loss\":%.6f}}",
+                              k ? "," : "", step, v);
     }
-    sprintf(body + len, "]");
+    snprintf(body + len, cap - len, "]");
     ck_assert_int_eq(post(run, body, "", NULL), 204);
   }
   free(body);
@@ -135,9 +145,9 @@ START_TEST(a_hundred_thousand_points_read_back_as_a_hundred_with_their_extremes)
   json_array_foreach(json_object_get(ans, "points"), i, pt) {
     json_t *mn = json_object_get(json_object_get(pt, "min"), "loss");
     json_t *mx = json_object_get(json_object_get(pt, "max"), "loss");
-    double v = json_real_value(json_object_get(json_object_get(pt, "values"), "loss"));
-    lo = fmin(lo, mn ? json_real_value(mn) : v);
-    hi = fmax(hi, mx ? json_real_value(mx) : v);
+    double v = json_number_value(json_object_get(json_object_get(pt, "values"), "loss"));
+    lo = fmin(lo, mn ? json_number_value(mn) : v);
+    hi = fmax(hi, mx ? json_number_value(mx) : v);
   }
   ck_assert_msg(lo == -5 && hi == 7, "the extremes read back were %g and %g, not -5 and 7", lo, hi);
   pt = json_array_get(json_object_get(ans, "points"), npoints(ans) - 1);
@@ -191,6 +201,28 @@ START_TEST(since_follows_new_points) {
   ans = get(run, "?names=acc");
   ck_assert_int_eq(npoints(ans), 1);
   json_decref(ans);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A sender's retry of a call that was stored (its answer lost) is stored
+ * once; its next call is stored. */
+START_TEST(a_retried_call_is_stored_once) {
+  static const char one[] = "{\"step\": 1, \"values\": {\"loss\": 1}}";
+  const char *run;
+  json_t *ans;
+
+  start(NULL);
+  run = new_run();
+  ck_assert_int_eq(post_q(run, "?sender=py-1&seq=1", one, "", NULL), 204);
+  ck_assert_int_eq(post_q(run, "?sender=py-1&seq=1", one, "", NULL), 204);
+  ck_assert_int_eq(post_q(run, "?sender=py-1&seq=2", one, "", NULL), 204);
+  /* Another sender's first call is its own. */
+  ck_assert_int_eq(post_q(run, "?sender=py-2&seq=1", one, "", NULL), 204);
+  ans = get(run, "");
+  ck_assert_int_eq(npoints(ans), 3);
+  json_decref(ans);
+  ck_assert_int_eq(post_q(run, "?sender=py-1", one, "", NULL), 422);
   h_finish(&ctl);
 }
 END_TEST
@@ -293,6 +325,7 @@ int main(void) {
   tcase_add_test(tc, a_runs_worker_posts_with_the_runs_own_token);
   tcase_add_test(tc, a_hundred_thousand_points_read_back_as_a_hundred_with_their_extremes);
   tcase_add_test(tc, since_follows_new_points);
+  tcase_add_test(tc, a_retried_call_is_stored_once);
   tcase_add_test(tc, bad_points_are_refused_and_none_of_their_batch_is_stored);
   tcase_add_test(tc, metrics_are_pruned_with_their_run);
   suite_add_tcase(s, tc);

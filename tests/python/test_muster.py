@@ -703,6 +703,94 @@ sys.stdin.readline()
 """
 
 
+class Metrics(MusterTestCase):
+    """log_metrics() in a run's processes, and a run's metrics read back."""
+
+    def setUp(self):
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"))
+        self.addCleanup(self._stop_sender)
+        muster._metrics_sender = muster._metrics_append = None
+
+    @staticmethod
+    def _stop_sender():
+        if muster._metrics_sender:
+            muster._metrics_sender.close()
+        muster._metrics_sender = muster._metrics_append = None
+
+    def test_every_rank_of_a_run_logs_its_points_and_they_read_back(self):
+        d = tempfile.mkdtemp(prefix="muster-pytest-metrics-")
+        self.addCleanup(shutil.rmtree, d, True)
+        os.chmod(d, 0o755)
+        script = os.path.join(d, "train.py")
+        with open(script, "w") as f:
+            f.write("import sys\nsys.path.insert(0, %r)\nimport muster\n"
+                    "for i in range(300):\n"
+                    "    muster.log_metrics(i, epoch=i / 100, loss=1.0 / (i + 1), acc=i / 300)\n"
+                    "print('{\"logged\": 300}')\n" % os.path.join(REPO, "sdk", "python"))
+        os.chmod(script, 0o644)
+        c = self.client("metrics")
+        res = c.run_cluster(2, 0, 0.2, 0.25, mode="exec", command=["/usr/bin/python3", script])
+        self.assertEqual(res["summary"], {"logged": 300})
+        got = c.run_metrics(res["run"], names="loss")["points"]
+        for rank in (0, 1):
+            mine = [p for p in got if p["rank"] == rank]
+            self.assertEqual([p["step"] for p in mine], list(range(300)), rank)
+            self.assertAlmostEqual(mine[-1]["values"]["loss"], 1.0 / 300)
+            self.assertAlmostEqual(mine[-1]["epoch"], 2.99)
+        few = c.run_metrics(res["run"], names=["loss"], max_points=10)["points"]
+        self.assertEqual(len(few), 20)  # 10 per rank
+        self.assertEqual(max(p["max"]["loss"] for p in few), 1.0)
+
+    def _hanging_controller(self):
+        """A socket that takes connections and never answers."""
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        self.addCleanup(s.close)
+        return "http://127.0.0.1:%d" % s.getsockname()[1]
+
+    def test_a_controller_that_does_not_answer_never_blocks_the_training_loop(self):
+        self.env(MUSTER_CONTROLLER_URL=self._hanging_controller(), MUSTER_RUN_ID="r-0123456789",
+                 MUSTER_RUN_TOKEN="mr_x", RANK="3")
+        worst = 0.0
+        for step in range(20000):
+            t = time.perf_counter()
+            muster.log_metrics(step, loss=1.0 / (step + 1))
+            worst = max(worst, time.perf_counter() - t)
+            if step % 1000 == 0:
+                time.sleep(0.05)  # the sender's second passes meanwhile
+        # A call that sent, or waited for the sender, would take its 10 s
+        # timeout here; each took at most a few milliseconds (a GC pause).
+        self.assertLess(worst, 0.5, "a log_metrics() call took %.3f s" % worst)
+        self.assertEqual(muster._metrics_sender.dropped, 0)  # all kept for later
+
+    def test_points_logged_while_the_controller_is_stopped_arrive_once_it_answers(self):
+        c = self.client("metrics-stop", lease=True)
+        c.launch_workers(1, 0.1, 0.1)  # takes the lease: a run needs a holder
+        run = c._request("POST", "/api/v1/runs", body={
+            "mode": "exec", "command": ["train"], "session": c.session,
+            "holder": c._lease_holder})
+        self.env(MUSTER_CONTROLLER_URL=CTL["url"], MUSTER_RUN_ID=run["id"],
+                 MUSTER_RUN_TOKEN=None, MUSTER_TOKEN=CTL["token"])
+        os.kill(CTL["proc"].pid, signal.SIGSTOP)
+        try:
+            for step in range(100):
+                muster.log_metrics(step, loss=float(step))
+            self.assertFalse(muster.flush_metrics(timeout=0.5))
+        finally:
+            os.kill(CTL["proc"].pid, signal.SIGCONT)
+        self.assertTrue(muster.flush_metrics(timeout=10))
+        got = c.run_metrics(run["id"])["points"]
+        self.assertEqual([p["step"] for p in got], list(range(100)))
+
+    def test_outside_a_run_log_metrics_says_what_it_needs(self):
+        self.env(MUSTER_URL=CTL["url"], MUSTER_TOKEN=CTL["token"])
+        with self.assertRaises(muster.MusterError) as e:
+            muster.log_metrics(1, loss=0.5)
+        self.assertEqual(e.exception.code, "not_found")
+        self.assertIn("MUSTER_RUN_ID", str(e.exception))
+
+
 class Leases(MusterTestCase):
     """Workers end with the Python process that launched them, as in CML."""
 

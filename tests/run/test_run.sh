@@ -105,8 +105,31 @@ check "muster rsh HOST runs a shell command line in the worker at HOST (Open MPI
 "$train" --steps 50 --batch 64 --quiet --dump-params "$tmp/single.bin" > "$tmp/single.out" 2>&1
 timeout 180 "$muster" run --mode allreduce --workers 2 --cpu 1 --timeout 60 -- \
   "$train" --mode allreduce --steps 50 --batch 64 --quiet --dump-params "$tmp/ar.bin" \
-  > "$tmp/ar.out" 2> "$tmp/ar.err"; rc=$?
+  --metrics-every 10 > "$tmp/ar.out" 2> "$tmp/ar.err"; rc=$?
 check "muster run --mode allreduce --workers 2 succeeds (exit $rc)" test $rc -eq 0
+# Every rank posted its metrics to the run; the last loss is the summary's.
+ar_run=$("$muster" runs -n 1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+"$muster" metrics "$ar_run" --json > "$tmp/ar.metrics" 2> "$tmp/ar.metrics.err"
+verdict=$(python3 - "$tmp/ar.metrics" "$(last_json "$tmp/ar.out")" <<'PY'
+import json, sys
+pts = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+summary = json.loads(sys.argv[2] or "{}")
+loss = {}
+for p in pts:
+    if "loss" in p["values"]:
+        loss.setdefault(p["rank"], []).append((p["step"], p["values"]["loss"]))
+ranks = sorted(loss)
+steps = sorted(s for s, _ in loss.get(0, []))
+last = max(loss.get(0, [(0, None)]))[1]
+ok = ranks == [0, 1] and steps == [9, 19, 29, 39, 49] and last is not None \
+    and abs(last - summary.get("final_loss", 1e9)) <= 1e-6 \
+    and all({"loss", "accuracy", "samples_per_s", "step_time"} <= \
+            {n for p in pts if p["rank"] == r for n in p["values"]} for r in (0, 1))
+print(("ok" if ok else "bad") + f" ranks={ranks} rank0_steps={steps} last_loss={last} summary={summary.get('final_loss')}")
+PY
+)
+check "...every rank posted its metrics to run $ar_run every 10 steps, the last loss the summary's ($verdict)" \
+  test "${verdict%% *}" = ok
 if [ -s "$tmp/ar.bin" ]; then
   d=$(python3 - "$tmp/single.bin" "$tmp/ar.bin" <<'PY'
 import array, sys

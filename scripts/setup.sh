@@ -59,6 +59,14 @@ if ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 
+# The web UI draws a run's charts with uPlot (npm), served by the controller
+# from web/node_modules, installed from the lock file.
+web_ui=$(cd "$(dirname "$0")/.." && pwd)/web
+if [ ! -s "$web_ui/node_modules/uplot/dist/uPlot.iife.min.js" ]; then
+  echo "setup: installing uPlot (npm ci --prefix web)"
+  npm ci --silent --prefix "$web_ui" >/dev/null
+fi
+
 # The web UI's browser test (tests/web) drives Debian's chromium through npm's
 # playwright-core, installed from the lock file.
 web_tests=$(cd "$(dirname "$0")/.." && pwd)/tests/web

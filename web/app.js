@@ -10,6 +10,7 @@
 import { LIVE, exitText, fmtBytes, fmtDuration, fmtNum, outcome, resText, visible, visibleWorker } from './format.js';
 import { renderEvents, renderFields } from './detail.js';
 import { logs, logsClose, logsInit, logsOpen, pollLogs, selectTab } from './logs.js';
+import { hideRuns, runsInit, showRun, showRunsList } from './runs.js';
 
 const TOKEN_KEY = 'muster.token';
 const STATUSES = ['scheduling', 'starting', 'running', 'succeeded', 'failed', 'stopped'];
@@ -895,16 +896,22 @@ function parseHash() {
   const qi = h.indexOf('?');
   const p = qi < 0 ? h : h.slice(0, qi);
   const params = new URLSearchParams(qi < 0 ? '' : h.slice(qi + 1));
-  const m = /^\/workers\/([^/]+)$/.exec(p);
-  let id = null;
-  if (m) {
+  const dec = (v) => {
     try {
-      id = decodeURIComponent(m[1]);
+      return decodeURIComponent(v);
     } catch (_) {
-      id = m[1];
+      return v;
     }
-  }
-  return { id, q: params.get('q') || '' };
+  };
+  const m = /^\/workers\/([^/]+)$/.exec(p);
+  const run = /^\/runs\/([^/]+)$/.exec(p);
+  return {
+    id: m ? dec(m[1]) : null,
+    runs: p === '/runs' || !!run,
+    run: run ? dec(run[1]) : null,
+    compare: params.get('compare') || '',
+    q: params.get('q') || '',
+  };
 }
 
 function hashFor(id, q) {
@@ -926,6 +933,18 @@ function go(id) {
 function route(again = false) {
   if (!state.token) return;
   const r = parseHash();
+  $('nav-workers').removeAttribute('aria-current');
+  $('nav-runs').removeAttribute('aria-current');
+  $(r.runs ? 'nav-runs' : 'nav-workers').setAttribute('aria-current', 'page');
+  if (r.runs) {
+    closeDetail();
+    $('workers').hidden = true;
+    if (r.run) showRun(r.run, r.compare);
+    else showRunsList();
+    return;
+  }
+  hideRuns();
+  $('workers').hidden = false;
   if ($('search').value.trim() !== r.q) $('search').value = r.q;
   if (state.search !== r.q.toLowerCase()) setFilters();
   if (r.id) openDetail(r.id, again === true);
@@ -998,6 +1017,7 @@ async function start() {
     pollRuns();
   }, 2000);
   logsInit(api, (id) => state.workers.get(id)?.status);
+  runsInit(api);
   state.token = takeTokenFromUrl();
   boot();
 }

@@ -781,6 +781,48 @@ async function main() {
       await api('DELETE', '/api/v1/sessions/web-rerun/lease?holder=web-holder');
     });
 
+    // A run's page: its chart is the run's points, and gains points while
+    // a worker of the run posts them (with the run's own token, as
+    // muster-train does).
+    await step('the runs view lists a run; its page\'s chart gains points while it trains', async () => {
+      await api('PUT', '/api/v1/sessions/web-train/lease', { ttl_seconds: 3600, holder: 'web-holder' });
+      const run = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['train'], holder: 'web-holder', session: 'web-train' });
+      const post = 'curl -sS -f -H "Authorization: Bearer $MUSTER_RUN_TOKEN" '
+        + '-d "{\\"step\\": $i, \\"values\\": {\\"loss\\": $((1000 - i)), \\"accuracy\\": $i}}" '
+        + '"$MUSTER_CONTROLLER_URL/api/v1/runs/$MUSTER_RUN_ID/metrics" > /dev/null';
+      const w = await launch({
+        name: 'trainer-0', session: 'web-train', run: run.id, kernel: 'sh',
+        code: `i=0; while [ $i -lt 300 ]; do ${post}; i=$((i + 1)); sleep 0.25; done`,
+      });
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/#/runs`);
+      await page.waitForSelector(`#runs-rows tr[data-id="${run.id}"]`, { state: 'attached', timeout: T });
+      ok((await page.textContent(`#runs-rows tr[data-id="${run.id}"] .c-status`)).trim() === 'running',
+        'the runs table shows the run running');
+      await until(async () => (await page.textContent(`#runs-rows tr[data-id="${run.id}"] .c-latest`)).includes('loss'),
+        'the runs table shows the run\'s latest loss');
+      await page.click(`#runs-rows tr[data-id="${run.id}"]`);
+      await until(async () => (await page.evaluate(() => location.hash)) === `#/runs/${run.id}`, 'the run\'s page');
+      const count = () => page.evaluate(() => window.musterCharts.get('loss')?.data[0].length || 0);
+      const n1 = await until(async () => { const n = await count(); return n >= 2 && n; }, 'the loss chart\'s first points');
+      const n2 = await until(async () => { const n = await count(); return n >= n1 + 4 && n; }, 'the loss chart gaining points');
+      ok(n2 >= n1 + 4, `the loss chart went from ${n1} to ${n2} points while the worker posted`);
+      // Its data are the run's points: the last loss drawn is the last stored.
+      await api('DELETE', `/api/v1/workers/${w.id}`);
+      const stored = await api('GET', `/api/v1/runs/${run.id}/metrics?names=loss`);
+      const lastStored = stored.points[stored.points.length - 1].values.loss;
+      const lastDrawn = await until(async () => {
+        const v = await page.evaluate(() => { const u = window.musterCharts.get('loss'); return u.data[1][u.data[1].length - 1]; });
+        return v === lastStored && String(v);
+      }, `the chart's last loss to be the last stored (${lastStored})`);
+      ok(Number(lastDrawn) === lastStored, `the chart's last loss ${lastDrawn} is the run's last ${lastStored}`);
+      ok(await page.isVisible('#run-charts figure[data-name="accuracy"]'), 'the accuracy chart is there too');
+      await page.screenshot({ path: path.join(shotDir, 'web-ui-run.png') });
+      await api('DELETE', '/api/v1/sessions/web-train/lease?holder=web-holder');
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/#/`);
+    });
+
     // Narrow screens: readable at 400 px.
     await step('readable at 400 px', async () => {
       await page.setViewportSize({ width: 400, height: 800 });

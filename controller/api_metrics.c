@@ -16,7 +16,7 @@
 #include <time.h>
 
 /* The most values a call posts, and a point names. */
-#define METRICS_MAX_VALUES 100000
+#define METRICS_MAX_VALUES 20000
 #define METRICS_POINT_NAMES 64
 #define METRIC_NAME_MAX 64
 

@@ -231,7 +231,7 @@ static enum MHD_Result api_run_create(struct MHD_Connection *c, struct req *rq, 
     goto out;
   }
   rd = api_reader_get();
-  run = db_run_json(rd->db, id);
+  run = db_run_json(rd->db, id, 1);
   api_reader_put(rd);
   LOG(LOG_INFO, "run %s (%s) recorded in session %s", id, mode, session);
   ret = run ? api_respond_json(c, MHD_HTTP_CREATED, run)
@@ -246,7 +246,7 @@ out:
 
 static json_t *run_read(const char *id) {
   struct reader *rd = api_reader_get();
-  json_t *o = db_run_json(rd->db, id);
+  json_t *o = db_run_json(rd->db, id, 1);
 
   api_reader_put(rd);
   return o;
@@ -292,7 +292,7 @@ static enum MHD_Result api_runs_list(struct MHD_Connection *c, struct req *rq, c
   rd = api_reader_get();
   rc = db_run_page(rd->db, session, prefix, status, before, limit, ids, &n, &next);
   for (int i = 0; !rc && i < n; i++) {
-    json_t *o = db_run_json(rd->db, ids[i]);
+    json_t *o = db_run_json(rd->db, ids[i], 0);
     if (o)
       json_array_append_new(runs, o);
   }
@@ -363,6 +363,33 @@ out:
   return ret;
 }
 
+static enum MHD_Result api_run_stall(struct MHD_Connection *c, struct req *rq, const char *id) {
+  static const char *const known[] = {"report"};
+  json_t *body;
+  const char *report;
+  enum MHD_Result ret = MHD_NO;
+  int rc;
+
+  body = run_change_body(c, rq, id, known, 1, "report", &ret);
+  if (!body)
+    return ret;
+  report = json_string_value(json_object_get(body, "report"));
+  if (!report || !*report || strlen(report) > 16384) {
+    ret = api_respond_error(c, MUSTER_E_INVALID, "report",
+                            "report is required: text of at most 16 KiB");
+    goto out;
+  }
+  state_lock();
+  rc = db_run_stall(g.db, id, report);
+  state_unlock();
+  if (!rc)
+    LOG(LOG_WARN, "run %s stalled", id);
+  ret = run_changed(c, id, rc, "the run holds 20 stall reports already");
+out:
+  json_decref(body);
+  return ret;
+}
+
 static enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, const char *id) {
   static const char *const known[] = {"status", "summary", "failure"};
   json_t *body, *summary;
@@ -415,6 +442,7 @@ const struct api_route api_runs_routes[] = {
     {"GET", "/api/v1/runs", AUTH_CLIENT, api_runs_list, NULL},
     {"GET", "/api/v1/runs/{run}", AUTH_CLIENT, api_run_get, NULL},
     {"POST", "/api/v1/runs/{run}/restarts", AUTH_CLIENT, api_run_restart, NULL},
+    {"POST", "/api/v1/runs/{run}/stalls", AUTH_CLIENT, api_run_stall, NULL},
     {"POST", "/api/v1/runs/{run}/end", AUTH_CLIENT, api_run_end, NULL},
     {NULL, NULL, AUTH_NONE, NULL, NULL},
 };

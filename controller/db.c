@@ -112,8 +112,9 @@ static const char *const statement_sql[ST_COUNT_] = {
                    "WHERE expired_at IS NULL ORDER BY session, holder",
     [ST_RUN_INSERT] = "INSERT INTO runs(id, session, mode, command, status, max_restarts, "
                       "created_at, holder) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
-    [ST_RUN_GET] = "SELECT id, session, mode, command, status, max_restarts, restarts, "
-                   "created_at, finished_at, summary, failure, holder FROM runs WHERE id = ?1",
+    [ST_RUN_GET] =
+        "SELECT id, session, mode, command, status, max_restarts, restarts, "
+        "created_at, finished_at, summary, failure, holder, stalls FROM runs WHERE id = ?1",
     [ST_RUN_WORKERS] = "SELECT id FROM workers WHERE run = ?1 ORDER BY rowid",
     [ST_RUN_LIST] = "SELECT id, rowid FROM runs WHERE (?1 IS NULL OR session = ?1) "
                     "AND (?2 IS NULL OR status = ?2) "
@@ -122,6 +123,9 @@ static const char *const statement_sql[ST_COUNT_] = {
     [ST_RUN_RESTART] = "UPDATE runs SET restarts = json_insert(restarts, '$[#]', "
                        "json_object('at', ?2, 'cause', ?3)) WHERE id = ?1 "
                        "AND status = 'running' AND json_array_length(restarts) < max_restarts",
+    [ST_RUN_STALL] = "UPDATE runs SET stalls = json_insert(stalls, '$[#]', "
+                     "json_object('at', ?2, 'report', ?3)) WHERE id = ?1 "
+                     "AND status = 'running' AND json_array_length(stalls) < 20",
     [ST_RUN_END] = "UPDATE runs SET status = ?2, summary = ?3, failure = ?4, finished_at = ?5 "
                    "WHERE id = ?1 AND status = 'running'",
     [ST_RUNS_FAIL_SESSION] = "UPDATE runs SET status = 'failed', failure = ?2, finished_at = ?3 "

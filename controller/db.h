@@ -235,8 +235,9 @@ struct db_run_new {
   int max_restarts;
 };
 MUST_CHECK int db_run_insert(struct db *db, const struct db_run_new *r);
-/* The API's run object: a new reference, or NULL if there is no such run. */
-json_t *db_run_json(struct db *db, const char *id);
+/* The API's run object: a new reference, or NULL if there is no such run.
+ * full: with its stall reports (a list's runs say only how many). */
+json_t *db_run_json(struct db *db, const char *id, int full);
 /* One page of run ids, newest first, filtered by session and status (NULL:
  * any), of sessions starting with prefix (NULL: any); paged as
  * db_worker_page(). */
@@ -249,6 +250,9 @@ MUST_CHECK int db_run_state(struct db *db, const char *id, char *status, size_t 
 /* Records a restart of run id and its cause. MUSTER_E_NOT_FOUND, or
  * MUSTER_E_CONFLICT if the run ended or has used its max_restarts. */
 MUST_CHECK int db_run_restart(struct db *db, const char *id, const char *cause);
+/* Records a stall report of run id. MUSTER_E_NOT_FOUND, or
+ * MUSTER_E_CONFLICT if the run ended or holds 20 reports already. */
+MUST_CHECK int db_run_stall(struct db *db, const char *id, const char *report);
 /* Ends run id with status (succeeded, failed or stopped), summary (JSON
  * text or NULL) and failure (or NULL). MUSTER_E_NOT_FOUND, or
  * MUSTER_E_CONFLICT if it had ended. */
@@ -268,7 +272,9 @@ MUST_CHECK int db_runs_fail_holder(struct db *db, const char *session, const cha
  * run may have (names times ranks). */
 #define METRIC_SERIES_ROWS 2000
 #define METRIC_COARSE_ROWS 256
-#define METRIC_RUN_SERIES 4096
+#define METRIC_RUN_SERIES 1024
+/* The points one read answers at most, across its series. */
+#define METRIC_READ_POINTS 200000
 
 /* One value of one point, as it arrives. has_epoch: whether epoch is set. */
 struct db_metric_in {

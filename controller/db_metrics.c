@@ -405,26 +405,34 @@ static int series_read(struct db *db, int64_t id, const char *name, int64_t rank
   return 0;
 }
 
-int db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q, FILE *out,
-                     int64_t *next) {
+/* One series of a read. */
+struct series_ref {
+  int64_t id, rank;
+  char *name;
+};
+
+static void refs_free(struct series_ref *sv, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(sv[i].name);
+  free(sv);
+}
+
+/* The series of run at level that q wants, into *out (*n of them). */
+static int series_list(struct db *db, const char *run, int level, const struct db_metric_query *q,
+                       struct series_ref **out, size_t *n) {
   sqlite3_stmt *s = db_stmt(db, ST_MS_OF_RUN);
-  int first = 1;
-  struct {
-    int64_t id, rank;
-    char *name;
-  } *sv = NULL;
-  size_t n = 0, cap = 0;
+  struct series_ref *sv = NULL;
+  size_t cap = 0;
   int rc;
 
-  *next = q->since;
+  *n = 0;
   db_bind_text_or_null(s, 1, run);
-  /* The coarse level answers a read of all of each series, in few points. */
-  sqlite3_bind_int(s, 2, q->since == 0 && q->max_points > 0 && q->max_points <= METRIC_COARSE_ROWS);
+  sqlite3_bind_int(s, 2, level);
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(s, 1);
     if (!name || !name_wanted(q, name))
       continue;
-    if (n == cap) {
+    if (*n == cap) {
       void *grown = realloc(sv, (cap = cap ? 2 * cap : 16) * sizeof(*sv));
       if (!grown) {
         rc = SQLITE_NOMEM;
@@ -432,23 +440,45 @@ int db_metrics_query(struct db *db, const char *run, const struct db_metric_quer
       }
       sv = grown;
     }
-    sv[n].id = sqlite3_column_int64(s, 0);
-    sv[n].rank = sqlite3_column_int64(s, 2);
-    sv[n].name = strdup(name);
-    if (!sv[n++].name) {
+    sv[*n].id = sqlite3_column_int64(s, 0);
+    sv[*n].rank = sqlite3_column_int64(s, 2);
+    sv[*n].name = strdup(name);
+    if (!sv[(*n)++].name) {
       rc = SQLITE_NOMEM;
       break;
     }
   }
   sqlite3_reset(s);
-  for (size_t i = 0; i < n; i++) {
-    if (rc == SQLITE_DONE &&
-        series_read(db, sv[i].id, sv[i].name, sv[i].rank, q, out, &first, next))
-      rc = SQLITE_ERROR;
-    free(sv[i].name);
-  }
-  free(sv);
+  *out = sv;
   return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
+}
+
+int db_metrics_query(struct db *db, const char *run, const struct db_metric_query *q, FILE *out,
+                     int64_t *next) {
+  struct db_metric_query eff = *q;
+  struct series_ref *sv = NULL;
+  size_t n = 0;
+  int first = 1, rc;
+
+  *next = q->since;
+  /* One snapshot for every series: next_since covers what was read, and
+   * nothing a commit between two series wrote is skipped for good. */
+  if (sqlite3_exec(db->conn, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+    return MUSTER_E_DB;
+  rc = series_list(db, run, 0, q, &sv, &n);
+  /* At most METRIC_READ_POINTS in all: many series get fewer each. */
+  if (!rc && n > 0 && (eff.max_points <= 0 || (size_t)eff.max_points * n > METRIC_READ_POINTS))
+    eff.max_points = METRIC_READ_POINTS / (int)n > 0 ? METRIC_READ_POINTS / (int)n : 1;
+  /* The coarse level answers a read of all of each series in few points. */
+  if (!rc && eff.since == 0 && eff.max_points <= METRIC_COARSE_ROWS) {
+    refs_free(sv, n);
+    rc = series_list(db, run, 1, q, &sv, &n);
+  }
+  for (size_t i = 0; !rc && i < n; i++)
+    rc = series_read(db, sv[i].id, sv[i].name, sv[i].rank, &eff, out, &first, next);
+  refs_free(sv, n);
+  sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
+  return rc ? MUSTER_E_DB : 0;
 }
 
 json_t *db_metrics_latest(struct db *db, const char *run) {
@@ -469,7 +499,7 @@ json_t *db_metrics_latest(struct db *db, const char *run) {
     if (!name)
       continue;
     if (strcmp(name, last) == 0) {
-      if (n > 0)
+      if (n > 0 && strcmp(v[n - 1].name, name) == 0)
         v[n - 1].ranks++;
       continue;
     }

@@ -22,7 +22,7 @@ int db_run_insert(struct db *db, const struct db_run_new *r) {
   return db_exec_stmt(s);
 }
 
-json_t *db_run_json(struct db *db, const char *id) {
+json_t *db_run_json(struct db *db, const char *id, int full) {
   sqlite3_stmt *s = db_stmt(db, ST_RUN_GET);
   json_t *o, *workers, *restarts, *summary = NULL;
 
@@ -48,6 +48,14 @@ json_t *db_run_json(struct db *db, const char *id) {
   json_object_set_new(o, "summary", summary ? summary : json_null());
   json_object_set_new(o, "failure", db_col_text(s, 10));
   json_object_set_new(o, "holder", db_col_text(s, 11));
+  {
+    json_t *stalls = db_col_json(s, 12, json_array());
+    json_object_set_new(o, "stall_count", json_integer((json_int_t)json_array_size(stalls)));
+    if (full)
+      json_object_set_new(o, "stalls", stalls);
+    else
+      json_decref(stalls);
+  }
   sqlite3_reset(s);
 
   /* Its workers, replacements included, in launch order. */
@@ -110,6 +118,17 @@ int db_run_restart(struct db *db, const char *id, const char *cause) {
   db_bind_text_or_null(s, 1, id);
   db_bind_text_or_null(s, 2, now);
   db_bind_text_or_null(s, 3, cause);
+  return run_update(db, s, id);
+}
+
+int db_run_stall(struct db *db, const char *id, const char *report) {
+  sqlite3_stmt *s = db_stmt(db, ST_RUN_STALL);
+  char now[32];
+
+  util_now_iso(now, sizeof(now));
+  db_bind_text_or_null(s, 1, id);
+  db_bind_text_or_null(s, 2, now);
+  db_bind_text_or_null(s, 3, report);
   return run_update(db, s, id);
 }
 

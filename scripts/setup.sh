@@ -9,10 +9,12 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       check libsubunit-dev python3 iproute2 procps time
       jupyter-nbconvert python3-ipykernel
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
-      slurm-wlm munge slurmdbd mariadb-server openssl tcpdump)
+      slurm-wlm munge slurmdbd mariadb-server openssl tcpdump gdb elfutils python3-dbg)
       # slurm-wlm pulls slurmctld, slurmd and slurm-client; slurmdbd and
       # MariaDB keep its accounting (sacct): tests/slurm/cluster.sh; openssl
-      # makes the tests' throwaway CA (tests/tls), tcpdump captures the wire
+      # makes the tests' throwaway CA (tests/tls), tcpdump captures the wire;
+      # gdb, elfutils (eu-stack) and python3-dbg (gdb's py-bt) take the
+      # stacks of a stalled run's ranks (muster stack)
 
 missing=()
 for p in "${pkgs[@]}"; do

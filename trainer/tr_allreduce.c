@@ -132,8 +132,8 @@ int tr_run_allreduce(const struct tr_opts *o, struct tr_mlp *m, const struct tr_
     tr_mlp_evaluate(m, test, &r->test_loss, &r->test_accuracy);
     tr_metrics_value(total - 1, spe, "test_accuracy", r->test_accuracy);
   }
-  tr_metrics_close();
 out:
+  tr_metrics_close();
   free(perm);
   tr_free(x);
   free(y);

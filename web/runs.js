@@ -161,8 +161,18 @@ export function showRun(id, compare) {
     if (gen !== view.gen) return;
     try {
       await readRun(id, gen);
-      if (compare && !view.compare && gen === view.gen) await readCompare(compare, gen);
       $('run-message').hidden = true;
+      if (compare && !view.compare && gen === view.gen) {
+        try {
+          await readCompare(compare, gen);
+        } catch (err) {
+          // The other run alone: this one's page goes on.
+          if (gen !== view.gen) return;
+          $('run-message').textContent = err.status === 404 ? `There is no run ${compare} to compare with.` : `Could not read run ${compare}: ${err.message}`;
+          $('run-message').hidden = false;
+          if (err.status === 404) compare = '';
+        }
+      }
     } catch (err) {
       if (gen !== view.gen) return;
       $('run-message').textContent = err.status === 404 ? `There is no run ${id}.` : `Could not read run ${id}: ${err.message}`;
@@ -221,6 +231,12 @@ function addPoints(series, points, t0) {
       }
       s.xs.push(p.at - t0);
       s.ys.push(v);
+      // A page left open on a long run keeps every other point of a line
+      // past 4,000 (the controller keeps the whole run, merged evenly).
+      if (s.xs.length > 4000) {
+        s.xs = s.xs.filter((_, i) => i % 2 === 1);
+        s.ys = s.ys.filter((_, i) => i % 2 === 1);
+      }
     }
   }
 }
@@ -263,6 +279,19 @@ function renderRun(run) {
     ol.appendChild(li);
   }
   $('run-restarts-title').hidden = !(run.causes || []).length;
+  const st = $('run-stalls');
+  st.textContent = '';
+  for (const x of run.stalls || []) {
+    const li = document.createElement('li');
+    const when = document.createElement('div');
+    when.textContent = x.at;
+    const pre = document.createElement('pre');
+    pre.className = 'stall';
+    pre.textContent = visible(x.report, true);
+    li.append(when, pre);
+    st.appendChild(li);
+  }
+  $('run-stalls-title').hidden = !(run.stalls || []).length;
 }
 
 // ---------- charts ----------

@@ -174,6 +174,8 @@ int cmd_run(int argc, char **argv);
 /* cmd_runs.c */
 int cmd_runs(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
+/* cmd_stack.c */
+int cmd_stack(int argc, char **argv);
 /* cmd_users.c */
 int cmd_users(int argc, char **argv);
 int cmd_whoami(int argc, char **argv);

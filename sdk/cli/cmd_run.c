@@ -14,6 +14,7 @@ static const char usage_run[] =
     "                  [--memory G] [--gpu K] [--ps-cpu C] [--ps-memory G] [--port P]\n"
     "                  [--timeout S] [--session S] [--max-restarts K] [--lease-ttl S]\n"
     "                  [--no-lease] [--run-dir DIR] [--cwd DIR] [--path P|--no-path]\n"
+    "                  [--stall-timeout S] [--on-stall report|fail]\n"
     "                  -- COMMAND [ARGS...]\n"
     "\n"
     "Launches K parameter servers (ps mode only; one or more) and N workers\n"
@@ -47,7 +48,15 @@ static const char usage_run[] =
     "ones start and the command runs again, up to K times; muster-train resumes\n"
     "from its last checkpoint (--checkpoint, by default in the run's directory:\n"
     "--run-dir, $MUSTER_RUN_DIR or ~/.muster/runs, which the workers must reach),\n"
-    "other commands start again with MUSTER_RESTART_COUNT set.\n";
+    "other commands start again with MUSTER_RESTART_COUNT set.\n"
+    "\n"
+    "A run is stalled when no rank made progress (a new metric point, an output\n"
+    "line, or for a run that posts no metrics, CPU time) for --stall-timeout S\n"
+    "(default 120; 0: not watched). Then a report names every rank with its\n"
+    "worker, last step, state, CPU and stack (muster stack, inside each worker),\n"
+    "the rank behind the others first; it is printed here and kept in the run's\n"
+    "record. --on-stall fail (default report) fails the run like a failed rank,\n"
+    "so that --max-restarts restarts it.\n";
 
 static void run_output(void *arg, const char *role, int index, muster_stream stream,
                        const char *line, size_t len) {
@@ -65,6 +74,13 @@ static void run_output(void *arg, const char *role, int index, muster_stream str
   } else
     fprintf(f, "[%s-%d] %.*s\n", role, index, (int)len, line);
   fflush(f);
+}
+
+static void run_stall(void *arg, const char *report) {
+  (void)arg;
+  fprintf(stderr, "muster run: STALLED: ");
+  print_failure(stderr, report, "  ");
+  fflush(stderr);
 }
 
 static void run_restart(void *arg, int attempt, const char *cause) {
@@ -174,6 +190,19 @@ int cmd_run(int argc, char **argv) {
         return usage_error(usage_run, "--lease-ttl must be 3 to 86400 seconds, not \"%s\"", v);
       o.lease_ttl = d;
       ttl_given = 1;
+    } else if (strcmp(a, "--stall-timeout") == 0) {
+      i++;
+      if (parse_double(v, 0, &d) != 0 || d > 86400 * 7)
+        return usage_error(usage_run,
+                           "--stall-timeout must be a number of seconds (0: not watched), not "
+                           "\"%s\"",
+                           v);
+      o.stall_timeout = d;
+    } else if (strcmp(a, "--on-stall") == 0) {
+      i++;
+      if (strcmp(v, "report") != 0 && strcmp(v, "fail") != 0)
+        return usage_error(usage_run, "--on-stall must be report or fail, not \"%s\"", v);
+      o.on_stall_fail = strcmp(v, "fail") == 0;
     } else if (strcmp(a, "--run-dir") == 0) {
       i++;
       o.run_dir = v;
@@ -211,6 +240,7 @@ int cmd_run(int argc, char **argv) {
   o.on_output = run_output;
   o.on_restart = run_restart;
   o.on_waiting = run_waiting;
+  o.on_stall = run_stall;
   /* The rsh agent and the rank launcher are this very program. */
   n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {

@@ -183,8 +183,9 @@ static int cmd_runs_show(int argc, char **argv) {
     const char *st = json_string_value(json_object_get(run, "status"));
     const char *failure = json_string_value(json_object_get(run, "failure"));
     char *safe_cmd = term_safe_dup(cmd ? cmd : "?", 0);
-    printf("run:      %s (%s), %s\n", id, json_string_value(json_object_get(run, "mode")),
-           st ? st : "?");
+    const char *mode = json_string_value(json_object_get(run, "mode"));
+    const char *created = json_string_value(json_object_get(run, "created_at"));
+    printf("run:      %s (%s), %s\n", id, mode ? mode : "?", st ? st : "?");
     safe = term_safe_dup(json_string_value(json_object_get(run, "session")), 0);
     printf("session:  %s\n", safe ? safe : "-");
     free(safe);
@@ -192,17 +193,32 @@ static int cmd_runs_show(int argc, char **argv) {
     printf("restarts: %lld of %lld\n",
            (long long)json_integer_value(json_object_get(run, "restarts")),
            (long long)json_integer_value(json_object_get(run, "max_restarts")));
-    printf("created:  %s\n", json_string_value(json_object_get(run, "created_at")));
+    printf("created:  %s\n", created ? created : "?");
     if (json_is_string(json_object_get(run, "finished_at")))
       printf("finished: %s\n", json_string_value(json_object_get(run, "finished_at")));
     if (failure) {
+      char *safe_failure = term_safe_dup(failure, 1);
       fputs("failure:  ", stdout);
-      print_failure(stdout, failure, "          ");
+      print_failure(stdout, safe_failure ? safe_failure : "?", "          ");
+      free(safe_failure);
     }
     free(cmd);
     free(safe_cmd);
   }
   print_latest(json_object_get(run, "latest"));
+  {
+    json_t *stalls = json_object_get(run, "stalls");
+    json_t *last = json_array_get(stalls, json_array_size(stalls) - 1);
+    const char *rep = json_string_value(json_object_get(last, "report"));
+    char *safe_rep = rep ? term_safe_dup(rep, 1) : NULL;
+    if (last && safe_rep) {
+      const char *at = json_string_value(json_object_get(last, "at"));
+      printf("stalls:   %zu, the last at %s:\n", json_array_size(stalls), at ? at : "?");
+      fputs("          ", stdout);
+      print_failure(stdout, safe_rep, "          ");
+    }
+    free(safe_rep);
+  }
   printf("workers:  %zu\n", json_array_size(json_object_get(run, "workers")));
   json_array_foreach(json_object_get(run, "workers"), i, w) {
     muster_worker wk;

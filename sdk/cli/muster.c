@@ -25,6 +25,7 @@ static const char usage_main[] =
     "  run        launch a cluster, train across it (ps, allreduce, exec), stop it\n"
     "  runs       list runs (muster run's and run_cluster()'s); runs show RUN\n"
     "  metrics    a run's metrics (loss, accuracy...), once or --follow\n"
+    "  stack      inside a worker: what its processes do, with their stacks\n"
     "  users      the controller's users (administrators: list, add, token, remove)\n"
     "  whoami     whose token this is, and the account their workers run as\n"
     "  rsh        Open MPI's rsh agent on the exec channel (used by muster run)\n"
@@ -51,10 +52,10 @@ static const struct {
   const char *name;
   int (*run)(int argc, char **argv);
 } commands[] = {
-    {"launch", cmd_launch},   {"await", cmd_await}, {"ps", cmd_ps},         {"ls", cmd_ps},
-    {"show", cmd_show},       {"stop", cmd_stop},   {"logs", cmd_logs},     {"exec", cmd_exec},
-    {"rsh", cmd_rsh},         {"rank", cmd_rank},   {"run", cmd_run},       {"runs", cmd_runs},
-    {"metrics", cmd_metrics}, {"users", cmd_users}, {"whoami", cmd_whoami},
+    {"launch", cmd_launch},   {"await", cmd_await}, {"ps", cmd_ps},       {"ls", cmd_ps},
+    {"show", cmd_show},       {"stop", cmd_stop},   {"logs", cmd_logs},   {"exec", cmd_exec},
+    {"rsh", cmd_rsh},         {"rank", cmd_rank},   {"run", cmd_run},     {"runs", cmd_runs},
+    {"metrics", cmd_metrics}, {"stack", cmd_stack}, {"users", cmd_users}, {"whoami", cmd_whoami},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

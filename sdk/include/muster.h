@@ -516,6 +516,16 @@ typedef struct muster_run_opts {
   /* The workers' PATH (muster_launch_opts' path): NULL, this process's
    * (unless MUSTER_SEND_PATH=0); "": the worker's own. */
   const char *path;
+  /* A stall: no rank made progress (a new metric point, an output line,
+   * or for a run that posts no metrics, CPU time) for stall_timeout
+   * seconds (default 120; 0: not watched). Its report names each rank
+   * with its worker, last step, state, CPU and stack (muster stack, inside
+   * each worker), the rank behind the others first; it goes to on_stall
+   * (NULL: not told) and to the run's record. on_stall_fail: the stall
+   * fails the attempt like a failed rank (max_restarts may restart it). */
+  double stall_timeout;
+  int on_stall_fail;
+  void (*on_stall)(void *arg, const char *report);
 } muster_run_opts;
 
 typedef struct muster_run_result {

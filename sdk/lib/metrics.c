@@ -19,8 +19,9 @@
 /* Values waiting at most (logged and not yet sent): past it, new ones are
  * dropped (and counted). */
 #define METRICS_KEEP 100000
-/* Values sent in one call at most (the controller takes 100,000). */
-#define METRICS_CALL 20000
+/* Values sent in one call at most: well under the controller's 20,000 and
+ * its 1 MiB body, long names and all. */
+#define METRICS_CALL 4000
 #define METRICS_NAME_MAX 64
 
 /* One value; first: it begins a point (one muster_log_metrics() call). */
@@ -91,8 +92,11 @@ int muster_log_metrics(muster_metrics *m, int64_t step, double epoch, const char
 
   if (!m || step < 0 || !names || !values || n == 0 || n > 64)
     return MUSTER_E_INVALID;
+  /* A name the controller would refuse would cost its whole call. */
   for (size_t i = 0; i < n; i++)
-    if (!names[i] || !*names[i] || (len[i] = strlen(names[i])) > METRICS_NAME_MAX)
+    if (!names[i] || !*names[i] || (len[i] = strlen(names[i])) > METRICS_NAME_MAX ||
+        strspn(names[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/:") !=
+            len[i])
       return MUSTER_E_INVALID;
   at = wall();
   pthread_mutex_lock(&m->lock);
@@ -177,6 +181,11 @@ static void send_pending(muster_metrics *m) {
     rc = muster_json_call_(m->c, "POST", path, pts, NULL);
     status = muster_last_status_(m->c);
     /* Said once on stderr, either way; the training goes on. */
+    /* Too large for one call: the same values go again in halves. */
+    if (rc && status == 413 && k > 1) {
+      m->inflight_k = k / 2;
+      continue;
+    }
     if (rc && (status == 0 || status >= 500)) {
       if (!m->told)
         fprintf(stderr,

@@ -25,6 +25,7 @@ void muster_run_opts_init(muster_run_opts *o) {
   o->memory = 1;
   o->port = 2222;
   o->timeout_seconds = 60;
+  o->stall_timeout = 120;
 }
 
 void muster_run_result_free(muster_run_result *r) {

@@ -187,6 +187,7 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
                         int *final) {
   struct run run;
   struct monitor mon;
+  struct stall_watch stall;
   pthread_t mon_thread;
   int mon_started = 0, rc;
   char master[64], waiting[1024];
@@ -198,6 +199,7 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
   memset(&run, 0, sizeof(run));
   memset(&ar, 0, sizeof(ar));
   memset(&mon, 0, sizeof(mon));
+  memset(&stall, 0, sizeof(stall));
   *final = 0;
   r->exit_code = 1;
   r->failure[0] = r->failed_worker[0] = '\0';
@@ -289,6 +291,11 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
       muster_worker_list_free(&none);
     mon_started = pthread_create(&mon_thread, NULL, muster_run_monitor_main_, &mon) == 0;
   }
+  /* And for a stall: no rank making progress (run_stall.c). */
+  if (muster_run_stall_start_(&stall, &run, c) != 0) {
+    muster_run_fail_(&run, NULL, "out of memory for the stall watchdog");
+    goto stop;
+  }
 
   t0 = now_s();
   if (o->mode == MUSTER_RUN_ALLREDUCE)
@@ -301,6 +308,7 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
 
 stop:
   run.cancel = 1;
+  muster_run_stall_stop_(&stall);
   if (mon_started) {
     muster_client_cancel(mon.c);
     pthread_join(mon_thread, NULL);

@@ -66,6 +66,9 @@ struct run {
    * outside (by the user, or its session's lease ran out); 2, its workers
    * could not be stopped. */
   int final;
+  /* When a process of the run last wrote a line (monotonic ms): progress,
+   * for the stall watchdog. */
+  int64_t last_output_ms;
 };
 
 /* Follows the event stream and fails the run when one of its workers fails
@@ -144,6 +147,27 @@ MUSTER_INTERNAL void muster_run_flush_lines_(struct proc *p);
  * until m->c is cancelled, failing the run when one of its workers fails
  * or is stopped. */
 MUSTER_INTERNAL void *muster_run_monitor_main_(void *arg);
+
+/* ---- run_stall.c ---- */
+
+/* The stall watchdog of one attempt (o->stall_timeout > 0). */
+struct stall;
+struct stall_watch {
+  struct stall *s;
+  pthread_t thread;
+  int started;
+};
+
+/* Notes that a process of the run wrote a line (run_output.c). */
+MUSTER_INTERNAL void muster_run_note_output_(struct run *run);
+/* Starts watching run (its workers running, its exec token known) with a
+ * client of its own, like c. Returns 0 (nothing started when stalls are
+ * not watched) or MUSTER_E_NOMEM. */
+MUSTER_INTERNAL int muster_run_stall_start_(struct stall_watch *w, struct run *run,
+                                            muster_client *c);
+/* Stops it (run->cancel set first) and frees what it holds. */
+MUSTER_INTERNAL void muster_run_stall_stop_(struct stall_watch *w);
+MUSTER_INTERNAL void *muster_run_stall_main_(void *arg);
 
 /* ---- run_allreduce.c, run_exec.c: the command ---- */
 

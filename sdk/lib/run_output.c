@@ -13,6 +13,7 @@
 static void hand_out(struct proc *p, int is_err, const char *buf, size_t len) {
   struct run *run = p->run;
 
+  muster_run_note_output_(run);
   pthread_mutex_lock(&run->lock);
   if (run->o->on_output)
     run->o->on_output(run->o->arg, p->role, p->index, is_err ? MUSTER_STDERR : MUSTER_STDOUT, buf,

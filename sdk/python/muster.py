@@ -1131,7 +1131,8 @@ def run_metrics(run_id, names=None, since=0, max_points=None):
 # --- metrics from inside a run ---------------------------------------------
 
 _METRICS_KEEP = 100000   # values that may wait for the controller
-_METRICS_CALL = 20000    # values sent in one call at most
+_METRICS_CALL = 4000     # values sent in one call at most (well under 1 MiB)
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_.\-/:]{1,64}")
 
 
 class _MetricsSender:
@@ -1145,13 +1146,14 @@ class _MetricsSender:
         self.rank = rank
         self.interval = interval
         self.queue = collections.deque()
-        self.pending = []          # points taken from the queue, not yet sent
+        self.pending = collections.deque()  # points taken from the queue, not yet sent
+        self.waiting = 0           # their values
         self.inflight = None       # (seq, points, values) of the call not yet answered
         self.sender = "py-%08x-%d" % (random.getrandbits(32), os.getpid())
         self.seq = 0
         self.stopped = False
         self.sent = self.dropped = 0
-        self.told = False
+        self.told = self.told_bad = False
         self.client = Client(url=url, token=token, session="metrics", timeout=10, lease=False)
         self.wake = threading.Event()
         self.lock = threading.Lock()
@@ -1159,22 +1161,52 @@ class _MetricsSender:
         self.thread.start()
         atexit.register(self.flush, 2.0)
 
+    @staticmethod
+    def _number(v):
+        """v as a number JSON carries, or None (NaN, infinity, not a
+        number): numpy's and torch's scalars convert; a bool is no number."""
+        if isinstance(v, bool):
+            return None
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return None
+        return v if math.isfinite(v) else None
+
     def _take(self):
+        """Moves what was logged to pending, as the API's points: a point
+        the controller would refuse (and its whole call with it) is dropped
+        here instead, saying why once."""
         q = self.queue
         while q:
             step, at, epoch, values = q.popleft()
-            vals = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None)
-                    for k, v in values.items()}
-            point = {"step": int(step), "rank": self.rank, "at": at, "values": vals}
-            if epoch is not None:
-                point["epoch"] = float(epoch)
+            why = None
+            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                why = "step %r is not an int of 0 or more" % (step,)
+            elif not values or len(values) > 64:
+                why = "a point takes 1 to 64 values, not %d" % len(values)
+            else:
+                bad = [k for k in values if not _METRIC_NAME.fullmatch(k)]
+                if bad:
+                    why = "%r is not a metric's name (1 to 64 of A-Z a-z 0-9 _ . - / :)" % bad[0]
+            if why:
+                self.dropped += max(1, len(values))
+                if not self.told_bad:
+                    print("muster: log_metrics(): %s; that point is dropped" % why,
+                          file=sys.stderr)
+                    self.told_bad = True
+                continue
+            point = {"step": step, "rank": self.rank, "at": at,
+                     "values": {k: self._number(v) for k, v in values.items()}}
+            e = self._number(epoch) if epoch is not None else None
+            if e is not None:
+                point["epoch"] = e
             self.pending.append(point)
-        over = sum(len(p["values"]) for p in self.pending) - _METRICS_KEEP
-        if self.inflight:
-            over += self.inflight[2]
-        while over > 0 and self.pending:
-            gone = self.pending.pop(0)
-            over -= len(gone["values"])
+            self.waiting += len(values)
+        while self.waiting + (self.inflight[2] if self.inflight else 0) > _METRICS_KEEP \
+                and self.pending:
+            gone = self.pending.popleft()
+            self.waiting -= len(gone["values"])
             self.dropped += len(gone["values"])
 
     def _send(self, timeout):
@@ -1188,8 +1220,9 @@ class _MetricsSender:
                     batch, n = [], 0
                     while self.pending and (not batch or n + len(self.pending[0]["values"])
                                             <= _METRICS_CALL):
-                        batch.append(self.pending.pop(0))
+                        batch.append(self.pending.popleft())
                         n += len(batch[-1]["values"])
+                    self.waiting -= n
                     self.seq += 1
                     self.inflight = (self.seq, batch, n)
                 seq, batch, n = self.inflight
@@ -1200,6 +1233,16 @@ class _MetricsSender:
                     self.sent += n
                     self.told = False
                 except MusterError as e:
+                    if e.status == 413 and len(batch) > 1:
+                        # Too large for one call: the same points go in
+                        # halves (the call was not stored: same number).
+                        half = len(batch) // 2
+                        rest = batch[half:]
+                        self.pending.extendleft(reversed(rest))
+                        self.waiting += sum(len(p["values"]) for p in rest)
+                        self.inflight = (seq, batch[:half],
+                                         sum(len(p["values"]) for p in batch[:half]))
+                        continue
                     if e.code in ("unreachable", "timeout") or (e.status or 0) >= 500:
                         if not self.told and not self.stopped:
                             print("muster: could not send metrics (%s); they are kept (up to "
@@ -1261,6 +1304,19 @@ def _metrics_start():
             _metrics_sender = _MetricsSender(url, run_id, token, rank)
             _metrics_append = _metrics_sender.queue.append
     return _metrics_append
+
+
+def _metrics_forget():
+    """In a forked child: the parent's sender is the parent's (its thread
+    is not here, its numbers would collide); the child starts its own."""
+    global _metrics_sender, _metrics_append
+    if _metrics_sender is not None:
+        atexit.unregister(_metrics_sender.flush)
+    _metrics_sender = _metrics_append = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_metrics_forget)
 
 
 def log_metrics(step, epoch=None, **values):

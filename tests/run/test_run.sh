@@ -253,6 +253,15 @@ rank0_log_has_epochs() {  # $1: mode, $2: rank 0's prefix in muster run's output
 rank0_log_has_epochs ps worker-0 --ps 1 --workers 2
 rank0_log_has_epochs allreduce rank-0 --workers 2
 
+# --- a stall of code that logs no metrics: no output, no CPU. The stack
+# tools' own CPU in the workers is no progress; --on-stall fail ends it.
+timeout 120 "$muster" run --mode exec --workers 2 --cpu 0.5 --session stall-sh --stall-timeout 5 \
+  --on-stall fail -- sh -c 'echo up; exec sleep 600' > "$tmp/ssh.out" 2> "$tmp/ssh.err"; rc=$?
+check "a run whose ranks sleep without output stalls and --on-stall fail ends it (exit $rc)" \
+  bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^muster run: STALLED: ' '$tmp/ssh.err') = 1 ] && grep -q '^muster run: FAILED: stalled: ' '$tmp/ssh.err'"
+check "...naming each rank in its sleep, with its CPU over the window" \
+  bash -c "grep -qE 'rank 0 \\(w-[a-z0-9]+\\) in clock_nanosleep' '$tmp/ssh.err' && grep -qE ': pid [0-9]+ sleep, state S.* s of CPU in the last [0-9]+ s' '$tmp/ssh.err'"
+
 # --- PyTorch DDP (gloo) through --mode exec: world size 2, distinct ranks
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 -- /usr/bin/python3 "$src/tests/run/ddp.py" \
@@ -261,6 +270,42 @@ if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   check "...rank 0 of 2 and rank 1 of 2 both ran" \
     bash -c "grep -q '^\[worker-0\] rank 0 of 2' '$tmp/ddp.out' && grep -q '^\[worker-1\] rank 1 of 2' '$tmp/ddp.out'"
   check "...and DDP kept the weights equal on all ranks" grep -q '"weights_equal_on_all_ranks": true' "$tmp/ddp.out"
+  # A hung rank: ddp_hang.py's rank 1 sleeps at step 5 (first attempt only)
+  # while rank 0 waits for it in the step's all-reduce. The stall report
+  # comes within 15 s of the hang, names rank 1 first and shows its sleep.
+  timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 --session stall-r --stall-timeout 10 \
+    -- /usr/bin/python3 "$src/tests/run/ddp_hang.py" > "$tmp/hang.out" 2> "$tmp/hang.err" &
+  hang_pid=$!
+  if wait_for 90 "muster run's stall report" grep -q '^muster run: STALLED: ' "$tmp/hang.err"; then
+    seen=$(date +%s.%N)
+    hung=$(sed -n 's/^\[worker-1\] rank 1 hangs at step 5 at \([0-9.]*\)$/\1/p' "$tmp/hang.out")
+    grep -m1 '^muster run: STALLED: ' "$tmp/hang.err" > "$tmp/hang.first"
+    check "a stalled DDP run gets a report within 15 s of the hang ($(python3 -c "print(round($seen - ${hung:-0}, 1))") s)" \
+      le "$(python3 -c "print($seen - ${hung:-0})")" 15
+    check "...naming rank 1 first, at its last step, in its sleep: $(cut -c1-240 "$tmp/hang.first")" \
+      grep -qE 'STALLED: no rank made progress for [0-9]+ s .*\. rank 1 \(w-[a-z0-9]+\) has been at step 4 for [0-9]+ s, in sleep \(ddp_hang\.py:[0-9]+\); rank 0 \(w-[a-z0-9]+\) waits in' "$tmp/hang.first"
+    check "...with rank 1's Python and native stacks (time.sleep, clock_nanosleep)" \
+      bash -c "grep -q 'time.sleep(3600)' '$tmp/hang.err' && grep -q 'clock_nanosleep' '$tmp/hang.err'"
+    run_id=$("$muster" runs --session stall-r --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+    "$muster" runs show --json "$run_id" > "$tmp/hang.run"
+    check "...and the run's record keeps the report (muster runs show $run_id)" \
+      python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stalls"]; sys.exit(0 if len(s) == 1 and "rank 1" in s[0]["report"] else 1)' "$tmp/hang.run"
+  else
+    not_ok "no stall report: $(tail -3 "$tmp/hang.err")"
+  fi
+  kill -TERM "$hang_pid" 2>/dev/null
+  wait "$hang_pid" 2>/dev/null
+  # --on-stall fail: the stall fails the attempt, --max-restarts 1 restarts
+  # it (no hang on attempt 2), and the run succeeds.
+  timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 --session stall-f --stall-timeout 10 \
+    --on-stall fail --max-restarts 1 -- /usr/bin/python3 "$src/tests/run/ddp_hang.py" \
+    > "$tmp/hangf.out" 2> "$tmp/hangf.err"; rc=$?
+  check "with --on-stall fail --max-restarts 1 the stall restarts the run, which then succeeds (exit $rc)" \
+    bash -c "[ $rc -eq 0 ] && grep -q '^muster run: restart 1: stalled: no rank made progress' '$tmp/hangf.err' && grep -q '\"steps\": 20' '$tmp/hangf.out'"
+  timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 --session stall-g --stall-timeout 10 \
+    --on-stall fail -- /usr/bin/python3 "$src/tests/run/ddp_hang.py" > "$tmp/hangg.out" 2> "$tmp/hangg.err"; rc=$?
+  check "...and without restarts it fails the run, naming the stall (exit $rc)" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'stalled: no rank made progress' '$tmp/hangg.err'"
 else
   not_ok "python3-torch is not installed (scripts/setup.sh installs it)"
 fi

@@ -1148,6 +1148,7 @@ class _MetricsSender:
         self.queue = collections.deque()
         self.pending = collections.deque()  # points taken from the queue, not yet sent
         self.waiting = 0           # their values
+        self.good_names = set()    # names already checked
         self.inflight = None       # (seq, points, values) of the call not yet answered
         self.sender = "py-%08x-%d" % (random.getrandbits(32), os.getpid())
         self.seq = 0
@@ -1177,37 +1178,50 @@ class _MetricsSender:
         """Moves what was logged to pending, as the API's points: a point
         the controller would refuse (and its whole call with it) is dropped
         here instead, saying why once."""
-        q = self.queue
+        q, good, number, pending, rank = self.queue, self.good_names, self._number, \
+            self.pending, self.rank
         while q:
             step, at, epoch, values = q.popleft()
-            why = None
-            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                why = "step %r is not an int of 0 or more" % (step,)
-            elif not values or len(values) > 64:
-                why = "a point takes 1 to 64 values, not %d" % len(values)
-            else:
-                bad = [k for k in values if not _METRIC_NAME.fullmatch(k)]
-                if bad:
-                    why = "%r is not a metric's name (1 to 64 of A-Z a-z 0-9 _ . - / :)" % bad[0]
-            if why:
-                self.dropped += max(1, len(values))
-                if not self.told_bad:
-                    print("muster: log_metrics(): %s; that point is dropped" % why,
-                          file=sys.stderr)
-                    self.told_bad = True
-                continue
-            point = {"step": step, "rank": self.rank, "at": at,
-                     "values": {k: self._number(v) for k, v in values.items()}}
-            e = self._number(epoch) if epoch is not None else None
-            if e is not None:
-                point["epoch"] = e
-            self.pending.append(point)
-            self.waiting += len(values)
+            if type(step) is not int or step < 0 or not values or len(values) > 64 or \
+                    not good.issuperset(values):
+                if not self._admit(step, values):
+                    continue
+            # Floats (the usual) as they are; anything else through float().
+            vals = {k: v if type(v) is float and v - v == 0 else number(v)
+                    for k, v in values.items()}
+            point = {"step": step, "rank": rank, "at": at, "values": vals}
+            if epoch is not None:
+                e = number(epoch)
+                if e is not None:
+                    point["epoch"] = e
+            pending.append(point)
+            self.waiting += len(vals)
         while self.waiting + (self.inflight[2] if self.inflight else 0) > _METRICS_KEEP \
                 and self.pending:
             gone = self.pending.popleft()
             self.waiting -= len(gone["values"])
             self.dropped += len(gone["values"])
+
+    def _admit(self, step, values):
+        """The slow check of a point the fast one did not pass: True if the
+        controller takes it (its names are remembered as good)."""
+        why = None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            why = "step %r is not an int of 0 or more" % (step,)
+        elif not values or len(values) > 64:
+            why = "a point takes 1 to 64 values, not %d" % len(values)
+        else:
+            bad = [k for k in values if not _METRIC_NAME.fullmatch(k)]
+            if bad:
+                why = "%r is not a metric's name (1 to 64 of A-Z a-z 0-9 _ . - / :)" % bad[0]
+        if why is None:
+            self.good_names.update(values)
+            return True
+        self.dropped += max(1, len(values))
+        if not self.told_bad:
+            print("muster: log_metrics(): %s; that point is dropped" % why, file=sys.stderr)
+            self.told_bad = True
+        return False
 
     def _send(self, timeout):
         """Sends what waits; False when the controller did not answer. A

@@ -94,8 +94,12 @@ static int read_proc(long pid, const char *id, struct proc_info *p) {
   p->pid = pid;
   p->rank = -1;
   if ((v = env_value(env, (size_t)n, "OMPI_COMM_WORLD_RANK")) ||
-      (v = env_value(env, (size_t)n, "RANK")))
-    p->rank = strtol(v, NULL, 10);
+      (v = env_value(env, (size_t)n, "RANK"))) {
+    char *end;
+    long r = strtol(v, &end, 10);
+    if (end != v && *end == '\0' && r >= 0)
+      p->rank = r;
+  }
   snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
   if (read_small(path, buf, sizeof(buf)) <= 0 || !(close_paren = strrchr(buf, ')')))
     return 0;

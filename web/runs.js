@@ -13,7 +13,7 @@ const POLL_MS = 2000;
 const FIRST = ['loss', 'accuracy', 'samples_per_s', 'step_time', 'test_accuracy'];
 const COLORS = ['#2f6fde', '#d9480f', '#2b8a3e', '#862e9c', '#e67700', '#0b7285', '#c2255c',
   '#5c940d', '#364fc7', '#a61e4d', '#087f5b', '#495057', '#f08c00', '#1864ab', '#9c36b5', '#2f9e44'];
-const MAX_LINES = 16; // ranks drawn one line each; the others are named as left out
+const MAX_LINES = 8; // ranks drawn one line each; more: their mean, with a min-max band
 
 let api = null;
 const view = {
@@ -320,6 +320,35 @@ function aligned(list) {
   return [xs, ...ys];
 }
 
+// Many ranks: their mean, least and greatest, over even bins of time (at
+// most 600), as three lines.
+function meanBand(list) {
+  const all = list.flatMap((s) => s.xs.map((x, i) => [x, s.ys[i]])).filter((p) => p[1] !== null);
+  if (!all.length) return [];
+  const lo = Math.min(...all.map((p) => p[0]));
+  const hi = Math.max(...all.map((p) => p[0]));
+  const bins = Math.max(1, Math.min(600, Math.round(all.length / list.length)));
+  const w = (hi - lo) / bins || 1;
+  const acc = new Map();
+  for (const [x, y] of all) {
+    const b = Math.min(bins - 1, Math.floor((x - lo) / w));
+    const a = acc.get(b) || { n: 0, sum: 0, min: Infinity, max: -Infinity };
+    a.n++;
+    a.sum += y;
+    a.min = Math.min(a.min, y);
+    a.max = Math.max(a.max, y);
+    acc.set(b, a);
+  }
+  const keys = [...acc.keys()].sort((a, b) => a - b);
+  const xs = keys.map((b) => lo + (b + 0.5) * w);
+  const pick = (f) => keys.map((b) => f(acc.get(b)));
+  return [
+    { label: 'mean', xs, ys: pick((a) => a.sum / a.n) },
+    { label: 'least', xs, ys: pick((a) => a.min) },
+    { label: 'greatest', xs, ys: pick((a) => a.max) },
+  ];
+}
+
 // The restarts, as vertical lines at their time.
 function restartMarks() {
   return (u) => {
@@ -353,12 +382,14 @@ function draw() {
   $('run-nometrics').hidden = names.length > 0;
   for (const name of names) {
     const mine = [...view.series.values()].filter((s) => s.name === name).sort((a, b) => a.rank - b.rank);
-    const shown = mine.slice(0, MAX_LINES);
+    const band = mine.length > MAX_LINES;
+    const shown = band ? meanBand(mine) : mine;
     const other = view.compare ? [...view.compare.series.values()].filter((s) => s.name === name && s.rank === 0) : [];
     const lines = [...shown, ...other];
     const data = aligned(lines);
     let u = view.charts.get(name);
-    const labels = lines.map((s, i) => (i < shown.length ? `rank ${s.rank}` : `${view.compare.run.id} rank 0`)).join('|');
+    const lineLabel = (s, i) => (i < shown.length ? (band ? s.label : `rank ${s.rank}`) : `${view.compare.run.id} rank 0`);
+    const labels = lines.map(lineLabel).join('|');
     if (u && u.musterLabels !== labels) {
       u.destroy();
       view.charts.delete(name);
@@ -372,7 +403,7 @@ function draw() {
     wrap.className = 'chart';
     wrap.dataset.name = name;
     const cap = document.createElement('figcaption');
-    cap.textContent = mine.length > MAX_LINES ? `${name} (ranks 0 to ${MAX_LINES - 1} of ${mine.length})` : name;
+    cap.textContent = band ? `${name} (the mean of ${mine.length} ranks, between their least and greatest)` : name;
     wrap.appendChild(cap);
     const at = names.indexOf(name);
     const before = [...box.children].find((c) => names.indexOf(c.dataset.name) > at);
@@ -383,13 +414,15 @@ function draw() {
       scales: { x: { time: false } },
       axes: [{ label: 'seconds since the run started' }, {}],
       series: [{ label: 'seconds' }, ...lines.map((s, i) => ({
-        label: i < shown.length ? `rank ${s.rank}` : `${view.compare.run.id} rank 0`,
-        stroke: i < shown.length ? COLORS[i % COLORS.length] : '#868e96',
+        label: lineLabel(s, i),
+        stroke: i >= shown.length ? '#868e96' : band ? (i === 0 ? COLORS[0] : 'rgba(47,111,222,0.35)') : COLORS[i % COLORS.length],
         dash: i < shown.length ? undefined : [6, 4],
-        width: 1.5,
+        width: band && i > 0 && i < shown.length ? 1 : 1.5,
         spanGaps: true,
         points: { show: false },
       }))],
+      // The band between the ranks' least (series 2) and greatest (3).
+      bands: band ? [{ series: [3, 2], fill: 'rgba(47,111,222,0.12)' }] : [],
       hooks: { draw: [restartMarks()] },
     }, data, wrap);
     u.musterLabels = labels;

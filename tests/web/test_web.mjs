@@ -823,6 +823,40 @@ async function main() {
       await page.goto(`${baseUrl}/#/`);
     });
 
+    // Many ranks: a run of 10 ranks is drawn as their mean between their
+    // least and greatest, not 10 lines.
+    await step('a run of 10 ranks is drawn as their mean with a min-max band', async () => {
+      await api('PUT', '/api/v1/sessions/web-band/lease', { ttl_seconds: 3600, holder: 'web-holder' });
+      const run = await api('POST', '/api/v1/runs', { mode: 'exec', command: ['train'], holder: 'web-holder', session: 'web-band' });
+      const now = Date.now() / 1000;
+      const points = [];
+      for (let rank = 0; rank < 10; rank++) {
+        for (let step = 0; step < 30; step++) points.push({ step, rank, at: now - 30 + step, values: { loss: 10 - step / 10 + rank } });
+      }
+      await api('POST', `/api/v1/runs/${run.id}/metrics`, points);
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/#/runs/${run.id}`);
+      const shape = await until(async () => page.evaluate(() => {
+        const u = window.musterCharts.get('loss');
+        if (!u) return null;
+        return { labels: u.series.map((x) => x.label), cols: u.data.length, n: u.data[0].length, d: u.data.map((c) => Array.from(c)) };
+      }), 'the loss chart');
+      ok(shape.cols === 4 && shape.labels.slice(1).join(',') === 'mean,least,greatest',
+        `the chart has the mean, least and greatest of the 10 ranks (${shape.labels.join(',')})`);
+      let inside = shape.n > 0;
+      for (let i = 0; i < shape.n; i++) {
+        const [mean, lo, hi] = [shape.d[1][i], shape.d[2][i], shape.d[3][i]];
+        if (mean === null) continue;
+        if (!(lo <= mean && mean <= hi && hi - lo >= 8.9)) inside = false;
+      }
+      ok(inside, `every bin's mean lies between the ranks' least and greatest, 9 apart (${shape.n} bins)`);
+      ok((await page.textContent('#run-charts figure[data-name="loss"] figcaption')).includes('mean of 10 ranks'),
+        'the chart says it draws the mean of 10 ranks');
+      await api('DELETE', '/api/v1/sessions/web-band/lease?holder=web-holder');
+      await page.goto('about:blank');
+      await page.goto(`${baseUrl}/#/`);
+    });
+
     // Narrow screens: readable at 400 px.
     await step('readable at 400 px', async () => {
       await page.setViewportSize({ width: 400, height: 800 });

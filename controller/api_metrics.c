@@ -1,6 +1,7 @@
 /* api_metrics.c: runs' metrics: POST /api/v1/runs/{run}/metrics (the run's
  * processes, with the run's own token, or its user) and GET (see
  * api_internal.h and docs/design.md, "Metrics"). */
+#include "api_metrics.h"
 #include "api_internal.h"
 #include "api_scope.h"
 #include "job_secret.h"
@@ -15,10 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-/* The most values a call posts, and a point names. */
+/* The most values a call posts. */
 #define METRICS_MAX_VALUES 20000
-#define METRICS_POINT_NAMES 64
-#define METRIC_NAME_MAX 64
 
 /* The route's check: the bearer token is run id's own. */
 static int run_token_check(struct MHD_Connection *c, const char *id) {
@@ -200,6 +199,8 @@ static enum MHD_Result api_metrics_post(struct MHD_Connection *c, struct req *rq
     if (rc == MUSTER_E_DB)
       LOG(LOG_ERROR, "could not store run %s's metrics: %s", id, db_errmsg(g.db));
     db_rollback(g.db);
+  } else if (!dup) {
+    streams_wake_logs_locked(id); /* its followers (api_metrics_follow.c) */
   }
   state_unlock();
   if (rc == MUSTER_E_NOT_FOUND)
@@ -240,7 +241,8 @@ static enum MHD_Result api_metrics_get(struct MHD_Connection *c, struct req *rq,
   const char *max_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max_points");
   struct db_metric_query q = {NULL, 0, 0, METRIC_SERIES_ROWS};
   const char *names[METRICS_POINT_NAMES];
-  char list[METRICS_POINT_NAMES * (METRIC_NAME_MAX + 1) + 1];
+  char list[METRICS_LIST_MAX];
+  const char *follow = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "follow");
   struct reader *rd;
   char *text = NULL;
   size_t len = 0;
@@ -272,6 +274,8 @@ static enum MHD_Result api_metrics_get(struct MHD_Connection *c, struct req *rq,
       return api_respond_error(c, MUSTER_E_INVALID, "max_points", "max_points must be 1 to 100000");
     q.max_points = (int)v;
   }
+  if (follow && strcmp(follow, "1") == 0)
+    return api_metrics_follow(c, id, q.names ? names_arg : NULL, &q);
   out = open_memstream(&text, &len);
   if (!out)
     return api_respond_error(c, MUSTER_E_NOMEM, NULL, NULL);

@@ -426,6 +426,8 @@ static enum MHD_Result api_run_end(struct MHD_Connection *c, struct req *rq, con
   }
   state_lock();
   rc = db_run_end(g.db, id, status, summary_text, failure);
+  if (!rc)
+    streams_wake_logs_locked(id); /* its metrics' followers end */
   state_unlock();
   if (!rc)
     LOG(LOG_INFO, "run %s ended: %s", id, status);

@@ -3,7 +3,8 @@
 // line per rank, the restarts marked on the time axis), its workers and its
 // restarts. app.js routes here and hands over its API call; the charts are
 // drawn by uPlot (npm, web/node_modules/uplot), never by hand. A running
-// run's page reads the points after the last it has (since=) every 2 s.
+// run's page follows its points as the controller commits them
+// (server-sent events), and reads the run itself every 2 s.
 
 import { fmtDuration, fmtNum, visible } from './format.js';
 
@@ -75,6 +76,9 @@ function cell(tr, text, cls) {
 function stopTimer() {
   if (view.timer) clearTimeout(view.timer);
   view.timer = null;
+  if (view.abort) view.abort.abort();
+  view.abort = null;
+  view.following = false;
 }
 
 // Hides the view (the workers' list is shown instead).
@@ -197,15 +201,45 @@ async function readRun(id, gen) {
   view.run = run;
   view.t0 = isoSeconds(run.created_at);
   renderRun(run);
-  // Every point at first (each series at most 1,000, merged evenly), then
-  // only those after.
+  if (!view.following) follow(id, gen);
+}
+
+// Follows the run's points (GET .../metrics?follow=1: server-sent events,
+// each call's new points as the controller commits them): every point at
+// first (each series at most 1,000, merged evenly), then only the new.
+// The answer ends with the run; a broken one is taken up again, after the
+// last point it gave, with the next read of the run.
+async function follow(id, gen) {
+  view.following = true;
+  const ctrl = new AbortController();
+  view.abort = ctrl;
   const q = view.since ? `since=${view.since}` : 'max_points=1000';
-  const m = await api(`/api/v1/runs/${encodeURIComponent(id)}/metrics?${q}`);
-  const body = await m.json();
-  if (gen !== view.gen) return;
-  addPoints(view.series, body.points || [], view.t0);
-  view.since = body.next_since;
-  draw();
+  try {
+    const r = await api(`/api/v1/runs/${encodeURIComponent(id)}/metrics?follow=1&${q}`, { signal: ctrl.signal });
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || gen !== view.gen) break;
+      buf += dec.decode(value, { stream: true });
+      let end;
+      while ((end = buf.indexOf('\n\n')) >= 0) {
+        const ev = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        const data = ev.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+        if (!data || gen !== view.gen) continue;
+        const body = JSON.parse(data);
+        addPoints(view.series, body.points || [], view.t0);
+        view.since = body.next_since;
+        view.updates = (view.updates || 0) + 1;
+        draw();
+      }
+    }
+  } catch (_) {
+    // Aborted (the page moved on) or broken (the controller went away).
+  }
+  if (gen === view.gen && (!view.run || view.run.status === 'running')) view.following = false;
 }
 
 async function readCompare(id, gen) {

@@ -9,10 +9,12 @@
 
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -227,6 +229,66 @@ START_TEST(a_retried_call_is_stored_once) {
 }
 END_TEST
 
+/* The count of "data: " events in file path so far. */
+static int events_in(const char *path) {
+  FILE *f = fopen(path, "r");
+  char line[65536];
+  int n = 0;
+
+  while (f && fgets(line, sizeof(line), f))
+    n += strncmp(line, "data: ", 6) == 0;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+/* Waits up to timeout_s for file path to hold want events. */
+static int wait_events(const char *path, int want, double timeout_s) {
+  double until = h_now() + timeout_s;
+
+  while (events_in(path) < want && h_now() < until)
+    usleep(20 * 1000);
+  return events_in(path) >= want;
+}
+
+/* A followed read gets the points so far, then each call's new points as
+ * they are committed, and ends when the run ends. */
+START_TEST(a_followed_read_gets_new_points_as_they_come_and_ends_with_the_run) {
+  const char *run;
+  char file[300], path[96];
+  pid_t curl;
+  int status = 0;
+  double until;
+
+  start(NULL);
+  run = new_run();
+  ck_assert_int_eq(post(run, "{\"step\": 1, \"values\": {\"loss\": 1}}", "", NULL), 204);
+  snprintf(file, sizeof(file), "%s/follow.out", ctl.dir);
+  curl = h_sh_bg("exec curl -sN -H 'Authorization: Bearer %s' '%s/api/v1/runs/%s/metrics?follow=1' "
+                 "> %s",
+                 ctl.token, ctl.url, run, file);
+  ck_assert_msg(wait_events(file, 1, 20), "no first event in 20 s");
+  ck_assert_int_eq(post(run, "{\"step\": 2, \"values\": {\"loss\": 0.5}}", "", NULL), 204);
+  ck_assert_msg(wait_events(file, 2, 10),
+                "the new point did not come in 10 s (a keepalive is 15 s)");
+  ck_assert_int_eq(post(run, "{\"step\": 3, \"values\": {\"loss\": 0.25}}", "", NULL), 204);
+  ck_assert_msg(wait_events(file, 3, 10), "the next point did not come in 10 s");
+  snprintf(path, sizeof(path), "/api/v1/runs/%s/end", run);
+  ck_assert_int_eq(h_http(&ctl, "POST", path, "{\"status\": \"succeeded\"}", "", NULL, NULL), 200);
+  until = h_now() + 10;
+  while (waitpid(curl, &status, WNOHANG) == 0 && h_now() < until)
+    usleep(20 * 1000);
+  if (h_now() >= until) {
+    kill(curl, SIGKILL);
+    waitpid(curl, &status, 0);
+    ck_abort_msg("the followed read did not end within 10 s of the run's end");
+  }
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "curl ended with %d", status);
+  ck_assert_int_eq(events_in(file), 3);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* Each bad call is refused with a sentence naming what is wrong, and none
  * of its points is stored, not even the good ones before the bad one. */
 START_TEST(bad_points_are_refused_and_none_of_their_batch_is_stored) {
@@ -326,6 +388,7 @@ int main(void) {
   tcase_add_test(tc, a_hundred_thousand_points_read_back_as_a_hundred_with_their_extremes);
   tcase_add_test(tc, since_follows_new_points);
   tcase_add_test(tc, a_retried_call_is_stored_once);
+  tcase_add_test(tc, a_followed_read_gets_new_points_as_they_come_and_ends_with_the_run);
   tcase_add_test(tc, bad_points_are_refused_and_none_of_their_batch_is_stored);
   tcase_add_test(tc, metrics_are_pruned_with_their_run);
   suite_add_tcase(s, tc);

@@ -477,7 +477,11 @@ int db_metrics_query(struct db *db, const char *run, const struct db_metric_quer
   for (size_t i = 0; !rc && i < n; i++)
     rc = series_read(db, sv[i].id, sv[i].name, sv[i].rank, &eff, out, &first, next);
   refs_free(sv, n);
-  sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
+  /* A reader left inside a transaction would read this snapshot for good. */
+  if (sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+    rc = MUSTER_E_DB;
+  }
   return rc ? MUSTER_E_DB : 0;
 }
 

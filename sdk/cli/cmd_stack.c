@@ -43,6 +43,7 @@ struct proc_info {
   double cpu_s;
   long rank; /* -1: none */
   char cmdline[256];
+  int ranked, wrapper;
 };
 
 /* A whole small file into buf (NUL-terminated); its length, or -1. */
@@ -274,7 +275,7 @@ static void stacks_of(const struct proc_info *p, double left, char **native, cha
                     "-p",
                     pid,
                     "-ex",
-                    "thread apply all bt 30",
+                    "thread apply all -ascending bt 30",
                     NULL};
   char *gdb_py[] = {"gdb", "-nx", "-batch", "-iex",  "set sysroot /",
                     "-p",  pid,   "-ex",    "py-bt", NULL};
@@ -321,7 +322,7 @@ static int is_agent(const struct proc_info *p) {
 int cmd_stack(int argc, char **argv) {
   const char *id = getenv("MUSTER_WORKER_ID");
   struct proc_info *ps = calloc(STACK_PROCS, sizeof(*ps));
-  int as_json = 0, no_stacks = 0, n = 0, nstacks = 0;
+  int as_json = 0, no_stacks = 0, n = 0, nstacks = 0, leaves = 0;
   long self = (long)getpid(), parent = (long)getppid();
   json_t *out, *list;
   struct dirent *de;
@@ -361,13 +362,22 @@ int cmd_stack(int argc, char **argv) {
   }
   if (d)
     closedir(d);
+  /* The training's ranks get stacks: those with a rank, not muster's or
+   * Open MPI's own agents, and not a wrapper of another (bash -c,
+   * torchrun's agent), unless there is nothing but wrappers. */
+  for (int i = 0; i < n; i++)
+    ps[i].ranked = ps[i].rank >= 0 && !is_agent(&ps[i]);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < n && ps[i].ranked; k++)
+      if (k != i && ps[k].ranked && ps[k].ppid == ps[i].pid)
+        ps[i].wrapper = 1;
+  for (int i = 0; i < n; i++)
+    leaves += ps[i].ranked && !ps[i].wrapper;
   out = json_pack("{s:s, s:[]}", "worker", id, "processes");
   list = json_object_get(out, "processes");
   for (int i = 0; i < n; i++) {
     const struct proc_info *p = &ps[i];
-    /* The training's ranks get stacks: those with a rank, not muster's or
-     * Open MPI's own agents. */
-    int ranked = p->rank >= 0 && !is_agent(p);
+    int ranked = p->ranked && (!p->wrapper || leaves == 0);
     char state[2] = {p->state, 0}, *native = NULL, *python = NULL;
     json_t *o;
     if (ranked && !no_stacks && nstacks < STACK_MAX && mono() - t_start < STACK_SECONDS - 1) {

@@ -58,6 +58,7 @@ struct muster_metrics {
    * retry: a call stored whose answer was lost is stored once). */
   struct mvals pending;
   size_t inflight_k;
+  int tries; /* times the controller failed it (500) */
   int64_t seq;
   char sender[48];
   int told;
@@ -186,7 +187,10 @@ static void send_pending(muster_metrics *m) {
       m->inflight_k = k / 2;
       continue;
     }
-    if (rc && (status == 0 || status >= 500)) {
+    /* Away, or failing now and then: again next round. A call it fails
+     * over and over (500) would hold back every later one: dropped after
+     * a few tries. */
+    if (rc && (status == 0 || (status >= 500 && !(status == 500 && ++m->tries >= 5)))) {
       if (!m->told)
         fprintf(stderr,
                 "muster: could not send metrics (%s); they are kept (up to %d values) and sent "
@@ -207,6 +211,7 @@ static void send_pending(muster_metrics *m) {
       sent = k;
     }
     m->inflight_k = 0;
+    m->tries = 0;
     memmove(m->pending.v, m->pending.v + k, (m->pending.n - k) * sizeof(*m->pending.v));
     m->pending.n -= k;
     pthread_mutex_lock(&m->lock);

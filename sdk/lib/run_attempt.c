@@ -303,8 +303,17 @@ int muster_run_attempt_(muster_client *c, const muster_run_opts *o, muster_run_r
   else
     muster_run_exec_all_(&run, master, cluster);
   r->run_s = now_s() - t0;
+  /* The command is over: nothing may fail it from here (a stall report
+   * under way records nothing: muster_run_fail_live_()), and the watchdog
+   * is gone before its outcome is read. */
+  pthread_mutex_lock(&run.lock);
+  run.cancel = 1;
+  pthread_mutex_unlock(&run.lock);
+  muster_run_stall_stop_(&stall);
+  pthread_mutex_lock(&run.lock);
   if (!r->failure[0])
     r->exit_code = 0;
+  pthread_mutex_unlock(&run.lock);
 
 stop:
   run.cancel = 1;

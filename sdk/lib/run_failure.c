@@ -98,16 +98,9 @@ void muster_run_failure_line_(const char *in, char *out, size_t size) {
   out[o] = '\0';
 }
 
-/* Records the first failure only. */
-void muster_run_fail_(struct run *run, const char *worker, const char *fmt, ...) {
-  char all[2 * sizeof(run->r->failure)];
-  va_list ap;
-
-  pthread_mutex_lock(&run->lock);
+/* Records text as the first failure (of worker), under the run's lock. */
+static void record_locked(struct run *run, const char *worker, char *all) {
   if (!run->r->failure[0]) {
-    va_start(ap, fmt);
-    vsnprintf(all, sizeof(all), fmt, ap);
-    va_end(ap);
     /* A worker's failure quotes its stderr: too long, its last line stays. */
     all[utf8_trim(all, strlen(all))] = '\0';
     muster_run_failure_fit_(all, run->r->failure, sizeof(run->r->failure));
@@ -117,7 +110,32 @@ void muster_run_fail_(struct run *run, const char *worker, const char *fmt, ...)
   run->cancel = 1;
   if (run->mpirun > 0)
     kill(run->mpirun, SIGTERM);
+}
+
+/* Records the first failure only. */
+void muster_run_fail_(struct run *run, const char *worker, const char *fmt, ...) {
+  char all[2 * sizeof(run->r->failure)];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(all, sizeof(all), fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&run->lock);
+  record_locked(run, worker, all);
   pthread_mutex_unlock(&run->lock);
+}
+
+int muster_run_fail_live_(struct run *run, const char *worker, const char *text) {
+  char all[2 * sizeof(run->r->failure)];
+  int live;
+
+  snprintf(all, sizeof(all), "%s", text);
+  pthread_mutex_lock(&run->lock);
+  live = !run->cancel;
+  if (live)
+    record_locked(run, worker, all);
+  pthread_mutex_unlock(&run->lock);
+  return live;
 }
 
 /* A rank or daemon that lost its worker's exec connection makes mpirun exit

@@ -99,6 +99,10 @@ static inline char *xasprintf(const char *fmt, ...) {
  * and cancels the attempt: its processes end, mpirun gets SIGTERM. */
 MUSTER_INTERNAL void muster_run_fail_(struct run *run, const char *worker, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As muster_run_fail_() with text, unless the attempt is over already
+ * (run->cancel: its command ended, or a failure came first): then it
+ * records nothing. Returns whether it recorded. */
+MUSTER_INTERNAL int muster_run_fail_live_(struct run *run, const char *worker, const char *text);
 /* Waits up to seconds for a failure to be recorded (by the monitor). */
 MUSTER_INTERNAL void muster_run_await_worker_failure_(struct run *run, int seconds);
 /* Copies the failure in (a sentence, then maybe the lines its stderr ended

@@ -102,7 +102,8 @@ static void *probe_main(void *arg) {
 /* ---- one rank's view ---- */
 
 struct rank_view {
-  int index;
+  int index; /* the worker's, in the run's order */
+  long rank; /* its process's rank (RANK, Open MPI's), else the index */
   const char *worker;
   long step; /* the last metric step, -1: none */
   double step_at;
@@ -199,8 +200,55 @@ static char *short_stacks(const char *py, const char *na) {
   return out;
 }
 
+/* Whether process pr of procs is muster's or Open MPI's own. */
+static int is_agent(json_t *pr) {
+  static const char *const agents[] = {"muster", "muster-launcher", "muster-workerd",
+                                       "orted",  "prted",           NULL};
+  const char *comm = str_or(pr, "comm");
+
+  for (int i = 0; agents[i]; i++)
+    if (strcmp(comm, agents[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/* Whether pr has a child among procs that is a ranked process too (a
+ * wrapper: bash -c, torchrun's agent), so that the child is the rank. */
+static int has_ranked_child(json_t *procs, json_t *pr) {
+  json_int_t pid = json_integer_value(json_object_get(pr, "pid"));
+  size_t i;
+  json_t *x;
+
+  json_array_foreach(procs, i, x) if (json_integer_value(json_object_get(x, "ppid")) == pid &&
+                                      json_is_integer(json_object_get(x, "rank")) &&
+                                      !is_agent(x)) return 1;
+  return 0;
+}
+
+/* The training's process among procs: a ranked one that is no agent and
+ * no wrapper of another, with a stack, the busiest; else the busiest
+ * process that is no agent. */
+static json_t *pick_process(json_t *procs) {
+  json_t *pr, *best = NULL, *busiest = NULL;
+  size_t i;
+
+  json_array_foreach(procs, i, pr) {
+    double cpu = json_number_value(json_object_get(pr, "cpu_seconds"));
+    if (is_agent(pr))
+      continue;
+    if (json_is_integer(json_object_get(pr, "rank")) && !has_ranked_child(procs, pr) &&
+        (json_is_string(json_object_get(pr, "native_stack")) ||
+         json_is_string(json_object_get(pr, "python_stack"))) &&
+        (!best || cpu > json_number_value(json_object_get(best, "cpu_seconds"))))
+      best = pr;
+    if (!busiest || cpu > json_number_value(json_object_get(busiest, "cpu_seconds")))
+      busiest = pr;
+  }
+  return best ? best : busiest;
+}
+
 /* Reads one worker's `muster stack --json` into v: the training's process
- * (the one with a rank, else the busiest). */
+ * (pick_process()). */
 static void read_probe(struct rank_view *v, const struct probe *p) {
   static const char *const waits_w[] = {"futex",   "poll",       "epoll",       "select",
                                         "sk_wait", "wait_woken", "unix_stream", "pipe_read",
@@ -208,30 +256,28 @@ static void read_probe(struct rank_view *v, const struct probe *p) {
   static const char *const collective[] = {"allreduce", "all_reduce", "AllReduce", "barrier",
                                            "broadcast", "all_gather", "allgather", "MPI_",
                                            "nccl",      "backward",   NULL};
-  json_t *j = p->out ? json_loads(p->out, 0, NULL) : NULL, *procs, *pr, *best = NULL;
+  json_t *j = p->out ? json_loads(p->out, 0, NULL) : NULL, *procs, *best = NULL;
   const char *py, *na;
-  size_t i;
   char top[128] = "";
 
   procs = json_object_get(j, "processes");
-  json_array_foreach(procs, i, pr) {
-    if (json_is_integer(json_object_get(pr, "rank")) &&
-        (json_is_string(json_object_get(pr, "native_stack")) ||
-         json_is_string(json_object_get(pr, "python_stack")))) {
-      best = pr;
-      break;
-    }
-    if (!best || json_number_value(json_object_get(pr, "cpu_seconds")) >
-                     json_number_value(json_object_get(best, "cpu_seconds")))
-      best = pr;
-  }
+  best = pick_process(procs);
   if (!best) {
-    snprintf(v->doing, sizeof(v->doing), "could not be asked what it does (%.200s)",
-             p->rc ? (p->err[0] ? p->err : muster_strerror(p->rc)) : "no process of it was found");
+    if (p->rc)
+      snprintf(v->doing, sizeof(v->doing), "could not be asked what it does (%.200s)",
+               p->err[0] ? p->err : muster_strerror(p->rc));
+    else if (p->exit_code != 0)
+      snprintf(v->doing, sizeof(v->doing),
+               "could not be asked what it does (muster stack exited with code %d)", p->exit_code);
+    else
+      snprintf(v->doing, sizeof(v->doing), "could not be asked what it does (%s)",
+               j ? "no process of it was found" : "its answer was not JSON");
     json_decref(j);
     return;
   }
   v->pid = (long)json_integer_value(json_object_get(best, "pid"));
+  if (json_is_integer(json_object_get(best, "rank")))
+    v->rank = (long)json_integer_value(json_object_get(best, "rank"));
   snprintf(v->comm, sizeof(v->comm), "%s", str_or(best, "comm"));
   snprintf(v->state, sizeof(v->state), "%s", str_or(best, "state"));
   snprintf(v->wchan, sizeof(v->wchan), "%s", str_or(best, "wchan"));
@@ -255,9 +301,13 @@ static int view_cmp(const void *a, const void *b) {
 
   if (x->waits != y->waits)
     return x->waits - y->waits;
+  /* A known step before an unknown one (a rank that logs no metrics, or
+   * could not be asked), the lower first. */
+  if ((x->step < 0) != (y->step < 0))
+    return x->step < 0 ? 1 : -1;
   if (x->step != y->step)
     return x->step < y->step ? -1 : 1;
-  return x->index - y->index;
+  return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
 /* ---- the watchdog ---- */
@@ -272,12 +322,17 @@ struct stall {
   double *cpu_at_last; /* each worker's CPU when progress was last seen */
   double *cpu_now;
   double *cpu_asked; /* ... when the workers were asked (before their tools ran) */
+  double asked_t;    /* when that was (monotonic) */
+  double *cpu_prev;  /* each worker's CPU at the previous sample (< 0: not measured) */
   int reported;
 };
 
-/* The workers' CPU seconds now (those the backend measures); -1 if none. */
+/* Samples the workers' CPU seconds into cpu_now (-1: not measured).
+ * Returns the CPU they used since the previous sample, over the workers
+ * measured both times (a worker missed once adds no jump), or -1 if none
+ * was; the sample becomes the previous one. */
 static double sample_cpu(struct stall *s) {
-  double sum = -1;
+  double used = -1;
 
   for (size_t i = 0; i < s->run->workers.count; i++) {
     muster_worker w;
@@ -285,13 +340,14 @@ static double sample_cpu(struct stall *s) {
     s->cpu_now[i] = -1;
     if (muster_get(s->c, s->run->workers.items[i].id, &w) != 0)
       continue;
-    if (muster_worker_usage(&w, &u)) {
+    if (muster_worker_usage(&w, &u))
       s->cpu_now[i] = u.cpu_seconds;
-      sum = (sum < 0 ? 0 : sum) + u.cpu_seconds;
-    }
     muster_worker_cleanup(&w);
+    if (s->cpu_now[i] >= 0 && s->cpu_prev[i] >= 0 && s->cpu_now[i] >= s->cpu_prev[i])
+      used = (used < 0 ? 0 : used) + (s->cpu_now[i] - s->cpu_prev[i]);
+    s->cpu_prev[i] = s->cpu_now[i];
   }
-  return sum;
+  return used;
 }
 
 /* Whether a new metric point came since the last look. */
@@ -314,7 +370,8 @@ static int new_metrics(struct stall *s) {
   return 1;
 }
 
-/* Each rank's last step and when it was logged, from the run's metrics. */
+/* Each rank's last step and when it was logged, from the run's metrics:
+ * metric rank r is the view whose process has rank r. */
 static void last_steps(struct stall *s, struct rank_view *v, size_t n) {
   char *text = NULL;
   json_t *j, *pt;
@@ -328,10 +385,11 @@ static void last_steps(struct stall *s, struct rank_view *v, size_t n) {
   json_array_foreach(json_object_get(j, "points"), i, pt) {
     long r = (long)json_integer_value(json_object_get(pt, "rank"));
     long step = (long)json_integer_value(json_object_get(pt, "step"));
-    if (r >= 0 && (size_t)r < n && step > v[r].step) {
-      v[r].step = step;
-      v[r].step_at = json_number_value(json_object_get(pt, "at"));
-    }
+    for (size_t k = 0; k < n; k++)
+      if (v[k].rank == r && step > v[k].step) {
+        v[k].step = step;
+        v[k].step_at = json_number_value(json_object_get(pt, "at"));
+      }
   }
   json_decref(j);
 }
@@ -411,6 +469,7 @@ static char *build_report(struct stall *s, const struct probe *pb, double idle, 
   }
   for (size_t i = 0; i < n; i++) {
     v[i].index = (int)i;
+    v[i].rank = (long)i;
     v[i].worker = run->workers.items[i].id;
     v[i].step = -1;
     v[i].cpu_window =
@@ -424,7 +483,7 @@ static char *build_report(struct stall *s, const struct probe *pb, double idle, 
          idle);
   for (size_t i = 0; i < n; i++) {
     const struct rank_view *x = &v[i];
-    append(rep, REPORT_MAX, "%s%s %d (%s) ", i ? "; " : "", unit, x->index, x->worker);
+    append(rep, REPORT_MAX, "%s%s %ld (%s) ", i ? "; " : "", unit, x->rank, x->worker);
     if (x->step >= 0 && !x->waits)
       append(rep, REPORT_MAX, "has been at step %ld for %.0f s, %s", x->step, now_w - x->step_at,
              x->doing);
@@ -436,10 +495,11 @@ static char *build_report(struct stall *s, const struct probe *pb, double idle, 
   append(rep, REPORT_MAX, ".\n");
   for (size_t i = 0; i < n; i++) {
     const struct rank_view *x = &v[i];
-    append(rep, REPORT_MAX, "\n%s %d (%s): pid %ld %s, state %s%s%s", unit, x->index, x->worker,
+    append(rep, REPORT_MAX, "\n%s %ld (%s): pid %ld %s, state %s%s%s", unit, x->rank, x->worker,
            x->pid, x->comm, x->state[0] ? x->state : "?", x->wchan[0] ? " in " : "", x->wchan);
     if (x->cpu_window >= 0)
-      append(rep, REPORT_MAX, ", %.2f s of CPU in the last %.0f s", x->cpu_window, idle);
+      append(rep, REPORT_MAX, ", %.2f s of CPU in the %.0f s before it was asked", x->cpu_window,
+             s->asked_t - s->last);
     append(rep, REPORT_MAX, "\n%s\n", x->stacks && x->stacks[0] ? x->stacks : "(no stack)");
   }
   *who = n ? v[0].worker : NULL;
@@ -455,31 +515,44 @@ static void report(struct stall *s, const struct probe *pb, double idle) {
   const char *who = NULL;
   char *rep = build_report(s, pb, idle, &who), path[64];
   json_t *body;
+  int over;
 
-  if (!rep || run->cancel) {
+  if (!rep)
+    return;
+  /* ASCII only: valid JSON text whatever a probe's error said. */
+  for (char *c = rep; *c; c++)
+    if ((unsigned char)*c >= 0x80)
+      *c = '?';
+  /* (under the run's lock, as its output lines are handed out; not once
+   * the command is over) */
+  pthread_mutex_lock(&run->lock);
+  over = run->cancel;
+  if (!over && run->o->on_stall)
+    run->o->on_stall(run->o->arg, rep);
+  pthread_mutex_unlock(&run->lock);
+  if (over) {
     free(rep);
     return;
   }
-  /* (under the run's lock, as its output lines are handed out) */
-  pthread_mutex_lock(&run->lock);
-  if (run->o->on_stall)
-    run->o->on_stall(run->o->arg, rep);
-  pthread_mutex_unlock(&run->lock);
   if (run->run_id && run->run_id[0]) {
     body = json_pack("{s:s}", "report", rep);
     snprintf(path, sizeof(path), "/api/v1/runs/%s/stalls", run->run_id);
-    if (body && muster_json_call_(s->c, "POST", path, body, NULL) != 0 && run->o->on_stall) {
-      pthread_mutex_lock(&run->lock);
-      run->o->on_stall(run->o->arg, muster_client_errmsg(s->c));
-      pthread_mutex_unlock(&run->lock);
+    /* (not kept in the run's record if that fails: it was printed) */
+    if (body && muster_json_call_(s->c, "POST", path, body, NULL) != 0) {
+      /* (printed already: only the record misses it) */
     }
   }
   if (run->o->on_stall_fail) {
     /* The first sentence is the cause (a restart's too). */
-    char *dot = strstr(rep, ".\n");
+    char *dot = strstr(rep, ".\n"), *cause;
     if (dot)
       *dot = '\0';
-    muster_run_fail_(run, who, "stalled: %s", rep);
+    cause = malloc(strlen(rep) + 16);
+    if (cause) {
+      snprintf(cause, strlen(rep) + 16, "stalled: %s", rep);
+      (void)muster_run_fail_live_(run, who, cause);
+      free(cause);
+    }
   }
   free(rep);
 }
@@ -487,17 +560,20 @@ static void report(struct stall *s, const struct probe *pb, double idle) {
 void *muster_run_stall_main_(void *arg) {
   struct stall *s = arg;
   struct run *run = s->run;
+  size_t nw = run->workers.count;
   double timeout = run->o->stall_timeout, next_cpu = 0;
   /* The workers are asked this long before the timeout (gdb takes seconds
    * on a process with large libraries): the report comes at the timeout,
    * with stacks taken during the stall. */
-  double lead = timeout * 0.3 < 10 ? timeout * 0.3 : 10;
+  double lead = timeout * 0.5 < 10 ? timeout * 0.5 : 10;
   struct probe *pb = NULL; /* asked during this stall, not yet reported */
 
+  for (size_t i = 0; i < nw; i++)
+    s->cpu_prev[i] = -1;
   s->last = mono_s();
-  s->cpu = sample_cpu(s);
+  (void)sample_cpu(s);
   s->cpu_t = s->last;
-  memcpy(s->cpu_at_last, s->cpu_now, run->workers.count * sizeof(double));
+  memcpy(s->cpu_at_last, s->cpu_now, nw * sizeof(double));
   while (!run->cancel) {
     double now = mono_s(),
            out = (double)__atomic_load_n(&run->last_output_ms, __ATOMIC_RELAXED) / 1000;
@@ -507,53 +583,57 @@ void *muster_run_stall_main_(void *arg) {
     if (new_metrics(s))
       progress = 1;
     if (now >= next_cpu) {
-      double cpu = sample_cpu(s);
+      double used = sample_cpu(s);
       /* A worker's first measure is its window's start, if none was. */
-      for (size_t i = 0; i < run->workers.count; i++)
+      for (size_t i = 0; i < nw; i++)
         if (s->cpu_at_last[i] < 0)
           s->cpu_at_last[i] = s->cpu_now[i];
-      if (!s->has_metrics && cpu >= 0 && s->cpu >= 0 &&
-          (cpu - s->cpu) / (now - s->cpu_t) >= STALL_CPU_CORES)
+      if (!s->has_metrics && used >= 0 && used / (now - s->cpu_t) >= STALL_CPU_CORES)
         progress = 1;
-      s->cpu = cpu;
       s->cpu_t = now;
       next_cpu = now + 2;
     }
     if (progress) {
       s->last = now;
       s->reported = 0;
-      memcpy(s->cpu_at_last, s->cpu_now, run->workers.count * sizeof(double));
+      memcpy(s->cpu_at_last, s->cpu_now, nw * sizeof(double));
       /* What the workers said before is not this stall's. */
-      probes_free(pb, run->workers.count);
+      probes_free(pb, nw);
       pb = NULL;
     } else if (!s->reported && !pb && now - s->last >= timeout - lead) {
-      double asked = mono_s();
       /* The workers' CPU before the stack tools run in them: theirs is no
        * progress, and no part of the report's window. */
-      sample_cpu(s);
-      memcpy(s->cpu_asked, s->cpu_now, run->workers.count * sizeof(double));
+      (void)sample_cpu(s);
+      s->asked_t = mono_s();
+      memcpy(s->cpu_asked, s->cpu_now, nw * sizeof(double));
       pb = probe_all(s);
-      s->cpu = sample_cpu(s);
+      (void)sample_cpu(s);
       s->cpu_t = mono_s();
       next_cpu = s->cpu_t + 2;
-      /* Progress while they were asked: not a stall after all. */
-      out = (double)__atomic_load_n(&run->last_output_ms, __ATOMIC_RELAXED) / 1000;
-      if (out > asked || new_metrics(s)) {
-        s->last = mono_s();
-        probes_free(pb, run->workers.count);
-        pb = NULL;
+      if (!pb) {
+        s->reported = 1; /* out of memory: no report for this stall */
+      } else {
+        /* Progress while they were asked: not a stall after all. */
+        double checked = mono_s();
+        out = (double)__atomic_load_n(&run->last_output_ms, __ATOMIC_RELAXED) / 1000;
+        if (out > s->asked_t || new_metrics(s)) {
+          s->last = checked;
+          memcpy(s->cpu_at_last, s->cpu_now, nw * sizeof(double));
+          probes_free(pb, nw);
+          pb = NULL;
+        }
+        continue;
       }
-      continue;
     } else if (!s->reported && pb && now - s->last >= timeout) {
       s->reported = 1;
       report(s, pb, now - s->last);
-      probes_free(pb, run->workers.count);
+      probes_free(pb, nw);
       pb = NULL;
     }
     for (int i = 0; i < 10 && !run->cancel; i++)
       nanosleep(&ts, NULL);
   }
-  probes_free(pb, run->workers.count);
+  probes_free(pb, nw);
   return NULL;
 }
 
@@ -570,11 +650,13 @@ int muster_run_stall_start_(struct stall_watch *w, struct run *run, muster_clien
   s->cpu_at_last = calloc(run->workers.count, sizeof(double));
   s->cpu_now = calloc(run->workers.count, sizeof(double));
   s->cpu_asked = calloc(run->workers.count, sizeof(double));
-  if (!s->cpu_at_last || !s->cpu_now || !s->cpu_asked ||
+  s->cpu_prev = calloc(run->workers.count, sizeof(double));
+  if (!s->cpu_at_last || !s->cpu_now || !s->cpu_asked || !s->cpu_prev ||
       muster_client_new(muster_client_url(c), muster_client_token_(c), &s->c) != 0) {
     free(s->cpu_at_last);
     free(s->cpu_now);
     free(s->cpu_asked);
+    free(s->cpu_prev);
     free(s);
     return MUSTER_E_NOMEM;
   }
@@ -597,6 +679,7 @@ void muster_run_stall_stop_(struct stall_watch *w) {
   free(s->cpu_at_last);
   free(s->cpu_now);
   free(s->cpu_asked);
+  free(s->cpu_prev);
   free(s);
   w->s = NULL;
 }

@@ -1132,6 +1132,8 @@ def run_metrics(run_id, names=None, since=0, max_points=None):
 
 _METRICS_KEEP = 100000   # values that may wait for the controller
 _METRICS_CALL = 4000     # values sent in one call at most (well under 1 MiB)
+_STEP_END = 1 << 63
+_METRICS_TRIES_500 = 5    # a call the controller fails (500) that often is dropped
 _METRIC_NAME = re.compile(r"[A-Za-z0-9_.\-/:]{1,64}")
 
 
@@ -1152,6 +1154,7 @@ class _MetricsSender:
         self.inflight = None       # (seq, points, values) of the call not yet answered
         self.sender = "py-%08x-%d" % (random.getrandbits(32), os.getpid())
         self.seq = 0
+        self.tries = 0
         self.stopped = False
         self.sent = self.dropped = 0
         self.told = self.told_bad = False
@@ -1170,7 +1173,7 @@ class _MetricsSender:
             return None
         try:
             v = float(v)
-        except (TypeError, ValueError):
+        except Exception:  # a user's object's __float__ may raise anything
             return None
         return v if math.isfinite(v) else None
 
@@ -1182,7 +1185,8 @@ class _MetricsSender:
             self.pending, self.rank
         while q:
             step, at, epoch, values = q.popleft()
-            if type(step) is not int or step < 0 or not values or len(values) > 64 or \
+            if type(step) is not int or not 0 <= step < _STEP_END or not values or \
+                    len(values) > 64 or \
                     not good.issuperset(values):
                 if not self._admit(step, values):
                     continue
@@ -1206,8 +1210,8 @@ class _MetricsSender:
         """The slow check of a point the fast one did not pass: True if the
         controller takes it (its names are remembered as good)."""
         why = None
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            why = "step %r is not an int of 0 or more" % (step,)
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < _STEP_END:
+            why = "step %r is not an int from 0 to 2**63 - 1" % (step,)
         elif not values or len(values) > 64:
             why = "a point takes 1 to 64 values, not %d" % len(values)
         else:
@@ -1223,11 +1227,13 @@ class _MetricsSender:
             self.told_bad = True
         return False
 
-    def _send(self, timeout):
+    def _send(self, timeout, wait_lock=-1):
         """Sends what waits; False when the controller did not answer. A
         call keeps its points and number (seq) until it is answered, so
         that a retry of one that was stored is stored once."""
-        with self.lock:
+        if not self.lock.acquire(timeout=wait_lock):
+            return False
+        try:
             self._take()
             while self.inflight or self.pending:
                 if not self.inflight:
@@ -1257,7 +1263,12 @@ class _MetricsSender:
                         self.inflight = (seq, batch[:half],
                                          sum(len(p["values"]) for p in batch[:half]))
                         continue
-                    if e.code in ("unreachable", "timeout") or (e.status or 0) >= 500:
+                    # Away, or failing now and then: again later. A call
+                    # it fails over and over (500) would block every
+                    # later one: dropped after a few tries.
+                    self.tries += 1
+                    if e.code in ("unreachable", "timeout") or (e.status or 0) >= 500 and not (
+                            e.status == 500 and self.tries >= _METRICS_TRIES_500):
                         if not self.told and not self.stopped:
                             print("muster: could not send metrics (%s); they are kept (up to "
                                   "%d values) and sent once the controller answers" %
@@ -1270,7 +1281,10 @@ class _MetricsSender:
                               file=sys.stderr)
                     self.told = True
                 self.inflight = None
+                self.tries = 0
             return True
+        finally:
+            self.lock.release()
 
     def _loop(self):
         while not self.stopped:
@@ -1284,8 +1298,10 @@ class _MetricsSender:
                 print("muster: metrics sender: %r" % (e,), file=sys.stderr)
 
     def flush(self, timeout=5.0):
-        """Sends what waits now, each call waiting at most ``timeout`` s."""
-        return self._send(timeout) if not self.stopped else True
+        """Sends what waits now, each call waiting at most ``timeout`` s;
+        False if the sender's thread held on longer than that, or the
+        controller did not answer."""
+        return True if self.stopped else self._send(timeout, wait_lock=timeout)
 
     def close(self):
         """Stops sending (what waits is left)."""

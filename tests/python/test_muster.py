@@ -920,8 +920,9 @@ class CdswCompatibility(unittest.TestCase):
             src = f.read()
         imports = {line.split()[1].split(".")[0] for line in src.splitlines()
                    if line.startswith(("import ", "from "))}
-        self.assertLessEqual(imports, {"atexit", "http", "json", "os", "random", "re", "socket",
-                                       "ssl", "sys", "threading", "urllib"}, imports)
+        self.assertLessEqual(imports, {"atexit", "collections", "http", "json", "math", "os",
+                                       "random", "re", "socket", "ssl", "sys", "threading",
+                                       "time", "urllib"}, imports)
 
 
 class WhatAWorkerSaysCannotDriveTheTerminal(unittest.TestCase):

@@ -76,7 +76,7 @@ done
 LIBDIR=$(dirname "$(find "$P" -name libmuster.a -print -quit 2>/dev/null)" 2>/dev/null)
 LOG="$(find "$P" -name 'libmuster*' 2>&1)"
 check "installed libmuster.a and libmuster.so in the same lib dir" \
-  eval '[ -f "$LIBDIR/libmuster.a" ] && [ -e "$LIBDIR/libmuster.so" ] && [ -e "$LIBDIR/libmuster.so.3" ]'
+  eval '[ -f "$LIBDIR/libmuster.a" ] && [ -e "$LIBDIR/libmuster.so" ] && [ -e "$LIBDIR/libmuster.so.4" ]'
 # The shared library exports its API and nothing else: every function it
 # defines for its users is declared in the installed headers.
 LOG=$(nm -D --defined-only "$LIBDIR/libmuster.so" 2>&1 | awk '$2 == "T" {print $3}' |
@@ -188,7 +188,7 @@ check "compile and link with pkg-config --cflags --libs muster" eval '[ $RC = 0 
 cap env LD_LIBRARY_PATH="$LIBDIR" "$TMP/app/t_pc"
 check "  ... it runs and muster_get says unreachable" eval '[ $RC = 0 ] && [ "$LOG" = unreachable ]'
 cap env LD_LIBRARY_PATH="$LIBDIR" ldd "$TMP/app/t_pc"
-check "  ... linked against the installed libmuster.so.3" eval 'grep -qF "$LIBDIR/libmuster.so.3" <<<"$LOG"'
+check "  ... linked against the installed libmuster.so.4" eval 'grep -qF "$LIBDIR/libmuster.so.4" <<<"$LOG"'
 
 # 2. CMake find_package(muster), shared.
 mkdir -p "$TMP/cm"

@@ -186,6 +186,15 @@ int api_known_fields(struct MHD_Connection *c, json_t *body, const char *const *
 MUST_CHECK int api_page_params(struct MHD_Connection *c, int *limit, int64_t *before,
                                enum MHD_Result *ret);
 
+/* ---- streaming answers (api_stream.c) ---- */
+
+struct stream;
+/* Answers with r, the callback answer of stream s (r's free callback
+ * frees s): lists s, so that wakes reach it, and queues r as type; one that
+ * cannot be listed is answered with the error instead (r destroyed). */
+MUST_CHECK enum MHD_Result api_queue_stream(struct MHD_Connection *c, struct stream *s,
+                                            struct MHD_Response *r, const char *type);
+
 /* ---- logs (api_worker.c) ---- */
 
 /* The file of worker id's stream ("stdout" when NULL, or "stderr").

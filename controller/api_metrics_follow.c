@@ -130,8 +130,6 @@ enum MHD_Result api_metrics_follow(struct MHD_Connection *c, const char *run, co
                                    const struct db_metric_query *q) {
   struct follow_ctx *f = calloc(1, sizeof(*f));
   struct MHD_Response *r;
-  enum MHD_Result ret;
-  int rc;
 
   if (!f)
     return MHD_NO;
@@ -154,16 +152,5 @@ enum MHD_Result api_metrics_follow(struct MHD_Connection *c, const char *run, co
     free(f);
     return MHD_NO;
   }
-  state_lock();
-  rc = stream_add_locked(&f->s);
-  state_unlock();
-  if (rc) {
-    MHD_destroy_response(r); /* follow_free frees f */
-    return api_respond_error(c, rc, NULL, NULL);
-  }
-  MHD_add_response_header(r, "Content-Type", "text/event-stream");
-  MHD_add_response_header(r, "Cache-Control", "no-store");
-  ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-  MHD_destroy_response(r);
-  return ret;
+  return api_queue_stream(c, &f->s, r, "text/event-stream");
 }

@@ -20,6 +20,25 @@
 
 /* ---- streaming answers: GET /api/v1/events and logs with follow=1 ---- */
 
+enum MHD_Result api_queue_stream(struct MHD_Connection *c, struct stream *s, struct MHD_Response *r,
+                                 const char *type) {
+  enum MHD_Result ret;
+  int rc;
+
+  state_lock();
+  rc = stream_add_locked(s);
+  state_unlock();
+  if (rc) {
+    MHD_destroy_response(r); /* its free callback frees s */
+    return api_respond_error(c, rc, NULL, NULL);
+  }
+  MHD_add_response_header(r, "Content-Type", type);
+  MHD_add_response_header(r, "Cache-Control", "no-store");
+  ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
 struct events_ctx {
   struct stream s;                /* first: the registry sees only this part */
   char prefix[USER_NAME_MAX + 2]; /* a caller who sees only their sessions: "USER/" */
@@ -149,9 +168,7 @@ static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, cons
   const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
   struct events_ctx *e;
   struct MHD_Response *r;
-  enum MHD_Result ret;
   long v = 0;
-  int rc;
 
   /* A browser's EventSource reconnects with Last-Event-ID; it wins. */
   if (last && *last)
@@ -177,18 +194,7 @@ static enum MHD_Result api_events(struct MHD_Connection *c, struct req *rq, cons
     free(e);
     return MHD_NO;
   }
-  state_lock();
-  rc = stream_add_locked(&e->s);
-  state_unlock();
-  if (rc) {
-    MHD_destroy_response(r); /* events_free frees e */
-    return api_respond_error(c, rc, NULL, NULL);
-  }
-  MHD_add_response_header(r, "Content-Type", "text/event-stream");
-  MHD_add_response_header(r, "Cache-Control", "no-store");
-  ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-  MHD_destroy_response(r);
-  return ret;
+  return api_queue_stream(c, &e->s, r, "text/event-stream");
 }
 
 struct log_ctx {

@@ -103,10 +103,12 @@ check "the installed muster-controller runs (--help)" eval '[ $RC = 0 ] && grep 
 PYDIR=$(sed -n 's/^MUSTER_PYTHON_DIR:STRING=//p' "$BUILD/CMakeCache.txt")
 case $PYDIR in /*) ;; *) PYDIR=$P/$PYDIR ;; esac
 PY=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
-LOG="$(find "$P" -name muster.py 2>&1)"
-check "installed the Python client, muster.py, in MUSTER_PYTHON_DIR ($PYDIR)" test -f "$PYDIR/muster.py"
+check "installed the Python package muster in MUSTER_PYTHON_DIR ($PYDIR)" \
+  test -f "$PYDIR/muster/__init__.py" -a -f "$PYDIR/muster/py.typed" -a -f "$PYDIR/muster/_client.py"
 cap env PYTHONPATH="$PYDIR" "${PY:-python3}" -c 'import muster; print(muster.__file__)'
-check "  ... python3 imports it from there" eval '[ $RC = 0 ] && [ "$(realpath "$LOG")" = "$(realpath "$PYDIR/muster.py")" ]'
+check "  ... python3 imports it from there" eval '[ $RC = 0 ] && [ "$(realpath "$LOG")" = "$(realpath "$PYDIR/muster/__init__.py")" ]'
+cap find "$PYDIR/muster" -name __pycache__
+check "  ... without the source tree's bytecode" eval '[ $RC = 0 ] && [ -z "$LOG" ]'
 
 # The installed controller serves the installed web files, not the source
 # tree's: a marker added to the installed index.html comes back.

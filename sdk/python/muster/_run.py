@@ -1,0 +1,292 @@
+"""The run that run_cluster() returns, or attach_run() finds again."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import re
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ._display import WorkerList, fields_html, fields_text, html_table, status_html, _link
+from ._errors import MusterError
+
+_ENDED = ("succeeded", "failed", "stopped")
+
+
+class RunOutput:
+    """What ``muster run`` says, read line by line: the run's failure, a
+    refusal of its own, restarts, the run's id and rank 0's last line."""
+
+    def __init__(self) -> None:
+        self.last: Optional[str] = None       # worker 0's / rank 0's last line
+        self.failure: Optional[str] = None    # "muster run: FAILED: ..." and its quote
+        self.run_id: Optional[str] = None
+        self.restarts = 0
+        self.refused: Optional[List[str]] = None  # [code, words] of "muster run: ERROR:"
+        self.said: Optional[str] = None       # its first "muster: " line
+        self._quoting = False
+
+    def feed(self, line: str) -> None:
+        # The lines of a worker's stderr that its failure quotes follow it,
+        # indented.
+        if self._quoting and line.startswith("  "):
+            self.failure = (self.failure or "") + "\n" + line[2:]
+            return
+        self._quoting = False
+        if line.startswith("muster run: FAILED: "):
+            self.failure = line[len("muster run: FAILED: "):]
+            self._quoting = True
+        elif line.startswith("muster run: ERROR: "):
+            # A call of muster run's own failed ("muster run: ERROR:
+            # exceeds_capacity: 3 workers × 1 core = 3 cores, but ..."): its
+            # code and words. Only this prefix: mpirun's untagged lines pass
+            # through as they are, and the rsh agent's "muster: poll: ..." is
+            # not muster run's error.
+            code_words = line[len("muster run: ERROR: "):].split(": ", 1)
+            if len(code_words) == 2 and re.match(r"^[a-z_]+$", code_words[0]):
+                self.refused = code_words
+        elif line.startswith("muster: ") and self.said is None:
+            # muster run's own first word on a usage error (exit 2) or an
+            # unreachable controller (exit 5), before mpirun or any worker ran.
+            self.said = line[len("muster: "):]
+        elif line.startswith("muster run: restart "):
+            self.restarts += 1
+        elif line.startswith("muster run: the workers were stopped; the run is "):
+            run_id = line.split("the run is ", 1)[1].split(";", 1)[0]
+            if re.fullmatch(r"r-[a-z0-9]{10}", run_id):
+                self.run_id = run_id
+        elif line.startswith(("[worker-0] ", "[rank-0] ")):
+            self.last = line.split("] ", 1)[1]
+
+    def summary(self) -> Any:
+        """Rank 0's last line, parsed if it is JSON."""
+        if self.last:
+            try:
+                return json.loads(self.last)
+            except ValueError:
+                pass
+        return self.last
+
+    def error(self, code: int) -> Optional[MusterError]:
+        """The MusterError of a muster run that exited with code, or None
+        for a training failure (or success)."""
+        if code != 0 and self.failure is None and self.refused is not None:
+            m = re.match(r"^(.*) \(field: ([a-z_]+)\)$", self.refused[1])
+            return MusterError(self.refused[0], m.group(1) if m else self.refused[1],
+                               m and m.group(2))
+        if code in (2, 5) and self.failure is None and self.said is not None:
+            return MusterError("invalid_value" if code == 2 else "unreachable", self.said)
+        return None
+
+
+def _when(s: Any) -> Optional[datetime.datetime]:
+    if not isinstance(s, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _duration(record: Dict[str, Any]) -> str:
+    start, end = _when(record.get("created_at")), _when(record.get("finished_at"))
+    if not start:
+        return "-"
+    end = end or datetime.datetime.now(datetime.timezone.utc)
+    s = max(0.0, (end - start).total_seconds())
+    return "%.1f s" % s if s < 120 else "%d min %02d s" % (s // 60, s % 60)
+
+
+def _value(v: Any) -> str:
+    return ("%.4g" % v) if isinstance(v, float) else str(v)
+
+
+class Run(dict):
+    """A training run: what :meth:`Client.run_cluster` returns, a dict
+    (``exit_code``, ``summary``, ``run``, ``restarts``) that also reads the
+    run back from the controller.
+
+    - ``status``: the run's status now (``running``, ``succeeded``,
+      ``failed``, ``stopped``);
+    - ``workers``: its last attempt's workers (a table in a notebook);
+    - ``wait(timeout)``: until the run ends;
+    - ``logs(rank)``: what rank ``rank`` wrote (``"ps"`` mode: worker
+      ``rank``; ``role="ps"`` for a parameter server's), kept in its
+      worker's log after the cell's printout is gone;
+    - ``metrics()``: its points, one row per step and rank (a pandas
+      DataFrame where pandas is installed);
+    - ``stop()``: stops its live workers.
+
+    A failed run's :class:`MusterError` carries the same object as ``.run``.
+    """
+
+    def __init__(self, client: Any, values: Dict[str, Any], n_workers: Optional[int] = None,
+                 n_ps: int = 0):
+        super().__init__(values)
+        self._client = client
+        self._size: Optional[Tuple[int, int]] = (
+            (int(n_workers), int(n_ps)) if n_workers is not None else None)
+        self._record: Optional[Dict[str, Any]] = None
+        # A muster run still going on in the background (an interrupted
+        # run_cluster): its process and the thread that reads its output.
+        self._proc: Any = None
+        self._reader: Optional[threading.Thread] = None
+        self.output: List[str] = []
+
+    # --- what the controller knows ---------------------------------------
+
+    @property
+    def id(self) -> Optional[str]:
+        """The run's id (``r-...``), or None if it was not recorded."""
+        return self.get("run")
+
+    def refresh(self) -> Dict[str, Any]:
+        """The run's record, read now (``GET /api/v1/runs/{id}``)."""
+        if not self.id:
+            raise MusterError("not_found", "the run was not recorded, so the controller "
+                              "knows nothing of it")
+        self._record = self._client.get_run(self.id)
+        return self._record
+
+    @property
+    def status(self) -> str:
+        """``running``, ``succeeded``, ``failed`` or ``stopped``."""
+        if not self.id:
+            return "succeeded" if self.get("exit_code") == 0 else "failed"
+        return str(self.refresh().get("status"))
+
+    def _sizes(self, record: Dict[str, Any]) -> Tuple[int, int]:
+        if self._size:
+            return self._size
+        # A run found by its id: each attempt launched as many workers.
+        per = len(record.get("workers") or []) // (int(record.get("restarts") or 0) + 1)
+        return per, 0
+
+    def worker_ids(self, role: str = "worker") -> List[str]:
+        """The ids of the last attempt's workers of ``role`` (``"worker"``
+        or ``"ps"``), rank (or index) order."""
+        record = self.refresh()
+        n_workers, n_ps = self._sizes(record)
+        ids = (record.get("workers") or [])[-(n_workers + n_ps):] if n_workers + n_ps else []
+        return ids[:n_ps] if role == "ps" else ids[n_ps:]
+
+    @property
+    def workers(self) -> WorkerList:
+        """The last attempt's workers (parameter servers first), as dicts."""
+        ids = self.worker_ids("ps") + self.worker_ids("worker")
+        return WorkerList([self._client.get_worker(w) for w in ids], self._client.url)
+
+    def logs(self, rank: int = 0, stream: str = "stdout", role: str = "worker") -> str:
+        """What rank ``rank`` (worker ``rank`` of ``role``) of the last
+        attempt wrote to ``stream`` (``"stdout"`` or ``"stderr"``)."""
+        ids = self.worker_ids(role)
+        if not isinstance(rank, int) or not 0 <= rank < len(ids):
+            raise MusterError("invalid_value", "rank must be 0..%d (the run had %d %s%s), not %r" % (
+                len(ids) - 1, len(ids), role, "" if len(ids) == 1 else "s", rank), field="rank")
+        return self._client.worker_logs(ids[rank], stream)
+
+    def metrics(self, names: Optional[Sequence[str]] = None,
+                max_points: Optional[int] = None) -> Any:
+        """The run's metric points, one row per (step, rank): ``{"step",
+        "rank", "epoch", "at", <name>: value, ...}``, by step then rank. A
+        pandas DataFrame where pandas can be imported, else a list of dicts.
+        ``names``: only these; ``max_points``: at most so many points per
+        series (a name of a rank), evenly spread."""
+        if not self.id:
+            raise MusterError("not_found", "the run was not recorded, so it has no metrics")
+        answer = self._client.run_metrics(self.id, names=names, max_points=max_points)
+        rows: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        for p in answer.get("points", []):
+            key = (p.get("step"), p.get("rank"))
+            row = rows.setdefault(key, {"step": key[0], "rank": key[1], "epoch": p.get("epoch"),
+                                        "at": p.get("at")})
+            row.update(p.get("values") or {})
+        out = [rows[k] for k in sorted(rows, key=lambda k: (k[0] or 0, k[1] or 0))]
+        try:
+            import pandas  # type: ignore[import-not-found]
+        except ImportError:
+            return out
+        return pandas.DataFrame(out)
+
+    # --- waiting and stopping --------------------------------------------
+
+    def wait(self, timeout: Optional[float] = None) -> "Run":
+        """Waits until the run has ended (at most ``timeout`` s: None, no
+        limit) and returns it; MusterError ``timeout`` if it had not."""
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        if self._reader is not None:
+            self._reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self._reader.is_alive():
+                raise MusterError("timeout", "run %s had not ended after %s s" % (
+                    self.id or "(not yet recorded)", timeout))
+        while self.id and self.status not in _ENDED:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise MusterError("timeout", "run %s was still %s after %s s" % (
+                    self.id, self._record.get("status") if self._record else "running", timeout))
+            time.sleep(min(1.0, left) if left is not None else 1.0)
+        return self
+
+    def stop(self) -> WorkerList:
+        """Stops the run's live workers (of every attempt); the run ends
+        with them. Returns them, stopped."""
+        record = self.refresh()
+        ids = list(record.get("workers") or [])
+        if not ids:
+            return WorkerList([], self._client.url)
+        return self._client.stop_workers(ids)
+
+    # --- how it looks ------------------------------------------------------
+
+    def _rows(self) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]], Dict[str, Any]]:
+        """(text rows, HTML rows, record) for display; never raises."""
+        try:
+            record = self.refresh() if self.id else {}
+            err = None
+        except MusterError as e:
+            record, err = self._record or {}, str(e)
+        status = str(record.get("status") or ("succeeded" if self.get("exit_code") == 0
+                                                else "failed"))
+        latest = record.get("latest") or {}
+        latest_s = ", ".join("%s %s" % (k, _value(v)) for k, v in sorted(latest.items()))
+        rows = [("run", self.id or "(not recorded)"), ("status", status),
+                ("mode", str(record.get("mode") or "-")),
+                ("workers", str(sum(self._sizes(record))) if record else "-"),
+                ("restarts", str(record.get("restarts", self.get("restarts", 0)))),
+                ("duration", _duration(record) if record else "-"),
+                ("latest", latest_s or "-")]
+        summary = self.get("summary", record.get("summary"))
+        if summary is not None:
+            rows.append(("summary", json.dumps(summary) if not isinstance(summary, str)
+                         else summary))
+        if record.get("failure"):
+            rows.append(("failure", str(record["failure"])))
+        if record.get("stall_count"):
+            rows.append(("stalls", str(record["stall_count"])))
+        if err:
+            rows.append(("note", "could not read the run now: " + err))
+        html_rows = [(k, status_html(v) if k == "status" else
+                      _link(self._client.url, "runs/" + v, v) if k == "run" and self.id else
+                      '<span style="white-space:pre-wrap">%s</span>' % html.escape(v))
+                     for k, v in rows]
+        return rows, html_rows, record
+
+    def __repr__(self) -> str:
+        rows, _, _ = self._rows()
+        return fields_text(rows, "Run")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        _, html_rows, record = self._rows()
+        out = fields_html(html_rows, "muster run")
+        if record:
+            try:
+                out += html_table(self.workers, self._client.url)
+            except MusterError:
+                pass
+        return out

@@ -68,12 +68,8 @@ def why(w: Dict[str, Any]) -> str:
     return ""
 
 
-def _first_line(s: str, width: int) -> str:
-    line = s.split("\n", 1)[0]
-    more = line != s
-    if len(line) > width:
-        line, more = line[:width - 1], True
-    return line + ("…" if more else "")
+def _short(s: str, width: int) -> str:
+    return s if len(s) <= width else s[:width - 1] + "…"
 
 
 _COLUMNS = ("id", "status", "ip", "role", "resources", "usage", "why")
@@ -92,8 +88,11 @@ def text_table(workers: Sequence[Dict[str, Any]]) -> str:
     control characters written out."""
     if not workers:
         return "(no workers)"
-    rows = [{k: _visible(v) for k, v in _row(w).items()} for w in workers]
-    rows = [dict(r, why=_first_line(r["why"], 70)) for r in rows]
+    rows = [_row(w) for w in workers]
+    # A failure's lines (a stderr's tail) on one line, " | " between them.
+    rows = [{k: _visible(v.replace("\n", " | ") if k == "why" else v) for k, v in r.items()}
+            for r in rows]
+    rows = [dict(r, why=_short(r["why"], 120)) for r in rows]
     cols = [c for c in _COLUMNS if c in ("id", "status") or any(r[c] not in ("", "-") for r in rows)]
     width = {c: max(len(_HEADINGS[c]), *(len(r[c]) for r in rows)) for c in cols}
     lines = ["  ".join(_HEADINGS[c].ljust(width[c]) for c in cols).rstrip()]

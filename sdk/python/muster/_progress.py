@@ -148,7 +148,7 @@ class Progress:
     def close(self, note: str = "") -> None:
         """Leaves the display in its last state (with note, if given) and,
         on a terminal, ends its line."""
-        if note:
+        if note and self._text:
             self._text = self._text.rsplit(" (", 1)[0] + "; " + _visible(note)
             self._html = self._html.replace("</b>", "</b> %s:" % html.escape(note), 1)
         if self._text:

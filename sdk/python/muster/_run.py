@@ -104,6 +104,13 @@ def _value(v: Any) -> str:
     return ("%.4g" % v) if isinstance(v, float) else str(v)
 
 
+def _latest(v: Any) -> str:
+    """A name's latest value ({"step", "value", "ranks"}) as "0.25 (step 40)"."""
+    if isinstance(v, dict):
+        return "%s (step %s)" % (_value(v.get("value")), v.get("step"))
+    return _value(v)
+
+
 class Run(dict):
     """A training run: what :meth:`Client.run_cluster` returns, a dict
     (``exit_code``, ``summary``, ``run``, ``restarts``) that also reads the
@@ -231,9 +238,17 @@ class Run(dict):
         return self
 
     def stop(self) -> WorkerList:
-        """Stops the run's live workers (of every attempt); the run ends
-        with them. Returns them, stopped."""
+        """Ends the run as ``stopped`` and stops its live workers (of every
+        attempt; ``muster run``, if still going, ends with them). Returns
+        the workers, stopped."""
         record = self.refresh()
+        if record.get("status") not in _ENDED:
+            try:
+                self._client._request("POST", "/api/v1/runs/%s/end" % self.id,
+                                      {"status": "stopped", "failure": "stopped by Run.stop()"})
+            except MusterError as e:
+                if e.code != "conflict":  # it ended meanwhile: as it ended
+                    raise
         ids = list(record.get("workers") or [])
         if not ids:
             return WorkerList([], self._client.url)
@@ -251,7 +266,7 @@ class Run(dict):
         status = str(record.get("status") or ("succeeded" if self.get("exit_code") == 0
                                                 else "failed"))
         latest = record.get("latest") or {}
-        latest_s = ", ".join("%s %s" % (k, _value(v)) for k, v in sorted(latest.items()))
+        latest_s = ", ".join("%s %s" % (k, _latest(v)) for k, v in sorted(latest.items()))
         rows = [("run", self.id or "(not recorded)"), ("status", status),
                 ("mode", str(record.get("mode") or "-")),
                 ("workers", str(sum(self._sizes(record))) if record else "-"),

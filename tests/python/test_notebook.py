@@ -1,0 +1,292 @@
+"""The Python client as a notebook user meets it, against a real controller:
+workers, waits, runs and the client shown as tables; a wait's progress on a
+terminal; a KeyboardInterrupt that ends a wait at once and leaves the
+workers running; the Run object of run_cluster.
+
+    MUSTER_BUILD_DIR=build python3 -m unittest -v tests/python/test_notebook.py
+
+The controller and the cleanup are test_muster's (setUpModule,
+tearDownModule)."""
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from test_muster import (BUILD_DIR, CTL, REPO, MusterTestCase, _note,  # noqa: E402,F401
+                         muster, setUpModule, tearDownModule)
+
+SDK = os.path.join(REPO, "sdk", "python")
+PY = "/usr/bin/python3"
+
+# A worker's code that logs metrics as rank RANK and prints its rank.
+_RANK_CODE = ("import os, sys, time\nsys.path.insert(0, %r)\nimport muster\n"
+              "for i in range(5):\n    muster.log_metrics(i, loss=1.0 / (i + 1))\n"
+              "muster.flush_metrics()\nprint('rank', os.environ['RANK'])\n" % SDK)
+
+
+def _columns(line):
+    """The offsets where the columns of an aligned line start."""
+    return [m.start() for m in re.finditer(r"(?:^|  )(\S)", line)]
+
+
+class Display(MusterTestCase):
+    """Lists of workers, a wait's answer, a run and the client render as
+    tables, and stay the plain lists and dicts CML code indexes."""
+
+    def test_running_workers_are_an_html_table_and_aligned_text_and_still_plain_dicts(self):
+        c = self.client("display")
+        ws = self.launch(c, 2, 0.1, 0.1)
+        done = c.await_workers(ws, wait_for_completion=False, timeout_seconds=60)
+        # What CML code does with the answer works as before.
+        self.assertIsInstance(done, dict)
+        self.assertIsInstance(done["workers"], list)
+        self.assertEqual(len(done["workers"]), 2)
+        ips = [w["ip_address"] for w in done["workers"]]
+        self.assertTrue(all(re.fullmatch(r"127(\.\d+){3}", ip) for ip in ips), ips)
+        json.loads(json.dumps(done))  # still JSON
+
+        page = done["workers"]._repr_html_()
+        self.assertIn("<table", page)
+        for w in done["workers"]:
+            self.assertIn('href="%s/#/workers/%s"' % (c.url, w["id"]), page)
+            self.assertIn(w["ip_address"], page)
+        self.assertEqual(page.count("muster-worker muster-running"), 2, page)
+        self.assertIn("0.1 CPU, 0.1 GiB", page)
+        self.assertIn("#1a7f37", page)  # running's colour
+
+        text = repr(done["workers"]).splitlines()
+        self.assertEqual(text[0].split(), ["ID", "STATUS", "IP", "ROLE", "RESOURCES"])
+        self.assertEqual(len(text), 3)
+        self.assertEqual(_columns(text[1]), _columns(text[0]))
+        self.assertEqual(_columns(text[2]), _columns(text[0]))
+        self.assertIn("2 reached the target, 0 did not (2 running)", repr(done))
+        self.assertIn(done["workers"][0]["id"], c.list_workers()._repr_html_())
+        self.assertIn(ws[0]["id"], repr(c.get_worker(ws[0])))
+
+    def test_a_failed_workers_sentence_and_a_waiting_workers_reason_are_shown(self):
+        c = self.client("display-failed")
+        bad = self.launch(c, 1, 0.1, 0.1, code="raise SystemExit('the data is missing')")
+        done = c.await_workers(bad, timeout_seconds=60)
+        self.assertIn("the data is missing", done._repr_html_())
+        self.assertIn("muster-failed", done._repr_html_())
+        self.assertIn("the data is missing", repr(done))
+        self.assertIn("1 failed", repr(done))
+
+        big = self.launch(c, 1, 8, 0.1)
+        c.await_workers(big, wait_for_completion=False, timeout_seconds=30)
+        waiting = self.launch(c, 1, 1, 0.1)
+        r = c.await_workers(waiting, wait_for_completion=False, timeout_seconds=0.5)
+        self.assertIn("waits for 1 core (0 free of 8)", r._repr_html_())
+        self.assertIn("waits for 1 core (0 free of 8)", repr(r))
+        self.assertIn("the wait timed out", repr(r))
+
+    def test_the_client_shows_its_controller_session_and_workers(self):
+        c = self.client("display-client")
+        ws = self.launch(c, 1, 0.1, 0.1)
+        c.await_workers(ws, wait_for_completion=False, timeout_seconds=60)
+        page = c._repr_html_()
+        self.assertIn(c.url, page)
+        self.assertIn("display-client", page)
+        self.assertIn("1 running", page)
+        self.assertIn("muster %s" % muster.__version__, page)
+
+    def test_a_workers_text_cannot_drive_the_terminal(self):
+        c = self.client("display-escape")
+        bad = self.launch(c, 1, 0.1, 0.1, code="raise SystemExit('\\x1b[2J<b>gone</b>')")
+        done = c.await_workers(bad, timeout_seconds=60)
+        self.assertNotIn("\x1b", repr(done))
+        self.assertNotIn("<b>gone</b>", done._repr_html_())
+        self.assertIn("&lt;b&gt;gone&lt;/b&gt;", done._repr_html_())
+
+
+# A notebook kernel's wait, run as its own process: launches, says so, then
+# awaits (until the test interrupts it) and says how it ended.
+_AWAIT = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import muster
+c = muster.Client(url=sys.argv[2], token=sys.argv[3], session=sys.argv[4])
+ws = c.launch_workers(2, 0.1, 0.1, code=sys.argv[5])
+print(json.dumps([w["id"] for w in ws]), flush=True)
+try:
+    done = c.await_workers(ws, wait_for_completion=True, timeout_seconds=300)
+    print("returned " + json.dumps({"at": time.monotonic(), "counts": repr(done)}), flush=True)
+except KeyboardInterrupt as e:
+    print("interrupted " + json.dumps({"at": time.monotonic(), "words": str(e)}), flush=True)
+sys.stdin.readline()
+"""
+
+
+class Waiting(MusterTestCase):
+    """A wait shows its progress where someone watches it, and a
+    KeyboardInterrupt ends it at once."""
+
+    def kernel(self, session, code, stderr=subprocess.PIPE):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        p = subprocess.Popen([PY, "-c", _AWAIT, SDK, CTL["url"], CTL["token"], session, code],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                             env=env, text=True)
+        self.addCleanup(lambda: (p.poll() is None and (p.kill(), p.wait()), p.stdin.close(),
+                                 p.stdout.close(), p.stderr and p.stderr.close()))
+        line = p.stdout.readline()
+        self.assertTrue(line, "the kernel printed nothing (exit %s)" % p.poll())
+        ids = json.loads(line)
+        c = self.client(session)
+        self.addCleanup(lambda: self._stop_and_await(c, ids))
+        return p, ids, c
+
+    def test_sigint_ends_an_await_within_a_second_and_leaves_the_workers_running(self):
+        p, ids, c = self.kernel("interrupt", "import time; time.sleep(600)")
+        # Both running: the kernel's await (until they end) is under way.
+        up = c.await_workers(ids, wait_for_completion=False, timeout_seconds=60)
+        self.assertEqual(len(up["workers"]), 2, up)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        line = p.stdout.readline()
+        self.assertTrue(line.startswith("interrupted "), line)
+        said = json.loads(line.split(" ", 1)[1])
+        self.assertLess(said["at"] - sent, 1.0, "the wait ended %.2f s after SIGINT"
+                        % (said["at"] - sent))
+        self.assertIn("await_workers was interrupted", said["words"])
+        self.assertIn("the 2 workers are left as they are", said["words"])
+        self.assertIn("stop_workers(%r, %r)" % tuple(ids), said["words"])
+        self.assertEqual([c.get_worker(i)["status"] for i in ids], ["running", "running"])
+        self.assertIsNone(p.poll())  # the kernel goes on
+        p.stdin.write("\n")
+        p.stdin.flush()
+        self.assertEqual(p.wait(timeout=30), 0)
+
+    def test_on_a_terminal_the_wait_redraws_one_line_and_in_a_pipe_says_nothing(self):
+        master, slave = pty.openpty()
+        self.addCleanup(os.close, master)
+        p, ids, c = self.kernel("progress-tty", "import time; time.sleep(2)", stderr=slave)
+        os.close(slave)
+        self.assertTrue(p.stdout.readline().startswith("returned "))
+        p.stdin.write("\n")
+        p.stdin.flush()
+        self.assertEqual(p.wait(timeout=30), 0)
+        seen = b""
+        while select.select([master], [], [], 5)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child's end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        text = seen.decode()
+        # Redrawn in place ("\r", erase line), one line in all, its last
+        # state the outcome.
+        self.assertGreaterEqual(text.count("\r\x1b[K"), 2, text)
+        self.assertEqual(text.replace("\r\n", "\n").count("\n"), 1, text)
+        last = text.rsplit("\r\x1b[K", 1)[1]
+        self.assertRegex(last, r"^await_workers: 2 succeeded of 2 workers; done\r?\n$")
+        self.assertIn("2 running of 2 workers", text)
+
+        p2, _, _ = self.kernel("progress-pipe", "print('hi')")
+        self.assertTrue(p2.stdout.readline().startswith("returned "))
+        p2.stdin.write("\n")
+        p2.stdin.flush()
+        self.assertEqual(p2.wait(timeout=30), 0)
+        self.assertEqual(p2.stderr.read(), "")
+
+
+class RunObject(MusterTestCase):
+    """run_cluster returns a Run: status, workers, wait, logs, metrics, stop."""
+
+    def setUp(self):
+        self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"), MUSTER_URL=CTL["url"],
+                 MUSTER_TOKEN=CTL["token"], MUSTER_SESSION="run-object", MUSTER_LEASE="0")
+
+    def test_a_finished_run_reads_back_its_status_workers_logs_and_metrics(self):
+        lines = []
+        run = muster.run_cluster(2, 0, 0.1, 0.1, mode="exec", command=[PY, "-c", _RANK_CODE],
+                                 output=lines.append, progress=False)
+        self.assertEqual(run["exit_code"], 0, lines)
+        self.assertEqual(run.status, "succeeded")
+        self.assertIs(run.wait(5), run)
+        ws = run.workers
+        self.assertEqual(len(ws), 2)
+        self.assertEqual({w["run"] for w in ws}, {run.id})
+        self.assertEqual(run.logs(1), "rank 1\n")
+        rows = run.metrics()
+        if not isinstance(rows, list):  # pandas is installed
+            rows = rows.to_dict("records")
+        self.assertEqual([(r["step"], r["rank"]) for r in rows],
+                         [(s, k) for s in range(5) for k in (0, 1)])
+        for got, want in zip([r["loss"] for r in rows if r["rank"] == 1],
+                             [1.0, 0.5, 1 / 3, 0.25, 0.2]):
+            self.assertAlmostEqual(got, want, places=6)
+        page = run._repr_html_()
+        self.assertIn('href="%s/#/runs/%s"' % (CTL["url"], run.id), page)
+        self.assertIn("loss 0.2 (step 4)", page)
+        self.assertIn("muster-worker", page)
+        self.assertIn("status    succeeded", repr(run))
+
+    def test_a_run_in_the_background_is_waited_for_and_stopped(self):
+        run = muster.run_cluster(2, 0, 0.1, 0.1, mode="exec", command=["sleep", "300"],
+                                 progress=False, wait=False)
+        self.assertTrue(run.id and run.id.startswith("r-"), run)
+        self.assertEqual(run.status, "running")
+        self.assertIs(muster.attach_run(run.id), run)
+        with self.assertRaises(muster.MusterError) as e:
+            run.wait(0.5)
+        self.assertEqual(e.exception.code, "timeout")
+        stopped = run.stop()
+        self.assertEqual(len(stopped), 2)
+        run.wait(60)
+        self.assertEqual(run.status, "stopped")
+        self.assertEqual({w["status"] for w in run.workers}, {"stopped"})
+        self.assertNotEqual(run["exit_code"], 0)
+        # A run found by its id alone reads back the same.
+        other = muster.Client(session="someone-else").attach_run(run.id)
+        self.assertEqual(other.status, "stopped")
+        self.assertEqual(len(other.workers), 2)
+
+    def test_an_interrupted_run_cluster_leaves_the_run_going_on_and_says_how_to_get_it(self):
+        code = ("import json, sys, time\nsys.path.insert(0, sys.argv[1])\nimport muster\n"
+                "try:\n    muster.run_cluster(1, 0, 0.1, 0.1, mode='exec', "
+                "command=['sleep', '300'], progress=False)\n"
+                "except KeyboardInterrupt as e:\n"
+                "    print('interrupted ' + json.dumps({'at': time.monotonic(), "
+                "'words': str(e)}), flush=True)\nsys.stdin.readline()\n")
+        env = dict(os.environ, MUSTER_LEASE="1")
+        p = subprocess.Popen([PY, "-c", code, SDK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=env, text=True)
+        self.addCleanup(lambda: (p.poll() is None and (p.kill(), p.wait()), p.stdin.close(),
+                                 p.stdout.close()))
+        c = self.client("run-object")
+        # Its worker running: the run is under way.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not c.list_workers(status="running"):
+            time.sleep(0.05)
+        self.assertTrue(c.list_workers(status="running"), "the run's worker never ran")
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        line = p.stdout.readline()
+        self.assertTrue(line.startswith("interrupted "), line)
+        said = json.loads(line.split(" ", 1)[1])
+        self.assertLess(said["at"] - sent, 1.0)
+        m = re.search(r"muster\.attach_run\('(r-[a-z0-9]{10})'\)", said["words"])
+        self.assertTrue(m, said["words"])
+        run = c.attach_run(m.group(1))
+        self.assertEqual(run.status, "running")
+        self.assertEqual([w["status"] for w in run.workers], ["running"])
+        run.stop()
+        self.assertEqual(run.wait(60).status, "stopped")
+        p.stdin.write("\n")
+        p.stdin.flush()
+        self.assertEqual(p.wait(timeout=30), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -7,14 +7,16 @@ pkgs=(build-essential cmake pkg-config ca-certificates curl jq sqlite3
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev
       libgnutls28-dev
       check libsubunit-dev python3 iproute2 procps time
-      jupyter-nbconvert python3-ipykernel
+      jupyter-nbconvert python3-ipykernel python3-venv
       libopenblas-dev libopenmpi-dev openmpi-bin python3-torch chromium clang-format clang
       slurm-wlm munge slurmdbd mariadb-server openssl tcpdump gdb elfutils python3-dbg)
       # slurm-wlm pulls slurmctld, slurmd and slurm-client; slurmdbd and
       # MariaDB keep its accounting (sacct): tests/slurm/cluster.sh; openssl
       # makes the tests' throwaway CA (tests/tls), tcpdump captures the wire;
       # gdb, elfutils (eu-stack) and python3-dbg (gdb's py-bt) take the
-      # stacks of a stalled run's ranks (muster stack)
+      # stacks of a stalled run's ranks (muster stack); python3-venv makes the
+      # fresh environments that tests/python/run_notebook.sh installs the
+      # package into
 
 missing=()
 for p in "${pkgs[@]}"; do

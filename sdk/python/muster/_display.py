@@ -154,8 +154,7 @@ class WorkerList(list):
     table: HTML in a notebook, aligned text elsewhere."""
 
     def __init__(self, workers: Iterable[Dict[str, Any]] = (), base: Optional[str] = None):
-        super().__init__(Worker(w, base) if isinstance(w, dict) and not isinstance(w, Worker)
-                         else w for w in workers)
+        super().__init__(workers)  # the dicts as they are
         self._base = base
 
     def ids(self) -> List[str]:

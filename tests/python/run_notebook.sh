@@ -123,11 +123,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- 1. the package, installed as a user installs it ----
-wheel=$(ls "$build"/python/muster-*-py3-none-any.whl 2>/dev/null | head -n 1)
-[ -f "$wheel" ] || fail "no wheel in $build/python: build muster first (its python_wheel target)"
 version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$repo/sdk/python/muster/_version.py")
-[ "$(basename "$wheel")" = "muster-$version-py3-none-any.whl" ] ||
-  fail "the wheel $(basename "$wheel") is not muster-$version-py3-none-any.whl"
+wheel=$build/python/muster-$version-py3-none-any.whl
+[ -f "$wheel" ] || fail "no $wheel: build muster first (its python_wheel target)"
 "$PY" -m venv --system-site-packages "$work/venv" >"$work/venv.log" 2>&1 ||
   fail "python3 -m venv failed (apt-get install python3-venv): $(tail -n 3 "$work/venv.log")"
 "$PY" -m venv "$work/venv-wheel" >>"$work/venv.log" 2>&1 || fail "python3 -m venv failed"

@@ -64,7 +64,8 @@ class Display(MusterTestCase):
         self.assertIn("#1a7f37", page)  # running's colour
 
         text = repr(done["workers"]).splitlines()
-        self.assertEqual(text[0].split(), ["ID", "STATUS", "IP", "ROLE", "RESOURCES"])
+        # (USAGE too, once the workers' first sample is in)
+        self.assertEqual(text[0].split()[:5], ["ID", "STATUS", "IP", "ROLE", "RESOURCES"])
         self.assertEqual(len(text), 3)
         self.assertEqual(_columns(text[1]), _columns(text[0]))
         self.assertEqual(_columns(text[2]), _columns(text[0]))
@@ -117,8 +118,9 @@ import muster
 c = muster.Client(url=sys.argv[2], token=sys.argv[3], session=sys.argv[4])
 ws = c.launch_workers(2, 0.1, 0.1, code=sys.argv[5])
 print(json.dumps([w["id"] for w in ws]), flush=True)
+progress = {"auto": None, "on": True}[sys.argv[6]]
 try:
-    done = c.await_workers(ws, wait_for_completion=True, timeout_seconds=300)
+    done = c.await_workers(ws, wait_for_completion=True, timeout_seconds=300, progress=progress)
     print("returned " + json.dumps({"at": time.monotonic(), "counts": repr(done)}), flush=True)
 except KeyboardInterrupt as e:
     print("interrupted " + json.dumps({"at": time.monotonic(), "words": str(e)}), flush=True)
@@ -130,9 +132,10 @@ class Waiting(MusterTestCase):
     """A wait shows its progress where someone watches it, and a
     KeyboardInterrupt ends it at once."""
 
-    def kernel(self, session, code, stderr=subprocess.PIPE):
+    def kernel(self, session, code, stderr=subprocess.PIPE, progress="auto"):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
-        p = subprocess.Popen([PY, "-c", _AWAIT, SDK, CTL["url"], CTL["token"], session, code],
+        p = subprocess.Popen([PY, "-c", _AWAIT, SDK, CTL["url"], CTL["token"], session, code,
+                              progress],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                              env=env, text=True)
         self.addCleanup(lambda: (p.poll() is None and (p.kill(), p.wait()), p.stdin.close(),
@@ -145,7 +148,14 @@ class Waiting(MusterTestCase):
         return p, ids, c
 
     def test_sigint_ends_an_await_within_a_second_and_leaves_the_workers_running(self):
-        p, ids, c = self.kernel("interrupt", "import time; time.sleep(600)")
+        # One long wait (no display), and half-second ones (a display).
+        for progress in ("auto", "on"):
+            with self.subTest(progress=progress):
+                self.interrupt(progress)
+
+    def interrupt(self, progress):
+        p, ids, c = self.kernel("interrupt-" + progress, "import time; time.sleep(600)",
+                                progress=progress)
         # Both running: the kernel's await (until they end) is under way.
         up = c.await_workers(ids, wait_for_completion=False, timeout_seconds=60)
         self.assertEqual(len(up["workers"]), 2, up)
@@ -168,7 +178,7 @@ class Waiting(MusterTestCase):
     def test_on_a_terminal_the_wait_redraws_one_line_and_in_a_pipe_says_nothing(self):
         master, slave = pty.openpty()
         self.addCleanup(os.close, master)
-        p, ids, c = self.kernel("progress-tty", "import time; time.sleep(2)", stderr=slave)
+        p, ids, c = self.kernel("progress-tty", "import time; time.sleep(5)", stderr=slave)
         os.close(slave)
         self.assertTrue(p.stdout.readline().startswith("returned "))
         p.stdin.write("\n")
@@ -204,8 +214,19 @@ class RunObject(MusterTestCase):
     """run_cluster returns a Run: status, workers, wait, logs, metrics, stop."""
 
     def setUp(self):
+        self.session = "run-" + self._testMethodName[5:40].replace("_", "-")
         self.env(MUSTER_CLI=os.path.join(BUILD_DIR, "muster"), MUSTER_URL=CTL["url"],
-                 MUSTER_TOKEN=CTL["token"], MUSTER_SESSION="run-object", MUSTER_LEASE="0")
+                 MUSTER_TOKEN=CTL["token"], MUSTER_SESSION=self.session, MUSTER_LEASE="0")
+        c = self.client(self.session)
+        self.addCleanup(lambda: self._stop_and_await(c, [w["id"] for w in c.list_workers(
+            status=["scheduling", "starting", "running"])]))
+
+    def until(self, what, check, seconds=60):
+        """Waits for check() to be true (what: the words of a failure)."""
+        deadline = time.monotonic() + seconds
+        while not check():
+            self.assertLess(time.monotonic(), deadline, "waited %d s for %s" % (seconds, what))
+            time.sleep(0.05)  # polls the controller: there is no event to wait on here
 
     def test_a_finished_run_reads_back_its_status_workers_logs_and_metrics(self):
         lines = []
@@ -238,6 +259,8 @@ class RunObject(MusterTestCase):
         self.assertTrue(run.id and run.id.startswith("r-"), run)
         self.assertEqual(run.status, "running")
         self.assertIs(muster.attach_run(run.id), run)
+        self.until("the run's 2 workers running", lambda: [
+            w["status"] for w in run.workers] == ["running", "running"])
         with self.assertRaises(muster.MusterError) as e:
             run.wait(0.5)
         self.assertEqual(e.exception.code, "timeout")
@@ -252,6 +275,19 @@ class RunObject(MusterTestCase):
         self.assertEqual(other.status, "stopped")
         self.assertEqual(len(other.workers), 2)
 
+    def test_an_output_callback_that_raises_stops_the_run_and_its_workers(self):
+        def output(line):
+            raise ValueError("the notebook's own bug")
+        with self.assertRaisesRegex(ValueError, "the notebook's own bug"):
+            muster.run_cluster(2, 0, 0.1, 0.1, mode="exec", output=output, progress=False,
+                               command=[PY, "-c", "print('up', flush=True)\n"
+                                        "import time; time.sleep(300)"])
+        c = self.client(self.session)
+        run = c.list_runs()[0]
+        self.assertEqual(run["status"], "stopped")
+        self.until("the run's workers to end", lambda: not c.list_workers(
+            status=["scheduling", "starting", "running"]))
+
     def test_an_interrupted_run_cluster_leaves_the_run_going_on_and_says_how_to_get_it(self):
         code = ("import json, sys, time\nsys.path.insert(0, sys.argv[1])\nimport muster\n"
                 "try:\n    muster.run_cluster(1, 0, 0.1, 0.1, mode='exec', "
@@ -264,12 +300,9 @@ class RunObject(MusterTestCase):
                              env=env, text=True)
         self.addCleanup(lambda: (p.poll() is None and (p.kill(), p.wait()), p.stdin.close(),
                                  p.stdout.close()))
-        c = self.client("run-object")
+        c = self.client(self.session)
         # Its worker running: the run is under way.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not c.list_workers(status="running"):
-            time.sleep(0.05)
-        self.assertTrue(c.list_workers(status="running"), "the run's worker never ran")
+        self.until("the run's worker running", lambda: c.list_workers(status="running"))
         sent = time.monotonic()
         p.send_signal(signal.SIGINT)
         line = p.stdout.readline()

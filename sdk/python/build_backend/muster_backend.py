@@ -13,6 +13,7 @@ From the command line (what the CMake build runs)::
 """
 
 import base64
+import gzip
 import hashlib
 import io
 import os
@@ -30,16 +31,40 @@ EPOCH = int(os.environ.get("SOURCE_DATE_EPOCH", "315532800"))  # 1980-01-01
 
 
 def _pyproject():
+    """pyproject.toml's [project] table."""
+    with open(os.path.join(HERE, "pyproject.toml"), "rb") as f:
+        raw = f.read()
     try:
         import tomllib
-    except ImportError:  # Python < 3.11
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError:
-            raise RuntimeError("building muster's wheel needs Python 3.11 (tomllib) or the "
-                               "tomli package; the package itself runs on Python 3.8 and later")
-    with open(os.path.join(HERE, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)["project"]
+    except ImportError:  # Python < 3.11: the subset of TOML this file uses
+        return _toml_subset(raw.decode("utf-8"))["project"]
+    return tomllib.loads(raw.decode("utf-8"))["project"]
+
+
+def _toml_subset(text):
+    """The TOML that pyproject.toml here uses: [tables], bare keys, and
+    values that are strings, booleans, arrays (over several lines too) and
+    inline tables of those. Anything else raises ValueError."""
+    import ast
+    out, table, pending = {}, None, ""
+    for line in text.splitlines():
+        line = line.strip() if pending else line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if not pending and re.fullmatch(r"\[[A-Za-z0-9_.-]+\]", line):
+            table = out.setdefault(line[1:-1], {})
+            continue
+        pending += " " + line
+        key, _, value = pending.partition("=")
+        if value.count("[") + value.count("{") > value.count("]") + value.count("}"):
+            continue  # an array or table that goes on on the next line
+        pending = ""
+        py = re.sub(r"([{,]\s*)([A-Za-z0-9_-]+)\s*=", r'\1"\2":', value.strip())
+        py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", py))
+        if table is None:
+            raise ValueError("pyproject.toml: a key outside a table: %s" % key.strip())
+        table[key.strip()] = ast.literal_eval(py)
+    return out
 
 
 def _version():
@@ -188,7 +213,10 @@ def build_sdist(sdist_directory, config_settings=None):
         members.append((readme, os.path.join(HERE, readme)))
     members += _package_files()
     tmp = os.path.join(sdist_directory, name + ".part")
-    with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+    # gzip's header carries a time and a name too: EPOCH, and none.
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                               mtime=EPOCH) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         def add(arcname, data):
             ti = tarfile.TarInfo("%s/%s" % (base, arcname))
             ti.size, ti.mtime, ti.mode = len(data), EPOCH, 0o644

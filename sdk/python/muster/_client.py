@@ -1,7 +1,6 @@
 """Client: one connection to a muster controller, and its session's lease."""
 
 import atexit
-import html
 import http.client
 import json
 import os
@@ -19,8 +18,8 @@ from ._common import (DEFAULT_TIMEOUT, _CLIENT_TIMEOUT, _HOW_TO_START, _env_leas
 from ._errors import MusterError
 from . import _cluster
 from ._cluster import cli_args
-from ._display import (AwaitResult, Worker, WorkerList, _link, counts, counts_text, fields_html,
-                       fields_text, status_html)
+from ._display import (AwaitResult, Worker, WorkerList, _link, counts, counts_text, esc,
+                       fields_html, fields_text, status_html)
 from ._progress import Progress
 from ._run import Run
 from ._version import __version__
@@ -87,7 +86,7 @@ class Client:
         self.lease_expired = False
         self._lease_lock = threading.Lock()
         self._launched = []  # ids this client launched in its session, for close()
-        self._runs = []  # runs going on in the background (run_cluster(wait=False))
+        self._runs = []  # runs this client started, while they go on (_keep())
         self.lease_error = None
 
         url = url.strip().rstrip("/")
@@ -111,23 +110,23 @@ class Client:
         """(name, text, HTML) rows that describe this client and its
         controller now; never raises (an unreachable controller is a row)."""
         rows = [("controller", self.url, _link(self.url, "", self.url)),
-                ("session", self.session, html.escape(self.session))]
+                ("session", self.session, esc(self.session))]
         lease = ("on (ttl %g s): the session's workers end with this process" % self.lease_ttl
                  if self.lease else "off: the workers outlive this process")
-        rows.append(("lease", lease, html.escape(lease)))
+        rows.append(("lease", lease, esc(lease)))
         try:
-            h = self.health()
+            h = self._request("GET", "/api/v1/health", timeout=5)
             about = "muster %s, %s backend, %s" % (h.get("version"), h.get("backend"),
                                                    h.get("isolation") or "no isolation")
-            rows.append(("server", about, html.escape(about)))
+            rows.append(("server", about, esc(about)))
             answer = self._request("GET", "/api/v1/workers",
-                                   query=[("session", self.session), ("limit", "500")])
+                                   query=[("session", self.session), ("limit", "500")], timeout=5)
             c = counts(answer.get("workers") or [])
             words = counts_text(c)
             rows.append(("workers", words, " ".join(
                 status_html(s, "%d %s" % (n, s)) for s, n in c.items()) or "none"))
-        except MusterError as e:
-            rows.append(("server", str(e), html.escape(str(e))))
+        except Exception as e:  # noqa: BLE001 (a display never raises)
+            rows.append(("server", str(e), esc(str(e))))
         return rows
 
     def _repr_pretty_(self, p, cycle):
@@ -216,6 +215,14 @@ class Client:
         # The renewal in flight ends first (bounded by its timeout): one left
         # on the wire could take the lease again after the DELETE.
         t.join(timeout=15)
+        if stop_workers:
+            # Runs going on in the background: their workers are under this
+            # lease, which muster run (--no-lease) does not hold.
+            for run in [r for r in self._runs if r._reader is not None and r._reader.is_alive()]:
+                try:
+                    run.stop()
+                except MusterError as e:
+                    sys.stderr.write("muster: could not stop run %s (%s)\n" % (run.id, e))
         if stop_workers and launched:
             # The live ones (ended workers may have been pruned since).
             mine = set(launched)
@@ -475,12 +482,14 @@ class Client:
                         break
                     part = 0.5 if left is None else max(0.001, min(0.5, left))
                     answer = self._await_once(dict(body, timeout_seconds=part), part)
-                    if not answer.get("timed_out"):
-                        break
-                    pm.update(list(answer.get("workers") or []) + list(answer.get("failures") or []))
+                    if not isinstance(answer, dict) or not answer.get("timed_out"):
+                        break  # (what is not a dict: _expect says so below)
+                    self._show(pm, list(answer.get("workers") or []) +
+                               list(answer.get("failures") or []))
         except KeyboardInterrupt:
             pm.close("interrupted")
-            shown = ", ".join(repr(w) for w in wanted[:3]) + (", ..." if len(wanted) > 3 else "")
+            shown = (", ".join(repr(w) for w in wanted) if len(wanted) <= 3 else
+                     "<the %d workers you awaited>" % len(wanted))
             raise KeyboardInterrupt(
                 "await_workers was interrupted; the %d worker%s %s left as %s %s%s. Stop "
                 "%s with stop_workers(%s), or every worker of this session with "
@@ -500,9 +509,19 @@ class Client:
                             if isinstance(w, dict) and w.get("status") == "scheduling"
                             and w.get("waiting_for")}})
         if pm.mode:
-            pm.update(done._all())
+            self._show(pm, done._all())
             pm.close("timed out" if done["timed_out"] else "done")
         return done
+
+    @staticmethod
+    def _show(pm, workers):
+        """Redraws the progress display; one that fails (a broken display,
+        a closed stderr) is turned off, never the wait."""
+        try:
+            pm.update(workers)
+        except Exception as e:  # noqa: BLE001
+            pm.mode = None
+            sys.stderr.write("muster: the progress display failed (%s); waiting without it\n" % e)
 
     def _await_once(self, body, timeout_seconds):
         """One POST /workers/await, its socket given the wait and 30 s more."""
@@ -621,6 +640,12 @@ class Client:
                         timeout_seconds, mode, command, port, ps_cpu, ps_memory, max_restarts)
         return _cluster.run_cluster(self, n_workers, n_ps, args, mode, output, progress, wait)
 
+    def _keep(self, run):
+        """Remembers a run while it goes on: attach_run() finds it, close()
+        stops it."""
+        self._runs = [r for r in self._runs if r._reader is not None and r._reader.is_alive()]
+        self._runs.append(run)
+
     def attach_run(self, run_id):
         """A :class:`Run` for a run by its id: the one this client started
         in the background (``run_cluster(wait=False)``, or one a
@@ -694,4 +719,3 @@ class Client:
 
 # --- module-level functions, as in CML's cdsw module -------------------------
 
-_default_client = None

@@ -8,6 +8,7 @@ of plain worker dicts, an :class:`AwaitResult` the dict CML code indexes
 from __future__ import annotations
 
 import html
+import urllib.parse
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ._errors import _visible
@@ -29,10 +30,16 @@ _CELL_STYLE = "padding:2px 8px;border-bottom:1px solid #d0d7de;vertical-align:to
 
 
 def _number(v: Any) -> str:
-    """v without a trailing .0: 2 for 2.0, 0.25 as it is."""
+    """v without a trailing .0: 2 for 2.0, 0.25 as it is (nan, inf too)."""
     if isinstance(v, float):
-        return ("%.4g" % v) if v != int(v) else "%d" % int(v)
+        return "%.4g" % v
     return str(v)
+
+
+def esc(s: Any, keep_lines: bool = False) -> str:
+    """s for HTML: its control characters written out (its newlines and
+    tabs kept with keep_lines), then escaped."""
+    return html.escape(_visible(str(s), keep_lines))
 
 
 def resources(w: Dict[str, Any]) -> str:
@@ -77,10 +84,19 @@ _HEADINGS = {"id": "ID", "status": "STATUS", "ip": "IP", "role": "ROLE",
              "resources": "RESOURCES", "usage": "USAGE", "why": "FAILURE / WAITS FOR"}
 
 
-def _row(w: Dict[str, Any]) -> Dict[str, str]:
+def _row(w: Any) -> Dict[str, str]:
+    if not isinstance(w, dict):  # not a worker: shown as what it is
+        w = {"id": repr(w)}
     return {"id": str(w.get("id", "?")), "status": str(w.get("status", "?")),
             "ip": str(w.get("ip_address") or "-"), "role": str(w.get("role") or "-"),
             "resources": resources(w), "usage": usage(w), "why": why(w)}
+
+
+def _shown(rows: Sequence[Dict[str, str]]) -> List[str]:
+    """The columns to show: the id, the status, and each other one that
+    some row has a value in."""
+    return [c for c in _COLUMNS
+            if c in ("id", "status") or any(r[c] not in ("", "-") for r in rows)]
 
 
 def text_table(workers: Sequence[Dict[str, Any]]) -> str:
@@ -93,7 +109,7 @@ def text_table(workers: Sequence[Dict[str, Any]]) -> str:
     rows = [{k: _visible(v.replace("\n", " | ") if k == "why" else v) for k, v in r.items()}
             for r in rows]
     rows = [dict(r, why=_short(r["why"], 120)) for r in rows]
-    cols = [c for c in _COLUMNS if c in ("id", "status") or any(r[c] not in ("", "-") for r in rows)]
+    cols = _shown(rows)
     width = {c: max(len(_HEADINGS[c]), *(len(r[c]) for r in rows)) for c in cols}
     lines = ["  ".join(_HEADINGS[c].ljust(width[c]) for c in cols).rstrip()]
     lines += ["  ".join(r[c].ljust(width[c]) for c in cols).rstrip() for r in rows]
@@ -104,14 +120,15 @@ def status_html(status: str, label: Optional[str] = None) -> str:
     """status (or label) with a dot, in the status's colour."""
     colour = STATUS_COLOURS.get(status, "#57606a")
     return ('<span style="color:%s;font-weight:600">&#9679; %s</span>'
-            % (colour, html.escape(status if label is None else label)))
+            % (colour, esc(status if label is None else label)))
 
 
 def _link(base: Optional[str], fragment: str, text: str) -> str:
     if not base:
-        return html.escape(text)
+        return esc(text)
     return ('<a href="%s/#/%s" target="_blank" title="open in the muster web UI">%s</a>'
-            % (html.escape(base, quote=True), html.escape(fragment, quote=True), html.escape(text)))
+            % (html.escape(base, quote=True), html.escape(urllib.parse.quote(fragment, safe="/"),
+                                                          quote=True), esc(text)))
 
 
 def html_table(workers: Sequence[Dict[str, Any]], base: Optional[str]) -> str:
@@ -119,18 +136,19 @@ def html_table(workers: Sequence[Dict[str, Any]], base: Optional[str]) -> str:
     the web UI at base (the controller's URL), its status in its colour."""
     if not workers:
         return "<p><i>no workers</i></p>"
-    cell = '<td style="%s">%%s</td>' % _CELL_STYLE
-    head = "".join('<th style="%s">%s</th>' % (_CELL_STYLE, _HEADINGS[c]) for c in _COLUMNS)
+    rows = [_row(w) for w in workers]
+    cols = _shown(rows)
+    head = "".join('<th style="%s">%s</th>' % (_CELL_STYLE, _HEADINGS[c]) for c in cols)
     body = []
-    for w in workers:
-        r = _row(w)
+    for r in rows:
         wid = r["id"]
-        cells = [_link(base, "workers/" + wid, wid), status_html(r["status"]),
-                 html.escape(r["ip"]), html.escape(r["role"]), html.escape(r["resources"]),
-                 html.escape(r["usage"]),
-                 '<span style="white-space:pre-wrap">%s</span>' % html.escape(r["why"])]
-        body.append("<tr class=\"muster-worker muster-%s\">%s</tr>"
-                    % (html.escape(r["status"], quote=True), "".join(cell % c for c in cells)))
+        cells = {"id": _link(base, "workers/" + wid, wid), "status": status_html(r["status"]),
+                 "why": esc(r["why"], keep_lines=True)}
+        body.append("<tr class=\"muster-worker muster-%s\">%s</tr>" % (
+            html.escape(r["status"], quote=True),
+            "".join('<td style="%s;white-space:%s">%s</td>' % (
+                _CELL_STYLE, "pre-wrap" if c == "why" else "nowrap",
+                cells.get(c, esc(r[c]))) for c in cols)))
     return ('<table class="muster-workers" style="%s"><thead><tr>%s</tr></thead>'
             "<tbody>%s</tbody></table>" % (_TABLE_STYLE, head, "".join(body)))
 
@@ -139,7 +157,7 @@ def counts(workers: Iterable[Dict[str, Any]]) -> Dict[str, int]:
     """How many workers are in each status, in the order of a worker's life."""
     out: Dict[str, int] = {}
     for w in workers:
-        s = str(w.get("status", "?"))
+        s = str(w.get("status", "?")) if isinstance(w, dict) else "?"
         out[s] = out.get(s, 0) + 1
     order = list(STATUS_COLOURS)
     return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
@@ -212,13 +230,13 @@ class AwaitResult(dict):
 
     def _repr_html_(self) -> str:
         base = getattr(self.get("workers"), "_base", None)
-        return "<p>%s</p>%s" % (html.escape(self._headline()), html_table(self._all(), base))
+        return "<p>%s</p>%s" % (esc(self._headline()), html_table(self._all(), base))
 
 
 def fields_html(rows: Sequence[Sequence[str]], title: str) -> str:
     """A two-column table of (name, HTML value) rows under a title."""
     cell = '<td style="%s">%%s</td>' % _CELL_STYLE
-    body = "".join("<tr><th style=\"%s\">%s</th>%s</tr>" % (_CELL_STYLE, html.escape(k), cell % v)
+    body = "".join("<tr><th style=\"%s\">%s</th>%s</tr>" % (_CELL_STYLE, esc(k), cell % v)
                    for k, v in rows)
     return ('<table class="muster-fields" style="%s"><caption style="text-align:left;'
             'font-weight:600">%s</caption>%s</table>' % (_TABLE_STYLE, title, body))

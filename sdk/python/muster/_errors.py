@@ -1,5 +1,9 @@
 """MusterError, and text from workers made safe to print."""
 
+# The bidirectional controls, which reorder what follows them on screen.
+_BIDI = frozenset(list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)) + [0x200E, 0x200F])
+
+
 def _visible(text, keep_lines=False):
     """text with its control characters written out (\\x1b, \\r; the C1
     controls as \\u0080...), newlines and tabs too unless keep_lines: what a
@@ -11,7 +15,7 @@ def _visible(text, keep_lines=False):
         n = ord(ch)
         if keep_lines and ch in "\n\t":
             out.append(ch)
-        elif n < 0x20 or 0x7f <= n <= 0x9f:
+        elif n < 0x20 or 0x7f <= n <= 0x9f or n in _BIDI:
             out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(
                 ch, "\\x%02x" % n if n < 0x80 else "\\u%04x" % n))
         else:

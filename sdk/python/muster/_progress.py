@@ -4,7 +4,6 @@ notebook, one line on a terminal's stderr, nothing elsewhere)."""
 
 from __future__ import annotations
 
-import html
 import os
 import shutil
 import sys
@@ -12,7 +11,7 @@ import threading
 import time
 from typing import Any, Dict, Iterable, Optional
 
-from ._display import STATUS_COLOURS, counts
+from ._display import STATUS_COLOURS, counts, esc
 from ._errors import _visible
 
 
@@ -69,10 +68,11 @@ class Progress:
         self._text = ""
         self._html = ""
         self.counts = ""      # "1 scheduling, 2 running": the last update's
+        self._closed = False  # close() has drawn the last state
 
     def update(self, workers: Iterable[Dict[str, Any]], note: str = "") -> None:
         """Counts workers by status; note: a word after the counts."""
-        workers = list(workers)
+        workers = [w for w in workers if isinstance(w, dict)]
         c = counts(workers)
         waits = [w for w in workers if w.get("status") == "scheduling" and w.get("waiting_for")]
         why = ""
@@ -93,20 +93,26 @@ class Progress:
         running = c.get("running", 0) + c.get("succeeded", 0)
         pct = 100.0 * running / self.total if self.total else 0.0
         bar = "".join('<span style="color:%s">&#9679; %d %s</span> ' % (
-            STATUS_COLOURS.get(s, "#57606a"), n, html.escape(s)) for s, n in c.items())
-        self._text = _visible(text)
-        self._html = (
-            '<div class="muster-progress" style="font-family:ui-monospace,monospace;'
-            'font-size:12px"><b>%s</b> %s of %d workers%s%s <span style="color:#57606a">'
-            '(%.0f s)</span><div style="background:#eaeef2;height:4px;width:320px">'
-            '<div style="background:#1a7f37;height:4px;width:%.0f%%"></div></div></div>' % (
-                html.escape(self.title), bar or "no workers yet ", self.total,
-                "; " + html.escape(why) if why else "", "; " + html.escape(note) if note else "",
-                elapsed, pct))
+            STATUS_COLOURS.get(s, "#57606a"), n, esc(s)) for s, n in c.items())
+        page = ('<div class="muster-progress" style="font-family:ui-monospace,monospace;'
+                'font-size:12px"><b>%s</b> %s of %d workers%s%s <span style="color:#57606a">'
+                '(%.0f s)</span><div style="background:#eaeef2;height:4px;width:320px">'
+                '<div style="background:#1a7f37;height:4px;width:%.0f%%"></div></div></div>' % (
+                    esc(self.title), bar or "no workers yet ", self.total,
+                    "; " + esc(why) if why else "", "; " + esc(note) if note else "",
+                    elapsed, pct))
+        with self._lock:
+            if self._closed:
+                return
+            self._text, self._html = _visible(text), page
         self._draw()
 
     def _draw(self, final: bool = False) -> None:
         with self._lock:
+            if self._closed:
+                return
+            if final:
+                self._closed = True
             key = self._text.rsplit(" (", 1)[0]
             now = time.monotonic()
             # A change redraws at once; the clock alone once a second.
@@ -123,7 +129,13 @@ class Progress:
                 else:
                     self._handle.update(obj)
             elif self.mode == "terminal":
-                width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
+                try:
+                    columns = os.get_terminal_size(sys.stderr.fileno()).columns
+                except (OSError, ValueError, AttributeError):
+                    columns = 0
+                if columns <= 0:  # a terminal that does not say (a new pty)
+                    columns = shutil.get_terminal_size((100, 20)).columns
+                width = max(20, columns - 1)
                 line = self._text if len(self._text) <= width else self._text[:width - 1] + "…"
                 sys.stderr.write("\r\x1b[K" + line)
                 sys.stderr.flush()
@@ -148,11 +160,17 @@ class Progress:
     def close(self, note: str = "") -> None:
         """Leaves the display in its last state (with note, if given) and,
         on a terminal, ends its line."""
-        if note and self._text:
-            self._text = self._text.rsplit(" (", 1)[0] + "; " + _visible(note)
-            self._html = self._html.replace("</b>", "</b> %s:" % html.escape(note), 1)
+        with self._lock:
+            if self._closed:
+                return
+            if note and self._text:
+                self._text = self._text.rsplit(" (", 1)[0] + "; " + _visible(note)
+                self._html = self._html.replace("</b>", "</b> %s:" % esc(note), 1)
         if self._text:
             self._draw(final=True)
+        else:
+            with self._lock:
+                self._closed = True
         with self._lock:
             if self.mode == "terminal" and self._shown:
                 sys.stderr.write("\n")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import datetime
-import html
 import json
 import re
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ._display import WorkerList, fields_html, fields_text, html_table, status_html, _link
+from ._display import WorkerList, _link, esc, fields_html, fields_text, html_table, status_html
 from ._errors import MusterError
 
 _ENDED = ("succeeded", "failed", "stopped")
@@ -162,15 +161,32 @@ class Run(dict):
     def status(self) -> str:
         """``running``, ``succeeded``, ``failed`` or ``stopped``."""
         if not self.id:
+            if self._reader is not None and self._reader.is_alive():
+                return "running"
             return "succeeded" if self.get("exit_code") == 0 else "failed"
         return str(self.refresh().get("status"))
 
     def _sizes(self, record: Dict[str, Any]) -> Tuple[int, int]:
         if self._size:
             return self._size
-        # A run found by its id: each attempt launched as many workers.
-        per = len(record.get("workers") or []) // (int(record.get("restarts") or 0) + 1)
-        return per, 0
+        # A run found by its id: each attempt launched as many workers, the
+        # parameter servers first.
+        ids = record.get("workers") or []
+        per = len(ids) // (int(record.get("restarts") or 0) + 1)
+        last = set(ids[len(ids) - per:]) if per else set()
+        n_ps = sum(1 for w in self._run_workers() if w.get("id") in last and w.get("role") == "ps")
+        if record.get("status") in _ENDED:
+            self._size = (per - n_ps, n_ps)
+        return per - n_ps, n_ps
+
+    def _run_workers(self, timeout: Any = None) -> List[Dict[str, Any]]:
+        """Every worker of the run, of every attempt, in one call."""
+        query = [("run", self.id), ("limit", "5000")]
+        if timeout is None:
+            answer = self._client._request("GET", "/api/v1/workers", query=query)
+        else:
+            answer = self._client._request("GET", "/api/v1/workers", query=query, timeout=timeout)
+        return [w for w in (answer.get("workers") or []) if isinstance(w, dict)]
 
     def worker_ids(self, role: str = "worker") -> List[str]:
         """The ids of the last attempt's workers of ``role`` (``"worker"``
@@ -184,7 +200,8 @@ class Run(dict):
     def workers(self) -> WorkerList:
         """The last attempt's workers (parameter servers first), as dicts."""
         ids = self.worker_ids("ps") + self.worker_ids("worker")
-        return WorkerList([self._client.get_worker(w) for w in ids], self._client.url)
+        by_id = {w["id"]: w for w in self._run_workers()}
+        return WorkerList([by_id[i] for i in ids if i in by_id], self._client.url)
 
     def logs(self, rank: int = 0, stream: str = "stdout", role: str = "worker") -> str:
         """What rank ``rank`` (worker ``rank`` of ``role``) of the last
@@ -214,7 +231,7 @@ class Run(dict):
         out = [rows[k] for k in sorted(rows, key=lambda k: (k[0] or 0, k[1] or 0))]
         try:
             import pandas  # type: ignore[import-not-found]
-        except ImportError:
+        except Exception:  # noqa: BLE001 (not there, or broken: the rows as they are)
             return out
         return pandas.DataFrame(out)
 
@@ -229,6 +246,8 @@ class Run(dict):
             if self._reader.is_alive():
                 raise MusterError("timeout", "run %s had not ended after %s s" % (
                     self.id or "(not yet recorded)", timeout))
+        if self._reader is not None:
+            return self  # muster run has ended: the run is what it recorded
         while self.id and self.status not in _ENDED:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -241,35 +260,45 @@ class Run(dict):
         """Ends the run as ``stopped`` and stops its live workers (of every
         attempt; ``muster run``, if still going, ends with them). Returns
         the workers, stopped."""
-        record = self.refresh()
-        if record.get("status") not in _ENDED:
+        if self.refresh().get("status") not in _ENDED:
             try:
                 self._client._request("POST", "/api/v1/runs/%s/end" % self.id,
                                       {"status": "stopped", "failure": "stopped by Run.stop()"})
             except MusterError as e:
                 if e.code != "conflict":  # it ended meanwhile: as it ended
                     raise
-        ids = list(record.get("workers") or [])
+        # Read again: no worker joins an ended run, so this list is whole.
+        ids = list(self.refresh().get("workers") or [])
         if not ids:
             return WorkerList([], self._client.url)
         return self._client.stop_workers(ids)
 
     # --- how it looks ------------------------------------------------------
 
-    def _rows(self) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]], Dict[str, Any]]:
-        """(text rows, HTML rows, record) for display; never raises."""
-        try:
-            record = self.refresh() if self.id else {}
-            err = None
-        except MusterError as e:
-            record, err = self._record or {}, str(e)
-        status = str(record.get("status") or ("succeeded" if self.get("exit_code") == 0
-                                                else "failed"))
+    def _rows(self, read: bool) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]],
+                                         Dict[str, Any]]:
+        """(text rows, HTML rows, record) for display, the record read now
+        if read (else as last read); never raises."""
+        record, err = self._record or {}, None
+        if read and self.id:
+            try:
+                record = self._client._request("GET", "/api/v1/runs/" + self.id, timeout=5)
+                self._record = record
+            except MusterError as e:
+                err = str(e)
+        if record.get("status"):
+            status = str(record["status"])
+        elif self._reader is not None and self._reader.is_alive():
+            status = "running"
+        else:
+            status = "succeeded" if self.get("exit_code") == 0 else "failed"
         latest = record.get("latest") or {}
         latest_s = ", ".join("%s %s" % (k, _latest(v)) for k, v in sorted(latest.items()))
+        ids = record.get("workers") or []
+        n = sum(self._size) if self._size else len(ids) // (int(record.get("restarts") or 0) + 1)
         rows = [("run", self.id or "(not recorded)"), ("status", status),
                 ("mode", str(record.get("mode") or "-")),
-                ("workers", str(sum(self._sizes(record))) if record else "-"),
+                ("workers", str(n) if record else "-"),
                 ("restarts", str(record.get("restarts", self.get("restarts", 0)))),
                 ("duration", _duration(record) if record else "-"),
                 ("latest", latest_s or "-")]
@@ -285,23 +314,27 @@ class Run(dict):
             rows.append(("note", "could not read the run now: " + err))
         html_rows = [(k, status_html(v) if k == "status" else
                       _link(self._client.url, "runs/" + v, v) if k == "run" and self.id else
-                      '<span style="white-space:pre-wrap">%s</span>' % html.escape(v))
+                      '<span style="white-space:pre-wrap">%s</span>' % esc(v, keep_lines=True))
                      for k, v in rows]
         return rows, html_rows, record
 
     def __repr__(self) -> str:
-        rows, _, _ = self._rows()
+        # No call to the controller: a repr is printed in logs and tracebacks.
+        rows, _, _ = self._rows(read=False)
         return fields_text(rows, "Run")
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(repr(self))
+        rows, _, _ = self._rows(read=True)
+        p.text(fields_text(rows, "Run"))
 
     def _repr_html_(self) -> str:
-        _, html_rows, record = self._rows()
+        _, html_rows, record = self._rows(read=True)
         out = fields_html(html_rows, "muster run")
-        if record:
+        if record and self.id:
             try:
-                out += html_table(self.workers, self._client.url)
-            except MusterError:
+                ids = self.worker_ids("ps") + self.worker_ids("worker")
+                by_id = {w["id"]: w for w in self._run_workers(timeout=5)}
+                out += html_table([by_id[i] for i in ids if i in by_id], self._client.url)
+            except Exception:  # noqa: BLE001 (a display never raises)
                 pass
         return out

@@ -84,7 +84,8 @@ class Progress:
         counts_s = ", ".join("%d %s" % (n, s) for s, n in c.items()) or "no workers yet"
         self.counts = counts_s
         elapsed = time.monotonic() - self._t0
-        text = "%s: %s of %d workers" % (self.title, counts_s, self.total)
+        of = "of %d worker%s" % (self.total, "" if self.total == 1 else "s")
+        text = "%s: %s %s" % (self.title, counts_s, of)
         if why:
             text += "; " + why
         if note:
@@ -95,10 +96,10 @@ class Progress:
         bar = "".join('<span style="color:%s">&#9679; %d %s</span> ' % (
             STATUS_COLOURS.get(s, "#57606a"), n, esc(s)) for s, n in c.items())
         page = ('<div class="muster-progress" style="font-family:ui-monospace,monospace;'
-                'font-size:12px"><b>%s</b> %s of %d workers%s%s <span style="color:#57606a">'
+                'font-size:12px"><b>%s</b> %s %s%s%s <span style="color:#57606a">'
                 '(%.0f s)</span><div style="background:#eaeef2;height:4px;width:320px">'
                 '<div style="background:#1a7f37;height:4px;width:%.0f%%"></div></div></div>' % (
-                    esc(self.title), bar or "no workers yet ", self.total,
+                    esc(self.title), bar or "no workers yet ", of,
                     "; " + esc(why) if why else "", "; " + esc(note) if note else "",
                     elapsed, pct))
         with self._lock:

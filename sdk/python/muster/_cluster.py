@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import collections
 import os
-import queue
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import threading
+import time
 from typing import Any, Callable, List, Optional
 
 from ._common import _own_kernel
@@ -71,8 +73,8 @@ def cli_args(client: Any, n_workers: int, n_ps: int, cpu: float, memory: float, 
 
 class _Watch:
     """Finds the run that a muster run process recorded (by its lease
-    holder: host-PID-random) and shows its workers' progress, every half
-    second until stopped."""
+    holder, HOST-PID-RANDOM: this host, the process's PID) and shows its
+    workers' progress, every half second until stopped."""
 
     def __init__(self, client: Any, proc: Any, size: int, progress: Progress):
         self.client, self.proc, self.size, self.progress = client, proc, size, progress
@@ -82,12 +84,16 @@ class _Watch:
         self.thread = threading.Thread(target=self._loop, name="muster-run-watch", daemon=True)
         self.thread.start()
 
-    def find(self) -> Optional[str]:
-        """The run's id, looked up now if not known yet (None: not found)."""
+    def find(self, timeout: Optional[float] = None) -> Optional[str]:
+        """The run's id, looked up now if not known yet (None: not found);
+        timeout: of the one call."""
         if self.run_id is None:
-            for r in self.client.list_runs(status="running"):
+            query = [("session", self.client.session), ("status", "running"), ("limit", "500")]
+            kw = {} if timeout is None else {"timeout": timeout}
+            answer = self.client._request("GET", "/api/v1/runs", query=query, **kw)
+            for r in answer.get("runs") or []:
                 parts = str(r.get("holder") or "").rsplit("-", 2)
-                if len(parts) == 3 and parts[1] == str(self.proc.pid):
+                if len(parts) == 3 and parts[0] == _HOST and parts[1] == str(self.proc.pid):
                     self.run_id = r.get("id")
                     self.found.set()
                     break
@@ -113,88 +119,138 @@ class _Watch:
             self.stop.wait(0.5)
 
 
+def _holder_host() -> str:
+    """This host's name as a lease holder spells it (libmuster's
+    make_holder(): letters, digits and '-', at most 32)."""
+    host = "".join(ch for ch in socket.gethostname() if ch.isascii() and (ch.isalnum() or ch == "-"))
+    return host[:32] or "host"
+
+
+_HOST = _holder_host()
+
+
 class _Reader:
     """Reads muster run's output from its start to its end, whatever the
-    caller does meanwhile: each line into the run (run.output, and what
+    caller does meanwhile: each line into the run (its output, and what
     RunOutput takes from it) and, while someone waits in the foreground,
-    onto a queue for them; at the end the run's result, the process reaped
-    and its pipe closed."""
+    to them (next_line()), else to output; at the end the process reaped,
+    its pipe closed and the run's result in."""
 
-    _END = object()
-
-    def __init__(self, run: Run, proc: Any, out: RunOutput, watch: _Watch,
+    def __init__(self, run: Run, proc: Any, out: RunOutput, watch: Any,
                  output: Optional[Callable[[str], Any]]):
         self.run, self.proc, self.out, self.watch = run, proc, out, watch
-        self.output = output        # called here once nobody waits in the foreground
-        self.foreground = True      # lines go onto the queue
-        self.lines: "queue.Queue[Any]" = queue.Queue()
-        run.output = collections.deque(maxlen=_KEEP_LINES)  # type: ignore[assignment]
+        self.output = output        # called once nobody waits in the foreground
+        # Under this lock: where a line goes, the switch to the background
+        # and every call of output. No line is lost or sent out of order,
+        # and one thread at a time calls output.
+        self._cond = threading.Condition()
+        self._foreground = True
+        self._pending: "collections.deque[str]" = collections.deque()
+        self._done = False
+        run._output = collections.deque(maxlen=_KEEP_LINES)
         run._proc = proc
         run._reader = threading.Thread(target=self._main, name="muster-run-output", daemon=True)
         run._reader.start()
 
+    def _emit(self, line: str) -> None:
+        if self.output:
+            try:
+                self.output(line)
+            except Exception:  # noqa: BLE001 (the caller's; the output is kept)
+                self.output = None
+
     def _main(self) -> None:
+        failed, code = None, None
         try:
             for line in self.proc.stdout:
                 line = line.rstrip("\n")
-                self.run.output.append(line)
+                self.run._output.append(line)
                 self.out.feed(line)
-                if self.foreground:
-                    self.lines.put(line)
-                elif self.output:
-                    try:
-                        self.output(line)
-                    except Exception:  # noqa: BLE001 (the caller's; the output is kept)
-                        self.output = None
-            code = self.proc.wait()
-            self.run.update({"exit_code": code,
-                             "summary": self.out.summary() if code == 0 else None,
-                             "run": self.out.run_id or self.run.get("run") or self.watch.run_id,
-                             "restarts": self.out.restarts})
+                with self._cond:
+                    if self._foreground:
+                        self._pending.append(line)
+                        self._cond.notify()
+                    else:
+                        self._emit(line)
+        except BaseException as e:  # noqa: BLE001 (an unreadable pipe: the run is ended)
+            failed = e
         finally:
-            self.proc.stdout.close()
-            self.watch.stop.set()
-            self.lines.put(self._END)
-
-    def background(self) -> None:
-        """Nobody waits in the foreground any more: lines go to output."""
-        self.foreground = False
-        while True:  # what was queued, to output too
             try:
-                line = self.lines.get_nowait()
-            except queue.Empty:
-                return
-            if line is self._END:
-                return
-            if self.output:
-                try:
-                    self.output(line)
-                except Exception:  # noqa: BLE001
-                    self.output = None
+                if failed is not None and self.proc.poll() is None:
+                    try:
+                        os.killpg(self.proc.pid, signal.SIGTERM)
+                    except OSError:  # it ended meanwhile
+                        pass
+                code = self.proc.wait()
+                self.proc.stdout.close()
+            finally:
+                if failed is not None and self.out.failure is None:
+                    self.out.failure = "the output of muster run could not be read (%s)" % failed
+                self.run.update({
+                    "exit_code": code if failed is None and code is not None else (code or 1),
+                    "summary": self.out.summary() if failed is None and code == 0 else None,
+                    "run": self.out.run_id or self.run.get("run") or self.watch.run_id,
+                    "restarts": self.out.restarts})
+                with self._cond:
+                    self._done = True
+                    self._cond.notify_all()
+                self.watch.stop.set()
+
+    def next_line(self) -> Optional[str]:
+        """The next line for the foreground, waiting for it; None at the end."""
+        with self._cond:
+            while not self._pending and not self._done:
+                self._cond.wait()
+            return self._pending.popleft() if self._pending else None
+
+    def background(self, output_too: bool = True) -> None:
+        """Nobody waits in the foreground any more: the lines not taken yet
+        and every later one go to output (output_too=False: to run.output
+        only)."""
+        with self._cond:
+            if not output_too:
+                self.output = None
+            self._foreground = False
+            while self._pending:
+                self._emit(self._pending.popleft())
 
 
-def _abandon(run: Run, watch: _Watch) -> None:
+def _abandon(run: Run, watch: _Watch, client: Any) -> None:
     """The caller's own code failed while the run went on: stop the run
     (its record ends as stopped, its workers stop) and muster run."""
     try:
-        run["run"] = run.get("run") or watch.find()
-        if run.id:
-            run.stop()
-    except Exception:  # noqa: BLE001 (the caller's error is the one to raise)
-        pass
+        try:
+            run["run"] = run.get("run") or watch.find(timeout=5)
+            if run.id:
+                run.stop()
+            else:
+                raise MusterError("not_found", "the run was not found")
+        except Exception as e:  # noqa: BLE001 (the caller's error is the one to raise)
+            sys.stderr.write("muster: run_cluster could not stop its run (%s); its workers stop "
+                             "with this client (close(), or the interpreter's exit)\n" % e)
+    finally:
+        if run._proc.poll() is None:
+            try:
+                os.killpg(run._proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+
+def _quietly(what: Callable[[], Any]) -> None:
     try:
-        os.killpg(run._proc.pid, signal.SIGTERM)
-    except OSError:
+        what()
+    except Exception:  # noqa: BLE001 (a display that fails is no reason to fail)
         pass
 
 
 def run_cluster(client: Any, n_workers: int, n_ps: int, args: List[str], mode: Optional[str],
                 output: Optional[Callable[[str], Any]], progress: Optional[bool],
-                wait: bool) -> Run:
+                wait: bool, find_timeout: float = 30.0) -> Run:
     """Runs ``muster run`` (args) and returns its Run: when it has ended,
     or with wait=False once the run is recorded (it goes on in the
-    background). A KeyboardInterrupt leaves the run going on; any other
-    exception of the caller's (output) stops it."""
+    background; at most find_timeout s later without its id). A
+    KeyboardInterrupt leaves the run going on; any other exception of the
+    caller's (its output) stops it."""
     n_ps = int(n_ps) if (mode or ("ps" if n_ps else "allreduce")) == "ps" else 0
     env = dict(os.environ, MUSTER_URL=client.url, MUSTER_TOKEN=client.token or "",
                MUSTER_SESSION=client.session)
@@ -206,32 +262,37 @@ def run_cluster(client: Any, n_workers: int, n_ps: int, args: List[str], mode: O
     # Its own session: a terminal's ^C reaches this process only, and the
     # run goes on (its workers end with this client's lease). The reader
     # starts at once, so that the pipe is drained whatever happens here.
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            encoding="utf-8", errors="replace", bufsize=1,
-                            start_new_session=True)
-    watch = _Watch(client, proc, size, pm)
-    reader = _Reader(run, proc, out, watch, output)
-    client._keep(run)
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, encoding="utf-8", errors="replace",
+                            bufsize=1, start_new_session=True)
+    watch = reader = None
     show = output or print
     try:
+        watch = _Watch(client, proc, size, pm)
+        run._watch = watch
+        reader = _Reader(run, proc, out, watch, output)
+        client._keep(run)
         if not wait:
             reader.background()
-            while not watch.found.wait(0.2) and run._reader.is_alive():
+            deadline = time.monotonic() + find_timeout
+            while (not watch.found.wait(0.2) and run._reader.is_alive()
+                   and time.monotonic() < deadline):
                 pass
         else:
             while True:
-                line = reader.lines.get()
-                if line is _Reader._END:
+                line = reader.next_line()
+                if line is None:
                     break
                 pm.line(line, show)
     except KeyboardInterrupt:
-        reader.background()
+        if watch is None or reader is None:  # before the reader ran: nothing goes on
+            _stop_early(proc, watch)
+            raise
         watch.stop.set()
-        try:
-            run["run"] = run.get("run") or watch.find()
-        except Exception:  # noqa: BLE001 (the sentence says what it can)
-            pass
-        pm.close("interrupted")
+        reader.background()
+        _quietly(lambda: watch.find(timeout=2))
+        run["run"] = run.get("run") or watch.run_id
+        _quietly(lambda: pm.close("interrupted"))
         if run.id:
             how = ("Get it back with run = muster.attach_run(%r) (run.wait(), run.logs(0)); "
                    "stop it with run.stop()" % run.id)
@@ -241,26 +302,45 @@ def run_cluster(client: Any, n_workers: int, n_ps: int, args: List[str], mode: O
                                 "are left as they are. %s." % (
                                     run.id + " " if run.id else "", how)) from None
     except BaseException:
-        reader.background()
+        if watch is None or reader is None:
+            _stop_early(proc, watch)
+            raise
         watch.stop.set()
-        pm.close("stopped")
-        _abandon(run, watch)
+        reader.background(output_too=False)  # the caller's output is what failed
+        _quietly(lambda: pm.close("stopped"))
+        _abandon(run, watch, client)
         raise
     if not wait:
         run["run"] = run.get("run") or watch.run_id
         code = run.get("exit_code")
         if code not in (None, 0) and out.error(code) is not None:
             raise out.error(code)  # muster run refused it before it ran
+        if not run.id and run._reader.is_alive():
+            sys.stderr.write("muster: run_cluster could not find its run's id within %g s; it "
+                             "goes on (run.wait(), run.output)\n" % find_timeout)
         return run
     run._reader.join()
-    watch.stop.set()
+    watch.thread.join(1)
     code = run["exit_code"]
-    pm.close("succeeded" if code == 0 else "failed")
+    _quietly(lambda: pm.close("succeeded" if code == 0 else "failed"))
     err = out.error(code)
     if err is not None:
         raise err
     if code != 0:
-        e = MusterError("training_failed", out.failure or "muster run exited with code %d" % code)
+        e = MusterError("training_failed", out.failure or "muster run exited with code %s" % code)
         e.run = run
         raise e
     return run
+
+
+def _stop_early(proc: Any, watch: Optional[_Watch]) -> None:
+    """Setting up failed before the reader ran: muster run is ended and
+    reaped (it has not run anything yet, or its workers end with it)."""
+    if watch is not None:
+        watch.stop.set()
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except OSError:
+        pass
+    proc.stdout.close()
+    proc.wait()

@@ -1,7 +1,9 @@
 """MusterError, and text from workers made safe to print."""
 
 # The bidirectional controls, which reorder what follows them on screen.
-_BIDI = frozenset(list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)) + [0x200E, 0x200F])
+# (and the line and paragraph separators, which break a line)
+_BIDI = frozenset(list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)) +
+                  [0x200E, 0x200F, 0x061C, 0x2028, 0x2029])
 
 
 def _visible(text, keep_lines=False):

@@ -69,6 +69,7 @@ class Progress:
         self._html = ""
         self.counts = ""      # "1 scheduling, 2 running": the last update's
         self._closed = False  # close() has drawn the last state
+        self._said = None     # the last line written in "lines" mode
 
     def update(self, workers: Iterable[Dict[str, Any]], note: str = "") -> None:
         """Counts workers by status; note: a word after the counts."""
@@ -110,16 +111,22 @@ class Progress:
 
     def _draw(self, final: bool = False) -> None:
         with self._lock:
-            if self._closed:
-                return
-            if final:
-                self._closed = True
-            key = self._text.rsplit(" (", 1)[0]
-            now = time.monotonic()
-            # A change redraws at once; the clock alone once a second.
-            if not final and key == self._last and now - self._drawn_at < 1.0:
-                return
-            self._last, self._drawn_at = key, now
+            self._draw_locked(final)
+
+    def _draw_locked(self, final: bool) -> None:
+        """Draws the current state (under the lock). A display that fails
+        is turned off: a display is never a reason for a wait to fail."""
+        if self._closed or self.mode is None:
+            return
+        if final:
+            self._closed = True
+        key = self._text.rsplit(" (", 1)[0]
+        now = time.monotonic()
+        # A change redraws at once; the clock alone once a second.
+        if not final and key == self._last and now - self._drawn_at < 1.0:
+            return
+        self._last, self._drawn_at = key, now
+        try:
             if self.mode == "notebook":
                 display = _notebook_display()
                 if display is None:
@@ -130,50 +137,63 @@ class Progress:
                 else:
                     self._handle.update(obj)
             elif self.mode == "terminal":
-                try:
-                    columns = os.get_terminal_size(sys.stderr.fileno()).columns
-                except (OSError, ValueError, AttributeError):
-                    columns = 0
-                if columns <= 0:  # a terminal that does not say (a new pty)
-                    columns = shutil.get_terminal_size((100, 20)).columns
-                width = max(20, columns - 1)
-                line = self._text if len(self._text) <= width else self._text[:width - 1] + "…"
-                sys.stderr.write("\r\x1b[K" + line)
+                line = self._text
+                width = _width()
+                if len(line) > width:
+                    line = line[:width - 1] + "…"
+                sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
                 sys.stderr.flush()
-                self._shown = line
-            elif self.mode == "lines" and (final or key != getattr(self, "_said", None)):
+                self._shown = "" if final else line
+            elif self.mode == "lines" and (final or key != self._said):
                 self._said = key
                 sys.stderr.write(self._text + "\n")
                 sys.stderr.flush()
+        except Exception:  # noqa: BLE001 (a closed stderr, a display that fails)
+            self.mode = None
 
     def line(self, text: str, write: Any) -> None:
         """Writes a line of output (write(text)) without tearing the
         terminal's progress line: it is cleared first and drawn again after."""
-        with self._lock:
-            if self.mode == "terminal" and self._shown:
-                sys.stderr.write("\r\x1b[K")
-                sys.stderr.flush()
+        if self.mode != "terminal":
             write(text)
-            if self.mode == "terminal" and self._shown:
-                sys.stderr.write(self._shown)
-                sys.stderr.flush()
+            return
+        with self._lock:
+            shown = self._shown
+            if shown:
+                _quiet_write("\r\x1b[K")
+            write(text)
+            if shown and self._shown:
+                _quiet_write(self._shown)
 
     def close(self, note: str = "") -> None:
         """Leaves the display in its last state (with note, if given) and,
-        on a terminal, ends its line."""
+        on a terminal, ends its line: all at once, no update in between."""
         with self._lock:
             if self._closed:
                 return
-            if note and self._text:
+            if not self._text:
+                self._closed = True
+                return
+            if note:
                 self._text = self._text.rsplit(" (", 1)[0] + "; " + _visible(note)
                 self._html = self._html.replace("</b>", "</b> %s:" % esc(note), 1)
-        if self._text:
-            self._draw(final=True)
-        else:
-            with self._lock:
-                self._closed = True
-        with self._lock:
-            if self.mode == "terminal" and self._shown:
-                sys.stderr.write("\n")
-                sys.stderr.flush()
-                self._shown = ""
+            self._draw_locked(final=True)
+
+
+def _width() -> int:
+    """The columns of the terminal stderr is (less one)."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    if columns <= 0:  # a terminal that does not say (a new pty)
+        columns = shutil.get_terminal_size((100, 20)).columns
+    return max(20, columns - 1)
+
+
+def _quiet_write(s: str) -> None:
+    try:
+        sys.stderr.write(s)
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 (stderr closed: the output still goes out)
+        pass

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
+import os
 import re
+import signal
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -140,7 +143,14 @@ class Run(dict):
         # run_cluster): its process and the thread that reads its output.
         self._proc: Any = None
         self._reader: Optional[threading.Thread] = None
-        self.output: List[str] = []
+        self._watch: Any = None   # what finds the run's id (run_cluster's)
+        self._output: "collections.deque[str]" = collections.deque()
+
+    @property
+    def output(self) -> List[str]:
+        """The lines ``muster run`` printed (the last 10,000), for a run this
+        client started: a copy, taken now."""
+        return list(self._output)
 
     # --- what the controller knows ---------------------------------------
 
@@ -248,7 +258,15 @@ class Run(dict):
                     self.id or "(not yet recorded)", timeout))
         if self._reader is not None:
             return self  # muster run has ended: the run is what it recorded
-        while self.id and self.status not in _ENDED:
+        # A run found by its id: its record, read once a second (a
+        # controller away for a moment is waited for too).
+        while self.id:
+            try:
+                if self.status in _ENDED:
+                    return self
+            except MusterError as e:
+                if e.code not in ("unreachable", "timeout"):
+                    raise
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise MusterError("timeout", "run %s was still %s after %s s" % (
@@ -260,6 +278,17 @@ class Run(dict):
         """Ends the run as ``stopped`` and stops its live workers (of every
         attempt; ``muster run``, if still going, ends with them). Returns
         the workers, stopped."""
+        if not self.id and self._watch is not None:
+            self["run"] = self._watch.find(timeout=5)
+        if not self.id and self._proc is not None and self._proc.poll() is None:
+            # Not recorded yet, or not found: muster run ends (before it
+            # launched, or its workers end with this client's lease).
+            try:
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            except OSError:  # it ended meanwhile
+                pass
+            raise MusterError("not_found", "the run's record was not found; its muster run was "
+                              "ended, and its workers end with this client (stop_workers())")
         if self.refresh().get("status") not in _ENDED:
             try:
                 self._client._request("POST", "/api/v1/runs/%s/end" % self.id,
@@ -302,7 +331,9 @@ class Run(dict):
                 ("restarts", str(record.get("restarts", self.get("restarts", 0)))),
                 ("duration", _duration(record) if record else "-"),
                 ("latest", latest_s or "-")]
-        summary = self.get("summary", record.get("summary"))
+        summary = self.get("summary")
+        if summary is None:
+            summary = record.get("summary")
         if summary is not None:
             rows.append(("summary", json.dumps(summary) if not isinstance(summary, str)
                          else summary))
@@ -332,9 +363,13 @@ class Run(dict):
         out = fields_html(html_rows, "muster run")
         if record and self.id:
             try:
-                ids = self.worker_ids("ps") + self.worker_ids("worker")
+                # From the record just read, in one call: the last attempt's.
+                ids = record.get("workers") or []
+                n = sum(self._size) if self._size else \
+                    len(ids) // (int(record.get("restarts") or 0) + 1)
+                last = ids[len(ids) - n:] if n else []
                 by_id = {w["id"]: w for w in self._run_workers(timeout=5)}
-                out += html_table([by_id[i] for i in ids if i in by_id], self._client.url)
+                out += html_table([by_id[i] for i in last if i in by_id], self._client.url)
             except Exception:  # noqa: BLE001 (a display never raises)
                 pass
         return out

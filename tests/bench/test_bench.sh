@@ -90,6 +90,7 @@ bench run '^ +wall: muster run .* fixed cost ;^bench/run: done'
 bench start '^ratio muster-train/reference: warm;^target: warm <='
 bench flood '^idle .* ratio p99;^exec .* ratio p99;^worst p99 of the API under'
 bench metrics '^\(a\) reference, sqlite3 alone.* ratio;^\(b\) GET metrics\?names=loss.* ratio;^\(c\) Python log_metrics.* ratio;^\(c\) C muster_log_metrics.* ratio'
+bench notebook '^\(a\) await_workers \(long wait\) interrupted: .* ratio;^\(a\) await_workers \(slices wait\) interrupted: .* ratio;^\(b\) _repr_html_\(\) of 1,000 workers: .* ratio'
 echo "# took $(($(date +%s) - start)) s"
 echo "$pass passed, $skip skipped, $fail failed"
 [ "$fail" = 0 ]

@@ -39,11 +39,18 @@ promises, ``io_error`` for a local file, or ``training_failed`` from
 :meth:`Client.run_cluster`.
 """
 
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
 
 __all__ = [
     "MusterError",
     "Client",
     "Run",
+    "WorkerList",
+    "Worker",
+    "AwaitResult",
     "configure",
     "default_client",
     "launch_workers",
@@ -65,7 +72,8 @@ __all__ = [
 ]
 
 from ._client import Client
-from ._common import DEFAULT_LEASE_TTL, DEFAULT_TIMEOUT
+from ._common import DEFAULT_LEASE_TTL, DEFAULT_TIMEOUT, WorkerRef, Workers
+from ._display import AwaitResult, Worker, WorkerList
 from ._errors import MusterError
 from ._metrics import flush_metrics, log_metrics
 from ._run import Run
@@ -76,8 +84,9 @@ from ._version import __version__
 _default_client = None
 
 
-def configure(url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT, lease=None,
-              lease_ttl=None):
+def configure(url: Optional[str] = None, token: Optional[str] = None,
+              session: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
+              lease: Optional[bool] = None, lease_ttl: Optional[float] = None) -> Client:
     """Sets the client the module functions use, and returns it.
 
     Arguments left out are found as :class:`Client` finds them (environment,
@@ -89,7 +98,7 @@ def configure(url=None, token=None, session=None, timeout=DEFAULT_TIMEOUT, lease
     return _default_client
 
 
-def default_client():
+def default_client() -> Client:
     """The client the module functions use, created at first use from the
     environment (see :class:`Client`)."""
     global _default_client
@@ -98,9 +107,13 @@ def default_client():
     return _default_client
 
 
-def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="",
-                   env={}, args=None, secret_env=None, command=None, role=None, name=None,
-                   session=None, cwd=None, path=None):
+def launch_workers(n: int, cpu: float, memory: float, nvidia_gpu: int = 0,
+                   kernel: Optional[str] = "python3", script: str = "", code: str = "",
+                   env: Dict[str, str] = {}, args: Optional[List[str]] = None,
+                   secret_env: Optional[Dict[str, str]] = None,
+                   command: Optional[List[str]] = None, role: Optional[str] = None,
+                   name: Optional[str] = None, session: Optional[str] = None,
+                   cwd: Optional[str] = None, path: Optional[str] = None) -> WorkerList:
     """Launches worker engines.
 
     Parameters:
@@ -130,7 +143,8 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
         session=session, cwd=cwd, path=path)
 
 
-def await_workers(ids, wait_for_completion=True, timeout_seconds=60, progress=None):
+def await_workers(ids: Workers, wait_for_completion: bool = True,
+                  timeout_seconds: float = 60, progress: Optional[bool] = None) -> AwaitResult:
     """Waits for workers to either reach the running state or complete.
 
     Parameters:
@@ -156,7 +170,7 @@ def await_workers(ids, wait_for_completion=True, timeout_seconds=60, progress=No
                                           timeout_seconds=timeout_seconds, progress=progress)
 
 
-def stop_workers(*worker_id):
+def stop_workers(*worker_id: Workers) -> WorkerList:
     """Stops workers.
 
     Parameters:
@@ -169,7 +183,8 @@ def stop_workers(*worker_id):
     return default_client().stop_workers(*worker_id)
 
 
-def list_workers(status=None, role=None, all_sessions=False):
+def list_workers(status: Union[str, Sequence[str], None] = None, role: Optional[str] = None,
+                 all_sessions: bool = False) -> WorkerList:
     """Returns all workers of the current session (newest first).
 
     Parameters:
@@ -182,19 +197,23 @@ def list_workers(status=None, role=None, all_sessions=False):
     return default_client().list_workers(status=status, role=role, all_sessions=all_sessions)
 
 
-def get_worker(worker_id):
+def get_worker(worker_id: WorkerRef) -> Worker:
     """Returns one worker (a dict), given its id or its dict."""
     return default_client().get_worker(worker_id)
 
 
-def worker_logs(worker_id, stream="stdout", offset=None):
+def worker_logs(worker_id: WorkerRef, stream: str = "stdout",
+                offset: Optional[int] = None) -> str:
     """Returns the ``stdout`` (default) or ``stderr`` log of a worker as a str."""
     return default_client().worker_logs(worker_id, stream=stream, offset=offset)
 
 
-def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
-                timeout_seconds=60, mode=None, command=None, port=2222, output=None,
-                ps_cpu=None, ps_memory=None, max_restarts=0, progress=None, wait=True):
+def run_cluster(n_workers: int, n_ps: int, cpu: float, memory: float, nvidia_gpu: int = 0,
+                worker_script: Optional[str] = None, timeout_seconds: float = 60,
+                mode: Optional[str] = None, command: Optional[List[str]] = None, port: int = 2222,
+                output: Optional[Callable[[str], Any]] = None, ps_cpu: Optional[float] = None,
+                ps_memory: Optional[float] = None, max_restarts: int = 0,
+                progress: Optional[bool] = None, wait: bool = True) -> Run:
     """Launches a cluster, trains across it, stops it, and returns its
     :class:`Run`: see :meth:`Client.run_cluster` (CML's
     ``cdsw_tensorflow_utils.run_cluster``)."""
@@ -203,22 +222,23 @@ def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
                                          ps_cpu, ps_memory, max_restarts, progress, wait)
 
 
-def attach_run(run_id):
+def attach_run(run_id: str) -> Run:
     """A :class:`Run` for a run by its id (see :meth:`Client.attach_run`)."""
     return default_client().attach_run(run_id)
 
 
-def list_runs(status=None, all_sessions=False):
+def list_runs(status: Optional[str] = None, all_sessions: bool = False) -> List[Dict[str, Any]]:
     """Lists the current session's runs (see :meth:`Client.list_runs`)."""
     return default_client().list_runs(status=status, all_sessions=all_sessions)
 
 
-def get_run(run_id):
+def get_run(run_id: str) -> Dict[str, Any]:
     """Returns one run (a dict)."""
     return default_client().get_run(run_id)
 
 
-def run_metrics(run_id, names=None, since=0, max_points=None):
+def run_metrics(run_id: str, names: Union[str, Sequence[str], None] = None, since: int = 0,
+                max_points: Optional[int] = None) -> Dict[str, Any]:
     """A run's metrics (see :meth:`Client.run_metrics`)."""
     return default_client().run_metrics(run_id, names=names, since=since,
                                         max_points=max_points)

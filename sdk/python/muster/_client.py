@@ -1,5 +1,8 @@
 """Client: one connection to a muster controller, and its session's lease."""
 
+from __future__ import annotations
+
+
 import atexit
 import http.client
 import json
@@ -11,10 +14,11 @@ import sys
 import threading
 import time
 import urllib.parse
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from ._common import (DEFAULT_TIMEOUT, _CLIENT_TIMEOUT, _HOW_TO_START, _env_lease,
-                      _launch_where, _own_kernel, _own_session, _read_small_file, _state_dir,
-                      _worker_id, _worker_ids)
+from ._common import (DEFAULT_TIMEOUT, _CLIENT_TIMEOUT, _HOW_TO_START, WorkerRef, Workers,
+                      _env_lease, _launch_where, _own_kernel, _own_session, _read_small_file,
+                      _state_dir, _worker_id, _worker_ids)
 from ._errors import MusterError
 from . import _cluster
 from ._cluster import cli_args
@@ -197,7 +201,7 @@ class Client:
                 # gives the lease a full ttl of grace.
                 self.lease_error, wait = str(e), 1.0
 
-    def close(self, stop_workers=True):
+    def close(self, stop_workers: bool = True) -> None:
         """Ends the client's lease: stops the live workers this client
         launched (unless ``stop_workers=False``) and gives the lease back.
         Called at interpreter exit; does nothing if the client holds no
@@ -348,14 +352,18 @@ class Client:
 
     # --- the API -----------------------------------------------------------
 
-    def health(self):
+    def health(self) -> Dict[str, Any]:
         """The controller's health: ``{"status": "ok", "version", "workers", "backend",
         "isolation"}`` (docs/design.md)."""
         return self._request("GET", "/api/v1/health")
 
-    def launch_workers(self, n, cpu, memory, nvidia_gpu=0, kernel="python3", script="",
-                       code="", env={}, args=None, secret_env=None, command=None,
-                       role=None, name=None, session=None, cwd=None, path=None):
+    def launch_workers(self, n: int, cpu: float, memory: float, nvidia_gpu: int = 0,
+                       kernel: Optional[str] = "python3", script: str = "", code: str = "",
+                       env: Dict[str, str] = {}, args: Optional[List[str]] = None,
+                       secret_env: Optional[Dict[str, str]] = None,
+                       command: Optional[List[str]] = None, role: Optional[str] = None,
+                       name: Optional[str] = None, session: Optional[str] = None,
+                       cwd: Optional[str] = None, path: Optional[str] = None) -> WorkerList:
         """Launches worker engines.
 
         Each worker runs ``script`` (a file, run with ``kernel``), or
@@ -429,7 +437,8 @@ class Client:
                 self._launched.extend(w["id"] for w in workers if isinstance(w, dict))
         return WorkerList(workers, self.url)
 
-    def await_workers(self, ids, wait_for_completion=True, timeout_seconds=60, progress=None):
+    def await_workers(self, ids: Workers, wait_for_completion: bool = True,
+                      timeout_seconds: float = 60, progress: Optional[bool] = None) -> AwaitResult:
         """Waits for workers to come up, or to finish.
 
         Parameters:
@@ -533,7 +542,7 @@ class Client:
             sock_timeout = self.timeout  # the server refuses the value at once
         return self._request("POST", "/api/v1/workers/await", body, timeout=sock_timeout)
 
-    def stop_workers(self, *worker_id):
+    def stop_workers(self, *worker_id: Workers) -> WorkerList:
         """Stops workers.
 
         Parameters:
@@ -550,7 +559,8 @@ class Client:
         return WorkerList(self._expect(answer, "workers", "POST", "/api/v1/workers/stop"),
                           self.url)
 
-    def list_workers(self, status=None, role=None, all_sessions=False):
+    def list_workers(self, status: Union[str, Sequence[str], None] = None,
+                     role: Optional[str] = None, all_sessions: bool = False) -> WorkerList:
         """Lists the workers of the client's session, newest first.
 
         Parameters:
@@ -582,7 +592,7 @@ class Client:
             if not cursor:
                 return WorkerList(workers, self.url)
 
-    def get_worker(self, worker_id):
+    def get_worker(self, worker_id: WorkerRef) -> Worker:
         """Returns one worker (a dict), given its id or its worker dict."""
         wid = _worker_id(worker_id, "id")
         answer = self._request("GET", "/api/v1/workers/" + urllib.parse.quote(wid, safe=""))
@@ -590,9 +600,14 @@ class Client:
             raise MusterError("protocol_error", "GET of worker %s answered %r" % (wid, answer))
         return Worker(answer, self.url)
 
-    def run_cluster(self, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
-                    timeout_seconds=60, mode=None, command=None, port=2222, output=None,
-                    ps_cpu=None, ps_memory=None, max_restarts=0, progress=None, wait=True):
+    def run_cluster(self, n_workers: int, n_ps: int, cpu: float, memory: float,
+                    nvidia_gpu: int = 0, worker_script: Optional[str] = None,
+                    timeout_seconds: float = 60, mode: Optional[str] = None,
+                    command: Optional[List[str]] = None, port: int = 2222,
+                    output: Optional[Callable[[str], Any]] = None,
+                    ps_cpu: Optional[float] = None, ps_memory: Optional[float] = None,
+                    max_restarts: int = 0, progress: Optional[bool] = None,
+                    wait: bool = True) -> Run:
         """Launches a cluster, trains across it and stops it, as CML's
         ``cdsw_tensorflow_utils.run_cluster`` did (with no shared file system
         and no SSH).
@@ -646,7 +661,7 @@ class Client:
         self._runs = [r for r in self._runs if r._reader is not None and r._reader.is_alive()]
         self._runs.append(run)
 
-    def attach_run(self, run_id):
+    def attach_run(self, run_id: str) -> Run:
         """A :class:`Run` for a run by its id: the one this client started
         in the background (``run_cluster(wait=False)``, or one a
         KeyboardInterrupt left going on), else the run as the controller
@@ -658,7 +673,8 @@ class Client:
         return Run(self, {"exit_code": None, "summary": record.get("summary"), "run": run_id,
                           "restarts": record.get("restarts", 0)})
 
-    def list_runs(self, status=None, all_sessions=False):
+    def list_runs(self, status: Optional[str] = None,
+                  all_sessions: bool = False) -> List[Dict[str, Any]]:
         """Lists the runs of the client's session (of all, with
         ``all_sessions``), newest first: dicts with ``id``, ``mode``,
         ``status``, ``command``, ``workers``, ``restarts``, ``causes``,
@@ -677,13 +693,14 @@ class Client:
             if not cursor:
                 return runs
 
-    def get_run(self, run_id):
+    def get_run(self, run_id: str) -> Dict[str, Any]:
         """Returns one run (a dict), given its id."""
         if not isinstance(run_id, str) or not re.fullmatch(r"r-[a-z0-9]{10}", run_id):
             raise MusterError("invalid_value", "not a run id: %r" % (run_id,), field="run_id")
         return self._request("GET", "/api/v1/runs/" + run_id)
 
-    def run_metrics(self, run_id, names=None, since=0, max_points=None):
+    def run_metrics(self, run_id: str, names: Union[str, Sequence[str], None] = None,
+                    since: int = 0, max_points: Optional[int] = None) -> Dict[str, Any]:
         """A run's metrics: ``{"points": [{"step", "epoch", "rank", "at",
         "values": {name: value}}, ...], "next_since"}``, grouped by series
         (a name of a rank), each in order. ``names``: a list or comma string
@@ -698,7 +715,8 @@ class Client:
             query.append(("max_points", str(int(max_points))))
         return self._request("GET", "/api/v1/runs/%s/metrics" % run_id, query=query)
 
-    def worker_logs(self, worker_id, stream="stdout", offset=None):
+    def worker_logs(self, worker_id: WorkerRef, stream: str = "stdout",
+                    offset: Optional[int] = None) -> str:
         """Returns what a worker wrote to ``stream`` (``"stdout"`` or ``"stderr"``).
 
         Parameters:

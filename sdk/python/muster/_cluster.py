@@ -122,7 +122,8 @@ class _Watch:
 def _holder_host() -> str:
     """This host's name as a lease holder spells it (libmuster's
     make_holder(): letters, digits and '-', at most 32)."""
-    host = "".join(ch for ch in socket.gethostname() if ch.isascii() and (ch.isalnum() or ch == "-"))
+    host = "".join(ch for ch in socket.gethostname()
+                   if ch.isascii() and (ch.isalnum() or ch == "-"))
     return host[:32] or "host"
 
 

@@ -6,8 +6,14 @@ import random
 import re
 import socket
 import sys
+from typing import Any, Dict, Sequence, Union
 
 from ._errors import MusterError
+
+WorkerRef = Union[str, Dict[str, Any]]
+"""A worker: its id, or its dict (as the API answers it)."""
+Workers = Union[WorkerRef, Sequence[WorkerRef]]
+"""One worker, or a list of them."""
 
 DEFAULT_LEASE_TTL = 30.0
 """Seconds a client's lease lasts without a renewal (renewed every ttl/3)."""

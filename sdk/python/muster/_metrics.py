@@ -1,5 +1,8 @@
 """log_metrics(): points from inside a run, sent by a daemon thread."""
 
+from __future__ import annotations
+
+
 import atexit
 import collections
 import math
@@ -9,6 +12,7 @@ import re
 import sys
 import threading
 from time import time as _time
+from typing import Optional
 
 from ._client import Client
 from ._errors import MusterError
@@ -232,7 +236,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_metrics_forget)
 
 
-def log_metrics(step, epoch=None, **values):
+def log_metrics(step: int, epoch: Optional[float] = None, **values: float) -> None:
     """Logs one point of the run this process is part of: ``step`` (an int),
     optionally ``epoch``, and named numbers, e.g.
     ``log_metrics(step, loss=0.31, accuracy=0.92)``.
@@ -251,7 +255,7 @@ def log_metrics(step, epoch=None, **values):
     (_metrics_append or _metrics_start())((step, _time(), epoch, values))
 
 
-def flush_metrics(timeout=5.0):
+def flush_metrics(timeout: float = 5.0) -> bool:
     """Sends what :func:`log_metrics` queued now (at the end of a script
     this happens by itself). Returns False if the controller did not
     answer."""

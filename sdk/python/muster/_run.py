@@ -218,8 +218,9 @@ class Run(dict):
         attempt wrote to ``stream`` (``"stdout"`` or ``"stderr"``)."""
         ids = self.worker_ids(role)
         if not isinstance(rank, int) or not 0 <= rank < len(ids):
-            raise MusterError("invalid_value", "rank must be 0..%d (the run had %d %s%s), not %r" % (
-                len(ids) - 1, len(ids), role, "" if len(ids) == 1 else "s", rank), field="rank")
+            raise MusterError("invalid_value", "rank must be 0..%d (the run had %d %s%s), not %r"
+                              % (len(ids) - 1, len(ids), role, "" if len(ids) == 1 else "s", rank),
+                              field="rank")
         return self._client.worker_logs(ids[rank], stream)
 
     def metrics(self, names: Optional[Sequence[str]] = None,

@@ -110,26 +110,25 @@ static int run_update(struct db *db, sqlite3_stmt *s, const char *id) {
   return rc ? rc : MUSTER_E_CONFLICT;
 }
 
-int db_run_restart(struct db *db, const char *id, const char *cause) {
-  sqlite3_stmt *s = db_stmt(db, ST_RUN_RESTART);
+/* Adds an entry {at: now, text} to a list of run id's (statement st: a
+ * restart's cause, a stall's report) while the run goes on. */
+static int run_add_entry(struct db *db, int st, const char *id, const char *text) {
+  sqlite3_stmt *s = db_stmt(db, st);
   char now[32];
 
   util_now_iso(now, sizeof(now));
   db_bind_text_or_null(s, 1, id);
   db_bind_text_or_null(s, 2, now);
-  db_bind_text_or_null(s, 3, cause);
+  db_bind_text_or_null(s, 3, text);
   return run_update(db, s, id);
 }
 
-int db_run_stall(struct db *db, const char *id, const char *report) {
-  sqlite3_stmt *s = db_stmt(db, ST_RUN_STALL);
-  char now[32];
+int db_run_restart(struct db *db, const char *id, const char *cause) {
+  return run_add_entry(db, ST_RUN_RESTART, id, cause);
+}
 
-  util_now_iso(now, sizeof(now));
-  db_bind_text_or_null(s, 1, id);
-  db_bind_text_or_null(s, 2, now);
-  db_bind_text_or_null(s, 3, report);
-  return run_update(db, s, id);
+int db_run_stall(struct db *db, const char *id, const char *report) {
+  return run_add_entry(db, ST_RUN_STALL, id, report);
 }
 
 int db_run_end(struct db *db, const char *id, const char *status, const char *summary_json,

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tarfile
+import time
 import zipfile
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # sdk/python
@@ -149,7 +150,6 @@ def _write_wheel(path, files):
 
 
 def _zip_time():
-    import time
     t = time.gmtime(max(EPOCH, 315532800))
     return t[:6]
 

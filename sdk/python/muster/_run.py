@@ -176,18 +176,24 @@ class Run(dict):
             return "succeeded" if self.get("exit_code") == 0 else "failed"
         return str(self.refresh().get("status"))
 
-    def _sizes(self, record: Dict[str, Any]) -> Tuple[int, int]:
-        if self._size:
-            return self._size
-        # A run found by its id: each attempt launched as many workers, the
-        # parameter servers first.
+    def _last_attempt(self, record: Dict[str, Any]) -> List[str]:
+        """The ids of the last attempt's workers in a record of the run, in
+        launch order (parameter servers first). A run found by its id: each
+        attempt launched as many workers."""
         ids = record.get("workers") or []
-        per = len(ids) // (int(record.get("restarts") or 0) + 1)
-        last = set(ids[len(ids) - per:]) if per else set()
-        n_ps = sum(1 for w in self._run_workers() if w.get("id") in last and w.get("role") == "ps")
-        if record.get("status") in _ENDED:
-            self._size = (per - n_ps, n_ps)
-        return per - n_ps, n_ps
+        n = sum(self._size) if self._size else len(ids) // (int(record.get("restarts") or 0) + 1)
+        return ids[len(ids) - n:] if n else []
+
+    def _split(self, last: List[str], by_id: Optional[Dict[str, Dict[str, Any]]] = None
+               ) -> Tuple[List[str], List[str]]:
+        """last as (parameter servers, workers): by the sizes run_cluster
+        knew, else by the workers' roles (by_id, read here if not given)."""
+        if self._size:
+            return last[:self._size[1]], last[self._size[1]:]
+        if by_id is None:
+            by_id = {w["id"]: w for w in self._run_workers()}
+        ps = [i for i in last if by_id.get(i, {}).get("role") == "ps"]
+        return ps, [i for i in last if i not in ps]
 
     def _run_workers(self, timeout: Any = None) -> List[Dict[str, Any]]:
         """Every worker of the run, of every attempt, in one call."""
@@ -201,17 +207,15 @@ class Run(dict):
     def worker_ids(self, role: str = "worker") -> List[str]:
         """The ids of the last attempt's workers of ``role`` (``"worker"``
         or ``"ps"``), rank (or index) order."""
-        record = self.refresh()
-        n_workers, n_ps = self._sizes(record)
-        ids = (record.get("workers") or [])[-(n_workers + n_ps):] if n_workers + n_ps else []
-        return ids[:n_ps] if role == "ps" else ids[n_ps:]
+        ps, workers = self._split(self._last_attempt(self.refresh()))
+        return ps if role == "ps" else workers
 
     @property
     def workers(self) -> WorkerList:
         """The last attempt's workers (parameter servers first), as dicts."""
-        ids = self.worker_ids("ps") + self.worker_ids("worker")
         by_id = {w["id"]: w for w in self._run_workers()}
-        return WorkerList([by_id[i] for i in ids if i in by_id], self._client.url)
+        ps, workers = self._split(self._last_attempt(self.refresh()), by_id)
+        return WorkerList([by_id[i] for i in ps + workers if i in by_id], self._client.url)
 
     def logs(self, rank: int = 0, stream: str = "stdout", role: str = "worker") -> str:
         """What rank ``rank`` (worker ``rank`` of ``role``) of the last
@@ -324,8 +328,7 @@ class Run(dict):
             status = "succeeded" if self.get("exit_code") == 0 else "failed"
         latest = record.get("latest") or {}
         latest_s = ", ".join("%s %s" % (k, _latest(v)) for k, v in sorted(latest.items()))
-        ids = record.get("workers") or []
-        n = sum(self._size) if self._size else len(ids) // (int(record.get("restarts") or 0) + 1)
+        n = len(self._last_attempt(record))
         rows = [("run", self.id or "(not recorded)"), ("status", status),
                 ("mode", str(record.get("mode") or "-")),
                 ("workers", str(n) if record else "-"),
@@ -365,12 +368,10 @@ class Run(dict):
         if record and self.id:
             try:
                 # From the record just read, in one call: the last attempt's.
-                ids = record.get("workers") or []
-                n = sum(self._size) if self._size else \
-                    len(ids) // (int(record.get("restarts") or 0) + 1)
-                last = ids[len(ids) - n:] if n else []
                 by_id = {w["id"]: w for w in self._run_workers(timeout=5)}
-                out += html_table([by_id[i] for i in last if i in by_id], self._client.url)
+                ps, workers = self._split(self._last_attempt(record), by_id)
+                out += html_table([by_id[i] for i in ps + workers if i in by_id],
+                                  self._client.url)
             except Exception:  # noqa: BLE001 (a display never raises)
                 pass
         return out

@@ -272,7 +272,12 @@ if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   check "...and DDP kept the weights equal on all ranks" grep -q '"weights_equal_on_all_ranks": true' "$tmp/ddp.out"
   # A hung rank: ddp_hang.py's rank 1 sleeps at step 5 (first attempt only)
   # while rank 0 waits for it in the step's all-reduce. The stall report
-  # comes within 15 s of the hang, names rank 1 first and shows its sleep.
+  # names rank 1 first and shows its sleep; it comes no earlier than the
+  # stall timeout (10 s without progress) and no later than the stack
+  # tools' own bound (asked 5 s into the stall, given at most 40 s:
+  # run_stall.c's STALL_PROBE_S). How soon within that is a speed, printed
+  # here (about 10.5 s on an idle machine, 15 s seen under ASan on a loaded
+  # one), not a pass mark.
   timeout 180 "$muster" run --mode exec --workers 2 --cpu 1 --session stall-r --stall-timeout 10 \
     -- /usr/bin/python3 "$src/tests/run/ddp_hang.py" > "$tmp/hang.out" 2> "$tmp/hang.err" &
   hang_pid=$!
@@ -280,8 +285,8 @@ if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
     seen=$(date +%s.%N)
     hung=$(sed -n 's/^\[worker-1\] rank 1 hangs at step 5 at \([0-9.]*\)$/\1/p' "$tmp/hang.out")
     grep -m1 '^muster run: STALLED: ' "$tmp/hang.err" > "$tmp/hang.first"
-    check "a stalled DDP run gets a report within 15 s of the hang ($(python3 -c "print(round($seen - ${hung:-0}, 1))") s)" \
-      le "$(python3 -c "print($seen - ${hung:-0})")" 15
+    check "a stalled DDP run gets a report after 10 s without progress, within the stack tools' bound ($(python3 -c "print(round($seen - ${hung:-0}, 1))") s after the hang)" \
+      bash -c "grep -qE 'STALLED: no rank made progress for (1[0-9]|[2-4][0-9]) s ' '$tmp/hang.first' && [ \"\$(python3 -c 'print(int($seen - ${hung:-0} <= 45))')\" = 1 ]"
     check "...naming rank 1 first, at its last step, in its sleep: $(cut -c1-240 "$tmp/hang.first")" \
       grep -qE 'STALLED: no rank made progress for [0-9]+ s .*\. rank 1 \(w-[a-z0-9]+\) has been at step 4 for [0-9]+ s, in sleep \(ddp_hang\.py:[0-9]+\); rank 0 \(w-[a-z0-9]+\) waits in' "$tmp/hang.first"
     check "...with rank 1's Python and native stacks (time.sleep, clock_nanosleep)" \

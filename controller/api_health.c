@@ -242,6 +242,12 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "# TYPE muster_unserved_seconds_total counter\nmuster_unserved_seconds_total %.3f\n",
           (double)__atomic_load_n(&g.unserved_ms, __ATOMIC_RELAXED) / 1000.0);
   fprintf(f,
+          "# HELP muster_heartbeat_interval_seconds The heartbeat interval workers are told now "
+          "(stretched past --heartbeat-interval to keep all within --heartbeat-rate).\n"
+          "# TYPE muster_heartbeat_interval_seconds gauge\n"
+          "muster_heartbeat_interval_seconds %g\n",
+          (double)hb_interval_now_ms() / 1000.0);
+  fprintf(f,
           "# HELP muster_await_waiting Suspended await calls.\n"
           "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
           waiters);

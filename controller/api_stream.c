@@ -216,7 +216,7 @@ struct log_ctx {
 static int64_t final_output_wait_ms(void) {
   double grace = g.cfg.stop_grace_s > 5 ? g.cfg.stop_grace_s : 5;
 
-  return (int64_t)((g.cfg.heartbeat_interval_s + grace + 2 + 5 + 5) * 1000);
+  return hb_interval_now_ms() + (int64_t)((grace + 2 + 5 + 5) * 1000);
 }
 
 /* The API time iso ("2026-11-21T14:00:00.123Z") in ms since the epoch.

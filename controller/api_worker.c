@@ -252,8 +252,8 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
     json_decref(body);
     return api_respond_error(c, rc, NULL, "could not register %s", id);
   }
-  answer = json_pack("{s:f, s:o, s:o, s:s, s:o}", "heartbeat_interval_seconds",
-                     g.cfg.heartbeat_interval_s, "command", spec_command(&info), "env",
+  answer = json_pack("{s:f, s:o, s:o, s:s, s:o}", "heartbeat_interval_seconds", hb_tell_locked(w),
+                     "command", spec_command(&info), "env",
                      spec_env(&info, ip, g.worker_url, g.api_token), "cwd",
                      spec_cwd(&info, g.cfg.workdir), "script", spec_script(&info, g.cfg.workdir));
   {
@@ -277,6 +277,7 @@ static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, c
   char status[16];
   struct lw *w;
   int rc, stop;
+  double interval = 0;
   /* What the workerd counts (its body; older ones send none): the exec
    * connections it refused before their token held, since it started. */
   json_t *body = rq->len ? json_loadb(rq->body, rq->len, 0, NULL) : NULL;
@@ -296,14 +297,20 @@ static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, c
     return api_respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s has not registered", id);
   }
   stop = !w;
-  if (w)
+  if (w) {
     sm_heartbeat_locked(w);
+    interval = hb_tell_locked(w);
+  }
   if (w && n >= 0 && (uint64_t)n > w->exec_refused) {
     g.exec_refused += (uint64_t)n - w->exec_refused;
     w->exec_refused = (uint64_t)n;
   }
   state_unlock();
-  return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", stop));
+  /* (a worker no longer live is told to stop, and no interval) */
+  return api_respond_json(
+      c, MHD_HTTP_OK,
+      stop ? json_pack("{s:b}", "stop", stop)
+           : json_pack("{s:b, s:f}", "stop", stop, "heartbeat_interval_seconds", interval));
 }
 
 void api_log_end_path(const char *id, char *buf, size_t size) {

@@ -20,7 +20,7 @@
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
   "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, "           \
-  "backend_ref, launch_id, cwd, path, run"
+  "backend_ref, launch_id, cwd, path, run, heartbeat_interval_ms"
 
 static const char *const statement_sql[ST_COUNT_] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -50,7 +50,8 @@ static const char *const statement_sql[ST_COUNT_] = {
         "waiting_for = CASE WHEN ?2 = 'scheduling' THEN waiting_for ELSE NULL END, "
         "backend_ref = CASE WHEN ?17 IS NULL THEN coalesce(?5, backend_ref) ELSE ?5 END "
         "WHERE id = ?1 AND status = ?16",
-    [ST_HEARTBEAT] = "UPDATE workers SET last_heartbeat = ?2 WHERE id = ?1",
+    [ST_HEARTBEAT] =
+        "UPDATE workers SET last_heartbeat = ?2, heartbeat_interval_ms = ?3 WHERE id = ?1",
     [ST_USAGE] = "UPDATE workers SET usage_cpu_seconds = ?2, usage_memory_bytes = ?3, "
                  "usage_memory_peak_bytes = ?4 WHERE id = ?1",
     [ST_WORKER_GET] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1",

@@ -93,8 +93,10 @@ int db_worker_transition(struct db *db, const char *id, const char *from, const 
                          const struct db_fields *f, const char *detail)
     __attribute__((warn_unused_result));
 
-/* Sets fields without a state change (heartbeat time). */
-int db_worker_touch_heartbeat(struct db *db, const char *id) __attribute__((warn_unused_result));
+/* Records a heartbeat (its time) and the heartbeat interval the worker was
+ * last told, without a state change. */
+int db_worker_touch_heartbeat(struct db *db, const char *id, int64_t interval_ms)
+    __attribute__((warn_unused_result));
 
 /* What a worker uses (usage_* columns), live or final. */
 struct db_usage {
@@ -157,8 +159,9 @@ struct db_worker_info {
   char *backend_ref; /* NULL if none */
   char *script, *code, *command_json, *args_json, *env_json, *secret_env_json;
   char *name, *role;
-  char *cwd, *path; /* NULL if the launch gave none */
-  char run[16];     /* the run it belongs to ("" if none) */
+  char *cwd, *path;              /* NULL if the launch gave none */
+  char run[16];                  /* the run it belongs to ("" if none) */
+  int64_t heartbeat_interval_ms; /* the interval it was last told (0: none recorded) */
 };
 
 /* Fills *out for worker id. Returns 0, MUSTER_E_NOT_FOUND, or another error.

@@ -121,7 +121,7 @@ int db_worker_usage(struct db *db, const char *id, const struct db_usage *u) {
   return db_exec_write(db, s, id);
 }
 
-int db_worker_touch_heartbeat(struct db *db, const char *id) {
+int db_worker_touch_heartbeat(struct db *db, const char *id, int64_t interval_ms) {
   sqlite3_stmt *s = db_stmt(db, ST_HEARTBEAT);
   char now[32];
   int rc;
@@ -129,6 +129,7 @@ int db_worker_touch_heartbeat(struct db *db, const char *id) {
   util_now_iso(now, sizeof(now));
   db_bind_text_or_null(s, 1, id);
   db_bind_text_or_null(s, 2, now);
+  sqlite3_bind_int64(s, 3, interval_ms);
   rc = db_exec_write(db, s, id);
   return rc;
 }
@@ -258,6 +259,7 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   o->cwd = dup_col(s, 23);
   o->path = dup_col(s, 24);
   db_copy_col(s, 25, o->run, sizeof(o->run));
+  o->heartbeat_interval_ms = sqlite3_column_int64(s, 26);
 }
 
 void db_worker_info_cleanup(struct db_worker_info *o) {

@@ -9,6 +9,50 @@
 
 #include <stdio.h>
 
+/* A worker is lost after this many of its intervals without a heartbeat,
+ * once its interval is stretched past the configured one (a Kubernetes
+ * node's 40 s grace over its 10 s lease). */
+#define HB_TIMEOUT_BEATS 4
+#define HB_INTERVAL_MAX_MS 3600000 /* what workerd accepts */
+
+int64_t hb_interval_ms(int live) {
+  int64_t ms = (int64_t)(g.cfg.heartbeat_interval_s * 1000);
+
+  if (g.cfg.heartbeat_rate > 0) {
+    /* live workers each beating every ms/1000 s send live*1000/ms a
+     * second: at most the rate, in whole tenths of a second */
+    int64_t spread = (int64_t)((double)live * 10 / g.cfg.heartbeat_rate + 0.999999) * 100;
+    if (spread > ms)
+      ms = spread;
+  }
+  return ms < HB_INTERVAL_MAX_MS ? ms : HB_INTERVAL_MAX_MS;
+}
+
+int64_t hb_interval_now_ms(void) {
+  return hb_interval_ms(__atomic_load_n(&g.live_count, __ATOMIC_RELAXED));
+}
+
+/* The heartbeat timeout of a worker told interval_ms (0: never told one). */
+static int64_t hb_timeout_ms(int64_t interval_ms) {
+  int64_t ms = (int64_t)(g.cfg.heartbeat_timeout_s * 1000);
+
+  if (interval_ms > (int64_t)(g.cfg.heartbeat_interval_s * 1000) &&
+      interval_ms * HB_TIMEOUT_BEATS > ms)
+    ms = interval_ms * HB_TIMEOUT_BEATS;
+  return ms;
+}
+
+double hb_tell_locked(struct lw *w) {
+  int64_t ms = hb_interval_ms(g.live_count);
+
+  ASSERT_LOCKED();
+  if (ms != w->hb_interval_ms) {
+    w->hb_interval_ms = ms;
+    w->hb_dirty = 1;
+  }
+  return (double)ms / 1000;
+}
+
 void sm_heartbeat_locked(struct lw *w) {
   ASSERT_LOCKED();
   w->last_hb_ms = util_mono_ms();
@@ -32,7 +76,7 @@ void flush_heartbeats_locked(int64_t now) {
   rc = db_begin(g.db);
   for (struct lw *w = g.head; !rc && w; w = w->next) {
     if (w->hb_dirty)
-      rc = db_worker_touch_heartbeat(g.db, w->id);
+      rc = db_worker_touch_heartbeat(g.db, w->id, w->hb_interval_ms);
     if (!rc && w->usage_dirty)
       rc = db_worker_usage(g.db, w->id, &w->usage);
   }
@@ -50,13 +94,13 @@ void flush_heartbeats_locked(int64_t now) {
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now) {
   struct lw *w, *next;
-  int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000);
-  int64_t hb_ms = (int64_t)(g.cfg.heartbeat_timeout_s * 1000);
+  int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000), hb_ms;
   char why[600];
 
   for (w = g.head; w; w = next) {
     next = w->next;
     why[0] = '\0';
+    hb_ms = hb_timeout_ms(w->hb_interval_ms);
     if (w->status == WS_STARTING && !w->queued && now - w->since_ms > start_ms)
       snprintf(why, sizeof(why),
                w->restart ? "could not be started again within the start timeout of %g s "
@@ -65,9 +109,17 @@ void check_timeouts_locked(int64_t now) {
                g.cfg.start_timeout_s);
     else if (w->outside_why && now >= w->outside_until_ms)
       snprintf(why, sizeof(why), "%s", w->outside_why);
-    else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms)
+    else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms &&
+             hb_ms == (int64_t)(g.cfg.heartbeat_timeout_s * 1000))
       snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
                g.cfg.heartbeat_timeout_s);
+    else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms)
+      snprintf(why, sizeof(why),
+               "lost: no heartbeat for %g s (the heartbeat timeout: %d of its %g s heartbeat "
+               "intervals, stretched to keep the live workers within --heartbeat-rate %g a "
+               "second)",
+               (double)hb_ms / 1000, HB_TIMEOUT_BEATS, (double)w->hb_interval_ms / 1000,
+               g.cfg.heartbeat_rate);
     if (why[0] && sm_fail_locked(w, why) != 0)
       LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
   }

@@ -54,6 +54,8 @@ static void usage(FILE *out) {
                "  --start-timeout S         fail workers not registered after S s (default 60)\n"
                "  --heartbeat-timeout S     fail workers silent for S s (default 15)\n"
                "  --heartbeat-interval S    how often workers heartbeat (default 2)\n"
+               "  --heartbeat-rate N        longer intervals past N heartbeats a second from\n"
+               "                            all live workers (default 5000; 0: never)\n"
                "  --stop-grace S            SIGTERM to SIGKILL on stop (default 5)\n"
                "  --cpus N                  cores the local backend hands out (default: all)\n"
                "  --memory GIB              memory the local backend hands out (default: all)\n"
@@ -136,6 +138,7 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
   cfg->start_timeout_s = 60;
   cfg->heartbeat_timeout_s = 15;
   cfg->heartbeat_interval_s = 2;
+  cfg->heartbeat_rate = 5000;
   cfg->stop_grace_s = 5;
   cfg->retain_s = 7 * 86400;
   cfg->cpus = (double)sysconf(_SC_NPROCESSORS_ONLN);
@@ -211,6 +214,9 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     } else if (strcmp(a, "--heartbeat-interval") == 0) {
       NEED_VALUE();
       bad = util_parse_double(v, 0.1, 3600, &cfg->heartbeat_interval_s);
+    } else if (strcmp(a, "--heartbeat-rate") == 0) {
+      NEED_VALUE();
+      bad = util_parse_double(v, 0, 1e7, &cfg->heartbeat_rate);
     } else if (strcmp(a, "--stop-grace") == 0) {
       NEED_VALUE();
       bad = util_parse_double(v, 0, 3600, &cfg->stop_grace_s);

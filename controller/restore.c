@@ -33,6 +33,10 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   w->status = st;
   w->attempt = info->attempt;
   w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
+  /* It beats at the interval it was last told (written with its heartbeats,
+   * at most a second late; restore_live_locked() takes the longer of it and
+   * the interval of the workers restored) until its next answer. */
+  w->hb_interval_ms = info->heartbeat_interval_ms;
   /* (a register answered just before the restart may have been lost: its
    * retry, from that pid, is answered until the new token is used) */
   w->rotation_open = w->reg_pid > 0;
@@ -79,6 +83,8 @@ void restore_live_locked(void) {
     if (!w)
       continue;
     w->last_hb_ms = util_mono_ms();
+    if (w->hb_interval_ms && w->hb_interval_ms < hb_interval_ms(g.live_count))
+      w->hb_interval_ms = hb_interval_ms(g.live_count);
     if (r.live[i].adopted) {
       w->ref_known = 1;
       adopted++;

@@ -60,6 +60,7 @@ struct ctl_config {
   double start_timeout_s;
   double heartbeat_timeout_s;
   double heartbeat_interval_s;
+  double heartbeat_rate; /* heartbeats a second the intervals are stretched to (0: none) */
   double stop_grace_s;
   double retain_s; /* terminal workers are pruned this long after they end */
   double cpus;     /* capacity of the local backend */
@@ -104,12 +105,13 @@ struct lw {
   long reg_pid;  /* the pid its workerd registered with (0: none yet) */
   struct backend_req req;
   char waiting_for[160];
-  int64_t since_ms;      /* when it entered its current status */
-  int64_t last_hb_ms;    /* last heartbeat (monotonic) */
-  int hb_dirty;          /* a heartbeat not yet written to SQLite */
-  struct db_usage usage; /* the backend's last sample */
-  int usage_dirty;       /* a sample not yet written to SQLite */
-  int dropping;          /* sm_commit(): terminal, leaving the table */
+  int64_t since_ms;       /* when it entered its current status */
+  int64_t last_hb_ms;     /* last heartbeat (monotonic) */
+  int64_t hb_interval_ms; /* the heartbeat interval it was last told (0: none yet) */
+  int hb_dirty;           /* a heartbeat not yet written to SQLite */
+  struct db_usage usage;  /* the backend's last sample */
+  int usage_dirty;        /* a sample not yet written to SQLite */
+  int dropping;           /* sm_commit(): terminal, leaving the table */
   /* Its workerd said it was stopped from outside muster (a queueing
    * backend's cancel or time limit): the backend's own account of the end
    * is awaited until outside_until_ms (OUTSIDE_WAIT_MS, or
@@ -331,6 +333,12 @@ void streams_wake_events_locked(void);
 
 /* Records a heartbeat of w (in memory; written to SQLite in batches). */
 void sm_heartbeat_locked(struct lw *w);
+/* Records that w is told the heartbeat interval for the live workers now
+ * (its heartbeat timeout follows it) and returns it in seconds: the
+ * register and heartbeat answers carry it. */
+double hb_tell_locked(struct lw *w);
+/* The interval a worker would be told now (no lock needed). */
+int64_t hb_interval_now_ms(void);
 
 /* Wakes everything suspended so that the daemon can stop. */
 void state_begin_shutdown(void);

@@ -71,6 +71,11 @@ void reap_gone_clients_locked(int64_t now);
 
 /* heartbeat.c */
 
+/* The heartbeat interval for live workers at once: the configured one, or
+ * longer so that they send at most --heartbeat-rate heartbeats a second
+ * (docs/internals/controller.md, "Heartbeats"). */
+int64_t hb_interval_ms(int live);
+
 /* Writes the heartbeats and usage samples not yet written, in one
  * transaction, at most once a second. */
 void flush_heartbeats_locked(int64_t now);

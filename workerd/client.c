@@ -460,6 +460,21 @@ void register_cancel(void) {
 
 static struct call hb_call;
 
+/* A heartbeat's answer may carry a new interval: the controller stretches
+ * it as the number of live workers grows, so that they send at most its
+ * --heartbeat-rate heartbeats a second, and shortens it as they end. The
+ * next heartbeat is due that long after this one. Anything else keeps the
+ * interval as it was (an older controller sends none). */
+static void hb_adopt_interval(const json_t *v) {
+  double s = json_number_value(v);
+
+  if (!json_is_number(v) || !(s >= 0.1 && s <= 3600))
+    return;
+  if ((int64_t)(s * 1000) != wd.hb_interval_ms)
+    LOG(LOG_DEBUG, "heartbeat interval now %.1f s", s);
+  wd.hb_interval_ms = (int64_t)(s * 1000);
+}
+
 /* The heartbeat's answer: a stop, or an answer saying that the controller
  * no longer knows this worker, or that it was not heard from for too long. A
  * controller that cannot be reached is not an error: the next interval tries
@@ -496,6 +511,7 @@ static enum hb_result hb_answer(int64_t now) {
     return HB_NONE;
   }
   ans = json_loadb(hb_call.answer ? hb_call.answer : "", hb_call.answer_len, 0, NULL);
+  hb_adopt_interval(json_object_get(ans, "heartbeat_interval_seconds"));
   stop = json_object_get(ans, "stop");
   if (!json_is_boolean(stop)) {
     LOG(LOG_WARN, "the heartbeat answer has no boolean \"stop\"");
@@ -514,8 +530,10 @@ static enum hb_result hb_answer(int64_t now) {
  * interval after it). Never waits. Returns what the answer decides. */
 enum hb_result hb_step(int64_t now) {
   if (hb_call.state == CALL_DONE) {
+    enum hb_result res = hb_answer(now); /* (which may change the interval) */
+
     wd.next_hb_ms = now + wd.hb_interval_ms;
-    return hb_answer(now);
+    return res;
   }
   if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {
     /* (libcurl reads the body while the call is in flight: it stays) */

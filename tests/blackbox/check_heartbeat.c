@@ -1,0 +1,270 @@
+/* check_heartbeat.c: heartbeat intervals that grow with the number of live
+ * workers (--heartbeat-rate, docs/internals/controller.md "Heartbeats"):
+ * what the register and heartbeat answers tell, the timeout that follows
+ * the interval a worker was told (also across a controller restart), and a
+ * real muster-workerd that beats at the interval its answers carry. The
+ * test plays the workerd of an external-backend worker where it must see
+ * the answers themselves. */
+#include "harness.h"
+
+#include "../check_run.h"
+
+#include <check.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct ctl_proc ctl;
+
+/* A controller whose intervals stretch early: 2 heartbeats a second, so
+ * that n live workers are told max(0.5 s, n / 2 s). */
+static void start(const char *backend) {
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--backend";
+  ctl.extra[1] = backend;
+  ctl.extra[2] = "--heartbeat-rate";
+  ctl.extra[3] = "2";
+  ctl.extra[4] = "--heartbeat-interval";
+  ctl.extra[5] = "0.5";
+  ctl.extra[6] = "--heartbeat-timeout";
+  ctl.extra[7] = "3";
+  ctl.extra[8] = "--start-timeout";
+  ctl.extra[9] = "600";
+  h_start(&ctl);
+}
+
+/* Launches n workers in session; returns their ids (new reference). */
+static json_t *launch(int n, const char *session) {
+  char body[200];
+
+  snprintf(body, sizeof(body), "{\"n\": %d, \"cpu\": 0.01, \"memory\": 0.01, \"session\": \"%s\"}",
+           n, session);
+  return h_launch(&ctl, body);
+}
+
+/* POSTs a worker's own call (register or heartbeat) with its token;
+ * returns the answer (new reference) after checking its status. */
+static json_t *worker_call(const char *id, const char *what, const char *body) {
+  char path[160], auth[200];
+  json_t *out = NULL;
+  long st;
+
+  h_worker_token(&ctl, id, auth, sizeof(auth));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/%s", id, what);
+  st = h_http(&ctl, "POST", path, body, auth, &out, NULL);
+  ck_assert_msg(st == 200, "%s of %s: HTTP %ld", what, id, st);
+  ck_assert_ptr_nonnull(out);
+  return out;
+}
+
+static double told(json_t *answer) {
+  json_t *v = json_object_get(answer, "heartbeat_interval_seconds");
+
+  ck_assert_msg(json_is_number(v), "the answer tells no heartbeat interval");
+  return json_number_value(v);
+}
+
+/* Stops every worker of session (the controller's own token). */
+static void stop_session(const char *session) {
+  char body[120];
+
+  snprintf(body, sizeof(body), "{\"session\": \"%s\"}", session);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", body, "", NULL, NULL), 200);
+}
+
+/* Column col of worker id's row, as text in buf ("" for NULL). */
+static void row_text(const char *id, const char *col, char *buf, size_t len) {
+  char path[160], sql[200];
+  sqlite3 *db;
+  sqlite3_stmt *st;
+
+  snprintf(path, sizeof(path), "%s/muster.db", ctl.dir);
+  snprintf(sql, sizeof(sql), "SELECT %s FROM workers WHERE id = ?1", col);
+  ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+  buf[0] = '\0';
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+    snprintf(buf, len, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+/* The stored heartbeat interval of worker id in ms, or -1 for none. */
+static long long row_interval(const char *id) {
+  char v[32];
+
+  row_text(id, "heartbeat_interval_ms", v, sizeof(v));
+  return v[0] ? atoll(v) : -1;
+}
+
+/* The stored time of worker id's last heartbeat (ISO text). */
+static void last_beat(const char *id, char *buf, size_t len) {
+  row_text(id, "last_heartbeat", buf, len);
+}
+
+/* Waits (timeout_s at most) until worker id's stored heartbeat interval is
+ * ms: the controller writes it with the heartbeats, a second late at most. */
+static void wait_stored_interval(const char *id, long long ms, double timeout_s) {
+  double until = h_now() + timeout_s;
+  long long v;
+
+  while ((v = row_interval(id)) != ms && h_now() < until)
+    usleep(50 * 1000);
+  ck_assert_msg(v == ms, "%s's stored heartbeat interval is %lld ms, not %lld", id, v, ms);
+}
+
+/* The register and heartbeat answers tell max(--heartbeat-interval, live /
+ * --heartbeat-rate), and so does /metrics: it grows as workers are launched
+ * and shrinks as they end. */
+START_TEST(the_interval_grows_and_shrinks_with_the_live_workers) {
+  json_t *one, *more, *ans;
+  const char *id;
+
+  start("external");
+  one = launch(1, "one");
+  id = h_str(json_array_get(one, 0), "id");
+  ans = worker_call(id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
+  ck_assert_double_eq_tol(told(ans), 0.5, 1e-9); /* 1 live: the configured 0.5 s */
+  json_decref(ans);
+  ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 0.5, 1e-9);
+
+  more = launch(9, "more"); /* 10 live at 2 a second: every 5 s */
+  ans = worker_call(id, "heartbeat", "{}");
+  ck_assert(json_is_false(json_object_get(ans, "stop")));
+  ck_assert_double_eq_tol(told(ans), 5.0, 1e-9);
+  json_decref(ans);
+  ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 5.0, 1e-9);
+  wait_stored_interval(id, 5000, 10);
+
+  stop_session("more");
+  ans = worker_call(id, "heartbeat", "{}");
+  ck_assert_double_eq_tol(told(ans), 0.5, 1e-9);
+  json_decref(ans);
+  ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 0.5, 1e-9);
+  json_decref(more);
+  json_decref(one);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* Launches 4 workers (at 2 heartbeats a second: every 2 s, lost after 8 s
+ * rather than 3) and registers the first, which is told 2 s; returns the
+ * 4 (new reference) and the first's id. */
+static json_t *register_one_of_four(const char **id) {
+  json_t *ws = launch(4, "four"), *ans;
+
+  *id = h_str(json_array_get(ws, 0), "id");
+  ans = worker_call(*id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
+  ck_assert_double_eq_tol(told(ans), 2.0, 1e-9);
+  json_decref(ans);
+  return ws;
+}
+
+/* A worker told a stretched interval is lost after 4 of them, not after
+ * the configured timeout, and the failure says which timeout it was. */
+START_TEST(a_silent_worker_is_lost_after_four_of_its_intervals) {
+  json_t *ws, *w;
+  const char *id;
+  double t0;
+
+  start("external");
+  ws = register_one_of_four(&id);
+  t0 = h_now();
+  w = h_wait_status(&ctl, id, "failed", 60);
+  ck_assert_msg(h_now() - t0 >= 7.9, "lost %.1f s after its last word, before 4 intervals of 2 s",
+                h_now() - t0);
+  ck_assert_msg(strstr(h_str(w, "failure"), "no heartbeat for 8 s (the heartbeat timeout: 4 of "
+                                            "its 2 s heartbeat intervals"),
+                "failure: %s", h_str(w, "failure"));
+  json_decref(w);
+  json_decref(ws);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A restarted controller gives each worker the timeout of the interval it
+ * was told before the restart (stored with its heartbeats), even when it
+ * would tell a shorter one now. */
+START_TEST(a_restarted_controller_keeps_the_interval_its_workers_beat_at) {
+  json_t *ws, *w;
+  const char *id;
+  double t0;
+
+  start("external");
+  ws = register_one_of_four(&id);
+  wait_stored_interval(id, 2000, 10);
+  h_kill9(&ctl);
+  /* Without a rate the new controller would tell 0.5 s (a 3 s timeout). */
+  ctl.extra[3] = "0";
+  t0 = h_now();
+  h_restart(&ctl);
+  ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 0.5, 1e-9);
+  w = h_wait_status(&ctl, id, "failed", 60);
+  ck_assert_msg(h_now() - t0 >= 7.9, "lost %.1f s after the restart, before 4 intervals of 2 s",
+                h_now() - t0);
+  ck_assert_msg(strstr(h_str(w, "failure"), "no heartbeat for 8 s"), "failure: %s",
+                h_str(w, "failure"));
+  json_decref(w);
+  json_decref(ws);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* A real muster-workerd beats at the interval each answer tells: registered
+ * among 10 live workers (every 5 s), it beats every 0.5 s once the other 9
+ * are stopped (else it would be lost 3 s after the first short answer),
+ * and stays running. */
+START_TEST(a_workerd_follows_the_interval_its_answers_tell) {
+  json_t *ws, *w;
+  const char *id;
+  long long beats = 0;
+  char beat[40];
+  double until;
+
+  start("local");
+  ws = launch(1, "one");
+  id = h_str(json_array_get(ws, 0), "id");
+  json_decref(launch(9, "nine"));
+  json_decref(h_await(&ctl, ws, 0, 60));
+  wait_stored_interval(id, 5000, 20);
+  stop_session("nine");
+  wait_stored_interval(id, 500, 20);
+  /* Six more beats, each stored with its time (at most a second late): at
+   * 0.5 s they take about 3 s; at the 5 s it was first told, 30 s. */
+  last_beat(id, beat, sizeof(beat));
+  until = h_now() + 20;
+  while (beats < 6 && h_now() < until) {
+    char b[40];
+
+    last_beat(id, b, sizeof(b));
+    if (strcmp(b, beat) != 0) {
+      beats++;
+      snprintf(beat, sizeof(beat), "%s", b);
+    }
+    usleep(100 * 1000);
+  }
+  ck_assert_msg(beats >= 6, "only %lld heartbeats stored in 20 s at a 0.5 s interval", beats);
+  w = h_worker(&ctl, id);
+  ck_assert_str_eq(h_str(w, "status"), "running");
+  json_decref(w);
+  json_decref(ws);
+  h_finish(&ctl);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("heartbeat");
+  TCase *tc = tcase_create("heartbeat");
+
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, the_interval_grows_and_shrinks_with_the_live_workers);
+  tcase_add_test(tc, a_silent_worker_is_lost_after_four_of_its_intervals);
+  tcase_add_test(tc, a_restarted_controller_keeps_the_interval_its_workers_beat_at);
+  tcase_add_test(tc, a_workerd_follows_the_interval_its_answers_tell);
+  suite_add_tcase(s, tc);
+  return check_run(s);
+}

@@ -76,6 +76,7 @@ void backend_report(const struct backend_report *r) {
     if (w->status == WS_SCHEDULING || w->status == WS_STARTING) {
       w->restart = 1;
       w->ref_known = 0;
+      lw_queue_locked(w);
       state_kick_locked();
     } else if (sm_fail_locked(w, r->detail) != 0) {
       LOG(LOG_ERROR, "could not fail %s: %s", r->id, db_errmsg(g.db));
@@ -104,6 +105,7 @@ void backend_report_usage(const struct backend_usage *u, int n) {
     if (w && !u[i].final) {
       w->usage = du;
       w->usage_dirty = 1;
+      lw_dirty_locked(w);
       continue;
     }
     /* A final sample (its worker ended, or is about to be failed for it)

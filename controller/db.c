@@ -325,6 +325,10 @@ int db_open_reader(const char *path, struct db **out, char *errbuf, size_t errle
   return db_open_mode(path, 1, out, errbuf, errlen);
 }
 
+void db_autocheckpoint(struct db *db, int pages) {
+  sqlite3_wal_autocheckpoint(db->conn, pages);
+}
+
 void db_close(struct db *db) {
   if (!db)
     return;

@@ -66,6 +66,10 @@ __attribute__((warn_unused_result)) int db_open(const char *path, struct db **ou
 __attribute__((warn_unused_result)) int db_open_reader(const char *path, struct db **out,
                                                        char *errbuf, size_t errlen);
 
+/* Sets how many pages of write-ahead log make the writer copy it into the
+ * database at a commit (SQLite's default: 1,000); the checkpointer thread
+ * (checkpoint.c) does it sooner, outside the state lock. */
+void db_autocheckpoint(struct db *db, int pages);
 /* Closes the handle; NULL is a no-op. */
 void db_close(struct db *db);
 

@@ -49,6 +49,7 @@ double hb_tell_locked(struct lw *w) {
   if (ms != w->hb_interval_ms) {
     w->hb_interval_ms = ms;
     w->hb_dirty = 1;
+    lw_dirty_locked(w);
   }
   return (double)ms / 1000;
 }
@@ -57,29 +58,34 @@ void sm_heartbeat_locked(struct lw *w) {
   ASSERT_LOCKED();
   w->last_hb_ms = util_mono_ms();
   w->hb_dirty = 1;
+  lw_dirty_locked(w);
 }
 
+/* At most this many rows a transaction, so that a flush holds the state
+ * lock for a few milliseconds (about 5 us a row); the rest waits for the
+ * next flush. */
+#define FLUSH_MAX_ROWS 1000
+
 /* Writes the heartbeats received (and the usage sampled) since the last
- * flush in one transaction:
- * at most one write a second, whatever the number of workers. Loss
- * detection reads last_hb_ms, never the database. */
-void flush_heartbeats_locked(int64_t now) {
+ * flush, in one transaction, at most every 100 ms: the dirty workers only
+ * (g.dirty), whatever the number of live ones; all of them when all is
+ * set (the controller's end). Loss detection reads last_hb_ms, never the
+ * database. */
+void flush_heartbeats_locked(int64_t now, int all) {
+  struct lw *w, *end;
   int rc, n = 0;
 
-  if (now - g.last_hb_flush_ms < 1000)
+  if (!g.dirty || (!all && now - g.last_hb_flush_ms < 100))
     return;
   g.last_hb_flush_ms = now;
-  for (struct lw *w = g.head; w; w = w->next)
-    n += w->hb_dirty + w->usage_dirty;
-  if (!n)
-    return;
   rc = db_begin(g.db);
-  for (struct lw *w = g.head; !rc && w; w = w->next) {
+  for (w = g.dirty; !rc && w && (all || n < FLUSH_MAX_ROWS); w = w->dnext, n++) {
     if (w->hb_dirty)
       rc = db_worker_touch_heartbeat(g.db, w->id, w->hb_interval_ms);
     if (!rc && w->usage_dirty)
       rc = db_worker_usage(g.db, w->id, &w->usage);
   }
+  end = w;
   if (!rc)
     rc = db_commit(g.db);
   if (rc) {
@@ -87,8 +93,11 @@ void flush_heartbeats_locked(int64_t now) {
     db_rollback(g.db);
     return;
   }
-  for (struct lw *w = g.head; w; w = w->next)
+  while (g.dirty && g.dirty != end) {
+    w = g.dirty;
     w->hb_dirty = w->usage_dirty = 0;
+    lw_clean_locked(w);
+  }
 }
 
 /* Fails workers that never registered or that stopped heartbeating. */
@@ -97,6 +106,12 @@ void check_timeouts_locked(int64_t now) {
   int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000), hb_ms;
   char why[600];
 
+  /* The scan walks every live worker: up to 10,000 of them each time the
+   * monitor looks (100 ms at most), more at most every live/100 ms (1 s at
+   * 100,000): timeouts are seconds long. */
+  if (now - g.last_timeout_scan_ms < g.live_count / 100)
+    return;
+  g.last_timeout_scan_ms = now;
   for (w = g.head; w; w = next) {
     next = w->next;
     why[0] = '\0';

@@ -4,6 +4,7 @@
 #include "state_internal.h"
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "lease.h"
 #include "muster_errors.h"
 #include "network.h"
@@ -39,6 +40,10 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
   rc = secure_state_dir(err, errlen);
   if (rc)
     return rc;
+  /* The log is copied into the database outside the state lock; the
+   * writer does it only if the checkpointer falls far behind. */
+  if (checkpointer_start(path) == 0)
+    db_autocheckpoint(g.db, 20000);
   host = g.cfg.listen_host;
   if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0 || host[0] == '\0' ||
       strcmp(host, "localhost") == 0)
@@ -82,12 +87,13 @@ void state_cleanup(void) {
   if (g.backend && g.backend_started)
     g.backend->shutdown();
   g.backend_started = 0;
+  checkpointer_stop();
   for (; w; w = next) {
     next = w->next;
     free(w->outside_why);
     free(w);
   }
-  g.head = g.tail = NULL;
+  g.head = g.tail = g.qhead = g.qtail = g.dirty = NULL;
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;

@@ -47,6 +47,7 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
     g.head = w;
   g.tail = w;
   g.live_count++;
+  lw_queue_locked(w);
   return w;
 }
 
@@ -72,7 +73,62 @@ void lw_remove_locked(struct lw *w) {
   else
     g.tail = w->prev;
   g.live_count--;
+  lw_clean_locked(w);
+  lw_unqueue_locked(w);
   memset(w->token, 0, sizeof(w->token));
   free(w->outside_why);
   free(w);
+}
+
+void lw_dirty_locked(struct lw *w) {
+  ASSERT_LOCKED();
+  if (w->in_dirty)
+    return;
+  w->in_dirty = 1;
+  w->dprev = NULL;
+  w->dnext = g.dirty;
+  if (g.dirty)
+    g.dirty->dprev = w;
+  g.dirty = w;
+}
+
+void lw_clean_locked(struct lw *w) {
+  if (!w->in_dirty)
+    return;
+  if (w->dprev)
+    w->dprev->dnext = w->dnext;
+  else
+    g.dirty = w->dnext;
+  if (w->dnext)
+    w->dnext->dprev = w->dprev;
+  w->in_dirty = 0;
+  w->dnext = w->dprev = NULL;
+}
+
+void lw_queue_locked(struct lw *w) {
+  if (w->in_queue)
+    return;
+  w->in_queue = 1;
+  w->qnext = NULL;
+  w->qprev = g.qtail;
+  if (g.qtail)
+    g.qtail->qnext = w;
+  else
+    g.qhead = w;
+  g.qtail = w;
+}
+
+void lw_unqueue_locked(struct lw *w) {
+  if (!w->in_queue)
+    return;
+  if (w->qprev)
+    w->qprev->qnext = w->qnext;
+  else
+    g.qhead = w->qnext;
+  if (w->qnext)
+    w->qnext->qprev = w->qprev;
+  else
+    g.qtail = w->qprev;
+  w->in_queue = 0;
+  w->qnext = w->qprev = NULL;
 }

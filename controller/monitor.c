@@ -77,7 +77,7 @@ static void *monitor_main(void *arg) {
       schedule_locked();
     expire_waiters_locked(now);
     streams_wake_due_locked(now);
-    flush_heartbeats_locked(now);
+    flush_heartbeats_locked(now, 0);
     reap_gone_clients_locked(now);
     if (now - g.last_keepalive_ms >= 15000) {
       g.last_keepalive_ms = now;
@@ -92,7 +92,7 @@ static void *monitor_main(void *arg) {
       continue;
     monitor_wait_locked(next_wakeup_locked(util_mono_ms()));
   }
-  flush_heartbeats_locked(INT64_MAX / 2);
+  flush_heartbeats_locked(util_mono_ms(), 1);
   state_unlock();
   return NULL;
 }

@@ -94,6 +94,7 @@ void restore_live_locked(void) {
       lost++;
     } else if (w->status == WS_STARTING || w->status == WS_SCHEDULING) {
       w->restart = 1;
+      lw_queue_locked(w);
       restarted++;
     } else {
       char why[200];

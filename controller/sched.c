@@ -104,16 +104,14 @@ void schedule_locked(void) {
   struct backend_placement *where = where_s;
   struct backend_start *starts = starts_s;
   struct lw **batch = batch_s;
-  struct lw *w = g.head;
+  struct lw *w = g.qhead, *next;
   char user[USER_NAME_MAX + 1] = "", account[sizeof(((struct db_user *)0)->unix_user)] = "";
   char(*accounts)[sizeof(account)] = NULL;
   int cap = 64;
 
   g.schedule_needed = 0;
   if (queues) {
-    cap = 1;
-    for (struct lw *x = g.head; x; x = x->next)
-      cap++;
+    cap = g.live_count + 1;
     where = calloc((size_t)cap, sizeof(*where));
     starts = calloc((size_t)cap, sizeof(*starts));
     batch = calloc((size_t)cap, sizeof(*batch));
@@ -136,15 +134,20 @@ void schedule_locked(void) {
       LOG(LOG_ERROR, "could not begin a transaction: %s", db_errmsg(g.db));
       goto out;
     }
-    for (; w && n < cap; w = w->next) {
+    for (; w && n < cap; w = next) {
       struct db_fields f = DB_FIELDS_INIT;
       char why[160], detail[256];
       int next_attempt = w->attempt + 1;
       enum wstatus to = WS_STARTING;
       const char *acct;
 
-      if (!wants_start(w))
+      next = w->qnext;
+      if (!wants_start(w)) {
+        /* (given a new attempt, or started: it leaves the queue until
+         * another attempt is wanted) */
+        lw_unqueue_locked(w);
         continue;
+      }
       /* One launch per submit for a queueing backend: the next launch
        * starts the next batch. */
       if (queues && launch && strcmp(launch, w->launch) != 0)
@@ -156,7 +159,7 @@ void schedule_locked(void) {
          * this batch is committed (nothing would ever place it again). */
         broken = w;
         snprintf(broken_why, sizeof(broken_why), "%s", why);
-        w = w->next;
+        w = w->qnext;
         break;
       }
       if (rc == 0) {

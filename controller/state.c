@@ -66,6 +66,7 @@ void sm_rollback(void) {
     w->restart = g.pending[i].restart;
     w->ref_known = g.pending[i].ref_known;
     w->since_ms = g.pending[i].since_ms;
+    lw_queue_locked(w); /* (it may want a start again: the next pass sees) */
   }
   g.npending = 0;
 }

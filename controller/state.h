@@ -109,9 +109,13 @@ struct lw {
   int64_t last_hb_ms;     /* last heartbeat (monotonic) */
   int64_t hb_interval_ms; /* the heartbeat interval it was last told (0: none yet) */
   int hb_dirty;           /* a heartbeat not yet written to SQLite */
-  struct db_usage usage;  /* the backend's last sample */
-  int usage_dirty;        /* a sample not yet written to SQLite */
-  int dropping;           /* sm_commit(): terminal, leaving the table */
+  int in_dirty;           /* listed in g.dirty (hb_dirty or usage_dirty was set) */
+  struct lw *dnext, *dprev;
+  int in_queue; /* listed in g.queue: it may want a start (sched.c) */
+  struct lw *qnext, *qprev;
+  struct db_usage usage; /* the backend's last sample */
+  int usage_dirty;       /* a sample not yet written to SQLite */
+  int dropping;          /* sm_commit(): terminal, leaving the table */
   /* Its workerd said it was stopped from outside muster (a queueing
    * backend's cancel or time limit): the backend's own account of the end
    * is awaited until outside_until_ms (OUTSIDE_WAIT_MS, or
@@ -203,7 +207,14 @@ struct ctl {
    * mode (network.h), else controller_url; --advertise-url sets both. */
   char worker_url[600];
   struct lw *head, *tail;
-  struct lw *hash[4096];
+  /* by id: 65,536 chains, a few workers each at 100,000 live */
+  struct lw *hash[65536];
+  /* the workers with a heartbeat or a sample not yet written (heartbeat.c) */
+  struct lw *dirty;
+  /* the workers that may want a start, oldest first: each new one, and
+   * each one given a new attempt; schedule_locked() drops those that do
+   * not (a superset, so that a pass walks these only) */
+  struct lw *qhead, *qtail;
   int live_count;
   uint64_t launches; /* launches since start, for launch ids */
   struct waiter *waiters;
@@ -225,6 +236,7 @@ struct ctl {
   } * pending;
   int npending, cap_pending;
   int64_t last_hb_flush_ms;
+  int64_t last_timeout_scan_ms;
   int64_t last_prune_ms;
   /* The last moment a client could not be served (a connection refused at
    * the limit, api_guard.c; atomic): the monitor gives leases and
@@ -333,6 +345,12 @@ void streams_wake_events_locked(void);
 
 /* Records a heartbeat of w (in memory; written to SQLite in batches). */
 void sm_heartbeat_locked(struct lw *w);
+/* Lists w among the workers whose heartbeat or sample is to be written
+ * (after setting hb_dirty or usage_dirty; live.c). */
+void lw_dirty_locked(struct lw *w);
+/* Appends w to the start queue (g.qhead: a worker that may want a start,
+ * looked at by the next scheduling pass), unless it is listed already. */
+void lw_queue_locked(struct lw *w);
 /* Records that w is told the heartbeat interval for the live workers now
  * (its heartbeat timeout follows it) and returns it in seconds: the
  * register and heartbeat answers carry it. */

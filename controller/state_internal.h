@@ -5,7 +5,8 @@
  *
  *   ctl.c            the one global state (g), the state lock, the URL
  *   status.c         the worker statuses: names, terminal ones, legal moves
- *   live.c           the live-worker table (g.head, g.hash)
+ *   live.c           the live-worker table (g.head, g.hash), its dirty list
+ *                    and start queue
  *   waiters.c        suspended awaits and streams: listing, waking, reaping
  *   state.c          the state machine: sm_begin/sm_transition/sm_commit
  *   backend_report.c the backends' reports, turned into transitions
@@ -48,6 +49,10 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
                          const struct backend_req *req);
 /* Takes w out of the live table and frees it. */
 void lw_remove_locked(struct lw *w);
+/* Takes w out of g.dirty, if it is listed (its heartbeat is written). */
+void lw_clean_locked(struct lw *w);
+/* Takes w out of g.qhead's queue, if it is listed. */
+void lw_unqueue_locked(struct lw *w);
 
 /* waiters.c */
 
@@ -76,9 +81,9 @@ void reap_gone_clients_locked(int64_t now);
  * (docs/internals/controller.md, "Heartbeats"). */
 int64_t hb_interval_ms(int live);
 
-/* Writes the heartbeats and usage samples not yet written, in one
- * transaction, at most once a second. */
-void flush_heartbeats_locked(int64_t now);
+/* Writes heartbeats and usage samples not yet written, in one transaction,
+ * at most every 100 ms and 1,000 of them (all of them with all set). */
+void flush_heartbeats_locked(int64_t now, int all);
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now);
 /* Gives every running worker's heartbeat timeout, and every starting

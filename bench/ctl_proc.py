@@ -26,8 +26,8 @@ def free_port():
 class Controller:
     """A muster-controller of this bench, on a free port, in its own state dir."""
 
-    def __init__(self, build, state, *args, tls=None):
-        self.port = free_port()
+    def __init__(self, build, state, *args, tls=None, port=None, ready_timeout=20):
+        self.port = port or free_port()
         self.state = state
         self.tls = tls  # the directory of make_ca.sh's files, or None
         self.log = open(os.path.join(state + ".log"), "ab")
@@ -44,7 +44,7 @@ class Controller:
         self.proc = subprocess.Popen(
             [os.path.join(build, "muster-controller"), "--listen", "127.0.0.1:%d" % self.port,
              "--state-dir", state, *args], stdout=self.log, stderr=self.log, env=env)
-        deadline = time.time() + 20
+        deadline = time.time() + ready_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 break
@@ -57,8 +57,8 @@ class Controller:
                 time.sleep(0.05)
         else:
             self.stop()
-            raise SystemExit("bench: the controller did not answer in 20 s; see "
-                             "%s.log" % state)
+            raise SystemExit("bench: the controller did not answer in %d s; see "
+                             "%s.log" % (ready_timeout, state))
         if self.proc.poll() is not None:
             self.stop()
             raise SystemExit("bench: the controller exited (%d); see %s.log"
@@ -96,6 +96,12 @@ class Controller:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         return 0
+
+    def kill9(self):
+        """Kills the controller at once (a crash), leaving its workers."""
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
 
     def stop(self):
         """Ends the controller, then kills whatever workerd it started and

@@ -10,8 +10,17 @@
  *   loadgen workers PORT FILE INTERVAL SECONDS THREADS
  *       plays the muster-workerd of every worker in FILE (lines "ID TOKEN
  *       ATTEMPT"): registers each, then heartbeats each every INTERVAL
- *       seconds for SECONDS; prints registered, heartbeats, errors and the
- *       heartbeat latency p50/p99.
+ *       seconds, or at the interval the controller's last answer told
+ *       (heartbeat_interval_seconds), as workerd does, for SECONDS; prints
+ *       registered, heartbeats, errors, the heartbeat latency p50/p99 and
+ *       the last interval told. A heartbeat that fails (a controller
+ *       restarting) is tried again at the worker's next turn.
+ *   loadgen wakes PORT TOKEN FILE
+ *       for each worker id in FILE (one a line): parks an await on it
+ *       (wait_for_completion) on one connection, waits until /metrics
+ *       counts it parked, stops the worker on another, and times the
+ *       await's answer from the moment the stop was sent; prints the
+ *       wakes' p50/p99/max.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -140,6 +149,18 @@ broken:
   return 0;
 }
 
+/* The heartbeat interval an answer in c's buffer tells, or 0. */
+static double told_interval(const struct conn *c) {
+  const char *k = c->buf ? strstr(c->buf, "\"heartbeat_interval_seconds\":") : NULL;
+  char *end;
+  double v;
+
+  if (!k)
+    return 0;
+  v = strtod(k + 29, &end);
+  return end != k + 29 && v >= 0.1 && v <= 3600 ? v : 0;
+}
+
 static int dbl_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
 
@@ -252,7 +273,7 @@ static void *hb_main(void *arg) {
   struct hb *h = arg;
   struct conn c = {.fd = -1};
   char req[1024];
-  double start;
+  double due;
 
   for (int i = 0; i < h->n; i++) {
     char body[200];
@@ -263,18 +284,25 @@ static void *hb_main(void *arg) {
                       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\n\r\n%s",
                       h->w[i].id, h->w[i].token, len, body);
-    if (roundtrip(&c, req, (size_t)rl) == 200)
+    if (roundtrip(&c, req, (size_t)rl) == 200) {
       h->registered++;
-    else
+      if (told_interval(&c) > 0)
+        h->interval = told_interval(&c);
+    } else {
       h->errors++;
+    }
   }
   /* Each worker beats every interval, the thread's workers spread evenly
-   * over it, as independent workerds would be. */
-  start = now_s();
+   * over it, as independent workerds would be; the interval is the last
+   * one told (the same for all: it depends on the number of live workers
+   * only). */
+  due = now_s();
   for (long k = 0; now_s() < h->until; k++) {
     int i = (int)(k % h->n);
-    double due = start + (double)k * h->interval / h->n, t0;
+    double t0;
     int rl;
+
+    due += h->interval / h->n;
 
     while (now_s() < due) {
       double d = due - now_s();
@@ -294,6 +322,8 @@ static void *hb_main(void *arg) {
       continue;
     }
     h->beats++;
+    if (told_interval(&c) > 0)
+      h->interval = told_interval(&c);
     if (h->nlat == h->cap) {
       size_t cap = h->cap ? 2 * h->cap : 4096;
       double *grown = realloc(h->lat, cap * sizeof(*grown));
@@ -360,12 +390,90 @@ static int cmd_workers(char **argv) {
   }
   qsort(all, total, sizeof(*all), dbl_cmp);
   printf("{\"what\": \"workers\", \"workers\": %d, \"registered\": %ld, \"heartbeats\": %ld, "
-         "\"errors\": %ld, \"hb_p50_ms\": %.3f, \"hb_p99_ms\": %.3f}\n",
+         "\"errors\": %ld, \"hb_p50_ms\": %.3f, \"hb_p99_ms\": %.3f, \"interval_s\": %.1f}\n",
          n, reg, beats, errors, total ? all[total / 2] * 1000 : 0,
-         total ? all[total * 99 / 100] * 1000 : 0);
+         total ? all[total * 99 / 100] * 1000 : 0, nthreads ? h[0].interval : 0);
   free(all);
   free(h);
   free(w);
+  return 0;
+}
+
+/* ---- wakes ---- */
+
+/* The value of metric name (a line "name VALUE") in c's last answer, or -1. */
+static double metric_of(const struct conn *c, const char *name) {
+  char key[128], *end;
+  const char *p;
+  double v;
+
+  snprintf(key, sizeof(key), "\n%s ", name);
+  p = c->buf ? strstr(c->buf, key) : NULL;
+  if (!p)
+    return -1;
+  p += strlen(key);
+  v = strtod(p, &end);
+  return end != p ? v : -1;
+}
+
+static int cmd_wakes(char **argv) {
+  const char *token = argv[3];
+  FILE *f = fopen(argv[4], "r");
+  struct conn a = {.fd = -1}, b = {.fd = -1};
+  char id[32], req[1024], body[200], metrics[256];
+  double *wake = NULL;
+  size_t n = 0, cap = 0;
+  long errors = 0;
+
+  if (!f) {
+    perror(argv[4]);
+    return 2;
+  }
+  snprintf(metrics, sizeof(metrics), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  while (fscanf(f, "%31s", id) == 1) {
+    int bl = snprintf(body, sizeof(body),
+                      "{\"ids\": [\"%s\"], \"wait_for_completion\": true, "
+                      "\"timeout_seconds\": 30}",
+                      id);
+    int rl = snprintf(req, sizeof(req),
+                      "POST /api/v1/workers/await HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      "%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                      token, bl, body);
+    double until = now_s() + 30, t0;
+    int parked = 0;
+
+    if ((a.fd < 0 && (a.fd = dial()) < 0) || send(a.fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
+      errors++;
+      continue;
+    }
+    while (!parked && now_s() < until)
+      parked = roundtrip(&b, metrics, strlen(metrics)) == 200 &&
+               metric_of(&b, "muster_await_waiting") >= 1;
+    bl = snprintf(body, sizeof(body), "{\"ids\": [\"%s\"]}", id);
+    rl = snprintf(req, sizeof(req),
+                  "POST /api/v1/workers/stop HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                  "%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                  token, bl, body);
+    t0 = now_s();
+    if (!parked || roundtrip(&b, req, (size_t)rl) != 200 || roundtrip(&a, "", 0) != 200) {
+      errors++;
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? 2 * cap : 256;
+      wake = realloc(wake, cap * sizeof(*wake));
+    }
+    wake[n++] = now_s() - t0;
+  }
+  fclose(f);
+  report("wakes", wake, n, errors, 1);
+  free(wake);
+  free(a.buf);
+  free(b.buf);
+  if (a.fd >= 0)
+    close(a.fd);
+  if (b.fd >= 0)
+    close(b.fd);
   return 0;
 }
 
@@ -378,7 +486,12 @@ int main(int argc, char **argv) {
     port = (int)num(argv[2], "PORT");
     return cmd_workers(argv);
   }
+  if (argc == 5 && strcmp(argv[1], "wakes") == 0) {
+    port = (int)num(argv[2], "PORT");
+    return cmd_wakes(argv);
+  }
   fprintf(stderr, "usage: loadgen get PORT PATH CONNECTIONS SECONDS [TOKEN]\n"
-                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS\n");
+                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS\n"
+                  "       loadgen wakes PORT TOKEN FILE\n");
   return 2;
 }

@@ -62,12 +62,16 @@ void sm_heartbeat_locked(struct lw *w) {
 }
 
 /* At most this many rows a transaction, so that a flush holds the state
- * lock for a few milliseconds (about 5 us a row); the rest waits for the
- * next flush. */
-#define FLUSH_MAX_ROWS 1000
+ * lock for about a millisecond (5 to 10 us a row); with more waiting, the
+ * next flush comes FLUSH_BUSY_MS later (state_internal.h): up to 7,500
+ * rows a second. */
+#define FLUSH_MAX_ROWS 150
+/* Workers a timeout scan judges at a time (about 50 ns each). */
+#define SCAN_SLICE 10000
 
 /* Writes the heartbeats received (and the usage sampled) since the last
- * flush, in one transaction, at most every 100 ms: the dirty workers only
+ * flush, in one transaction, at most every 100 ms (every FLUSH_BUSY_MS while
+ * FLUSH_MAX_ROWS or more wait): the dirty workers only
  * (g.dirty), whatever the number of live ones; all of them when all is
  * set (the controller's end). Loss detection reads last_hb_ms, never the
  * database. */
@@ -75,7 +79,8 @@ void flush_heartbeats_locked(int64_t now, int all) {
   struct lw *w, *end;
   int rc, n = 0;
 
-  if (!g.dirty || (!all && now - g.last_hb_flush_ms < 100))
+  if (!g.dirty ||
+      (!all && now - g.last_hb_flush_ms < (g.ndirty >= FLUSH_MAX_ROWS ? FLUSH_BUSY_MS : 100)))
     return;
   g.last_hb_flush_ms = now;
   rc = db_begin(g.db);
@@ -102,18 +107,21 @@ void flush_heartbeats_locked(int64_t now, int all) {
 
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now) {
-  struct lw *w, *next;
+  struct lw *w;
   int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000), hb_ms;
   char why[600];
+  int n = 0;
 
-  /* The scan walks every live worker: up to 10,000 of them each time the
-   * monitor looks (100 ms at most), more at most every live/100 ms (1 s at
-   * 100,000): timeouts are seconds long. */
-  if (now - g.last_timeout_scan_ms < g.live_count / 100)
+  /* Each look judges up to SCAN_SLICE workers, going on from where the
+   * last one stopped (g.scan_next; lw_remove_locked() moves it past a
+   * worker that leaves), at most every 100 ms once there are more: each
+   * worker every live/100,000 s (1 s at 100,000). So the state lock is held
+   * for a fraction of a millisecond. */
+  if (g.live_count > SCAN_SLICE && now - g.last_scan_ms < 100)
     return;
-  g.last_timeout_scan_ms = now;
-  for (w = g.head; w; w = next) {
-    next = w->next;
+  g.last_scan_ms = now;
+  for (w = g.scan_next ? g.scan_next : g.head; w && n < SCAN_SLICE; w = g.scan_next, n++) {
+    g.scan_next = w->next;
     why[0] = '\0';
     hb_ms = hb_timeout_ms(w->hb_interval_ms);
     if (w->status == WS_STARTING && !w->queued && now - w->since_ms > start_ms)

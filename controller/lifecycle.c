@@ -93,7 +93,8 @@ void state_cleanup(void) {
     free(w->outside_why);
     free(w);
   }
-  g.head = g.tail = g.qhead = g.qtail = g.dirty = NULL;
+  g.head = g.tail = g.qhead = g.qtail = g.dirty = g.dirty_tail = g.scan_next = NULL;
+  g.ndirty = 0;
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;

@@ -73,6 +73,8 @@ void lw_remove_locked(struct lw *w) {
   else
     g.tail = w->prev;
   g.live_count--;
+  if (g.scan_next == w)
+    g.scan_next = w->next;
   lw_clean_locked(w);
   lw_unqueue_locked(w);
   memset(w->token, 0, sizeof(w->token));
@@ -85,11 +87,15 @@ void lw_dirty_locked(struct lw *w) {
   if (w->in_dirty)
     return;
   w->in_dirty = 1;
-  w->dprev = NULL;
-  w->dnext = g.dirty;
-  if (g.dirty)
-    g.dirty->dprev = w;
-  g.dirty = w;
+  g.ndirty++;
+  /* (at the end: the flush writes the oldest first) */
+  w->dnext = NULL;
+  w->dprev = g.dirty_tail;
+  if (g.dirty_tail)
+    g.dirty_tail->dnext = w;
+  else
+    g.dirty = w;
+  g.dirty_tail = w;
 }
 
 void lw_clean_locked(struct lw *w) {
@@ -101,7 +107,10 @@ void lw_clean_locked(struct lw *w) {
     g.dirty = w->dnext;
   if (w->dnext)
     w->dnext->dprev = w->dprev;
+  else
+    g.dirty_tail = w->dprev;
   w->in_dirty = 0;
+  g.ndirty--;
   w->dnext = w->dprev = NULL;
 }
 

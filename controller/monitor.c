@@ -14,10 +14,14 @@
 #include <stdint.h>
 
 /* The earliest moment the monitor must look again, at most 100 ms away so
- * that timeouts stay prompt. */
+ * that timeouts stay prompt, sooner while many heartbeats wait to be
+ * written. */
 static int64_t next_wakeup_locked(int64_t now) {
   int64_t at = now + 100;
 
+  /* (heartbeats to write come in small batches: heartbeat.c) */
+  if (g.ndirty >= 150 && g.last_hb_flush_ms + FLUSH_BUSY_MS < at)
+    at = g.last_hb_flush_ms + FLUSH_BUSY_MS;
   for (struct waiter *wt = g.waiters; wt; wt = wt->next)
     if (!wt->ready && wt->deadline_ms && wt->deadline_ms < at)
       at = wt->deadline_ms;

@@ -210,7 +210,10 @@ struct ctl {
   /* by id: 65,536 chains, a few workers each at 100,000 live */
   struct lw *hash[65536];
   /* the workers with a heartbeat or a sample not yet written (heartbeat.c) */
-  struct lw *dirty;
+  struct lw *dirty, *dirty_tail; /* oldest first */
+  int ndirty;
+  int64_t last_scan_ms;
+  struct lw *scan_next; /* where the next timeout scan goes on (heartbeat.c) */
   /* the workers that may want a start, oldest first: each new one, and
    * each one given a new attempt; schedule_locked() drops those that do
    * not (a superset, so that a pass walks these only) */
@@ -236,7 +239,6 @@ struct ctl {
   } * pending;
   int npending, cap_pending;
   int64_t last_hb_flush_ms;
-  int64_t last_timeout_scan_ms;
   int64_t last_prune_ms;
   /* The last moment a client could not be served (a connection refused at
    * the limit, api_guard.c; atomic): the monitor gives leases and

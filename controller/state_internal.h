@@ -82,8 +82,10 @@ void reap_gone_clients_locked(int64_t now);
 int64_t hb_interval_ms(int live);
 
 /* Writes heartbeats and usage samples not yet written, in one transaction,
- * at most every 100 ms and 1,000 of them (all of them with all set). */
+ * at most every 100 ms (every FLUSH_BUSY_MS while 150 or more wait) and 150
+ * of them (all of them with all set). */
 void flush_heartbeats_locked(int64_t now, int all);
+#define FLUSH_BUSY_MS 20
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now);
 /* Gives every running worker's heartbeat timeout, and every starting

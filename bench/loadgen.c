@@ -416,6 +416,17 @@ static double metric_of(const struct conn *c, const char *name) {
   return end != p ? v : -1;
 }
 
+/* A wake that went wrong: both connections are closed, so that no answer
+ * still due on them (a parked await, a stop's) is read as the next one's. */
+static void wake_error(struct conn *a, struct conn *b, long *errors) {
+  (*errors)++;
+  if (a->fd >= 0)
+    close(a->fd);
+  if (b->fd >= 0)
+    close(b->fd);
+  a->fd = b->fd = -1;
+}
+
 static int cmd_wakes(char **argv) {
   const char *token = argv[3];
   FILE *f = fopen(argv[4], "r");
@@ -443,12 +454,17 @@ static int cmd_wakes(char **argv) {
     int parked = 0;
 
     if ((a.fd < 0 && (a.fd = dial()) < 0) || send(a.fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
-      errors++;
+      wake_error(&a, &b, &errors);
       continue;
     }
-    while (!parked && now_s() < until)
+    while (!parked && now_s() < until) {
+      struct timespec ms = {0, 1000000};
+
       parked = roundtrip(&b, metrics, strlen(metrics)) == 200 &&
                metric_of(&b, "muster_await_waiting") >= 1;
+      if (!parked)
+        nanosleep(&ms, NULL);
+    }
     bl = snprintf(body, sizeof(body), "{\"ids\": [\"%s\"]}", id);
     rl = snprintf(req, sizeof(req),
                   "POST /api/v1/workers/stop HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
@@ -458,17 +474,21 @@ static int cmd_wakes(char **argv) {
      * whether it comes before the stop's own answer or after. */
     t0 = now_s();
     if (!parked || send(b.fd, req, (size_t)rl, MSG_NOSIGNAL) != rl || roundtrip(&a, "", 0) != 200) {
-      errors++;
+      wake_error(&a, &b, &errors);
       continue;
     }
     t1 = now_s();
     if (roundtrip(&b, "", 0) != 200) {
-      errors++;
+      wake_error(&a, &b, &errors);
       continue;
     }
     if (n == cap) {
+      double *grown = realloc(wake, (cap ? 2 * cap : 256) * sizeof(*wake));
+
+      if (!grown)
+        break;
+      wake = grown;
       cap = cap ? 2 * cap : 256;
-      wake = realloc(wake, cap * sizeof(*wake));
     }
     wake[n++] = t1 - t0;
   }

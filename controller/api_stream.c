@@ -213,10 +213,21 @@ struct log_ctx {
  * stop grace and its own 5 s before SIGKILL, drains the pipes (2 s at
  * most), winds the exec channel down (5 s at most) and flushes; 5 s more of
  * margin. */
-static int64_t final_output_wait_ms(void) {
+static int64_t final_output_wait_ms(const char *id) {
   double grace = g.cfg.stop_grace_s > 5 ? g.cfg.stop_grace_s : 5;
+  int64_t interval = hb_interval_now_ms();
+  struct reader *rd = api_reader_get();
+  struct db_worker_info info;
 
-  return hb_interval_now_ms() + (int64_t)((grace + 2 + 5 + 5) * 1000);
+  /* (the interval it was told, which may be longer than the one told now:
+   * fewer workers live since its end) */
+  if (db_worker_info(rd->db, id, &info) == 0) {
+    if (info.heartbeat_interval_ms > interval)
+      interval = info.heartbeat_interval_ms;
+    db_worker_info_cleanup(&info);
+  }
+  api_reader_put(rd);
+  return interval + (int64_t)((grace + 2 + 5 + 5) * 1000);
 }
 
 /* The API time iso ("2026-11-21T14:00:00.123Z") in ms since the epoch.
@@ -246,7 +257,7 @@ static int iso_ms(const char *iso, int64_t *ms) {
  * it never ran a workerd (it never registered), so that nothing can come. */
 static int64_t final_output_by(const char *id) {
   json_t *w = api_worker_read(id);
-  int64_t end, left;
+  int64_t end, left, wait;
   struct timespec now;
 
   if (!w || json_is_null(json_object_get(w, "running_at")) ||
@@ -255,11 +266,12 @@ static int64_t final_output_by(const char *id) {
     return -1;
   }
   json_decref(w);
+  wait = final_output_wait_ms(id);
   clock_gettime(CLOCK_REALTIME, &now);
-  left = end + final_output_wait_ms() - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+  left = end + wait - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
   /* A wall clock stepped back since the end never stretches the wait. */
-  if (left > final_output_wait_ms())
-    left = final_output_wait_ms();
+  if (left > wait)
+    left = wait;
   return left > 0 ? util_mono_ms() + left : -1;
 }
 

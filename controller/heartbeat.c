@@ -4,48 +4,68 @@
  * "Heartbeats". */
 #include "state_internal.h"
 
+#include "fault.h"
 #include "log.h"
+#include "muster_errors.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* A worker is lost after this many of its intervals without a heartbeat,
  * once its interval is stretched past the configured one (a Kubernetes
  * node's 40 s grace over its 10 s lease). */
 #define HB_TIMEOUT_BEATS 4
-#define HB_INTERVAL_MAX_MS 3600000 /* what workerd accepts */
+/* The longest interval told: 5 minutes, half a workerd's default orphan
+ * timeout (MUSTER_ORPHAN_TIMEOUT, 600 s), so that one failed heartbeat
+ * never ends a worker. The rate holds up to 1,500,000 beating workers. */
+#define HB_INTERVAL_MAX_MS 300000
 
-int64_t hb_interval_ms(int live) {
-  int64_t ms = (int64_t)(g.cfg.heartbeat_interval_s * 1000);
+static int64_t configured_interval_ms(void) {
+  return llround(g.cfg.heartbeat_interval_s * 1000);
+}
+
+int64_t hb_interval_ms(int beating) {
+  int64_t ms = configured_interval_ms();
 
   if (g.cfg.heartbeat_rate > 0) {
-    /* live workers each beating every ms/1000 s send live*1000/ms a
-     * second: at most the rate, in whole tenths of a second */
-    int64_t spread = (int64_t)((double)live * 10 / g.cfg.heartbeat_rate + 0.999999) * 100;
-    if (spread > ms)
-      ms = spread;
+    /* n workers each beating every ms/1000 s send n*1000/ms a second: at
+     * most the rate, in whole tenths of a second (in double, clamped
+     * before any conversion) */
+    double spread = ceil((double)beating * 10 / g.cfg.heartbeat_rate) * 100;
+    if (spread > HB_INTERVAL_MAX_MS)
+      spread = HB_INTERVAL_MAX_MS;
+    if ((int64_t)spread > ms)
+      ms = (int64_t)spread;
   }
-  return ms < HB_INTERVAL_MAX_MS ? ms : HB_INTERVAL_MAX_MS;
+  return ms;
 }
 
 int64_t hb_interval_now_ms(void) {
-  return hb_interval_ms(__atomic_load_n(&g.live_count, __ATOMIC_RELAXED));
+  return hb_interval_ms(__atomic_load_n(&g.beating, __ATOMIC_RELAXED));
 }
 
 /* The heartbeat timeout of a worker told interval_ms (0: never told one). */
 static int64_t hb_timeout_ms(int64_t interval_ms) {
-  int64_t ms = (int64_t)(g.cfg.heartbeat_timeout_s * 1000);
+  int64_t ms = llround(g.cfg.heartbeat_timeout_s * 1000);
 
-  if (interval_ms > (int64_t)(g.cfg.heartbeat_interval_s * 1000) &&
-      interval_ms * HB_TIMEOUT_BEATS > ms)
+  if (interval_ms > configured_interval_ms() && interval_ms * HB_TIMEOUT_BEATS > ms)
     ms = interval_ms * HB_TIMEOUT_BEATS;
   return ms;
 }
 
+/* The interval w is judged by: the longer of the last two it was told, so
+ * that a worker whose answer telling it a shorter one was lost (it beats
+ * at the longer one still) is not lost for it. */
+static int64_t judged_interval_ms(const struct lw *w) {
+  return w->hb_interval_ms > w->hb_prev_interval_ms ? w->hb_interval_ms : w->hb_prev_interval_ms;
+}
+
 double hb_tell_locked(struct lw *w) {
-  int64_t ms = hb_interval_ms(g.live_count);
+  int64_t ms = hb_interval_ms(g.beating);
 
   ASSERT_LOCKED();
+  w->hb_prev_interval_ms = w->hb_interval_ms;
   if (ms != w->hb_interval_ms) {
     w->hb_interval_ms = ms;
     w->hb_dirty = 1;
@@ -65,7 +85,6 @@ void sm_heartbeat_locked(struct lw *w) {
  * lock for about a millisecond (5 to 10 us a row); with more waiting, the
  * next flush comes FLUSH_BUSY_MS later (state_internal.h): up to 7,500
  * rows a second. */
-#define FLUSH_MAX_ROWS 150
 /* Workers a timeout scan judges at a time (about 50 ns each). */
 #define SCAN_SLICE 10000
 
@@ -84,6 +103,8 @@ void flush_heartbeats_locked(int64_t now, int all) {
     return;
   g.last_hb_flush_ms = now;
   rc = db_begin(g.db);
+  if (!rc && FAULT_FAILS("heartbeat_flush"))
+    rc = MUSTER_E_DB; /* (a test's: nothing is written) */
   for (w = g.dirty; !rc && w && (all || n < FLUSH_MAX_ROWS); w = w->dnext, n++) {
     if (w->hb_dirty)
       rc = db_worker_touch_heartbeat(g.db, w->id, w->hb_interval_ms);
@@ -94,7 +115,13 @@ void flush_heartbeats_locked(int64_t now, int all) {
   if (!rc)
     rc = db_commit(g.db);
   if (rc) {
-    LOG(LOG_WARN, "could not record %d heartbeats and samples: %s", n, db_errmsg(g.db));
+    static int64_t warned_ms;
+
+    /* (tried again at the next flush; said once a minute) */
+    if (!warned_ms || now - warned_ms >= 60000) {
+      LOG(LOG_WARN, "could not record %d heartbeats and samples: %s", n, db_errmsg(g.db));
+      warned_ms = now;
+    }
     db_rollback(g.db);
     return;
   }
@@ -123,7 +150,7 @@ void check_timeouts_locked(int64_t now) {
   for (w = g.scan_next ? g.scan_next : g.head; w && n < SCAN_SLICE; w = g.scan_next, n++) {
     g.scan_next = w->next;
     why[0] = '\0';
-    hb_ms = hb_timeout_ms(w->hb_interval_ms);
+    hb_ms = hb_timeout_ms(judged_interval_ms(w));
     if (w->status == WS_STARTING && !w->queued && now - w->since_ms > start_ms)
       snprintf(why, sizeof(why),
                w->restart ? "could not be started again within the start timeout of %g s "
@@ -133,16 +160,14 @@ void check_timeouts_locked(int64_t now) {
     else if (w->outside_why && now >= w->outside_until_ms)
       snprintf(why, sizeof(why), "%s", w->outside_why);
     else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms &&
-             hb_ms == (int64_t)(g.cfg.heartbeat_timeout_s * 1000))
+             hb_ms == llround(g.cfg.heartbeat_timeout_s * 1000))
       snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
                g.cfg.heartbeat_timeout_s);
     else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms)
       snprintf(why, sizeof(why),
                "lost: no heartbeat for %g s (the heartbeat timeout: %d of its %g s heartbeat "
-               "intervals, stretched to keep the live workers within --heartbeat-rate %g a "
-               "second)",
-               (double)hb_ms / 1000, HB_TIMEOUT_BEATS, (double)w->hb_interval_ms / 1000,
-               g.cfg.heartbeat_rate);
+               "intervals, stretched for the number of workers heartbeating)",
+               (double)hb_ms / 1000, HB_TIMEOUT_BEATS, (double)judged_interval_ms(w) / 1000);
     if (why[0] && sm_fail_locked(w, why) != 0)
       LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
   }

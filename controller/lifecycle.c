@@ -94,7 +94,7 @@ void state_cleanup(void) {
     free(w);
   }
   g.head = g.tail = g.qhead = g.qtail = g.dirty = g.dirty_tail = g.scan_next = NULL;
-  g.ndirty = 0;
+  g.ndirty = g.live_count = g.beating = 0;
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;

@@ -34,7 +34,7 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
   snprintf(w->session, sizeof(w->session), "%s", session);
   snprintf(w->launch, sizeof(w->launch), "%s", launch ? launch : "");
   w->req = *req;
-  w->status = WS_SCHEDULING;
+  w->status = WS_SCHEDULING; /* (not beating: g.beating stays) */
   w->since_ms = util_mono_ms();
   w->last_hb_ms = w->since_ms;
   h = hash_id(id);
@@ -46,7 +46,7 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
   else
     g.head = w;
   g.tail = w;
-  g.live_count++;
+  __atomic_add_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
   lw_queue_locked(w);
   return w;
 }
@@ -72,7 +72,8 @@ void lw_remove_locked(struct lw *w) {
     w->next->prev = w->prev;
   else
     g.tail = w->prev;
-  g.live_count--;
+  __atomic_sub_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
+  lw_set_status_locked(w, WS_SCHEDULING); /* (no longer counted as beating) */
   if (g.scan_next == w)
     g.scan_next = w->next;
   lw_clean_locked(w);
@@ -80,6 +81,18 @@ void lw_remove_locked(struct lw *w) {
   memset(w->token, 0, sizeof(w->token));
   free(w->outside_why);
   free(w);
+}
+
+static int beats(enum wstatus s) {
+  return s == WS_STARTING || s == WS_RUNNING;
+}
+
+void lw_set_status_locked(struct lw *w, enum wstatus to) {
+  int d = beats(to) - beats(w->status);
+
+  if (d)
+    __atomic_add_fetch(&g.beating, d, __ATOMIC_RELAXED);
+  w->status = to;
 }
 
 void lw_dirty_locked(struct lw *w) {

@@ -30,12 +30,13 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   w = lw_new_locked(info->id, info->token, info->session, info->launch_id, &req);
   if (!w)
     return;
-  w->status = st;
+  lw_set_status_locked(w, st);
   w->attempt = info->attempt;
   w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
   /* It beats at the interval it was last told (written with its heartbeats,
-   * at most a second late; restore_live_locked() takes the longer of it and
-   * the interval of the workers restored) until its next answer. */
+   * a fraction of a second late when the flush keeps up;
+   * restore_live_locked() takes the longer of it and the interval of the
+   * workers restored) until its next answer. */
   w->hb_interval_ms = info->heartbeat_interval_ms;
   /* (a register answered just before the restart may have been lost: its
    * retry, from that pid, is answered until the new token is used) */
@@ -83,8 +84,10 @@ void restore_live_locked(void) {
     if (!w)
       continue;
     w->last_hb_ms = util_mono_ms();
-    if (w->hb_interval_ms && w->hb_interval_ms < hb_interval_ms(g.live_count))
-      w->hb_interval_ms = hb_interval_ms(g.live_count);
+    /* (a worker whose interval was not written yet, 0, was told one for
+     * about as many workers as are restored) */
+    if (w->status == WS_RUNNING && w->hb_interval_ms < hb_interval_ms(g.beating))
+      w->hb_interval_ms = hb_interval_ms(g.beating);
     if (r.live[i].adopted) {
       w->ref_known = 1;
       adopted++;

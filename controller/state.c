@@ -45,7 +45,7 @@ int sm_transition(struct lw *w, enum wstatus to, const struct db_fields *f, cons
   g.pending[g.npending].ref_known = w->ref_known;
   g.pending[g.npending].since_ms = w->since_ms;
   g.npending++;
-  w->status = to;
+  lw_set_status_locked(w, to);
   if (f && f->attempt >= 0) {
     w->attempt = f->attempt;
     w->restart = 0;
@@ -61,7 +61,7 @@ void sm_rollback(void) {
   db_rollback(g.db);
   for (int i = g.npending - 1; i >= 0; i--) {
     struct lw *w = g.pending[i].w;
-    w->status = g.pending[i].to;
+    lw_set_status_locked(w, g.pending[i].to);
     w->attempt = g.pending[i].attempt;
     w->restart = g.pending[i].restart;
     w->ref_known = g.pending[i].ref_known;

@@ -105,13 +105,14 @@ struct lw {
   long reg_pid;  /* the pid its workerd registered with (0: none yet) */
   struct backend_req req;
   char waiting_for[160];
-  int64_t since_ms;       /* when it entered its current status */
-  int64_t last_hb_ms;     /* last heartbeat (monotonic) */
-  int64_t hb_interval_ms; /* the heartbeat interval it was last told (0: none yet) */
-  int hb_dirty;           /* a heartbeat not yet written to SQLite */
-  int in_dirty;           /* listed in g.dirty (hb_dirty or usage_dirty was set) */
+  int64_t since_ms;            /* when it entered its current status */
+  int64_t last_hb_ms;          /* last heartbeat (monotonic) */
+  int64_t hb_interval_ms;      /* the heartbeat interval it was last told (0: none yet) */
+  int64_t hb_prev_interval_ms; /* the one told before it */
+  int hb_dirty;                /* a heartbeat not yet written to SQLite */
+  int in_dirty;                /* listed in g.dirty (hb_dirty or usage_dirty was set) */
   struct lw *dnext, *dprev;
-  int in_queue; /* listed in g.queue: it may want a start (sched.c) */
+  int in_queue; /* listed in the start queue (g.qhead): it may want a start */
   struct lw *qnext, *qprev;
   struct db_usage usage; /* the backend's last sample */
   int usage_dirty;       /* a sample not yet written to SQLite */
@@ -219,6 +220,7 @@ struct ctl {
    * not (a superset, so that a pass walks these only) */
   struct lw *qhead, *qtail;
   int live_count;
+  int beating;       /* live workers starting or running: they heartbeat (atomic writes) */
   uint64_t launches; /* launches since start, for launch ids */
   struct waiter *waiters;
   struct stream *streams;

@@ -49,6 +49,8 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
                          const struct backend_req *req);
 /* Takes w out of the live table and frees it. */
 void lw_remove_locked(struct lw *w);
+/* Sets w's status, counting the workers that heartbeat (g.beating). */
+void lw_set_status_locked(struct lw *w, enum wstatus to);
 /* Takes w out of g.dirty, if it is listed (its heartbeat is written). */
 void lw_clean_locked(struct lw *w);
 /* Takes w out of g.qhead's queue, if it is listed. */
@@ -76,16 +78,17 @@ void reap_gone_clients_locked(int64_t now);
 
 /* heartbeat.c */
 
-/* The heartbeat interval for live workers at once: the configured one, or
- * longer so that they send at most --heartbeat-rate heartbeats a second
- * (docs/internals/controller.md, "Heartbeats"). */
-int64_t hb_interval_ms(int live);
+/* The heartbeat interval for that many starting and running workers: the
+ * configured one, or longer so that they send at most --heartbeat-rate
+ * heartbeats a second (docs/internals/controller.md, "Heartbeats"). */
+int64_t hb_interval_ms(int beating);
 
 /* Writes heartbeats and usage samples not yet written, in one transaction,
  * at most every 100 ms (every FLUSH_BUSY_MS while 150 or more wait) and 150
  * of them (all of them with all set). */
 void flush_heartbeats_locked(int64_t now, int all);
 #define FLUSH_BUSY_MS 20
+#define FLUSH_MAX_ROWS 150
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now);
 /* Gives every running worker's heartbeat timeout, and every starting

@@ -4,8 +4,8 @@
  *
  * Loading libcurl and its dozens of libraries costs several milliseconds of
  * CPU per exec; forked from this warm process, a worker starts in a fraction
- * of that. Each worker is cloned with CLONE_PARENT so that it is not the
- * fork server's child but the controller's, which reaps it as if it had
+ * of that. Each worker is forked twice so that it is not the fork server's
+ * child: the controller, a child subreaper, adopts and reaps it as if it had
  * started it itself, and it runs worker_main() (passed in by main.c as
  * run_worker) as a directly started one would.
  */
@@ -18,74 +18,97 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-/* The worker's side of a start: its settings from req (n bytes of
- * NUL-terminated "NAME=value" strings, ZYGOTE_LOG_FILE where its output
- * goes), then run_worker(). Never returns. */
-static void worker_child(int sock, char *req, size_t n, int (*run_worker)(void)) {
-  const char *logfile = NULL;
-  int fd;
-
-  /* The fork server ignores SIGCHLD (its children are reaped by the
-   * kernel); a worker must not: it waits for its script. */
-  signal(SIGCHLD, SIG_DFL);
-  close(sock);
-  setsid();
-  for (size_t off = 0; off < n;) {
-    char *kv = req + off;
-    size_t len = strnlen(kv, n - off);
-    char *eq = memchr(kv, '=', len);
-
-    /* req[n] is NUL, so the last string is terminated too. */
-    off += len + 1;
-    if (!eq)
-      continue;
-    *eq = '\0';
-    if (strcmp(kv, ZYGOTE_LOG_FILE) == 0)
-      logfile = eq + 1;
-    else
-      setenv(kv, eq + 1, 1);
-  }
-  fd = open("/dev/null", O_RDONLY);
-  if (fd >= 0 && fd != 0) {
-    dup2(fd, 0);
-    close(fd);
-  }
-  fd = logfile ? open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
-  if (fd >= 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    if (fd > 2)
-      close(fd);
-  }
-  _exit(run_worker());
-}
-
-/* Starts one worker from a request of the controller's local backend (req:
- * see worker_child()). The worker is the controller's child, not ours:
- * cloned with CLONE_PARENT, its parent is the controller, which reaps it
- * exactly as if it had started it itself, and no middle process is
- * forked (a fork of this process, with its libraries mapped, is most of a
- * start). Returns the worker's pid or -errno. */
+/* Starts one worker from a request of the controller's local backend: req
+ * holds n bytes of NUL-terminated "NAME=value" strings, the worker's
+ * settings, and ZYGOTE_LOG_FILE, where its output goes. The worker is
+ * forked twice so that it is not our child: its parent exits at once and
+ * the controller, a child subreaper, adopts it and reaps it, exactly as if
+ * it had started it itself. The worker runs run_worker() and exits with
+ * what it returns. Returns the worker's pid or -errno. */
 static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_worker)(void)) {
-  /* (the raw system call, like fork() but for CLONE_PARENT: the child runs
-   * on a copy of this stack and calls no fork handlers; the fork server is
-   * single-threaded) */
-  long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0L);
+  int pfd[2];
+  pid_t mid, pid = -EAGAIN;
+  ssize_t got;
 
-  if (pid < 0)
+  if (pipe2(pfd, O_CLOEXEC) != 0)
     return -errno;
-  if (pid == 0)
-    worker_child(sock, req, n, run_worker);
-  return (pid_t)pid;
+  mid = fork();
+  if (mid < 0) {
+    int e = errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return -e;
+  }
+  if (mid == 0) {
+    pid_t w;
+
+    /* Reaped by the kernel is right for this middle process, not for its
+     * child: a worker that died before this process exits must stay a
+     * zombie for the controller to reap and see. */
+    signal(SIGCHLD, SIG_DFL);
+    close(sock);
+    close(pfd[0]);
+    w = fork();
+    if (w == 0) {
+      const char *logfile = NULL;
+      int fd;
+
+      /* The fork server ignores SIGCHLD (its children are reaped by the
+       * kernel); a worker must not: it waits for its script. */
+      signal(SIGCHLD, SIG_DFL);
+
+      close(pfd[1]);
+      setsid();
+      for (size_t off = 0; off < n;) {
+        char *kv = req + off;
+        size_t len = strnlen(kv, n - off);
+        char *eq = memchr(kv, '=', len);
+
+        /* req[n] is NUL, so the last string is terminated too. */
+        off += len + 1;
+        if (!eq)
+          continue;
+        *eq = '\0';
+        if (strcmp(kv, ZYGOTE_LOG_FILE) == 0)
+          logfile = eq + 1;
+        else
+          setenv(kv, eq + 1, 1);
+      }
+      fd = open("/dev/null", O_RDONLY);
+      if (fd >= 0 && fd != 0) {
+        dup2(fd, 0);
+        close(fd);
+      }
+      fd = logfile ? open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (fd > 2)
+          close(fd);
+      }
+      _exit(run_worker());
+    }
+    if (w < 0)
+      w = -errno;
+    if (write(pfd[1], &w, sizeof(w)) != (ssize_t)sizeof(w))
+      _exit(1);
+    _exit(0);
+  }
+  close(pfd[1]);
+  /* The answer comes as soon as the middle process has forked; it exits
+   * right after and the kernel reaps it (SIGCHLD is ignored here), so the
+   * next request need not wait for that. */
+  while ((got = read(pfd[0], &pid, sizeof(pid))) < 0 && errno == EINTR)
+    ;
+  close(pfd[0]);
+  return got == (ssize_t)sizeof(pid) ? pid : -EIO;
 }
 
 /* muster-workerd --zygote: serves the controller's local backend. Requests
@@ -112,7 +135,7 @@ int zygote_main(int (*run_worker)(void)) {
       (void)getgrouplist(pw->pw_name, pw->pw_gid, groups, &ng);
     (void)getgrgid(0);
   }
-  /* (no child of its own should ever stay a zombie here) */
+  /* The middle processes of zygote_fork() are reaped by the kernel. */
   signal(SIGCHLD, SIG_IGN);
   /* Says it is ready (and is a fork server at all). */
   if (send(sock, &hello, sizeof(hello), MSG_NOSIGNAL) < 0)

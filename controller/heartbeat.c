@@ -65,8 +65,10 @@ double hb_tell_locked(struct lw *w) {
   int64_t ms = hb_interval_ms(g.beating);
 
   ASSERT_LOCKED();
-  w->hb_prev_interval_ms = w->hb_interval_ms;
-  if (ms != w->hb_interval_ms) {
+  if (ms != w->hb_interval_ms || w->hb_prev_interval_ms != ms) {
+    /* (what is stored is the interval it is judged by: it changes with
+     * either) */
+    w->hb_prev_interval_ms = w->hb_interval_ms;
     w->hb_interval_ms = ms;
     w->hb_dirty = 1;
     lw_dirty_locked(w);
@@ -107,7 +109,7 @@ void flush_heartbeats_locked(int64_t now, int all) {
     rc = MUSTER_E_DB; /* (a test's: nothing is written) */
   for (w = g.dirty; !rc && w && (all || n < FLUSH_MAX_ROWS); w = w->dnext, n++) {
     if (w->hb_dirty)
-      rc = db_worker_touch_heartbeat(g.db, w->id, w->hb_interval_ms);
+      rc = db_worker_touch_heartbeat(g.db, w->id, judged_interval_ms(w));
     if (!rc && w->usage_dirty)
       rc = db_worker_usage(g.db, w->id, &w->usage);
   }

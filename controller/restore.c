@@ -74,10 +74,14 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
 void restore_live_locked(void) {
   struct restore r = {NULL, 0, 0};
   int adopted = 0, lost = 0, restarted = 0, waiting = 0;
+  int64_t restored_ms;
 
   if (db_live_workers(g.db, restore_one, &r) != 0)
     LOG(LOG_ERROR, "could not read live workers: %s", db_errmsg(g.db));
   g.backend->reconcile(r.live, r.n);
+  /* (once, before the loop fails any: the interval for as many as were
+   * restored, those that beat at it among them) */
+  restored_ms = hb_interval_ms(g.beating);
   for (int i = 0; i < r.n; i++) {
     struct lw *w = lw_find_locked(r.live[i].id);
 
@@ -86,8 +90,8 @@ void restore_live_locked(void) {
     w->last_hb_ms = util_mono_ms();
     /* (a worker whose interval was not written yet, 0, was told one for
      * about as many workers as are restored) */
-    if (w->status == WS_RUNNING && w->hb_interval_ms < hb_interval_ms(g.beating))
-      w->hb_interval_ms = hb_interval_ms(g.beating);
+    if (w->status == WS_RUNNING && w->hb_interval_ms < restored_ms)
+      w->hb_interval_ms = restored_ms;
     if (r.live[i].adopted) {
       w->ref_known = 1;
       adopted++;

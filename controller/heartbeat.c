@@ -100,14 +100,14 @@ void flush_heartbeats_locked(int64_t now, int all) {
   struct lw *w, *end;
   int rc, n = 0;
 
-  if (!g.dirty ||
-      (!all && now - g.last_hb_flush_ms < (g.ndirty >= FLUSH_MAX_ROWS ? FLUSH_BUSY_MS : 100)))
+  if (!g.dirty.head ||
+      (!all && now - g.last_hb_flush_ms < (g.dirty.n >= FLUSH_MAX_ROWS ? FLUSH_BUSY_MS : 100)))
     return;
   g.last_hb_flush_ms = now;
   rc = db_begin(g.db);
   if (!rc && FAULT_FAILS("heartbeat_flush"))
     rc = MUSTER_E_DB; /* (a test's: nothing is written) */
-  for (w = g.dirty; !rc && w && (all || n < FLUSH_MAX_ROWS); w = w->dnext, n++) {
+  for (w = g.dirty.head; !rc && w && (all || n < FLUSH_MAX_ROWS); w = w->dirty_link.next, n++) {
     if (w->hb_dirty)
       rc = db_worker_touch_heartbeat(g.db, w->id, judged_interval_ms(w));
     if (!rc && w->usage_dirty)
@@ -127,18 +127,30 @@ void flush_heartbeats_locked(int64_t now, int all) {
     db_rollback(g.db);
     return;
   }
-  while (g.dirty && g.dirty != end) {
-    w = g.dirty;
+  while (g.dirty.head && g.dirty.head != end) {
+    w = g.dirty.head;
     w->hb_dirty = w->usage_dirty = 0;
     lw_clean_locked(w);
   }
+}
+
+/* What a lost worker's failure says of a timeout hb_ms stretched past the
+ * configured one ("" when it is not), in buf. */
+static const char *stretch_words(const struct lw *w, int64_t hb_ms, char *buf, size_t size) {
+  buf[0] = '\0';
+  if (hb_ms != llround(g.cfg.heartbeat_timeout_s * 1000))
+    snprintf(buf, size,
+             ": %d of its %g s heartbeat intervals, stretched for the number of workers "
+             "heartbeating",
+             HB_TIMEOUT_BEATS, (double)judged_interval_ms(w) / 1000);
+  return buf;
 }
 
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now) {
   struct lw *w;
   int64_t start_ms = (int64_t)(g.cfg.start_timeout_s * 1000), hb_ms;
-  char why[600];
+  char why[600], stretch[160];
   int n = 0;
 
   /* Each look judges up to SCAN_SLICE workers, going on from where the
@@ -161,15 +173,9 @@ void check_timeouts_locked(int64_t now) {
                g.cfg.start_timeout_s);
     else if (w->outside_why && now >= w->outside_until_ms)
       snprintf(why, sizeof(why), "%s", w->outside_why);
-    else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms &&
-             hb_ms == llround(g.cfg.heartbeat_timeout_s * 1000))
-      snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout)",
-               g.cfg.heartbeat_timeout_s);
     else if (w->status == WS_RUNNING && !w->outside_why && now - w->last_hb_ms > hb_ms)
-      snprintf(why, sizeof(why),
-               "lost: no heartbeat for %g s (the heartbeat timeout: %d of its %g s heartbeat "
-               "intervals, stretched for the number of workers heartbeating)",
-               (double)hb_ms / 1000, HB_TIMEOUT_BEATS, (double)judged_interval_ms(w) / 1000);
+      snprintf(why, sizeof(why), "lost: no heartbeat for %g s (the heartbeat timeout%s)",
+               (double)hb_ms / 1000, stretch_words(w, hb_ms, stretch, sizeof(stretch)));
     if (why[0] && sm_fail_locked(w, why) != 0)
       LOG(LOG_ERROR, "could not fail %s: %s", w->id, db_errmsg(g.db));
   }

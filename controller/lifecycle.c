@@ -93,8 +93,10 @@ void state_cleanup(void) {
     free(w->outside_why);
     free(w);
   }
-  g.head = g.tail = g.qhead = g.qtail = g.dirty = g.dirty_tail = g.scan_next = NULL;
-  g.ndirty = g.live_count = g.beating = 0;
+  g.head = g.tail = g.scan_next = NULL;
+  memset(&g.dirty, 0, sizeof(g.dirty));
+  memset(&g.queue, 0, sizeof(g.queue));
+  g.live_count = g.beating = 0;
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;

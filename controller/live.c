@@ -6,6 +6,7 @@
 #include "muster_errors.h"
 #include "util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,62 +96,61 @@ void lw_set_status_locked(struct lw *w, enum wstatus to) {
   w->status = to;
 }
 
+/* w's link at offset off (offsetof(struct lw, ...)). */
+static struct lw_link *link_of(struct lw *w, size_t off) {
+  return w ? (struct lw_link *)((char *)w + off) : NULL;
+}
+
+/* Appends w to l through its link at off, unless it is listed already. */
+static void lw_list_append(struct lw_list *l, size_t off, struct lw *w) {
+  struct lw_link *k = link_of(w, off);
+
+  if (k->in)
+    return;
+  k->in = 1;
+  k->next = NULL;
+  k->prev = l->tail;
+  if (l->tail)
+    link_of(l->tail, off)->next = w;
+  else
+    l->head = w;
+  l->tail = w;
+  l->n++;
+}
+
+/* Takes w out of l, if it is listed. */
+static void lw_list_remove(struct lw_list *l, size_t off, struct lw *w) {
+  struct lw_link *k = link_of(w, off);
+
+  if (!k->in)
+    return;
+  if (k->prev)
+    link_of(k->prev, off)->next = k->next;
+  else
+    l->head = k->next;
+  if (k->next)
+    link_of(k->next, off)->prev = k->prev;
+  else
+    l->tail = k->prev;
+  k->in = 0;
+  k->next = k->prev = NULL;
+  l->n--;
+}
+
 void lw_dirty_locked(struct lw *w) {
   ASSERT_LOCKED();
-  if (w->in_dirty)
-    return;
-  w->in_dirty = 1;
-  g.ndirty++;
   /* (at the end: the flush writes the oldest first) */
-  w->dnext = NULL;
-  w->dprev = g.dirty_tail;
-  if (g.dirty_tail)
-    g.dirty_tail->dnext = w;
-  else
-    g.dirty = w;
-  g.dirty_tail = w;
+  lw_list_append(&g.dirty, offsetof(struct lw, dirty_link), w);
 }
 
 void lw_clean_locked(struct lw *w) {
-  if (!w->in_dirty)
-    return;
-  if (w->dprev)
-    w->dprev->dnext = w->dnext;
-  else
-    g.dirty = w->dnext;
-  if (w->dnext)
-    w->dnext->dprev = w->dprev;
-  else
-    g.dirty_tail = w->dprev;
-  w->in_dirty = 0;
-  g.ndirty--;
-  w->dnext = w->dprev = NULL;
+  lw_list_remove(&g.dirty, offsetof(struct lw, dirty_link), w);
 }
 
 void lw_queue_locked(struct lw *w) {
-  if (w->in_queue)
-    return;
-  w->in_queue = 1;
-  w->qnext = NULL;
-  w->qprev = g.qtail;
-  if (g.qtail)
-    g.qtail->qnext = w;
-  else
-    g.qhead = w;
-  g.qtail = w;
+  lw_list_append(&g.queue, offsetof(struct lw, queue_link), w);
 }
 
 void lw_unqueue_locked(struct lw *w) {
-  if (!w->in_queue)
-    return;
-  if (w->qprev)
-    w->qprev->qnext = w->qnext;
-  else
-    g.qhead = w->qnext;
-  if (w->qnext)
-    w->qnext->qprev = w->qprev;
-  else
-    g.qtail = w->qprev;
-  w->in_queue = 0;
-  w->qnext = w->qprev = NULL;
+  lw_list_remove(&g.queue, offsetof(struct lw, queue_link), w);
 }

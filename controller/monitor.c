@@ -20,7 +20,7 @@ static int64_t next_wakeup_locked(int64_t now) {
   int64_t at = now + 100;
 
   /* (heartbeats to write come in small batches: heartbeat.c) */
-  if (g.ndirty >= FLUSH_MAX_ROWS && g.last_hb_flush_ms + FLUSH_BUSY_MS < at)
+  if (g.dirty.n >= FLUSH_MAX_ROWS && g.last_hb_flush_ms + FLUSH_BUSY_MS < at)
     at = g.last_hb_flush_ms + FLUSH_BUSY_MS;
   for (struct waiter *wt = g.waiters; wt; wt = wt->next)
     if (!wt->ready && wt->deadline_ms && wt->deadline_ms < at)

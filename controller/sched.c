@@ -104,7 +104,7 @@ void schedule_locked(void) {
   struct backend_placement *where = where_s;
   struct backend_start *starts = starts_s;
   struct lw **batch = batch_s;
-  struct lw *w = g.qhead, *next;
+  struct lw *w = g.queue.head, *next;
   char user[USER_NAME_MAX + 1] = "", account[sizeof(((struct db_user *)0)->unix_user)] = "";
   char(*accounts)[sizeof(account)] = NULL;
   int cap = 64;
@@ -141,7 +141,7 @@ void schedule_locked(void) {
       enum wstatus to = WS_STARTING;
       const char *acct;
 
-      next = w->qnext;
+      next = w->queue_link.next;
       if (!wants_start(w)) {
         /* (given a new attempt, or started: it leaves the queue until
          * another attempt is wanted) */
@@ -159,7 +159,7 @@ void schedule_locked(void) {
          * this batch is committed (nothing would ever place it again). */
         broken = w;
         snprintf(broken_why, sizeof(broken_why), "%s", why);
-        w = w->qnext;
+        w = w->queue_link.next;
         break;
       }
       if (rc == 0) {

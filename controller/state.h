@@ -85,6 +85,19 @@ struct ctl_config {
 #define OUTSIDE_WAIT_MS 5000
 #define OUTSIDE_ENDING_WAIT_MS 60000
 
+/* One worker's place in a short list of live workers (struct lw_list). */
+struct lw_link {
+  struct lw *next, *prev;
+  int in; /* listed */
+};
+
+/* A list of live workers, oldest first, threaded through one of their
+ * struct lw_link (live.c: lw_list_append, lw_list_remove). */
+struct lw_list {
+  struct lw *head, *tail;
+  int n;
+};
+
 /* A worker that is not yet terminal, as the controller keeps it in memory.
  * Terminal workers live only in SQLite. */
 struct lw {
@@ -110,13 +123,11 @@ struct lw {
   int64_t hb_interval_ms;      /* the heartbeat interval it was last told (0: none yet) */
   int64_t hb_prev_interval_ms; /* the one told before it */
   int hb_dirty;                /* a heartbeat not yet written to SQLite */
-  int in_dirty;                /* listed in g.dirty (hb_dirty or usage_dirty was set) */
-  struct lw *dnext, *dprev;
-  int in_queue; /* listed in the start queue (g.qhead): it may want a start */
-  struct lw *qnext, *qprev;
-  struct db_usage usage; /* the backend's last sample */
-  int usage_dirty;       /* a sample not yet written to SQLite */
-  int dropping;          /* sm_commit(): terminal, leaving the table */
+  struct lw_link dirty_link;   /* in g.dirty: hb_dirty or usage_dirty was set */
+  struct lw_link queue_link;   /* in g.queue: it may want a start */
+  struct db_usage usage;       /* the backend's last sample */
+  int usage_dirty;             /* a sample not yet written to SQLite */
+  int dropping;                /* sm_commit(): terminal, leaving the table */
   /* Its workerd said it was stopped from outside muster (a queueing
    * backend's cancel or time limit): the backend's own account of the end
    * is awaited until outside_until_ms (OUTSIDE_WAIT_MS, or
@@ -211,14 +222,13 @@ struct ctl {
   /* by id: 65,536 chains, a few workers each at 100,000 live */
   struct lw *hash[65536];
   /* the workers with a heartbeat or a sample not yet written (heartbeat.c) */
-  struct lw *dirty, *dirty_tail; /* oldest first */
-  int ndirty;
+  struct lw_list dirty;
   int64_t last_scan_ms;
   struct lw *scan_next; /* where the next timeout scan goes on (heartbeat.c) */
-  /* the workers that may want a start, oldest first: each new one, and
+  /* the start queue: the workers that may want a start, each new one and
    * each one given a new attempt; schedule_locked() drops those that do
    * not (a superset, so that a pass walks these only) */
-  struct lw *qhead, *qtail;
+  struct lw_list queue;
   int live_count;
   int beating;       /* live workers starting or running: they heartbeat (atomic writes) */
   uint64_t launches; /* launches since start, for launch ids */
@@ -352,7 +362,7 @@ void sm_heartbeat_locked(struct lw *w);
 /* Lists w among the workers whose heartbeat or sample is to be written
  * (after setting hb_dirty or usage_dirty; live.c). */
 void lw_dirty_locked(struct lw *w);
-/* Appends w to the start queue (g.qhead: a worker that may want a start,
+/* Appends w to the start queue (g.queue: a worker that may want a start,
  * looked at by the next scheduling pass), unless it is listed already. */
 void lw_queue_locked(struct lw *w);
 /* Records that w is told the heartbeat interval for the live workers now

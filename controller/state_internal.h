@@ -53,7 +53,7 @@ void lw_remove_locked(struct lw *w);
 void lw_set_status_locked(struct lw *w, enum wstatus to);
 /* Takes w out of g.dirty, if it is listed (its heartbeat is written). */
 void lw_clean_locked(struct lw *w);
-/* Takes w out of g.qhead's queue, if it is listed. */
+/* Takes w out of the start queue (g.queue), if it is listed. */
 void lw_unqueue_locked(struct lw *w);
 
 /* waiters.c */

@@ -53,6 +53,17 @@ static json_t *launch(int n, const char *session) {
   return h_launch(&ctl, body);
 }
 
+/* Launches n workers of the external backend in session and waits until
+ * each is starting: only then do they count among those that heartbeat
+ * (the scheduling pass moves them there after the launch's answer). */
+static json_t *launch_started(int n, const char *session) {
+  json_t *ws = launch(n, session);
+
+  for (int i = 0; i < n; i++)
+    json_decref(h_wait_status(&ctl, h_str(json_array_get(ws, (size_t)i), "id"), "starting", 30));
+  return ws;
+}
+
 /* POSTs a worker's own call (register or heartbeat) with its token;
  * returns the answer (new reference) after checking its status. */
 static json_t *worker_call(const char *id, const char *what, const char *body) {
@@ -134,14 +145,14 @@ START_TEST(the_interval_grows_and_shrinks_with_the_live_workers) {
   const char *id;
 
   start("external");
-  one = launch(1, "one");
+  one = launch_started(1, "one");
   id = h_str(json_array_get(one, 0), "id");
   ans = worker_call(id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
   ck_assert_double_eq_tol(told(ans), 0.5, 1e-9); /* 1 live: the configured 0.5 s */
   json_decref(ans);
   ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 0.5, 1e-9);
 
-  more = launch(9, "more"); /* 10 live at 2 a second: every 5 s */
+  more = launch_started(9, "more"); /* 10 live at 2 a second: every 5 s */
   ans = worker_call(id, "heartbeat", "{}");
   ck_assert(json_is_false(json_object_get(ans, "stop")));
   ck_assert_double_eq_tol(told(ans), 5.0, 1e-9);
@@ -164,7 +175,7 @@ END_TEST
  * rather than 3) and registers the first, which is told 2 s; returns the
  * 4 (new reference) and the first's id. */
 static json_t *register_one_of_four(const char **id) {
-  json_t *ws = launch(4, "four"), *ans;
+  json_t *ws = launch_started(4, "four"), *ans;
 
   *id = h_str(json_array_get(ws, 0), "id");
   ans = worker_call(*id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
@@ -201,8 +212,8 @@ START_TEST(a_lost_answer_shortening_the_interval_loses_no_worker) {
   double told_at;
 
   start("external");
-  one = launch(1, "one");
-  more = launch(9, "more"); /* 10 live: every 5 s */
+  one = launch_started(1, "one");
+  more = launch_started(9, "more"); /* 10 live: every 5 s */
   id = h_str(json_array_get(one, 0), "id");
   ans = worker_call(id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
   ck_assert_double_eq_tol(told(ans), 5.0, 1e-9);

@@ -121,40 +121,6 @@ MUST_CHECK static int token_from_fd(const char *fdtext) {
   return 0;
 }
 
-/* Groups that give root's power, or near it, over the host: never the
- * worker's, whatever the account's entry says. */
-static bool group_privileged(gid_t gid) {
-  static const char *const names[] = {"root", "disk", "docker",  "adm", "shadow",
-                                      "sudo", "lxd",  "libvirt", "kvm", "systemd-journal"};
-  struct group *g;
-
-  if (gid == 0)
-    return true;
-  g = getgrgid(gid);
-  for (size_t i = 0; g && i < sizeof(names) / sizeof(names[0]); i++)
-    if (strcmp(g->gr_name, names[i]) == 0)
-      return true;
-  return false;
-}
-
-/* The supplementary groups of account name (primary gid) into
- * wd.run_groups, less the privileged ones (a GPU's render or video group
- * stays): at most WD_GROUPS_MAX. */
-static void run_groups(const char *name, gid_t gid) {
-  gid_t all[WD_GROUPS_MAX];
-  int n = WD_GROUPS_MAX;
-
-  wd.n_run_groups = 0;
-  if (getgrouplist(name, gid, all, &n) < 0) {
-    LOG(LOG_WARN, "%s is in more than %d groups: its commands get none of them", name,
-        WD_GROUPS_MAX);
-    return;
-  }
-  for (int i = 0; i < n; i++)
-    if (all[i] != gid && !group_privileged(all[i]))
-      wd.run_groups[wd.n_run_groups++] = all[i];
-}
-
 /* Reads and checks the configuration from the environment into wd.
  * Returns 0 or MUSTER_E_INVALID (logged). */
 MUST_CHECK int config_load(void) {
@@ -247,27 +213,32 @@ MUST_CHECK int config_load(void) {
   const char *named = getenv("MUSTER_RUN_AS");
   if ((named && *named) || geteuid() == 0) {
     const char *name = named && *named ? named : MUSTER_DEFAULT_ACCOUNT;
-    struct passwd *pw = strlen(name) < sizeof(wd.run_as) ? getpwnam(name) : NULL;
+    struct run_account acct;
+    bool found = run_account_lookup(name, &acct) == 0;
 
-    if (!pw && name != named) {
+    if (!found && name != named) {
       LOG(LOG_ERROR, "muster-workerd runs as root and never runs a worker's code as root: there "
                      "is no account " MUSTER_DEFAULT_ACCOUNT " on this host (scripts/setup.sh "
                      "makes it), and MUSTER_RUN_AS names no other");
       goto out;
     }
-    if (!pw || pw->pw_uid == 0 || pw->pw_gid == 0) {
+    if (!found || acct.uid == 0 || acct.gid == 0) {
       LOG(LOG_ERROR, "MUSTER_RUN_AS must name an account on this host that is neither root nor "
                      "in root's group");
       goto out;
     }
     snprintf(wd.run_as, sizeof(wd.run_as), "%s", name);
-    wd.run_uid = pw->pw_uid;
-    wd.run_gid = pw->pw_gid;
-    run_groups(name, pw->pw_gid);
+    wd.run_uid = acct.uid;
+    wd.run_gid = acct.gid;
+    if (acct.too_many_groups)
+      LOG(LOG_WARN, "%s is in more than %d groups: its commands get none of them", name,
+          WD_GROUPS_MAX);
+    memcpy(wd.run_groups, acct.groups, sizeof(wd.run_groups));
+    wd.n_run_groups = acct.n_groups;
     /* Its commands see the account's own name and home, not root's (a
      * launch's env still wins: it goes on top). */
-    snprintf(wd.home, sizeof(wd.home), "%s", pw->pw_dir);
-    if (setenv("HOME", pw->pw_dir, 1) != 0 || setenv("USER", name, 1) != 0 ||
+    snprintf(wd.home, sizeof(wd.home), "%s", acct.home);
+    if (setenv("HOME", acct.home, 1) != 0 || setenv("USER", name, 1) != 0 ||
         setenv("LOGNAME", name, 1) != 0) {
       LOG(LOG_ERROR, "out of memory");
       goto out;

@@ -397,9 +397,11 @@ static int cgroup_join(void) {
        * after a quiet spell waits out an RCU grace period (some 20 ms a
        * worker). v2 has cgroup.procs only. */
       snprintf(path, sizeof(path), "%s/tasks", dir);
-      if (access(path, W_OK) != 0)
-        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
       fd = open(path, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 && errno == ENOENT) {
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+      }
       ok = fd >= 0 && write(fd, "0", 1) == 1;
       if (!ok) {
         fprintf(stderr, "muster-workerd: cannot join its cgroup %s: %s\n", dir, strerror(errno));

@@ -16,6 +16,7 @@
  *   exec_server.c  the exec channel's server (docs/exec-protocol.md); its
  *                  parts are in exec_internal.h
  *   zygote.c       the fork server (--zygote) of the controller's local backend
+ *   run_account.c  the account commands run as, looked up and kept a while
  *
  * What a module keeps to itself stays static there; only what crosses
  * modules is declared here. Calls between modules go one way: main.c calls
@@ -263,6 +264,25 @@ void log_level_from_env(void);
 /* Reads and checks the configuration from the environment into wd.
  * Returns 0 or MUSTER_E_INVALID (logged). */
 MUST_CHECK int config_load(void);
+
+/* ------------------------------------------------------------------------ */
+/* run_account.c: the account a worker's commands run as                    */
+
+struct run_account {
+  char name[64]; /* as wd.run_as */
+  uid_t uid;
+  gid_t gid;
+  char home[1024];
+  gid_t groups[WD_GROUPS_MAX]; /* its supplementary groups, less the privileged */
+  int n_groups;
+  bool too_many_groups; /* in more than WD_GROUPS_MAX: given none */
+};
+
+/* Fills *a with account name, from the name service or from what this
+ * process (or the fork server it was forked from) looked up in the last
+ * few seconds. Returns 0, or -1 if there is no such account (or the name
+ * does not fit). */
+MUST_CHECK int run_account_lookup(const char *name, struct run_account *a);
 
 /* ------------------------------------------------------------------------ */
 /* signals.c: the self-pipe                                                 */

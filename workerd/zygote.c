@@ -25,36 +25,60 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+/* Looks up the account the worker of request req (n bytes, as for
+ * zygote_fork()) will run its commands as, as its config_load() will, so
+ * that it finds the answer in the memory it inherits (run_account.c). */
+static void account_prime(const char *req, size_t n) {
+  static const char key[] = "MUSTER_RUN_AS=";
+  const char *name = geteuid() == 0 ? MUSTER_DEFAULT_ACCOUNT : NULL;
+  struct run_account a;
+
+  for (size_t off = 0; off < n;) {
+    size_t len = strnlen(req + off, n - off);
+
+    if (len > strlen(key) && strncmp(req + off, key, strlen(key)) == 0)
+      name = req + off + strlen(key);
+    off += len + 1;
+  }
+  /* (no account: the worker says so, in its own log) */
+  if (name && run_account_lookup(name, &a) != 0)
+    return;
+}
+
 /* Starts one worker from a request of the controller's local backend: req
  * holds n bytes of NUL-terminated "NAME=value" strings, the worker's
  * settings, and ZYGOTE_LOG_FILE, where its output goes. The worker is
  * forked twice so that it is not our child: its parent exits at once and
  * the controller, a child subreaper, adopts it and reaps it, exactly as if
  * it had started it itself. The worker runs run_worker() and exits with
- * what it returns. Returns the worker's pid or -errno. */
+ * what it returns. Returns the worker's pid or -errno.
+ *
+ * The middle process is a vfork(): it shares this process's memory (we
+ * are suspended until it exits), so that only the worker's fork copies
+ * the address space, and nothing of the middle's needs tearing down; its
+ * fork() runs glibc's fork handlers as our own would, and it leaves the
+ * worker's pid in our memory, where we read it once it has exited. It
+ * calls nothing but signal(), close(), fork() and _exit(), returns from
+ * nothing, and writes no memory but mid_pid; this process has one
+ * thread, so no lock that fork() takes can be held. */
 static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_worker)(void)) {
-  int pfd[2];
-  pid_t mid, pid = -EAGAIN;
-  ssize_t got;
+  static volatile pid_t mid_pid; /* the middle's answer: the worker's pid or -errno */
+  pid_t mid;
 
-  if (pipe2(pfd, O_CLOEXEC) != 0)
+  account_prime(req, n);
+  mid_pid = -EAGAIN;
+  mid = vfork();
+  if (mid < 0)
     return -errno;
-  mid = fork();
-  if (mid < 0) {
-    int e = errno;
-    close(pfd[0]);
-    close(pfd[1]);
-    return -e;
-  }
   if (mid == 0) {
     pid_t w;
 
     /* Reaped by the kernel is right for this middle process, not for its
      * child: a worker that died before this process exits must stay a
-     * zombie for the controller to reap and see. */
+     * zombie for the controller to reap and see. (A vfork child has its
+     * own copy of the signal dispositions and of the descriptors.) */
     signal(SIGCHLD, SIG_DFL);
     close(sock);
-    close(pfd[0]);
     w = fork();
     if (w == 0) {
       const char *logfile = NULL;
@@ -64,7 +88,6 @@ static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_wor
        * kernel); a worker must not: it waits for its script. */
       signal(SIGCHLD, SIG_DFL);
 
-      close(pfd[1]);
       setsid();
       for (size_t off = 0; off < n;) {
         char *kv = req + off;
@@ -95,20 +118,12 @@ static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_wor
       }
       _exit(run_worker());
     }
-    if (w < 0)
-      w = -errno;
-    if (write(pfd[1], &w, sizeof(w)) != (ssize_t)sizeof(w))
-      _exit(1);
+    mid_pid = w < 0 ? -errno : w;
     _exit(0);
   }
-  close(pfd[1]);
-  /* The answer comes as soon as the middle process has forked; it exits
-   * right after and the kernel reaps it (SIGCHLD is ignored here), so the
-   * next request need not wait for that. */
-  while ((got = read(pfd[0], &pid, sizeof(pid))) < 0 && errno == EINTR)
-    ;
-  close(pfd[0]);
-  return got == (ssize_t)sizeof(pid) ? pid : -EIO;
+  /* The middle has exited (vfork() returns then); the kernel reaps it
+   * (SIGCHLD is ignored here). */
+  return mid_pid;
 }
 
 /* muster-workerd --zygote: serves the controller's local backend. Requests

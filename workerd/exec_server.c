@@ -69,6 +69,11 @@ static struct {
 /* ------------------------------------------------------------------------ */
 /* The listening socket                                                     */
 
+void exec_prewarm(void) {
+  if (ex_tls_init() != 0)
+    LOG(LOG_WARN, "cannot set up the exec channel's TLS (GnuTLS) ahead; each worker tries");
+}
+
 /* Opens the exec channel's listening socket on wd.ip, port 0, and records the
  * port the kernel chose in wd.exec_port. The socket (wd.listen_fd, closed by
  * cleanup()) stays open for the daemon's life; the main loop accepts on it

@@ -519,7 +519,12 @@ int main(int argc, char **argv) {
     LOG(LOG_ERROR, "cannot initialise libcurl");
     return 1;
   }
-  code = argc == 2 ? zygote_main(worker_main) : worker_main();
+  if (argc == 2) {
+    exec_prewarm();
+    code = zygote_main(worker_main);
+  } else {
+    code = worker_main();
+  }
   curl_global_cleanup();
   return code;
 }

@@ -391,6 +391,10 @@ int confine_read_only(const char *path);
 /* ------------------------------------------------------------------------ */
 /* exec_server.c: the exec channel                                          */
 
+/* Makes what every worker's exec channel needs and none changes (its TLS
+ * credentials and priorities), once, in the fork server: its workers
+ * inherit them instead of each making its own. */
+void exec_prewarm(void);
 MUST_CHECK int exec_listen(void);
 void ex_stop_all(int64_t now);
 bool ex_stopping(void);

@@ -137,6 +137,12 @@ int zygote_main(int (*run_worker)(void)) {
   pid_t hello = ZYGOTE_HELLO;
 
   signal(SIGPIPE, SIG_IGN);
+  /* The dynamic linker has bound every symbol (zygote_proto.h): no
+   * worker's command inherits the setting. */
+  if (getenv(ZYGOTE_BIND_NOW)) {
+    unsetenv("LD_BIND_NOW");
+    unsetenv(ZYGOTE_BIND_NOW);
+  }
   /* Every worker looks its account up (config.c): the name service's
    * modules and its configuration are loaded here, once, and every fork
    * inherits them, instead of each worker loading them again (3 ms a

@@ -134,6 +134,8 @@ START_TEST(script_output_and_environment_reach_the_logs) {
             "print('id', os.environ['CDSW_ENGINE_ID'] == os.environ['MUSTER_WORKER_ID']); "
             "print('user', os.environ['GREETING'], os.environ['API_KEY']); "
             "print('args', sys.argv[1:]); "
+            "print('bindnow', 'LD_BIND_NOW' in os.environ, 'MUSTER_ZYGOTE_BIND_NOW' in "
+            "os.environ); "
             "print('to stderr', file=sys.stderr)\", \"args\": [\"a\", \"b c\"], "
             "\"env\": {\"GREETING\": \"hello\"}, \"secret_env\": {\"API_KEY\": \"s3cret\"}}");
   ans = h_await(&ctl, workers, 1, 20);
@@ -163,6 +165,8 @@ START_TEST(script_output_and_environment_reach_the_logs) {
   ck_assert_ptr_nonnull(strstr(out, "id True"));
   ck_assert_ptr_nonnull(strstr(out, "user hello s3cret"));
   ck_assert_ptr_nonnull(strstr(out, "args ['a', 'b c']"));
+  /* The fork server's own setting (zygote_proto.h) is not the command's. */
+  ck_assert_msg(strstr(out, "bindnow False False") != NULL, "stdout: %s", out);
   ck_assert_ptr_null(strstr(out, "to stderr"));
   ck_assert_str_eq(err, "to stderr\n");
   free(out);

@@ -78,8 +78,7 @@ int run_account_lookup(const char *name, struct run_account *a) {
   if (strlen(name) >= sizeof(a->name))
     return -1;
   for (int i = 0; i < RA_SLOTS; i++) {
-    if (slots[i].at_ms && strcmp(slots[i].a.name, name) == 0 &&
-        now - slots[i].at_ms < RA_TTL_MS) {
+    if (slots[i].at_ms && strcmp(slots[i].a.name, name) == 0 && now - slots[i].at_ms < RA_TTL_MS) {
       *a = slots[i].a;
       return 0;
     }

@@ -28,11 +28,11 @@
 #ifndef MUSTER_ZYGOTE_PROTO_H
 #define MUSTER_ZYGOTE_PROTO_H
 
-#define ZYGOTE_ARG "--zygote"             /* workerd's argument: be a fork server */
-#define ZYGOTE_FD 3                       /* the fork server's end of the socket pair */
-#define ZYGOTE_HELLO 0                    /* the first datagram, as a pid_t */
-#define ZYGOTE_REQ_MAX 16383              /* most bytes of one request */
-#define ZYGOTE_LOG_FILE "MUSTER_LOG_FILE" /* the request's name for the log file */
+#define ZYGOTE_ARG "--zygote"                    /* workerd's argument: be a fork server */
+#define ZYGOTE_FD 3                              /* the fork server's end of the socket pair */
+#define ZYGOTE_HELLO 0                           /* the first datagram, as a pid_t */
+#define ZYGOTE_REQ_MAX 16383                     /* most bytes of one request */
+#define ZYGOTE_LOG_FILE "MUSTER_LOG_FILE"        /* the request's name for the log file */
 #define ZYGOTE_BIND_NOW "MUSTER_ZYGOTE_BIND_NOW" /* LD_BIND_NOW=1 is the backend's */
 
 #endif

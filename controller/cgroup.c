@@ -37,6 +37,11 @@ static const struct {
 struct hier {
   char base[PATH_MAX / 2];
   unsigned ctrl;
+  /* v1's devices hierarchy on a host without NVIDIA devices: a worker's
+   * own cgroup there could only copy the base's rules (base_devices()), so
+   * every worker joins the base itself, and none is made or removed there
+   * (a sixth of a launch's cgroup work). */
+  int shared;
 };
 
 static struct {
@@ -300,11 +305,22 @@ static int make_base(struct hier *h, const char *parent, const char *tag, char *
   return 0;
 }
 
-/* Whether cgroup directory dir has a child cgroup. */
-static int has_children(const char *dir) {
+/* Whether the host has NVIDIA devices (find_gpus()). */
+static int nvidia_found(void) {
+  for (int i = 0; i < CG_GPUS; i++)
+    if (cg.gpu[i][0])
+      return 1;
+  return cg.nctl > 0;
+}
+
+/* Whether cgroup directory dir has a child cgroup or a process (a shared
+ * base holds workers' processes, maybe an earlier controller's, and no
+ * directory). */
+static int in_use(const char *dir) {
   struct dirent *e;
-  int found = 0;
-  DIR *d = opendir(dir);
+  char any[4];
+  int found = get(dir, "cgroup.procs", any, sizeof(any)) > 0;
+  DIR *d = found ? NULL : opendir(dir);
 
   while (d && !found && (e = readdir(d)) != NULL)
     found = e->d_type == DT_DIR && e->d_name[0] != '.';
@@ -315,8 +331,9 @@ static int has_children(const char *dir) {
 
 /* v1 devices: the base denies every device but a container's and the
  * host's GPUs; its worker cgroups copy that when they are made (and can
- * only narrow it). Written while the base has no child: changing it later
- * would take devices from the workers of an earlier controller. */
+ * only narrow it), or, shared, hold the workers themselves. Written while
+ * the base has no child and no process: changing it later would take
+ * devices from the workers of an earlier controller. */
 static void base_devices(const struct hier *h) {
   static const char *const allowed[] = {
       "c 1:3 rwm",   /* null */ "c 1:5 rwm",   /* zero */ "c 1:7 rwm",   /* full */
@@ -325,7 +342,7 @@ static void base_devices(const struct hier *h) {
       "c 10:200 rwm" /* tun */};
   int e = 0;
 
-  if (!(h->ctrl & C_DEVICES) || has_children(h->base))
+  if (!(h->ctrl & C_DEVICES) || in_use(h->base))
     return;
   e = put(h->base, "devices.deny", "a");
   for (size_t i = 0; !e && i < sizeof(allowed) / sizeof(allowed[0]); i++)
@@ -472,8 +489,10 @@ int cg_setup(enum cg_isolation want, const char *state_dir, char *why, size_t le
       snprintf(confine_why, sizeof(confine_why), "%s refused", step);
     return 0;
   }
-  for (int i = 0; i < cg.nh && cg.version == 1; i++)
+  for (int i = 0; i < cg.nh && cg.version == 1; i++) {
+    cg.h[i].shared = cg.h[i].ctrl == C_DEVICES && !nvidia_found();
     base_devices(&cg.h[i]);
+  }
   record_bases(state_dir);
   {
     const char *step = "";
@@ -572,11 +591,13 @@ int cg_create(const char *name, const struct cg_limits *l, char *dirs, size_t di
       snprintf(err, errlen, "the cgroup path of %s is too long", name);
       goto undo;
     }
-    if (mkdir(dir, 0755) != 0) {
+    if (cg.h[made].shared) {
+      snprintf(dir, sizeof(dir), "%s", cg.h[made].base); /* joined as it is */
+    } else if (mkdir(dir, 0755) != 0) {
       snprintf(err, errlen, "cannot create the cgroup %s: %s", dir, strerror(errno));
       goto undo;
     }
-    if ((e = set_limits(&cg.h[made], dir, l)) != 0) {
+    if (!cg.h[made].shared && (e = set_limits(&cg.h[made], dir, l)) != 0) {
       snprintf(err, errlen, "cannot set the limits of cgroup %s: %s", dir, strerror(e));
       made++;
       goto undo;
@@ -593,7 +614,7 @@ int cg_create(const char *name, const struct cg_limits *l, char *dirs, size_t di
 undo:
   while (made-- > 0) {
     char dir[PATH_MAX];
-    if (hier_dir(&cg.h[made], name, dir, sizeof(dir)) == 0)
+    if (!cg.h[made].shared && hier_dir(&cg.h[made], name, dir, sizeof(dir)) == 0)
       (void)rmdir(dir);
   }
   dirs[0] = '\0';

@@ -374,13 +374,35 @@ out:
 }
 END_TEST
 
+/* Starts ctl (fresh() and its extra arguments already set) with
+ * MUSTER_DEV_DIR=dev, the host's devices as the controller sees them.
+ * Returns whether it restricts devices: isolated on cgroup v1's devices
+ * controller (else says that what is skipped). */
+static int start_with_devices(const char *dev, const char *what) {
+  json_t *h = NULL;
+  int ok;
+
+  setenv("MUSTER_DEV_DIR", dev, 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_DEV_DIR");
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &h, NULL), 200);
+  ok = strcmp(h_str(h, "isolation"), "cgroup") == 0 && access("/sys/fs/cgroup/devices", F_OK) == 0;
+  if (!ok)
+    fprintf(stderr,
+            "SKIPPED: %s: devices are restricted on cgroup v1's devices controller, which "
+            "this host does not have\n",
+            what);
+  json_decref(h);
+  return ok;
+}
+
 /* GPUs: a worker reaches the GPU devices it was given, and no other.
  * Without a GPU, device nodes of the test's own stand in for the host's
  * (MUSTER_DEV_DIR): opening one that the worker may use fails for want of
  * a driver (ENXIO), one that its cgroup denies with EPERM. */
 START_TEST(a_worker_reaches_only_the_gpus_it_was_given) {
   char dev[64], path[200], body[900], *out = NULL;
-  json_t *workers, *ans, *h = NULL;
+  json_t *workers, *ans;
   const char *names[] = {"nvidia0", "nvidia1", "nvidiactl"};
   const unsigned minors[] = {0, 1, 255};
 
@@ -401,15 +423,8 @@ START_TEST(a_worker_reaches_only_the_gpus_it_was_given) {
   fresh();
   ctl.extra[0] = "--gpus";
   ctl.extra[1] = "2";
-  setenv("MUSTER_DEV_DIR", dev, 1);
-  h_start(&ctl);
-  unsetenv("MUSTER_DEV_DIR");
-  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &h, NULL), 200);
-  if (strcmp(h_str(h, "isolation"), "cgroup") != 0 || access("/sys/fs/cgroup/devices", F_OK) != 0) {
-    fprintf(stderr, "SKIPPED: GPU devices are restricted on cgroup v1's devices controller, "
-                    "which this host does not have\n");
+  if (!start_with_devices(dev, "GPU devices"))
     goto out;
-  }
   for (int gpus = 0; gpus <= 1; gpus++) {
     snprintf(body, sizeof(body),
              "{\"n\": 1, \"cpu\": 0.1, \"memory\": 0.25, \"nvidia_gpu\": %d, \"code\": \"!"
@@ -438,7 +453,6 @@ START_TEST(a_worker_reaches_only_the_gpus_it_was_given) {
     json_decref(workers);
   }
 out:
-  json_decref(h);
   h_finish(&ctl);
   for (int i = 0; i < 3; i++) {
     snprintf(path, sizeof(path), "%s/%s", dev, names[i]);
@@ -497,6 +511,52 @@ START_TEST(a_bad_isolation_value_is_refused) {
 }
 END_TEST
 
+/* On a host without NVIDIA devices a worker's devices cgroup is the
+ * controller's base itself (none is made per worker), which still denies
+ * every device but a container's: a node of the test's own (a GPU's
+ * numbers under another name, so that the controller does not take it for
+ * one) is refused, /dev/null is not. */
+START_TEST(a_worker_on_a_host_without_gpus_reaches_no_other_device) {
+  char dev[64], path[200], body[900], *out = NULL;
+  json_t *workers, *ans;
+
+  h_shared_dir(dev, sizeof(dev), "nodev");
+  snprintf(path, sizeof(path), "%s/odd0", dev);
+  if (mknod(path, S_IFCHR | 0666, makedev(195, 0)) != 0) {
+    fprintf(stderr, "SKIPPED: devices: cannot make a device node here (%s)\n", strerror(errno));
+    rmdir(dev);
+    return;
+  }
+  fresh();
+  if (!start_with_devices(dev, "a host without GPUs"))
+    goto out;
+  snprintf(body, sizeof(body),
+           "{\"n\": 2, \"cpu\": 0.1, \"memory\": 0.25, \"code\": \"!"
+           "(: < %s/odd0) 2>&1 | grep -q 'not permitted' && echo odd=denied || echo odd=usable; "
+           "(: < /dev/null) && echo null=open; grep :devices: /proc/self/cgroup\"}",
+           dev);
+  workers = h_launch(&ctl, body);
+  ans = h_await(&ctl, workers, 2, 20);
+  json_decref(ans);
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof(path), "/api/v1/workers/%s/logs?stream=stdout",
+             h_str(json_array_get(workers, (size_t)i), "id"));
+    ck_assert_int_eq(h_http(&ctl, "GET", path, NULL, "", NULL, &out), 200);
+    ck_assert_msg(strstr(out, "odd=denied") && strstr(out, "null=open"), "a worker saw: %s", out);
+    ck_assert_msg(strstr(out, ":devices:/") && !strstr(out, "/w-"),
+                  "a worker's devices cgroup is its own, not the base: %s", out);
+    free(out);
+    out = NULL;
+  }
+  json_decref(workers);
+out:
+  h_finish(&ctl);
+  snprintf(path, sizeof(path), "%s/odd0", dev);
+  unlink(path);
+  rmdir(dev);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("isolation");
   TCase *tc = tcase_create("cgroups");
@@ -507,6 +567,7 @@ int main(void) {
   tcase_add_test(tc, a_script_cannot_reach_the_controllers_secrets);
   tcase_add_test(tc, usage_shows_the_cpu_quota_and_the_memory_peak);
   tcase_add_test(tc, a_worker_reaches_only_the_gpus_it_was_given);
+  tcase_add_test(tc, a_worker_on_a_host_without_gpus_reaches_no_other_device);
   tcase_add_test(tc, isolation_none_runs_workers_as_before);
   tcase_add_test(tc, a_bad_isolation_value_is_refused);
   suite_add_tcase(s, tc);

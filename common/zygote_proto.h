@@ -17,22 +17,14 @@
  *     the worker's pid (> 0), or -errno if it could not fork.
  *
  * The fork server ends when the backend closes its end.
- *
- * The backend starts it with LD_BIND_NOW=1 (unless its environment names
- * LD_BIND_NOW itself) and ZYGOTE_BIND_NOW=1, which says so: the dynamic
- * linker binds every symbol of every library once, in the fork server, and
- * no worker forked from it looks one up again (nor copies the page it
- * would write the answer to). The fork server removes both variables, so
- * that no worker's command inherits them.
  */
 #ifndef MUSTER_ZYGOTE_PROTO_H
 #define MUSTER_ZYGOTE_PROTO_H
 
-#define ZYGOTE_ARG "--zygote"                    /* workerd's argument: be a fork server */
-#define ZYGOTE_FD 3                              /* the fork server's end of the socket pair */
-#define ZYGOTE_HELLO 0                           /* the first datagram, as a pid_t */
-#define ZYGOTE_REQ_MAX 16383                     /* most bytes of one request */
-#define ZYGOTE_LOG_FILE "MUSTER_LOG_FILE"        /* the request's name for the log file */
-#define ZYGOTE_BIND_NOW "MUSTER_ZYGOTE_BIND_NOW" /* LD_BIND_NOW=1 is the backend's */
+#define ZYGOTE_ARG "--zygote"             /* workerd's argument: be a fork server */
+#define ZYGOTE_FD 3                       /* the fork server's end of the socket pair */
+#define ZYGOTE_HELLO 0                    /* the first datagram, as a pid_t */
+#define ZYGOTE_REQ_MAX 16383              /* most bytes of one request */
+#define ZYGOTE_LOG_FILE "MUSTER_LOG_FILE" /* the request's name for the log file */
 
 #endif

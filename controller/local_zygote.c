@@ -11,12 +11,10 @@
 #include "muster_errors.h"
 #include "zygote_proto.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +73,6 @@ void local_zygote_close(void) {
 void local_zygote_start(void) {
   char logpath[1100];
   char *argv[] = {lb.cfg.workerd_path, ZYGOTE_ARG, NULL};
-  char **envp;
   struct pollfd p;
   pid_t hello = -1;
   int sv[2], rc;
@@ -83,23 +80,7 @@ void local_zygote_start(void) {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return;
   snprintf(logpath, sizeof(logpath), "%s/workers/zygote.log", lb.cfg.state_dir);
-  rc = ENOMEM;
-  envp = calloc(lb.base_env_len + 3, sizeof(*envp));
-  if (envp) {
-    size_t n = lb.base_env_len;
-    bool named = false;
-
-    memcpy(envp, lb.base_env, n * sizeof(*envp));
-    for (size_t i = 0; i < n; i++)
-      named = named || strncmp(envp[i], "LD_BIND_NOW=", 12) == 0;
-    if (!named) { /* (zygote_proto.h says why) */
-      static char bind_now[] = "LD_BIND_NOW=1", said[] = ZYGOTE_BIND_NOW "=1";
-      envp[n++] = bind_now;
-      envp[n++] = said;
-    }
-    rc = spawn_workerd(&lb.zygote_pid, logpath, sv[1], argv, envp);
-    free(envp);
-  }
+  rc = spawn_workerd(&lb.zygote_pid, logpath, sv[1], argv, lb.base_env);
   close(sv[1]);
   if (rc != 0) {
     LOG(LOG_WARN, "could not start the workerd fork server (%s); spawning each worker",

@@ -227,6 +227,11 @@ MUST_CHECK int config_load(void) {
                      "in root's group");
       goto out;
     }
+    if (acct.home_too_long) {
+      LOG(LOG_ERROR, "the home directory of account %s is longer than %zu bytes", name,
+          sizeof(wd.home) - 1);
+      goto out;
+    }
     snprintf(wd.run_as, sizeof(wd.run_as), "%s", name);
     wd.run_uid = acct.uid;
     wd.run_gid = acct.gid;

@@ -398,7 +398,7 @@ static int cgroup_join(void) {
        * worker). v2 has cgroup.procs only. */
       snprintf(path, sizeof(path), "%s/tasks", dir);
       fd = open(path, O_WRONLY | O_CLOEXEC);
-      if (fd < 0 && errno == ENOENT) {
+      if (fd < 0) { /* (v2, or a v1 "tasks" this process may not write) */
         snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
         fd = open(path, O_WRONLY | O_CLOEXEC);
       }
@@ -513,6 +513,8 @@ int main(int argc, char **argv) {
             "--job SCRIPT starts the steps of a Slurm job muster submitted.\n");
     return 2;
   }
+  if (argc == 2)
+    zygote_rebind(argv);
   if (job_check_dumpable(dumpable) != 0)
     return 1;
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

@@ -3,17 +3,22 @@
  * its ids, its home and its groups less the privileged ones, looked up in
  * the name service and kept for RA_TTL_MS.
  *
- * The fork server looks the account of each request up before it forks
- * (run_account_lookup() fills the cache), so that the worker finds the
- * answer in the memory it inherits. Asked itself, each worker would ask
- * the name service again: with nss-systemd some hundred system calls for
- * the account, its groups and each group's name, a tenth of a launch's
- * time. A directly started workerd has an empty cache and asks. Changes
- * to an account reach new workers within RA_TTL_MS, as nscd's cache does
- * within its positive-time-to-live. It calls no other module of workerd.
+ * The fork server keeps the answers for the accounts its requests name
+ * (asked in a child of its own, run_account_ask(), so that a slow name
+ * service never holds up a fork; run_account_store() keeps the answer),
+ * and each worker forked after finds it in the memory it inherits
+ * (run_account_lookup()). Asked itself, each worker would ask the name
+ * service again: with nss-systemd some hundred system calls for the
+ * account, its groups and each group's name, a tenth of a launch's time.
+ * A worker that finds no answer kept, and a directly started workerd, ask.
+ * Changes to an account reach new workers within RA_TTL_MS, as nscd's
+ * cache does within its positive-time-to-live; an answer in which a
+ * group's entry could not be read is used once and not kept. It calls no
+ * other module of workerd.
  */
 #include "workerd.h"
 
+#include <errno.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -30,32 +35,40 @@ struct ra_slot {
 static struct ra_slot slots[RA_SLOTS];
 
 /* Groups that give root's power, or near it, over the host: never the
- * worker's, whatever the account's entry says. */
-static bool group_privileged(gid_t gid) {
+ * worker's, whatever the account's entry says. A group whose entry cannot
+ * be read (the name service failed, as against "no such group") counts as
+ * privileged, and *failed is set: such an answer is not kept. */
+static bool group_privileged(gid_t gid, bool *failed) {
   static const char *const names[] = {"root", "disk", "docker",  "adm", "shadow",
                                       "sudo", "lxd",  "libvirt", "kvm", "systemd-journal"};
-  struct group *g;
+  struct group gr, *g = NULL;
+  char buf[4096];
+  int e;
 
   if (gid == 0)
     return true;
-  g = getgrgid(gid);
+  e = getgrgid_r(gid, &gr, buf, sizeof(buf), &g);
+  if (e != 0 && e != ENOENT && e != ESRCH && e != EBADF && e != EPERM) {
+    *failed = true;
+    return true;
+  }
   for (size_t i = 0; g && i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(g->gr_name, names[i]) == 0)
       return true;
   return false;
 }
 
-/* Asks the name service for account name into *a. Returns 0, or -1 if
- * there is none. */
-static int ra_ask(const char *name, struct run_account *a) {
-  struct passwd *pw = getpwnam(name);
+int run_account_ask(const char *name, struct run_account *a) {
+  struct passwd *pw;
   gid_t all[WD_GROUPS_MAX];
   int n = WD_GROUPS_MAX;
+  bool failed = false;
 
-  if (!pw)
-    return -1;
   memset(a, 0, sizeof(*a));
+  if (strlen(name) >= sizeof(a->name) || !(pw = getpwnam(name)))
+    return -1;
   snprintf(a->name, sizeof(a->name), "%s", name);
+  a->home_too_long = strlen(pw->pw_dir) >= sizeof(a->home);
   snprintf(a->home, sizeof(a->home), "%s", pw->pw_dir);
   a->uid = pw->pw_uid;
   a->gid = pw->pw_gid;
@@ -63,34 +76,46 @@ static int ra_ask(const char *name, struct run_account *a) {
    * everything needed is copied above) */
   if (getgrouplist(name, a->gid, all, &n) < 0) {
     a->too_many_groups = true;
-    return 0;
+  } else {
+    for (int i = 0; i < n; i++)
+      if (all[i] != a->gid && !group_privileged(all[i], &failed))
+        a->groups[a->n_groups++] = all[i];
   }
-  for (int i = 0; i < n; i++)
-    if (all[i] != a->gid && !group_privileged(all[i]))
-      a->groups[a->n_groups++] = all[i];
+  a->keep = !failed;
   return 0;
 }
 
-int run_account_lookup(const char *name, struct run_account *a) {
+int run_account_cached(const char *name, struct run_account *a) {
   int64_t now = util_mono_ms();
-  struct ra_slot *use = &slots[0];
 
-  if (strlen(name) >= sizeof(a->name))
-    return -1;
-  for (int i = 0; i < RA_SLOTS; i++) {
+  for (int i = 0; i < RA_SLOTS; i++)
     if (slots[i].at_ms && strcmp(slots[i].a.name, name) == 0 && now - slots[i].at_ms < RA_TTL_MS) {
       *a = slots[i].a;
       return 0;
     }
+  return -1;
+}
+
+void run_account_store(const struct run_account *a) {
+  struct ra_slot *use = &slots[0];
+
+  if (!a->keep)
+    return;
+  for (int i = 1; i < RA_SLOTS; i++)
     if (slots[i].at_ms < use->at_ms)
       use = &slots[i]; /* the oldest (or an empty one) is replaced */
-  }
-  if (ra_ask(name, a) != 0)
-    return -1; /* not kept: an account made a moment later is found */
   for (int i = 0; i < RA_SLOTS; i++)
-    if (slots[i].at_ms && strcmp(slots[i].a.name, name) == 0)
-      use = &slots[i]; /* a stale entry of the same name is replaced */
+    if (slots[i].at_ms && strcmp(slots[i].a.name, a->name) == 0)
+      use = &slots[i]; /* as is an entry of the same name */
   use->a = *a;
-  use->at_ms = now;
+  use->at_ms = util_mono_ms();
+}
+
+int run_account_lookup(const char *name, struct run_account *a) {
+  if (run_account_cached(name, a) == 0)
+    return 0;
+  if (run_account_ask(name, a) != 0)
+    return -1; /* not kept: an account made a moment later is found */
+  run_account_store(a);
   return 0;
 }

@@ -269,19 +269,27 @@ MUST_CHECK int config_load(void);
 /* run_account.c: the account a worker's commands run as                    */
 
 struct run_account {
-  char name[64]; /* as wd.run_as */
+  char name[sizeof(((struct wd_state *)0)->run_as)];
   uid_t uid;
   gid_t gid;
-  char home[1024];
+  char home[sizeof(((struct wd_state *)0)->home)];
+  bool home_too_long;          /* its home does not fit in home: refused */
   gid_t groups[WD_GROUPS_MAX]; /* its supplementary groups, less the privileged */
   int n_groups;
   bool too_many_groups; /* in more than WD_GROUPS_MAX: given none */
+  bool keep;            /* every group's entry was read: may be kept */
 };
 
-/* Fills *a with account name, from the name service or from what this
- * process (or the fork server it was forked from) looked up in the last
- * few seconds. Returns 0, or -1 if there is no such account (or the name
- * does not fit). */
+/* Fills *a with account name from the name service. Returns 0, or -1 if
+ * there is no such account (or the name does not fit). */
+MUST_CHECK int run_account_ask(const char *name, struct run_account *a);
+/* Fills *a with what this process (or the fork server it was forked
+ * from) kept for account name in the last few seconds. Returns 0, or -1
+ * if nothing fresh is kept. */
+MUST_CHECK int run_account_cached(const char *name, struct run_account *a);
+/* Keeps *a (unless its a->keep says not to). */
+void run_account_store(const struct run_account *a);
+/* run_account_cached(), else run_account_ask() and run_account_store(). */
 MUST_CHECK int run_account_lookup(const char *name, struct run_account *a);
 
 /* ------------------------------------------------------------------------ */
@@ -414,6 +422,13 @@ void ex_cleanup(void);
 /* Serves the fork server on ZYGOTE_FD; each worker it forks returns
  * run_worker() as its exit code (main.c passes the worker's main). */
 int zygote_main(int (*run_worker)(void));
+/* Run first by muster-workerd --zygote (argv its own): runs itself again
+ * with LD_BIND_NOW=1 (and a mark that it set it), so that every symbol of
+ * every library is bound once, here, and no worker forked from it looks
+ * one up again (nor copies the page it would write the answer to); run
+ * again, takes both out, so that no worker's command inherits them. An
+ * LD_BIND_NOW it was started with is left as it is. */
+void zygote_rebind(char **argv);
 
 /* ---- netns.c ---- */
 

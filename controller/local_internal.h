@@ -102,6 +102,7 @@ struct local_backend {
   int zygote_fd;
   pid_t zygote_pid;
   int64_t zygote_retry_ms;
+  int zygote_spent; /* it answered that it can no longer fork */
   int64_t last_probe_ms;
   int room_freed; /* under mu: a record that held an address or GPUs went */
   int sweep;      /* under mu: reconciled; cgroups no worker owns can go */
@@ -190,6 +191,11 @@ void local_signal_worker(pid_t pid, unsigned long long start, enum sig_whose who
 
 /* ---- local_zygote.c (the backend's thread) ---- */
 
+/* Starts the fork server, unless it is closed for good (or tried again
+ * too recently), once no request is left unanswered: one that said it can
+ * no longer fork is closed for good first. On failure workers are spawned
+ * directly. */
+void local_zygote_ensure(void);
 /* Starts the fork server; on failure workers are spawned directly. */
 void local_zygote_start(void);
 /* Closes the fork server (and kills it); it is tried again 10 s on. */

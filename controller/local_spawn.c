@@ -130,8 +130,7 @@ void local_start_batch(struct job **jobs, int n) {
       report_fail(BACKEND_REFUSED, jobs[i]->id, jobs[i]->attempt, "out of memory");
     goto out;
   }
-  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX && util_mono_ms() >= lb.zygote_retry_ms)
-    local_zygote_start();
+  local_zygote_ensure();
   for (int i = 0; i < n; i++) {
     struct cg_limits lim = {0};
     struct lproc *p;

@@ -11,6 +11,7 @@
 #include "muster_errors.h"
 #include "zygote_proto.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -66,6 +67,17 @@ void local_zygote_close(void) {
   lb.zygote_fd = -1;
   lb.zygote_pid = 0;
   lb.zygote_retry_ms = util_mono_ms() + 10000;
+}
+
+void local_zygote_ensure(void) {
+  if (lb.zygote_spent) {
+    LOG(LOG_INFO, "the workerd fork server can no longer fork; spawning each worker");
+    local_zygote_close();
+    lb.zygote_retry_ms = INT64_MAX;
+    lb.zygote_spent = 0;
+  }
+  if (lb.zygote_fd < 0 && lb.zygote_retry_ms != INT64_MAX && util_mono_ms() >= lb.zygote_retry_ms)
+    local_zygote_start();
 }
 
 /* Starts the fork server (muster-workerd --zygote; its protocol is
@@ -143,6 +155,12 @@ MUST_CHECK int local_zygote_recv(pid_t *pid) {
       local_zygote_close();
     }
     return MUSTER_E_PROTOCOL;
+  }
+  if (answer == -ENOTSUP) {
+    /* It has started a thread, and never forks again (workerd/zygote.c):
+     * closed once this batch's answers are read (local_zygote_ensure()). */
+    lb.zygote_spent = 1;
+    return MUSTER_E_BACKEND;
   }
   if (answer <= 0) {
     LOG(LOG_WARN, "the workerd fork server could not fork: %s", strerror(-answer));

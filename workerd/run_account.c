@@ -22,6 +22,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RA_TTL_MS 10000 /* how long a looked-up account is used again */
@@ -42,20 +43,33 @@ static bool group_privileged(gid_t gid, bool *failed) {
   static const char *const names[] = {"root", "disk", "docker",  "adm", "shadow",
                                       "sudo", "lxd",  "libvirt", "kvm", "systemd-journal"};
   struct group gr, *g = NULL;
-  char buf[4096];
-  int e;
+  size_t size = 16384;
+  bool privileged = false;
+  char *buf = NULL;
+  int e = ERANGE;
 
   if (gid == 0)
     return true;
-  e = getgrgid_r(gid, &gr, buf, sizeof(buf), &g);
-  if (e != 0 && e != ENOENT && e != ESRCH && e != EBADF && e != EPERM) {
-    *failed = true;
-    return true;
+  /* (a group of many members needs a large buffer: grown up to 4 MiB) */
+  while (e == ERANGE && size <= (4u << 20)) {
+    char *grown = realloc(buf, size);
+
+    if (!grown) {
+      e = ENOMEM;
+      break;
+    }
+    buf = grown;
+    e = getgrgid_r(gid, &gr, buf, size, &g);
+    size *= 2;
   }
-  for (size_t i = 0; g && i < sizeof(names) / sizeof(names[0]); i++)
-    if (strcmp(g->gr_name, names[i]) == 0)
-      return true;
-  return false;
+  if (e != 0 && e != ENOENT && e != ESRCH && e != EBADF) {
+    *failed = true;
+    privileged = true;
+  }
+  for (size_t i = 0; !privileged && g && i < sizeof(names) / sizeof(names[0]); i++)
+    privileged = strcmp(g->gr_name, names[i]) == 0;
+  free(buf);
+  return privileged;
 }
 
 int run_account_ask(const char *name, struct run_account *a) {
@@ -96,7 +110,7 @@ int run_account_cached(const char *name, struct run_account *a) {
   return -1;
 }
 
-void run_account_store(const struct run_account *a) {
+void run_account_store(const struct run_account *a, int64_t asked_ms) {
   struct ra_slot *use = &slots[0];
 
   if (!a->keep)
@@ -108,14 +122,16 @@ void run_account_store(const struct run_account *a) {
     if (slots[i].at_ms && strcmp(slots[i].a.name, a->name) == 0)
       use = &slots[i]; /* as is an entry of the same name */
   use->a = *a;
-  use->at_ms = util_mono_ms();
+  use->at_ms = asked_ms;
 }
 
 int run_account_lookup(const char *name, struct run_account *a) {
+  int64_t asked = util_mono_ms();
+
   if (run_account_cached(name, a) == 0)
     return 0;
   if (run_account_ask(name, a) != 0)
     return -1; /* not kept: an account made a moment later is found */
-  run_account_store(a);
+  run_account_store(a, asked);
   return 0;
 }

@@ -287,8 +287,9 @@ MUST_CHECK int run_account_ask(const char *name, struct run_account *a);
  * from) kept for account name in the last few seconds. Returns 0, or -1
  * if nothing fresh is kept. */
 MUST_CHECK int run_account_cached(const char *name, struct run_account *a);
-/* Keeps *a (unless its a->keep says not to). */
-void run_account_store(const struct run_account *a);
+/* Keeps *a, asked of the name service at asked_ms (util_mono_ms()),
+ * unless its a->keep says not to. */
+void run_account_store(const struct run_account *a, int64_t asked_ms);
 /* run_account_cached(), else run_account_ask() and run_account_store(). */
 MUST_CHECK int run_account_lookup(const char *name, struct run_account *a);
 

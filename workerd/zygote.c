@@ -24,8 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/single_threaded.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -34,15 +36,22 @@
 #define BIND_NOW_MARK "MUSTER_ZYGOTE_BIND_NOW"
 
 void zygote_rebind(char **argv) {
+  struct stat self, named;
+
   if (getenv(BIND_NOW_MARK)) {
     unsetenv("LD_BIND_NOW");
     unsetenv(BIND_NOW_MARK);
+    /* (run through /proc/self/exe, the kernel named it "exe") */
+    prctl(PR_SET_NAME, "muster-workerd");
     return;
   }
-  if (getenv("LD_BIND_NOW") || setenv("LD_BIND_NOW", "1", 1) != 0 ||
-      setenv(BIND_NOW_MARK, "1", 1) != 0)
+  /* Only where /proc/self/exe is this binary (not a loader that was
+   * asked to run it). */
+  if (getenv("LD_BIND_NOW") || stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 ||
+      self.st_dev != named.st_dev || self.st_ino != named.st_ino)
     return;
-  execv("/proc/self/exe", argv);
+  if (setenv("LD_BIND_NOW", "1", 1) == 0 && setenv(BIND_NOW_MARK, "1", 1) == 0)
+    execv("/proc/self/exe", argv);
   /* (not run again: it serves all the same, binding lazily) */
   unsetenv("LD_BIND_NOW");
   unsetenv(BIND_NOW_MARK);
@@ -51,11 +60,13 @@ void zygote_rebind(char **argv) {
 /* ---- the accounts workers run as, looked up ahead in a child ---- */
 
 #define LOOKUP_RETRY_MS 10000 /* an account whose lookup failed: asked again after */
+#define LOOKUP_LIMIT_S 10     /* a lookup's child is ended (SIGALRM) after */
 
 /* The one lookup under way (fd: the read end of its child's pipe, -1:
  * none), and the last that failed. */
 static struct {
   int fd;
+  int64_t started_ms;
   char name[sizeof(((struct run_account *)0)->name)];
   char failed[sizeof(((struct run_account *)0)->name)];
   int64_t failed_ms;
@@ -80,7 +91,8 @@ static void account_prime(int sock, const char *req, size_t n) {
       name = req + off + strlen(key);
     off += len + 1;
   }
-  if (!name || lk.fd >= 0 || strlen(name) >= sizeof(lk.name) || run_account_cached(name, &a) == 0 ||
+  if (!name || lk.fd >= 0 || !__libc_single_threaded || strlen(name) >= sizeof(lk.name) ||
+      run_account_cached(name, &a) == 0 ||
       (strcmp(name, lk.failed) == 0 && util_mono_ms() - lk.failed_ms < LOOKUP_RETRY_MS))
     return;
   if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -89,6 +101,9 @@ static void account_prime(int sock, const char *req, size_t n) {
   if (pid == 0) {
     close(sock);
     close(p[0]);
+    /* A name service that hangs ends this child, not the lookups. */
+    signal(SIGALRM, SIG_DFL);
+    alarm(LOOKUP_LIMIT_S);
     /* (one write of under PIPE_BUF bytes: all or nothing) */
     if (run_account_ask(name, &a) == 0 && a.keep && write(p[1], &a, sizeof(a)) < 0)
       _exit(1);
@@ -100,6 +115,7 @@ static void account_prime(int sock, const char *req, size_t n) {
     return;
   }
   lk.fd = p[0];
+  lk.started_ms = util_mono_ms();
   snprintf(lk.name, sizeof(lk.name), "%s", name);
 }
 
@@ -112,7 +128,7 @@ static void account_take(void) {
   if (got < 0 && errno == EAGAIN)
     return; /* not yet */
   if (got == (ssize_t)sizeof(a) && strcmp(a.name, lk.name) == 0) {
-    run_account_store(&a);
+    run_account_store(&a, lk.started_ms);
   } else {
     snprintf(lk.failed, sizeof(lk.failed), "%s", lk.name);
     lk.failed_ms = util_mono_ms();
@@ -166,7 +182,7 @@ static __attribute__((noinline, no_sanitize_address)) pid_t middle(int sock,
  * them. It calls nothing but signal(), close(), fork() and _exit(), and
  * returns from nothing. Only a process of one thread may do this (no lock
  * that fork() takes can then be held): one that has started a thread
- * forks the middle as a process of its own. */
+ * answers -ENOTSUP, and the backend stops using it. */
 static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_worker)(void)) {
   static volatile pid_t mid_pid; /* the middle's answer */
   pid_t mid;
@@ -184,6 +200,8 @@ static MUST_CHECK pid_t zygote_fork(int sock, char *req, size_t n, int (*run_wor
     /* The fork server ignores SIGCHLD (its children are reaped by the
      * kernel); a worker must not: it waits for its script. */
     signal(SIGCHLD, SIG_DFL);
+    if (lk.fd >= 0)
+      close(lk.fd); /* (a lookup's pipe is the server's) */
 
     setsid();
     for (size_t off = 0; off < n;) {

@@ -222,6 +222,7 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
       lb.base_env[lb.base_env_len++] = *e;
   util_cond_init_monotonic(&lb.cv);
   lb.zygote_retry_ms = 0;
+  lb.zygote_spent = 0;
   lb.stop = 0;
   if (pthread_create(&lb.thread, NULL, backend_main, NULL) != 0) {
     snprintf(err, errlen, "could not start the local backend's thread");

@@ -188,6 +188,8 @@ void local_start_batch(struct job **jobs, int n) {
     }
     start_done(jobs[i], pid);
   }
+  /* (one that can no longer fork is closed now, not at the next batch) */
+  local_zygote_ensure();
 out:
   if (w)
     explicit_bzero(w, (size_t)n * sizeof(*w)); /* the tokens */

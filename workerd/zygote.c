@@ -41,8 +41,9 @@ void zygote_rebind(char **argv) {
   if (getenv(BIND_NOW_MARK)) {
     unsetenv("LD_BIND_NOW");
     unsetenv(BIND_NOW_MARK);
-    /* (run through /proc/self/exe, the kernel named it "exe") */
-    prctl(PR_SET_NAME, "muster-workerd");
+    /* (run through /proc/self/exe, the kernel named it "exe": it takes
+     * its binary's name again, cut to 15 bytes by the kernel) */
+    prctl(PR_SET_NAME, strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0]);
     return;
   }
   /* Only where /proc/self/exe is this binary (not a loader that was
@@ -97,6 +98,7 @@ static void account_prime(int sock, const char *req, size_t n) {
     return;
   if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
     return;
+  lk.started_ms = util_mono_ms();
   pid = fork();
   if (pid == 0) {
     close(sock);
@@ -115,7 +117,6 @@ static void account_prime(int sock, const char *req, size_t n) {
     return;
   }
   lk.fd = p[0];
-  lk.started_ms = util_mono_ms();
   snprintf(lk.name, sizeof(lk.name), "%s", name);
 }
 

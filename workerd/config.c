@@ -3,8 +3,9 @@
  * into wd (MUSTER_CONTROLLER_URL, MUSTER_WORKER_ID, MUSTER_WORKER_TOKEN or
  * MUSTER_WORKER_TOKEN_FD,
  * MUSTER_WORKER_ATTEMPT, MUSTER_BIND_IP, MUSTER_ORPHAN_TIMEOUT,
- * MUSTER_CONFINE) and the log level (MUSTER_LOG_LEVEL). A bad variable is
- * named in the log, never its value. It calls no other module of workerd.
+ * MUSTER_CONFINE, MUSTER_RUN_AS) and the log level (MUSTER_LOG_LEVEL). A
+ * bad variable is named in the log, never its value. Of workerd's other
+ * modules it calls run_account.c only (the account's ids and groups).
  */
 #include "account.h"
 #include "workerd.h"
@@ -15,9 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
-#include <pwd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

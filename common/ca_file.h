@@ -4,7 +4,8 @@
  * PEM file) where it is set. libcurl verifies the peer and its name by
  * default; this only names the file. The controller hands its own
  * MUSTER_CA_FILE on to its workers (common/envlists.h). Header only: the
- * C library, the CLI and workerd use it.
+ * C library and the CLI use it (workerd reads the same variable in
+ * workerd/http_client.c).
  */
 #ifndef MUSTER_CA_FILE_H
 #define MUSTER_CA_FILE_H

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
@@ -363,7 +364,8 @@ static int on_path(const char *name) {
  * the command. On failure it sends the stage and errno through status_fd and
  * exits 127; the parent writes the sentence. It calls no malloc (the
  * environment is swapped by pointer, not rebuilt with setenv), because
- * libcurl may have left a resolver thread behind that held a lock. */
+ * a name lookup may have left glibc's resolver thread behind holding a
+ * lock. */
 __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   struct exec_status st = {STAGE_SETUP, 0};
   struct sigaction dfl;
@@ -386,7 +388,7 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
     st.err = errno;
     goto fail;
   }
-  /* Nothing of ours (libcurl's socket, the exec sockets, the pipes' other
+  /* Nothing of ours (the controller's sockets, the exec sockets, the pipes' other
    * ends) may leak into the command; the status pipe is close-on-exec
    * already. */
   if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {

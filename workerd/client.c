@@ -19,7 +19,6 @@
 #include "muster_errors.h"
 #include "util.h"
 
-#include <curl/curl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <netdb.h>
@@ -44,11 +43,7 @@
  * MUSTER_E_UNREACHABLE if the controller's host has no address or route now
  * (the caller retries), MUSTER_E_NOMEM. */
 MUST_CHECK int ip_toward_controller(char *ip, size_t size) {
-  CURLU *u = curl_url();
-  char *host = NULL;
-  char *port = NULL;
-  char *h;
-  long port_num;
+  struct hc_target to;
   struct addrinfo hints;
   struct addrinfo *res = NULL;
   socklen_t ip_size = (socklen_t)size;
@@ -56,34 +51,17 @@ MUST_CHECK int ip_toward_controller(char *ip, size_t size) {
   int gai;
   int rc;
 
-  if (!u) {
-    rc = MUSTER_E_NOMEM;
-    goto out;
-  }
-  if (curl_url_set(u, CURLUPART_URL, wd.url, 0) != CURLUE_OK ||
-      curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
-      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
-      util_parse_long(port, 1, 65535, &port_num) != 0) {
+  if (hc_target_parse(wd.url, &to) != 0) {
     LOG(LOG_ERROR, "MUSTER_CONTROLLER_URL is not a valid URL with a host and port");
-    rc = MUSTER_E_INVALID;
-    goto out;
-  }
-  /* libcurl returns IPv6 literals in brackets; getaddrinfo wants them bare. */
-  h = host;
-  if (h[0] == '[') {
-    size_t n = strlen(h);
-    h++;
-    if (n >= 2 && h[n - 2] == ']')
-      h[n - 2] = '\0';
+    return MUSTER_E_INVALID;
   }
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
-  gai = getaddrinfo(h, port, &hints, &res);
+  gai = getaddrinfo(to.host, to.port, &hints, &res);
   if (gai != 0) {
-    LOG(LOG_WARN, "cannot resolve the controller's host %s: %s", h, gai_strerror(gai));
-    rc = MUSTER_E_UNREACHABLE;
-    goto out;
+    LOG(LOG_WARN, "cannot resolve the controller's host %s: %s", to.host, gai_strerror(gai));
+    return MUSTER_E_UNREACHABLE;
   }
   rc = MUSTER_E_UNREACHABLE;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
@@ -103,15 +81,10 @@ MUST_CHECK int ip_toward_controller(char *ip, size_t size) {
     fd = -1;
   }
   if (rc)
-    LOG(LOG_WARN, "no route toward the controller's host %s", h);
-out:
+    LOG(LOG_WARN, "no route toward the controller's host %s", to.host);
   if (fd >= 0)
     close(fd);
-  if (res)
-    freeaddrinfo(res);
-  curl_free(host);
-  curl_free(port);
-  curl_url_cleanup(u);
+  freeaddrinfo(res);
   return rc;
 }
 
@@ -536,7 +509,7 @@ enum hb_result hb_step(int64_t now) {
     return res;
   }
   if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {
-    /* (libcurl reads the body while the call is in flight: it stays) */
+    /* (the body is sent while the call is in flight: it stays) */
     static char body[64];
     int n = snprintf(body, sizeof(body), "{\"exec_refused\": %" PRIu64 "}", ex_refused());
 

@@ -22,13 +22,12 @@
  *   4. waits for its steps, as the shell script before it did.
  * Calls nothing else of workerd; main.c calls job_main().
  */
-#include "ca_file.h"
 #include "workerd.h"
 
 #include "log.h"
+#include "muster_errors.h"
 #include "util.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -55,56 +54,36 @@ struct job_step {
   pid_t pid;      /* its srun (0: none) */
 };
 
-/* What curl received. */
+/* What a POST received. */
 struct job_buf {
-  char *p;
+  char *p; /* the answer's body (NUL-terminated) or NULL */
   size_t n;
+  char err[HC_ERR_MAX]; /* why no answer came */
 };
 
-static size_t job_recv(char *data, size_t size, size_t nmemb, void *arg) {
-  struct job_buf *b = arg;
-  size_t add = size * nmemb;
-  char *grown;
-
-  if (b->n + add > JOB_ANSWER_MAX || !(grown = realloc(b->p, b->n + add + 1)))
-    return 0;
-  b->p = grown;
-  memcpy(b->p + b->n, data, add);
-  b->n += add;
-  b->p[b->n] = '\0';
-  return add;
-}
-
-/* One POST of body to url with bearer's token, its answer into *b.
- * Returns curl's code; *code gets the HTTP status (0: none). */
-static CURLcode job_post(const char *url, const char *bearer, const char *body, struct job_buf *b,
-                         long *code) {
-  char auth[160];
-  struct curl_slist *h = NULL;
-  CURL *c = curl_easy_init();
-  CURLcode cr = CURLE_OUT_OF_MEMORY;
+/* One POST of body to url + path with bearer's token, its answer into *b.
+ * Returns 0 (*code: the HTTP status) or MUSTER_E_* (b->err says why). */
+static int job_post(const char *url, const char *path, const char *bearer, const char *body,
+                    struct job_buf *b, long *code) {
+  char hdr[200];
+  struct hc_target to;
+  int rc;
 
   *code = 0;
-  snprintf(auth, sizeof(auth), "Authorization: Bearer %s", bearer);
-  h = curl_slist_append(h, auth);
-  h = curl_slist_append(h, "Content-Type: application/json");
-  explicit_bzero(auth, sizeof(auth));
-  if (c && h && body) {
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    muster_curl_ca(c);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, job_recv);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    cr = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, code);
+  if (hc_target_parse(url, &to) != 0) {
+    snprintf(b->err, sizeof(b->err), "%s is not a valid http:// or https:// URL", url);
+    return MUSTER_E_INVALID;
   }
-  if (c)
-    curl_easy_cleanup(c);
-  curl_slist_free_all(h); /* (its Authorization line is libcurl's copy) */
-  return cr;
+  snprintf(hdr, sizeof(hdr), "Authorization: Bearer %s\r\nContent-Type: application/json\r\n",
+           bearer);
+  rc = hc_post_wait(&to, path, hdr, body ? body : "", 30000, code, &b->p, b->err, sizeof(b->err));
+  explicit_bzero(hdr, sizeof(hdr));
+  b->n = b->p ? strlen(b->p) : 0;
+  if (rc == 0 && b->n > JOB_ANSWER_MAX) {
+    snprintf(b->err, sizeof(b->err), "the answer is larger than %d bytes", JOB_ANSWER_MAX);
+    rc = MUSTER_E_TOO_LARGE;
+  }
+  return rc;
 }
 
 /* Reads SCRIPT's "#@" lines into st (room for JOB_MAX). Returns their
@@ -154,26 +133,26 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
     json_array_append_new(ws, json_pack("{s:s, s:i}", "id", st[i].id, "attempt", st[i].attempt));
   text = json_dumps(body, JSON_COMPACT);
   json_decref(body);
-  snprintf(path, sizeof(path), "%s/api/v1/workers/%s/claim", url, st[0].id);
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/claim", st[0].id);
   for (;;) {
     struct job_buf b = {0};
-    CURLcode cr;
+    int cr;
 
     if (!text)
       break;
-    cr = job_post(path, secret, text, &b, &code);
-    if (cr == CURLE_OK && code == 200) {
+    cr = job_post(url, path, secret, text, &b, &code);
+    if (cr == 0 && code == 200) {
       ans = json_loads(b.p ? b.p : "", 0, NULL);
       if (b.p)
         explicit_bzero(b.p, b.n);
       free(b.p);
       break;
     }
-    if (cr == CURLE_OK && code < 500) {
+    if (cr == MUSTER_E_INVALID || (cr == 0 && code < 500)) {
       fprintf(stderr,
               "muster-workerd: error: the controller refused this job's claim of its workers "
               "(HTTP %ld): %.300s\n",
-              code, b.p ? b.p : "");
+              code, b.p ? b.p : b.err);
       free(b.p);
       goto out;
     }
@@ -182,7 +161,7 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
       fprintf(stderr,
               "muster-workerd: error: the controller at %s could not be reached for %d "
               "minutes (%s)\n",
-              url, JOB_CLAIM_MS / 60000, cr == CURLE_OK ? "HTTP 5xx" : curl_easy_strerror(cr));
+              url, JOB_CLAIM_MS / 60000, cr == 0 ? "HTTP 5xx" : b.err);
       goto out;
     }
     usleep((useconds_t)wait_ms * 1000);
@@ -280,15 +259,13 @@ static void job_report_lost(const char *url, const struct job_step *s) {
           "muster-workerd: error: %s's muster-workerd got no token on its stdin: another "
           "process of this account read it from srun first\n",
           s->id);
-  if (snprintf(path, sizeof(path), "%s/api/v1/workers/%s/register", url, s->id) >=
-      (int)sizeof(path))
-    return; /* (cannot happen: the URL is under 600 bytes, an id 16) */
+  snprintf(path, sizeof(path), "/api/v1/workers/%.15s/register", s->id);
   snprintf(body, sizeof(body),
            "{\"ip_address\": \"127.0.0.1\", \"attempt\": %d, \"pid\": %ld, \"token_lost\": true}",
            s->attempt, (long)getpid());
-  (void)job_post(path, s->token, body, &b, &code);
+  (void)job_post(url, path, s->token, body, &b, &code);
   fprintf(stderr, "muster-workerd: the controller's answer (HTTP %ld): %.400s\n", code,
-          b.p ? b.p : "");
+          b.p ? b.p : b.err);
   free(b.p);
 }
 

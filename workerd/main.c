@@ -8,12 +8,14 @@
  * channel (docs/exec-protocol.md): the launching session runs commands in
  * the worker through it, as it would through SSH.
  *
- * It is single-threaded: one poll() loop over the command's two output pipes,
- * the exec channel's sockets and pipes, the sockets of its calls to the
- * controller, and a self-pipe that turns SIGCHLD, SIGTERM and SIGINT into
- * readable bytes. No call to the controller ever blocks it (libcurl's multi
- * interface, ctl_call.c): a slow, paused or missing controller never holds
- * up the exec channel, the command's output or a signal.
+ * It is single-threaded (but for glibc's thread that looks up the
+ * controller's host, where the URL names it by a name): one poll() loop over
+ * the command's two output pipes, the exec channel's sockets and pipes, the
+ * sockets of its calls to the controller, and a self-pipe that turns
+ * SIGCHLD, SIGTERM and SIGINT into readable bytes. No call to the controller
+ * ever blocks it (ctl_call.c, http_client.c): a slow, paused or missing
+ * controller never holds up the exec channel, the command's output or a
+ * signal.
  *
  * The controller may restart at any moment. workerd survives that: register
  * and the exit report retry with backoff for 10 minutes, logs stay buffered
@@ -42,7 +44,6 @@
 #include "util.h"
 #include "zygote_proto.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -420,8 +421,8 @@ static int cgroup_join(void) {
 }
 
 /* Runs one worker: reads its configuration from the environment, registers,
- * runs its command and reports how it ended. curl_global_init() must have
- * been called. Returns the process's exit code. */
+ * runs its command and reports how it ended. Returns the process's exit
+ * code. */
 static int worker_main(void) {
   int code = 1;
   int rc;
@@ -497,11 +498,9 @@ int main(int argc, char **argv) {
   }
   if (argc == 3 && strcmp(argv[1], "--job") == 0) {
     /* a Slurm job's first process (job.c): before anything else */
-    if (job_check_dumpable(dumpable) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    if (job_check_dumpable(dumpable) != 0)
       return 1;
-    code = job_main(argv[2], argv[0]);
-    curl_global_cleanup();
-    return code;
+    return job_main(argv[2], argv[0]);
   }
   if (argc > 2 || (argc == 2 && strcmp(argv[1], ZYGOTE_ARG) != 0)) {
     fprintf(stderr,
@@ -517,16 +516,12 @@ int main(int argc, char **argv) {
     zygote_rebind(argv);
   if (job_check_dumpable(dumpable) != 0)
     return 1;
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    LOG(LOG_ERROR, "cannot initialise libcurl");
-    return 1;
-  }
   if (argc == 2) {
     exec_prewarm();
+    hc_tls_prewarm();
     code = zygote_main(worker_main);
   } else {
     code = worker_main();
   }
-  curl_global_cleanup();
   return code;
 }

@@ -8,7 +8,9 @@
  *   wd_state.c     the daemon's one state, wd
  *   config.c       the configuration, from the environment
  *   signals.c      signals, turned into bytes on a self-pipe
- *   ctl_call.c     calls to the controller, non-blocking (libcurl multi)
+ *   ctl_call.c     calls to the controller, non-blocking, a slot each
+ *   http_client.c  HTTP/1.1 over TCP or GnuTLS, driven by the main loop
+ *   http_answer.c  reading an answer: status, framing, body
  *   client.c       the controller client: backoff, registration, heartbeats
  *   report.c       the end: the last logs, then the exit report
  *   logship.c      the command's output: ring buffers, shipped as logs
@@ -25,11 +27,11 @@
 #ifndef MUSTER_WORKERD_H
 #define MUSTER_WORKERD_H
 
+#include "http_client.h"
 #include "scratch.h"
 #include "session_name.h"
 #include "util.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -84,13 +86,11 @@
 enum call_state { CALL_IDLE, CALL_RUNNING, CALL_DONE };
 struct call {
   enum call_state state;
-  CURL *easy; /* created at the slot's first call, kept for its life */
-  char url[WD_URL_MAX + WD_ID_MAX + 64];
+  bool ready;    /* registered with ctl_call.c, at the slot's first call */
+  struct hc hc;  /* its connection, kept for the slot's life */
   char what[32]; /* the URL's last part, for the logs */
-  char err[CURL_ERROR_SIZE];
-  char *answer; /* the answer's body, NUL-terminated; grown as needed */
-  size_t answer_len, answer_cap;
-  bool answer_too_big;
+  char *answer;  /* CALL_DONE: the answer's body (hc's), NUL-terminated, or NULL */
+  size_t answer_len;
   int rc;      /* CALL_DONE: 0 or MUSTER_E_* (call_take()) */
   long status; /* CALL_DONE with rc 0: the HTTP status */
   int64_t started_ms;

@@ -2,9 +2,9 @@
  * zygote.c: muster-workerd --zygote, a fork server for the controller's local
  * backend (its protocol: common/zygote_proto.h).
  *
- * Loading libcurl and its dozens of libraries costs several milliseconds of
- * CPU per exec; forked from this warm process, a worker starts in a fraction
- * of that. Each worker is forked twice so that it is not the fork server's
+ * Loading muster-workerd and its libraries (GnuTLS's among them) costs
+ * milliseconds of CPU per exec; forked from this warm process, a worker
+ * starts in a fraction of that. Each worker is forked twice so that it is not the fork server's
  * child: the controller, a child subreaper, adopts and reaps it as if it had
  * started it itself, and it runs worker_main() (passed in by main.c as
  * run_worker) as a directly started one would.

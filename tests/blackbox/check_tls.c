@@ -4,12 +4,14 @@
  * answer, and a capture of the API's port (loopback and the workers'
  * bridge, with tcpdump) during a launch, an await and a worker's whole life
  * holds no token and no secret env value, where the same capture of a
- * plain controller holds them. Real controller, workerd, libcurl, GnuTLS. */
+ * plain controller holds them; a workerd that cannot verify the certificate
+ * says so in its log. Real controller, workerd, libcurl, GnuTLS. */
 #include "harness.h"
 
 #include "../check_run.h"
 
 #include <check.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SECRET "s3cret-value-that-must-not-cross-in-clear"
@@ -189,12 +192,96 @@ START_TEST(clients_verify_the_certificate) {
 }
 END_TEST
 
+static int64_t now_ms(void) {
+  struct timespec t;
+
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Runs muster-workerd against the controller with the CA file ca (NULL:
+ * none, so the system's authorities) until its log says how its first
+ * registration went; returns that log (static). */
+static const char *workerd_log_with_ca(const char *ca) {
+  static char log[8192];
+  char bin[300];
+  size_t n = 0;
+  int p[2], st;
+  int64_t until = now_ms() + 30000;
+  pid_t pid;
+
+  snprintf(bin, sizeof(bin), "%s/muster-workerd", MUSTER_BUILD_DIR);
+  ck_assert_int_eq(pipe(p), 0);
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(p[1], 2);
+    close(p[0]);
+    setenv("MUSTER_CONTROLLER_URL", ctl.url, 1);
+    setenv("MUSTER_WORKER_ID", "w-tlscheck01", 1);
+    setenv("MUSTER_WORKER_TOKEN", "t-not-a-token-of-this-controller", 1);
+    setenv("MUSTER_BIND_IP", "127.0.0.1", 1);
+    if (ca)
+      setenv("MUSTER_CA_FILE", ca, 1);
+    else
+      unsetenv("MUSTER_CA_FILE");
+    execl(bin, bin, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  log[0] = '\0';
+  /* Until it says it cannot reach the controller, or is turned away (it
+   * got through: the token is unknown there). */
+  while (!strstr(log, "cannot reach the controller") && !strstr(log, "refused the registration") &&
+         now_ms() < until && n < sizeof(log) - 1) {
+    struct pollfd q = {.fd = p[0], .events = POLLIN};
+    ssize_t r;
+
+    if (poll(&q, 1, 1000) <= 0)
+      continue;
+    r = read(p[0], log + n, sizeof(log) - 1 - n);
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+    log[n] = '\0';
+  }
+  kill(pid, SIGKILL);
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  close(p[0]);
+  return log;
+}
+
+/* A workerd verifies the certificate too: without the CA it cannot
+ * register and its log says why and what to set; with it, it gets through
+ * to the controller (which turns its made-up token away). */
+START_TEST(a_workerd_that_cannot_verify_the_certificate_says_so) {
+  char ca[300];
+  const char *log;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.tls = 1;
+  h_start(&ctl);
+  log = workerd_log_with_ca(NULL);
+  ck_assert_msg(strstr(log, "cannot reach the controller") &&
+                    strstr(log, "certificate cannot be verified") &&
+                    strstr(log, "set MUSTER_CA_FILE"),
+                "workerd without the CA said: %s", log);
+  snprintf(ca, sizeof(ca), "%s/ca.pem", ctl.tls_dir);
+  log = workerd_log_with_ca(ca);
+  ck_assert_msg(strstr(log, "refused the registration") && !strstr(log, "certificate"),
+                "workerd with the CA said: %s", log);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tls");
   TCase *tc = tcase_create("tls");
 
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, clients_verify_the_certificate);
+  tcase_add_test(tc, a_workerd_that_cannot_verify_the_certificate_says_so);
   tcase_add_test(tc, nothing_secret_crosses_the_wire_in_clear);
   suite_add_tcase(s, tc);
   return check_run(s);

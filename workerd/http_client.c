@@ -1,0 +1,751 @@
+/*
+ * http_client.c: muster-workerd's HTTP/1.1 client toward the controller.
+ *
+ * A worker makes few kinds of call, all of them a POST to one controller:
+ * it needs no redirects, cookies, proxies or other schemes. libcurl, which
+ * did this before, brought some thirty libraries into every worker, and a
+ * worker forked from the fork server copied their two hundred mappings and
+ * faulted their pages in again; this client needs only GnuTLS, which the
+ * exec channel loads anyway.
+ *
+ * struct hc is one connection and the request on it. hc_start() begins a
+ * request (on the connection kept from the last one when the controller
+ * kept it open and it is still quiet); the caller polls hc_events() on
+ * h->fd until hc_deadline(), hands what it saw to hc_step(), and the request
+ * is over when h->st is HC_DONE. Nothing here blocks: the connect, the TLS
+ * handshake, the sending and the reading all wait in the caller's poll(),
+ * and a host name is resolved by glibc's getaddrinfo_a() while the caller
+ * polls its clock. A request sent on a kept connection that the controller
+ * closed unanswered is sent once more on a new one (as libcurl does).
+ *
+ * The answer's body may come with a Content-Length, chunked, or up to the
+ * connection's end. A body larger than CALL_EXPECT_BYTES in ctl_call.c
+ * waits for the controller's 100 Continue (one second at most), so that a
+ * refusal is read before the body is sent.
+ */
+#include "http_client.h"
+
+#include "muster_errors.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/x509.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define HC_HEAD_MAX (64 * 1024)  /* an answer's status line and headers */
+#define HC_CONTINUE_MS 1000      /* how long the body waits for 100 Continue */
+#define HC_CONNECT_MS 2000       /* one address's connect */
+#define HC_RESOLVE_POLL_MS 5     /* how often a pending resolution is looked at */
+#define HC_RESOLVE_KEEP_MS 60000 /* how long a name's addresses are kept */
+#define HC_READ_CHUNK 16384
+
+/* The controller's addresses: one host per worker, resolved once (an
+ * address) or every minute (a name). */
+static struct {
+  char host[HC_HOST_MAX];
+  char port[8];
+  struct addrinfo *ai;
+  int64_t at_ms; /* when resolved; INT64_MAX: an address, kept for good */
+  bool pending;
+  struct addrinfo hints;
+  struct gaicb req;
+} rs;
+
+/* The TLS credentials (the authorities trusted), for the CA file they were
+ * made from ("": the system's). Made once; a worker forked from the fork
+ * server inherits them when its MUSTER_CA_FILE is the server's. */
+static struct {
+  gnutls_certificate_credentials_t cred;
+  char ca[PATH_MAX];
+} tc;
+
+/* ------------------------------------------------------------------------ */
+/* The URL, the addresses, the credentials                                  */
+
+/* Takes url (http[s]://host[:port][/prefix]) apart into t. Returns 0 or
+ * MUSTER_E_INVALID. */
+int hc_target_parse(const char *url, struct hc_target *t) {
+  const char *p, *host_end, *port = NULL, *path;
+  size_t hn;
+
+  memset(t, 0, sizeof(*t));
+  if (strncmp(url, "http://", 7) == 0) {
+    p = url + 7;
+  } else if (strncmp(url, "https://", 8) == 0) {
+    p = url + 8;
+    t->tls = true;
+  } else {
+    return MUSTER_E_INVALID;
+  }
+  path = p + strcspn(p, "/?#");
+  if (*path == '?' || *path == '#' || memchr(p, '@', (size_t)(path - p)))
+    return MUSTER_E_INVALID; /* no query, fragment or user here */
+  if (*p == '[') {
+    host_end = memchr(p, ']', (size_t)(path - p));
+    if (!host_end)
+      return MUSTER_E_INVALID;
+    hn = (size_t)(host_end - p - 1);
+    memcpy(t->host, p + 1, hn < sizeof(t->host) ? hn : 0);
+    host_end++;
+  } else {
+    host_end = memchr(p, ':', (size_t)(path - p));
+    if (!host_end)
+      host_end = path;
+    hn = (size_t)(host_end - p);
+    memcpy(t->host, p, hn < sizeof(t->host) ? hn : 0);
+  }
+  if (!hn || hn >= sizeof(t->host))
+    return MUSTER_E_INVALID;
+  if (*host_end == ':')
+    port = host_end + 1;
+  else if (host_end != path)
+    return MUSTER_E_INVALID;
+  if (port) {
+    size_t pn = (size_t)(path - port);
+    long v = 0;
+
+    if (!pn || pn > 5)
+      return MUSTER_E_INVALID;
+    for (size_t i = 0; i < pn; i++) {
+      if (port[i] < '0' || port[i] > '9')
+        return MUSTER_E_INVALID;
+      v = v * 10 + (port[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+      return MUSTER_E_INVALID;
+    snprintf(t->port, sizeof(t->port), "%ld", v);
+  } else {
+    snprintf(t->port, sizeof(t->port), "%s", t->tls ? "443" : "80");
+  }
+  snprintf(t->host_header, sizeof(t->host_header), "%.*s", (int)(path - p), p);
+  if (strlen(path) >= sizeof(t->prefix))
+    return MUSTER_E_INVALID;
+  snprintf(t->prefix, sizeof(t->prefix), "%s", path);
+  for (size_t n = strlen(t->prefix); n && t->prefix[n - 1] == '/'; n--)
+    t->prefix[n - 1] = '\0';
+  for (const char *c = t->prefix; *c; c++)
+    if (*c <= ' ' || *c == 0x7f)
+      return MUSTER_E_INVALID;
+  return 0;
+}
+
+/* Whether host is an IPv4 or IPv6 address rather than a name. */
+static bool is_address(const char *host) {
+  unsigned char buf[sizeof(struct in6_addr)];
+
+  return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* Makes sure rs holds to's addresses. Returns 1 when it does, 0 while they
+ * are being looked up, or MUSTER_E_UNREACHABLE (err says why). */
+static int resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen) {
+  int e;
+
+  if (strcmp(rs.host, to->host) != 0 || strcmp(rs.port, to->port) != 0) {
+    if (rs.pending)
+      return 0; /* (one host per worker: only a changed URL lands here) */
+    if (rs.ai)
+      freeaddrinfo(rs.ai);
+    rs.ai = NULL;
+    snprintf(rs.host, sizeof(rs.host), "%s", to->host);
+    snprintf(rs.port, sizeof(rs.port), "%s", to->port);
+  }
+  if (rs.ai && (rs.at_ms == INT64_MAX || now - rs.at_ms < HC_RESOLVE_KEEP_MS))
+    return 1;
+  if (!rs.pending) {
+    struct gaicb *list[1] = {&rs.req};
+
+    memset(&rs.hints, 0, sizeof(rs.hints));
+    rs.hints.ai_socktype = SOCK_STREAM;
+    rs.hints.ai_flags = AI_NUMERICSERV;
+    if (is_address(rs.host)) {
+      struct addrinfo *ai = NULL;
+
+      rs.hints.ai_flags |= AI_NUMERICHOST;
+      if ((e = getaddrinfo(rs.host, rs.port, &rs.hints, &ai)) != 0) {
+        snprintf(err, errlen, "cannot use the address %.200s: %s", rs.host, gai_strerror(e));
+        return MUSTER_E_UNREACHABLE;
+      }
+      rs.ai = ai;
+      rs.at_ms = INT64_MAX;
+      return 1;
+    }
+    memset(&rs.req, 0, sizeof(rs.req));
+    rs.req.ar_name = rs.host;
+    rs.req.ar_service = rs.port;
+    rs.req.ar_request = &rs.hints;
+    if ((e = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0) {
+      snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e));
+      return MUSTER_E_UNREACHABLE;
+    }
+    rs.pending = true;
+  }
+  e = gai_error(&rs.req);
+  if (e == EAI_INPROGRESS)
+    return 0;
+  rs.pending = false;
+  if (e == 0 && rs.req.ar_result) {
+    if (rs.ai)
+      freeaddrinfo(rs.ai);
+    rs.ai = rs.req.ar_result;
+    rs.at_ms = now;
+    return 1;
+  }
+  if (rs.req.ar_result)
+    freeaddrinfo(rs.req.ar_result);
+  if (rs.ai) {
+    rs.at_ms = now; /* the last addresses serve another minute */
+    return 1;
+  }
+  snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e ? e : EAI_NONAME));
+  return MUSTER_E_UNREACHABLE;
+}
+
+/* Makes tc's credentials for this process's MUSTER_CA_FILE. Returns 0, or
+ * MUSTER_E_UNREACHABLE (err says why). */
+static int tls_cred(char *err, size_t errlen) {
+  const char *ca = getenv("MUSTER_CA_FILE");
+  int r;
+
+  if (!ca)
+    ca = "";
+  if (tc.cred && strcmp(ca, tc.ca) == 0)
+    return 0;
+  if (tc.cred)
+    gnutls_certificate_free_credentials(tc.cred);
+  tc.cred = NULL;
+  if (strlen(ca) >= sizeof(tc.ca) || gnutls_certificate_allocate_credentials(&tc.cred) < 0) {
+    snprintf(err, errlen, "cannot set up TLS");
+    tc.cred = NULL;
+    return MUSTER_E_UNREACHABLE;
+  }
+  r = *ca ? gnutls_certificate_set_x509_trust_file(tc.cred, ca, GNUTLS_X509_FMT_PEM)
+          : gnutls_certificate_set_x509_system_trust(tc.cred);
+  if (r < 0 || (*ca && r == 0)) {
+    snprintf(err, errlen, "cannot read the certificate authorities of %s: %s",
+             *ca ? ca : "the system", r < 0 ? gnutls_strerror(r) : "it holds none");
+    gnutls_certificate_free_credentials(tc.cred);
+    tc.cred = NULL;
+    return MUSTER_E_UNREACHABLE;
+  }
+  snprintf(tc.ca, sizeof(tc.ca), "%s", ca);
+  return 0;
+}
+
+/* Reads the authorities MUSTER_CA_FILE names ahead, in the fork server,
+ * for every worker to inherit. (Without it, a worker that talks TLS reads
+ * the system's itself.) */
+void hc_tls_prewarm(void) {
+  char err[HC_ERR_MAX];
+  const char *ca = getenv("MUSTER_CA_FILE");
+
+  if (ca && *ca)
+    (void)tls_cred(err, sizeof(err));
+}
+
+/* ------------------------------------------------------------------------ */
+/* The connection                                                           */
+
+void hc_init(struct hc *h) {
+  memset(h, 0, sizeof(*h));
+  h->fd = -1;
+}
+
+/* Closes h's connection (if any); the request's state is left alone. */
+void hc_close(struct hc *h) {
+  if (h->tls)
+    gnutls_deinit(h->tls);
+  h->tls = NULL;
+  if (h->fd >= 0)
+    close(h->fd);
+  h->fd = -1;
+  h->keep = false;
+}
+
+/* Ends h's request with rc and the reason fmt says (closing the
+ * connection, which is in an unknown state). */
+__attribute__((format(printf, 3, 4))) static void fail(struct hc *h, int rc, const char *fmt, ...) {
+  char why[HC_ERR_MAX]; /* (the arguments may be h->err itself) */
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  memcpy(h->err, why, sizeof(why));
+  hc_close(h);
+  h->rc = rc;
+  h->st = HC_DONE;
+}
+
+/* Whether a kept connection is still quiet: nothing to read, no end, no
+ * error (the controller closes idle connections). */
+static bool still_quiet(struct hc *h) {
+  struct pollfd p = {.fd = h->fd, .events = POLLIN};
+
+  if (h->tls && gnutls_record_check_pending(h->tls))
+    return false;
+  return poll(&p, 1, 0) == 0;
+}
+
+/* Starts over on a new connection after the kept one was found closed
+ * before any answer. Returns whether it did (once per request). */
+static bool again_fresh(struct hc *h) {
+  if (!h->reused || h->retried || h->got_bytes)
+    return false;
+  hc_close(h);
+  h->reused = false;
+  h->retried = true;
+  h->out_sent = h->body_sent = 0;
+  h->continued = false;
+  h->st = HC_RESOLVE;
+  h->step_deadline_ms = 0;
+  return true;
+}
+
+/* Begins connecting to the address after h->addr_at - 1 (h->addr_at: the
+ * next to try). Returns 0, or -1 when no address is left. */
+static int connect_next(struct hc *h, int64_t now) {
+  struct addrinfo *ai = rs.ai;
+  int one = 1;
+
+  for (size_t i = 0; ai && i < h->addr_at; i++)
+    ai = ai->ai_next;
+  for (; ai; ai = ai->ai_next) {
+    h->addr_at++;
+    h->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (h->fd < 0)
+      continue;
+    (void)setsockopt(h->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(h->fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
+      h->st = HC_CONNECT;
+      h->step_deadline_ms = now + HC_CONNECT_MS;
+      return 0;
+    }
+    snprintf(h->err, sizeof(h->err), "%s", strerror(errno));
+    hc_close(h);
+  }
+  return -1;
+}
+
+/* Sets up the TLS session on the connected h->fd. Returns 0 or -1 (the
+ * request failed). */
+static int tls_begin(struct hc *h) {
+  char err[HC_ERR_MAX];
+  int r;
+
+  if (tls_cred(err, sizeof(err)) != 0) {
+    fail(h, MUSTER_E_UNREACHABLE, "%s", err);
+    return -1;
+  }
+  r = gnutls_init(&h->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL);
+  if (r >= 0)
+    r = gnutls_set_default_priority(h->tls);
+  if (r >= 0)
+    r = gnutls_credentials_set(h->tls, GNUTLS_CRD_CERTIFICATE, tc.cred);
+  if (r >= 0 && !is_address(h->to->host))
+    r = gnutls_server_name_set(h->tls, GNUTLS_NAME_DNS, h->to->host, strlen(h->to->host));
+  if (r < 0) {
+    fail(h, r == GNUTLS_E_MEMORY_ERROR ? MUSTER_E_NOMEM : MUSTER_E_UNREACHABLE,
+         "cannot set up TLS: %s", gnutls_strerror(r));
+    return -1;
+  }
+  /* (checks the chain and that the certificate names the host, or the
+   * address, in the URL) */
+  gnutls_session_set_verify_cert(h->tls, h->to->host, 0);
+  gnutls_transport_set_int(h->tls, h->fd);
+  h->st = HC_HANDSHAKE;
+  return 0;
+}
+
+/* Says why the handshake failed, in h->err. */
+static void tls_failed(struct hc *h, int r) {
+  gnutls_datum_t why = {NULL, 0};
+  unsigned status;
+
+  if (r != GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR) {
+    fail(h, MUSTER_E_UNREACHABLE, "TLS handshake failed: %s", gnutls_strerror(r));
+    return;
+  }
+  status = gnutls_session_get_verify_cert_status(h->tls);
+  (void)gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &why, 0);
+  while (why.data && why.size && why.data[why.size - 1] == ' ') /* (it ends in spaces) */
+    why.data[--why.size] = '\0';
+  fail(h, MUSTER_E_UNREACHABLE,
+       "the controller's certificate cannot be verified (%s); set MUSTER_CA_FILE to the "
+       "authority that signed it",
+       why.data ? (const char *)why.data : "unknown reason");
+  gnutls_free(why.data);
+}
+
+/* The socket's I/O, plain or TLS. Returns the bytes moved, 0 at the
+ * connection's end (receiving), -1 when it must wait (h->want says for
+ * what), or -2 on an error (h->err says which). */
+static ssize_t io(struct hc *h, bool sending, void *p, size_t n) {
+  ssize_t r;
+
+  if (h->tls) {
+    r = sending ? gnutls_record_send(h->tls, p, n) : gnutls_record_recv(h->tls, p, n);
+    if (r >= 0)
+      return r;
+    if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) {
+      h->want = gnutls_record_get_direction(h->tls) ? POLLOUT : POLLIN;
+      return -1;
+    }
+    if (!sending && r == GNUTLS_E_PREMATURE_TERMINATION)
+      return 0;
+    snprintf(h->err, sizeof(h->err), "%s", gnutls_strerror((int)r));
+    return -2;
+  }
+  r = sending ? send(h->fd, p, n, MSG_NOSIGNAL) : recv(h->fd, p, n, 0);
+  if (r >= 0)
+    return r;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+    h->want = sending ? POLLOUT : POLLIN;
+    return -1;
+  }
+  snprintf(h->err, sizeof(h->err), "%s", strerror(errno));
+  return -2;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The request                                                              */
+
+/* Begins POSTing body (len bytes, valid until the request is done) to
+ * to->prefix + path, with the header lines headers (each ending in CRLF),
+ * to end within timeout_ms. expect: the body waits for 100 Continue. An
+ * answer longer than answer_max fails with MUSTER_E_TOO_LARGE. Returns 0 or
+ * MUSTER_E_NOMEM (nothing started). */
+int hc_start(struct hc *h, const struct hc_target *to, const char *path, const char *headers,
+             const void *body, size_t len, bool expect, size_t answer_max, int64_t timeout_ms) {
+  int64_t now = util_mono_ms();
+  size_t cap;
+  int n;
+
+  if (h->fd >= 0 && (!h->keep || h->to != to || !still_quiet(h)))
+    hc_close(h);
+  cap = strlen(to->prefix) + strlen(path) + strlen(to->host_header) + strlen(headers) + 160 +
+        (expect ? 0 : len);
+  if (h->out)
+    explicit_bzero(h->out, h->out_len);
+  free(h->out);
+  h->out = malloc(cap);
+  if (!h->out)
+    return MUSTER_E_NOMEM;
+  n = snprintf(h->out, cap,
+               "POST %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: muster-workerd/" MUSTER_VERSION
+               "\r\n%sContent-Length: %zu\r\n%s\r\n",
+               to->prefix, path, to->host_header, headers, len,
+               expect ? "Expect: 100-continue\r\n" : "");
+  if (n < 0 || (size_t)n >= cap)
+    return MUSTER_E_NOMEM;
+  h->out_len = (size_t)n;
+  if (!expect && len) {
+    memcpy(h->out + h->out_len, body, len);
+    h->out_len += len;
+  }
+  h->to = to;
+  h->body = body;
+  h->body_len = expect ? len : 0;
+  h->expect = expect;
+  h->out_sent = h->body_sent = 0;
+  h->continued = h->retried = h->got_bytes = h->head_done = false;
+  h->chunked = h->until_eof = false;
+  h->in_len = 0;
+  h->answer_len = 0;
+  if (h->answer)
+    h->answer[0] = '\0';
+  h->answer_max = answer_max;
+  h->status = 0;
+  h->rc = 0;
+  h->err[0] = '\0';
+  h->deadline_ms = now + timeout_ms;
+  h->timeout_ms = timeout_ms;
+  h->addr_at = 0;
+  h->step_deadline_ms = now;
+  h->reused = h->fd >= 0;
+  h->st = h->reused ? HC_SEND : HC_RESOLVE;
+  h->want = POLLOUT;
+  return 0;
+}
+
+/* What h waits for on h->fd (0: only the clock). */
+short hc_events(const struct hc *h) {
+  switch (h->st) {
+  case HC_CONNECT:
+    return POLLOUT;
+  case HC_HANDSHAKE:
+  case HC_SEND:
+  case HC_CONTINUE:
+  case HC_RECV:
+    return h->want;
+  default:
+    return 0;
+  }
+}
+
+/* When h next needs hc_step() whatever its socket does (INT64_MAX: never). */
+int64_t hc_deadline(const struct hc *h) {
+  int64_t d = h->deadline_ms;
+
+  switch (h->st) {
+  case HC_RESOLVE:
+  case HC_CONNECT:
+  case HC_CONTINUE:
+    return h->step_deadline_ms < d ? h->step_deadline_ms : d;
+  case HC_HANDSHAKE:
+  case HC_SEND:
+  case HC_RECV:
+    return d;
+  default:
+    return INT64_MAX;
+  }
+}
+
+/* Reads what the socket holds into h->in and parses it, until the answer is
+ * complete (HC_DONE) or the socket has nothing more for now. */
+static void receive(struct hc *h) {
+  for (;;) {
+    ssize_t r;
+    int took = h->in_len ? hc_answer_take(h) : 0;
+
+    if (took < 0) {
+      fail(h, took, "%s", h->err);
+      return;
+    }
+    if (took == 2) { /* 100 Continue: the body goes now */
+      h->continued = true;
+      h->st = HC_SEND;
+      return;
+    }
+    if (took == 1) {
+      /* Kept only when it is quiet: an answer that left bytes over, or one
+       * whose request body was never sent, ends it. */
+      if (!h->keep || h->in_len || (h->expect && !h->continued))
+        hc_close(h);
+      h->st = HC_DONE;
+      return;
+    }
+    if (h->in_cap - h->in_len < HC_READ_CHUNK) {
+      size_t cap = h->in_len + HC_READ_CHUNK * 2;
+      char *p = realloc(h->in, cap);
+
+      if (!p) {
+        fail(h, MUSTER_E_NOMEM, "out of memory");
+        return;
+      }
+      h->in = p;
+      h->in_cap = cap;
+    }
+    r = io(h, false, h->in + h->in_len, h->in_cap - h->in_len - 1);
+    if (r == -1)
+      return;
+    if (r == -2) {
+      if (!again_fresh(h))
+        fail(h, MUSTER_E_UNREACHABLE, "reading the answer: %s", h->err);
+      return;
+    }
+    if (r == 0) {
+      if (hc_answer_at_end(h)) {
+        hc_close(h);
+        h->st = HC_DONE;
+      } else if (!again_fresh(h)) {
+        fail(h, MUSTER_E_UNREACHABLE, "the controller closed the connection %s",
+             h->got_bytes ? "in the middle of its answer" : "without answering");
+      }
+      return;
+    }
+    h->got_bytes = true;
+    h->in_len += (size_t)r;
+  }
+}
+
+/* Sends what is left of the request's head (and body); then it waits. */
+static void send_some(struct hc *h, int64_t now) {
+  bool body = h->expect && h->continued;
+  const char *p = body ? h->body : h->out;
+  size_t len = body ? h->body_len : h->out_len;
+  size_t *sent = body ? &h->body_sent : &h->out_sent;
+
+  while (*sent < len) {
+    ssize_t r = io(h, true, (void *)(p + *sent), len - *sent);
+
+    if (r == -1)
+      return;
+    if (r < 0) {
+      if (!again_fresh(h))
+        fail(h, MUSTER_E_UNREACHABLE, "sending the request: %s", h->err);
+      return;
+    }
+    *sent += (size_t)r;
+  }
+  if (h->expect && !h->continued) {
+    h->st = HC_CONTINUE;
+    h->step_deadline_ms = now + HC_CONTINUE_MS;
+  } else {
+    h->st = HC_RECV;
+  }
+  h->want = POLLIN;
+}
+
+/* Moves h on: revents is what poll() saw on h->fd (0 if nothing), now the
+ * clock. h->st is HC_DONE once the request is over. */
+void hc_step(struct hc *h, short revents, int64_t now) {
+  int r;
+
+  for (;;) {
+    enum hc_state was = h->st;
+
+    if (was == HC_DONE || was == HC_CLOSED)
+      return;
+    if (now >= h->deadline_ms) {
+      fail(h, MUSTER_E_UNREACHABLE, "no answer within %lld ms%s%s", (long long)h->timeout_ms,
+           h->err[0] ? ": " : "", h->err);
+      return;
+    }
+    switch (was) {
+    case HC_RESOLVE:
+      r = resolve(h->to, now, h->err, sizeof(h->err));
+      if (r == 0) { /* (looked at again shortly) */
+        h->step_deadline_ms = now + HC_RESOLVE_POLL_MS;
+        return;
+      }
+      if (r < 0) {
+        fail(h, r, "%s", h->err);
+        return;
+      }
+      if (connect_next(h, now) != 0) {
+        fail(h, MUSTER_E_UNREACHABLE, "cannot connect to %s port %s: %s", h->to->host, h->to->port,
+             h->err[0] ? h->err : "no address");
+        return;
+      }
+      revents = 0;
+      break;
+    case HC_CONNECT: {
+      int e = 0;
+      socklen_t el = sizeof(e);
+
+      if (!(revents & (POLLOUT | POLLERR | POLLHUP))) {
+        if (now < h->step_deadline_ms)
+          return;
+        e = ETIMEDOUT;
+      } else if (getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0) {
+        e = errno;
+      }
+      if (e) {
+        snprintf(h->err, sizeof(h->err), "%s", strerror(e));
+        hc_close(h);
+        if (connect_next(h, now) != 0)
+          fail(h, MUSTER_E_UNREACHABLE, "cannot connect to %s port %s: %s", h->to->host,
+               h->to->port, h->err);
+        revents = 0;
+        break;
+      }
+      h->err[0] = '\0';
+      if (h->to->tls) {
+        if (tls_begin(h) != 0)
+          return;
+      } else {
+        h->st = HC_SEND;
+      }
+      break;
+    }
+    case HC_HANDSHAKE:
+      r = gnutls_handshake(h->tls);
+      if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) {
+        h->want = gnutls_record_get_direction(h->tls) ? POLLOUT : POLLIN;
+        return;
+      }
+      if (r < 0) {
+        tls_failed(h, r);
+        return;
+      }
+      h->st = HC_SEND;
+      break;
+    case HC_SEND:
+      send_some(h, now);
+      break;
+    case HC_CONTINUE:
+      if (now >= h->step_deadline_ms) { /* no 100 Continue came: send it anyway */
+        h->continued = true;
+        h->st = HC_SEND;
+        break;
+      }
+      /* fall through */
+    case HC_RECV:
+      receive(h);
+      break;
+    default:
+      return;
+    }
+    if (h->st == was)
+      return; /* waiting on the socket */
+  }
+}
+
+/* Frees everything h holds; h can be started again after hc_init(). */
+void hc_free(struct hc *h) {
+  hc_close(h);
+  if (h->out)
+    explicit_bzero(h->out, h->out_len);
+  if (h->in)
+    explicit_bzero(h->in, h->in_cap);
+  if (h->answer)
+    explicit_bzero(h->answer, h->answer_len);
+  free(h->out);
+  free(h->in);
+  free(h->answer);
+  hc_init(h);
+}
+
+/* POSTs body (JSON) to to->prefix + path and waits for the answer, at most
+ * timeout_ms: for muster-workerd --job, which has nothing else to do
+ * meanwhile. Returns 0 with *status and *answer (malloc'd, NUL-terminated;
+ * the caller frees it), or MUSTER_E_UNREACHABLE / MUSTER_E_TOO_LARGE /
+ * MUSTER_E_NOMEM with the reason in err. */
+int hc_post_wait(const struct hc_target *to, const char *path, const char *headers,
+                 const char *body, int64_t timeout_ms, long *status, char **answer, char *err,
+                 size_t errlen) {
+  struct hc h;
+  int rc;
+
+  hc_init(&h);
+  *answer = NULL;
+  *status = 0;
+  rc = hc_start(&h, to, path, headers, body, strlen(body), false, 1u << 20, timeout_ms);
+  if (rc) {
+    snprintf(err, errlen, "out of memory");
+    hc_free(&h);
+    return rc;
+  }
+  while (h.st != HC_DONE) {
+    int64_t now = util_mono_ms(), d = hc_deadline(&h);
+    struct pollfd p = {.fd = h.fd, .events = hc_events(&h)};
+    int wait = d == INT64_MAX ? 1000 : d <= now ? 0 : d - now > 1000 ? 1000 : (int)(d - now);
+
+    if (poll(&p, h.fd >= 0 && p.events ? 1 : 0, wait) < 0 && errno != EINTR)
+      p.revents = POLLERR;
+    hc_step(&h, p.revents, util_mono_ms());
+  }
+  rc = h.rc;
+  if (rc == 0) {
+    *status = h.status;
+    *answer = h.answer;
+    h.answer = NULL;
+  } else {
+    snprintf(err, errlen, "%s", h.err);
+  }
+  hc_free(&h);
+  return rc;
+}

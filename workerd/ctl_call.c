@@ -4,11 +4,12 @@
  *
  * Each call is a POST to {url}/api/v1/workers/{id}/{suffix}, made by one of
  * a few fixed slots (struct call: the registration, the heartbeat, each log
- * stream, the exit report), at most one in flight per slot. Each slot has
- * its own connection (http_client.c), kept alive between its calls: the
- * main loop polls the sockets of the calls in flight beside its own pipes
- * (calls_poll_add()) and hands back what happened (calls_poll_handle()),
- * and a finished call leaves its slot CALL_DONE for its owner to take. So
+ * stream, the exit report), at most one in flight per slot, each on a
+ * connection of its own (http_client.c). A connection the controller kept
+ * open goes back to a pool of two when its call ends, for the next call to
+ * take. The main loop polls the sockets of the calls in flight beside its
+ * own pipes (calls_poll_add()) and hands back what happened
+ * (calls_poll_handle()), and a finished call leaves its slot CALL_DONE for its owner to take. So
  * the exec channel, the command's pipes and signals are served while the
  * controller is slow, paused or gone; each call ends by its own deadline
  * (10 s, or less when the caller has less time) and nothing here ever
@@ -34,7 +35,9 @@
 
 #define CALL_SLOTS 8 /* slots that ever started a call */
 #define CALL_SLOW_MS 1000
-#define CALL_EXPECT_BYTES (16 * 1024) /* a body this large waits for 100 Continue */
+#define CALL_EXPECT_BYTES (16 * 1024) /* a body this large waits for 100 Continue... */
+#define CALL_EXPECT_MS 1000           /* ...a second at most */
+#define CALL_IDLE_CONNS 2             /* connections kept between calls */
 #define AUTH_PREFIX "Authorization: Bearer "
 
 static struct {
@@ -45,6 +48,10 @@ static struct {
   char hdr_bytes[WD_TOKEN_MAX + 96];
   struct call *slots[CALL_SLOTS];
   size_t n_slots;
+  /* The connections kept open between calls, newest last: a call takes
+   * one, and gives it back when the controller keeps it open. */
+  struct hc_conn idle[CALL_IDLE_CONNS];
+  size_t n_idle;
   /* Which slot each of this round's pollfd entries is (from poll_at). */
   struct call *polled[CALL_SLOTS];
   int poll_at, poll_n;
@@ -99,6 +106,8 @@ void calls_cleanup(void) {
     c->ready = false;
   }
   cc.n_slots = 0;
+  while (cc.n_idle)
+    hc_conn_close(&cc.idle[--cc.n_idle]);
   explicit_bzero(cc.hdr_json, sizeof(cc.hdr_json));
   explicit_bzero(cc.hdr_bytes, sizeof(cc.hdr_bytes));
 }
@@ -140,8 +149,10 @@ MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const v
   c->answer_len = 0;
   c->status = 0;
   c->rc = 0;
+  if (c->hc.fd < 0 && cc.n_idle)
+    hc_attach(&c->hc, &cc.idle[--cc.n_idle]);
   rc = hc_start(&c->hc, &cc.to, path, json ? cc.hdr_json : cc.hdr_bytes, body, len,
-                !json && len > CALL_EXPECT_BYTES, WD_ANSWER_MAX, timeout_ms);
+                !json && len > CALL_EXPECT_BYTES ? CALL_EXPECT_MS : 0, WD_ANSWER_MAX, timeout_ms);
   if (rc)
     return rc;
   c->state = CALL_RUNNING;
@@ -176,6 +187,17 @@ static void call_finished(struct call *c) {
   int64_t now = util_mono_ms();
 
   c->state = CALL_DONE;
+  /* Its connection, if kept open, goes back for any call to take (the
+   * oldest kept one is closed to make room). */
+  if (c->hc.fd >= 0 && c->hc.keep) {
+    if (cc.n_idle == CALL_IDLE_CONNS) {
+      hc_conn_close(&cc.idle[0]);
+      memmove(&cc.idle[0], &cc.idle[1], sizeof(cc.idle[0]) * (CALL_IDLE_CONNS - 1));
+      cc.n_idle--;
+    }
+    if (hc_detach(&c->hc, &cc.idle[cc.n_idle]))
+      cc.n_idle++;
+  }
   if (now - c->started_ms >= CALL_SLOW_MS)
     LOG(LOG_DEBUG, "POST %s ended after %" PRId64 " ms", c->what, now - c->started_ms);
   c->rc = c->hc.rc;

@@ -9,13 +9,14 @@
 
 #include "muster_errors.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#define HEAD_MAX (64 * 1024) /* an answer's status line and headers */
-#define LINE_MAX 1024        /* a chunk's size line, a trailer line */
+#define ANSWER_HEAD_MAX (64 * 1024) /* an answer's status line and headers */
+#define CHUNK_LINE_MAX 1024         /* a chunk's size line, a trailer line */
 
 enum { CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, CHUNK_TRAILER };
 
@@ -38,9 +39,15 @@ static int append(struct hc *h, const char *p, size_t n) {
 
     while (cap < h->answer_len + n + 1)
       cap *= 2;
-    if (!(a = realloc(h->answer, cap))) {
+    /* (moved by hand: the old copy may hold a token, and is wiped) */
+    if (!(a = malloc(cap))) {
       snprintf(h->err, sizeof(h->err), "out of memory");
       return MUSTER_E_NOMEM;
+    }
+    if (h->answer) {
+      memcpy(a, h->answer, h->answer_len);
+      explicit_bzero(h->answer, h->answer_cap);
+      free(h->answer);
     }
     h->answer = a;
     h->answer_cap = cap;
@@ -76,9 +83,12 @@ static int parse_head(struct hc *h, size_t len) {
   unsigned long long length = 0;
   int minor, st;
 
+  /* (h->in is not NUL-terminated: the digits are read by hand) */
   if (len < 12 || memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') || p[8] != ' ' ||
-      sscanf(p + 9, "%3d", &st) != 1 || st < 100 || st > 599)
+      p[9] < '1' || p[9] > '5' || p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9' ||
+      (len > 12 && p[12] != ' ' && p[12] != '\r'))
     return bad(h, "its status line");
+  st = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
   minor = p[7] - '0';
   http11 = minor == 1;
   h->status = st;
@@ -117,9 +127,8 @@ static int parse_head(struct hc *h, size_t len) {
     }
     p = eol + 1;
   }
-  if (st < 200)
-    return 0;
-  if (st == 204 || st == 304) {
+  if (st < 200 || st == 204 || st == 304) {
+    h->chunked = false; /* (never a body, whatever the headers say) */
     h->left = 0;
   } else if (h->chunked) {
     h->chunk_phase = CHUNK_SIZE;
@@ -145,7 +154,7 @@ static int take_chunked(struct hc *h) {
     case CHUNK_TRAILER:
       eol = h->in_len ? memchr(h->in, '\n', h->in_len) : NULL;
       if (!eol)
-        return h->in_len > LINE_MAX ? bad(h, "a chunk's size line") : 0;
+        return h->in_len > CHUNK_LINE_MAX ? bad(h, "a chunk's size line") : 0;
       n = (size_t)(eol - h->in) + 1;
       if (h->chunk_phase == CHUNK_TRAILER) {
         bool empty = n <= 2;
@@ -156,10 +165,10 @@ static int take_chunked(struct hc *h) {
         continue;
       }
       {
-        char line[LINE_MAX + 1], *stop;
+        char line[CHUNK_LINE_MAX + 1], *stop;
         unsigned long long size;
 
-        if (n > LINE_MAX)
+        if (n > CHUNK_LINE_MAX || !isxdigit((unsigned char)h->in[0]))
           return bad(h, "a chunk's size line");
         memcpy(line, h->in, n);
         line[n] = '\0';
@@ -210,7 +219,7 @@ int hc_answer_take(struct hc *h) {
     int rc;
 
     if (!end)
-      return h->in_len > HEAD_MAX ? bad(h, "its head is too long") : 0;
+      return h->in_len > ANSWER_HEAD_MAX ? bad(h, "its head is too long") : 0;
     len = (size_t)(end - h->in) + 4;
     if ((rc = parse_head(h, len)) != 0)
       return rc;

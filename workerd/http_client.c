@@ -14,25 +14,20 @@
  * h->fd until hc_deadline(), hands what it saw to hc_step(), and the request
  * is over when h->st is HC_DONE. Nothing here blocks: the connect, the TLS
  * handshake, the sending and the reading all wait in the caller's poll(),
- * and a host name is resolved by glibc's getaddrinfo_a() while the caller
- * polls its clock. A request sent on a kept connection that the controller
- * closed unanswered is sent once more on a new one (as libcurl does).
+ * and a host name is looked up (http_target.c) while the caller polls its
+ * clock. A request sent on a kept connection that the controller closed
+ * unanswered is sent once more on a new one (as libcurl does). The answer
+ * is read by http_answer.c.
  *
- * The answer's body may come with a Content-Length, chunked, or up to the
- * connection's end. A body larger than CALL_EXPECT_BYTES in ctl_call.c
- * waits for the controller's 100 Continue (one second at most), so that a
- * refusal is read before the body is sent.
+ * A body can wait for the controller's 100 Continue (hc_start()'s
+ * expect_ms), so that a refusal is read before the body is sent.
  */
 #include "http_client.h"
 
 #include "muster_errors.h"
 #include "util.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <gnutls/x509.h>
-#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -40,220 +35,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HC_HEAD_MAX (64 * 1024)  /* an answer's status line and headers */
-#define HC_CONTINUE_MS 1000      /* how long the body waits for 100 Continue */
-#define HC_CONNECT_MS 2000       /* one address's connect */
-#define HC_RESOLVE_POLL_MS 5     /* how often a pending resolution is looked at */
-#define HC_RESOLVE_KEEP_MS 60000 /* how long a name's addresses are kept */
+#define HC_CONNECT_MS 2000   /* lookup, connect and TLS handshake, together */
+#define HC_ADDRESS_MS 1000   /* one address's connect, where others follow */
+#define HC_RESOLVE_POLL_MS 5 /* a lookup is looked at after 5 ms, 10, 20... */
+#define HC_RESOLVE_POLL_MAX_MS 100
 #define HC_READ_CHUNK 16384
-
-/* The controller's addresses: one host per worker, resolved once (an
- * address) or every minute (a name). */
-static struct {
-  char host[HC_HOST_MAX];
-  char port[8];
-  struct addrinfo *ai;
-  int64_t at_ms; /* when resolved; INT64_MAX: an address, kept for good */
-  bool pending;
-  struct addrinfo hints;
-  struct gaicb req;
-} rs;
-
-/* The TLS credentials (the authorities trusted), for the CA file they were
- * made from ("": the system's). Made once; a worker forked from the fork
- * server inherits them when its MUSTER_CA_FILE is the server's. */
-static struct {
-  gnutls_certificate_credentials_t cred;
-  char ca[PATH_MAX];
-} tc;
-
-/* ------------------------------------------------------------------------ */
-/* The URL, the addresses, the credentials                                  */
-
-/* Takes url (http[s]://host[:port][/prefix]) apart into t. Returns 0 or
- * MUSTER_E_INVALID. */
-int hc_target_parse(const char *url, struct hc_target *t) {
-  const char *p, *host_end, *port = NULL, *path;
-  size_t hn;
-
-  memset(t, 0, sizeof(*t));
-  if (strncmp(url, "http://", 7) == 0) {
-    p = url + 7;
-  } else if (strncmp(url, "https://", 8) == 0) {
-    p = url + 8;
-    t->tls = true;
-  } else {
-    return MUSTER_E_INVALID;
-  }
-  path = p + strcspn(p, "/?#");
-  if (*path == '?' || *path == '#' || memchr(p, '@', (size_t)(path - p)))
-    return MUSTER_E_INVALID; /* no query, fragment or user here */
-  if (*p == '[') {
-    host_end = memchr(p, ']', (size_t)(path - p));
-    if (!host_end)
-      return MUSTER_E_INVALID;
-    hn = (size_t)(host_end - p - 1);
-    memcpy(t->host, p + 1, hn < sizeof(t->host) ? hn : 0);
-    host_end++;
-  } else {
-    host_end = memchr(p, ':', (size_t)(path - p));
-    if (!host_end)
-      host_end = path;
-    hn = (size_t)(host_end - p);
-    memcpy(t->host, p, hn < sizeof(t->host) ? hn : 0);
-  }
-  if (!hn || hn >= sizeof(t->host))
-    return MUSTER_E_INVALID;
-  if (*host_end == ':')
-    port = host_end + 1;
-  else if (host_end != path)
-    return MUSTER_E_INVALID;
-  if (port) {
-    size_t pn = (size_t)(path - port);
-    long v = 0;
-
-    if (!pn || pn > 5)
-      return MUSTER_E_INVALID;
-    for (size_t i = 0; i < pn; i++) {
-      if (port[i] < '0' || port[i] > '9')
-        return MUSTER_E_INVALID;
-      v = v * 10 + (port[i] - '0');
-    }
-    if (v < 1 || v > 65535)
-      return MUSTER_E_INVALID;
-    snprintf(t->port, sizeof(t->port), "%ld", v);
-  } else {
-    snprintf(t->port, sizeof(t->port), "%s", t->tls ? "443" : "80");
-  }
-  snprintf(t->host_header, sizeof(t->host_header), "%.*s", (int)(path - p), p);
-  if (strlen(path) >= sizeof(t->prefix))
-    return MUSTER_E_INVALID;
-  snprintf(t->prefix, sizeof(t->prefix), "%s", path);
-  for (size_t n = strlen(t->prefix); n && t->prefix[n - 1] == '/'; n--)
-    t->prefix[n - 1] = '\0';
-  for (const char *c = t->prefix; *c; c++)
-    if (*c <= ' ' || *c == 0x7f)
-      return MUSTER_E_INVALID;
-  return 0;
-}
-
-/* Whether host is an IPv4 or IPv6 address rather than a name. */
-static bool is_address(const char *host) {
-  unsigned char buf[sizeof(struct in6_addr)];
-
-  return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
-}
-
-/* Makes sure rs holds to's addresses. Returns 1 when it does, 0 while they
- * are being looked up, or MUSTER_E_UNREACHABLE (err says why). */
-static int resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen) {
-  int e;
-
-  if (strcmp(rs.host, to->host) != 0 || strcmp(rs.port, to->port) != 0) {
-    if (rs.pending)
-      return 0; /* (one host per worker: only a changed URL lands here) */
-    if (rs.ai)
-      freeaddrinfo(rs.ai);
-    rs.ai = NULL;
-    snprintf(rs.host, sizeof(rs.host), "%s", to->host);
-    snprintf(rs.port, sizeof(rs.port), "%s", to->port);
-  }
-  if (rs.ai && (rs.at_ms == INT64_MAX || now - rs.at_ms < HC_RESOLVE_KEEP_MS))
-    return 1;
-  if (!rs.pending) {
-    struct gaicb *list[1] = {&rs.req};
-
-    memset(&rs.hints, 0, sizeof(rs.hints));
-    rs.hints.ai_socktype = SOCK_STREAM;
-    rs.hints.ai_flags = AI_NUMERICSERV;
-    if (is_address(rs.host)) {
-      struct addrinfo *ai = NULL;
-
-      rs.hints.ai_flags |= AI_NUMERICHOST;
-      if ((e = getaddrinfo(rs.host, rs.port, &rs.hints, &ai)) != 0) {
-        snprintf(err, errlen, "cannot use the address %.200s: %s", rs.host, gai_strerror(e));
-        return MUSTER_E_UNREACHABLE;
-      }
-      rs.ai = ai;
-      rs.at_ms = INT64_MAX;
-      return 1;
-    }
-    memset(&rs.req, 0, sizeof(rs.req));
-    rs.req.ar_name = rs.host;
-    rs.req.ar_service = rs.port;
-    rs.req.ar_request = &rs.hints;
-    if ((e = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0) {
-      snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e));
-      return MUSTER_E_UNREACHABLE;
-    }
-    rs.pending = true;
-  }
-  e = gai_error(&rs.req);
-  if (e == EAI_INPROGRESS)
-    return 0;
-  rs.pending = false;
-  if (e == 0 && rs.req.ar_result) {
-    if (rs.ai)
-      freeaddrinfo(rs.ai);
-    rs.ai = rs.req.ar_result;
-    rs.at_ms = now;
-    return 1;
-  }
-  if (rs.req.ar_result)
-    freeaddrinfo(rs.req.ar_result);
-  if (rs.ai) {
-    rs.at_ms = now; /* the last addresses serve another minute */
-    return 1;
-  }
-  snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e ? e : EAI_NONAME));
-  return MUSTER_E_UNREACHABLE;
-}
-
-/* Makes tc's credentials for this process's MUSTER_CA_FILE. Returns 0, or
- * MUSTER_E_UNREACHABLE (err says why). */
-static int tls_cred(char *err, size_t errlen) {
-  const char *ca = getenv("MUSTER_CA_FILE");
-  int r;
-
-  if (!ca)
-    ca = "";
-  if (tc.cred && strcmp(ca, tc.ca) == 0)
-    return 0;
-  if (tc.cred)
-    gnutls_certificate_free_credentials(tc.cred);
-  tc.cred = NULL;
-  if (strlen(ca) >= sizeof(tc.ca) || gnutls_certificate_allocate_credentials(&tc.cred) < 0) {
-    snprintf(err, errlen, "cannot set up TLS");
-    tc.cred = NULL;
-    return MUSTER_E_UNREACHABLE;
-  }
-  r = *ca ? gnutls_certificate_set_x509_trust_file(tc.cred, ca, GNUTLS_X509_FMT_PEM)
-          : gnutls_certificate_set_x509_system_trust(tc.cred);
-  if (r < 0 || (*ca && r == 0)) {
-    snprintf(err, errlen, "cannot read the certificate authorities of %s: %s",
-             *ca ? ca : "the system", r < 0 ? gnutls_strerror(r) : "it holds none");
-    gnutls_certificate_free_credentials(tc.cred);
-    tc.cred = NULL;
-    return MUSTER_E_UNREACHABLE;
-  }
-  snprintf(tc.ca, sizeof(tc.ca), "%s", ca);
-  return 0;
-}
-
-/* Reads the authorities MUSTER_CA_FILE names ahead, in the fork server,
- * for every worker to inherit. (Without it, a worker that talks TLS reads
- * the system's itself.) */
-void hc_tls_prewarm(void) {
-  char err[HC_ERR_MAX];
-  const char *ca = getenv("MUSTER_CA_FILE");
-
-  if (ca && *ca)
-    (void)tls_cred(err, sizeof(err));
-}
 
 /* ------------------------------------------------------------------------ */
 /* The connection                                                           */
@@ -272,6 +61,40 @@ void hc_close(struct hc *h) {
     close(h->fd);
   h->fd = -1;
   h->keep = false;
+}
+
+/* Takes h's kept connection out of h into c. Returns whether h had one. */
+bool hc_detach(struct hc *h, struct hc_conn *c) {
+  if (h->fd < 0 || !h->keep || h->st != HC_DONE)
+    return false;
+  c->fd = h->fd;
+  c->tls = h->tls;
+  c->to = h->to;
+  h->fd = -1;
+  h->tls = NULL;
+  h->keep = false;
+  return true;
+}
+
+/* Gives h, which has no connection, the kept connection c. */
+void hc_attach(struct hc *h, struct hc_conn *c) {
+  hc_close(h);
+  h->fd = c->fd;
+  h->tls = c->tls;
+  h->to = c->to;
+  h->keep = true;
+  c->fd = -1;
+  c->tls = NULL;
+}
+
+/* Closes the kept connection c. */
+void hc_conn_close(struct hc_conn *c) {
+  if (c->tls)
+    gnutls_deinit(c->tls);
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+  c->tls = NULL;
 }
 
 /* Ends h's request with rc and the reason fmt says (closing the
@@ -317,7 +140,7 @@ static bool again_fresh(struct hc *h) {
 /* Begins connecting to the address after h->addr_at - 1 (h->addr_at: the
  * next to try). Returns 0, or -1 when no address is left. */
 static int connect_next(struct hc *h, int64_t now) {
-  struct addrinfo *ai = rs.ai;
+  const struct addrinfo *ai = hc_addresses();
   int one = 1;
 
   for (size_t i = 0; ai && i < h->addr_at; i++)
@@ -330,7 +153,10 @@ static int connect_next(struct hc *h, int64_t now) {
     (void)setsockopt(h->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(h->fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
       h->st = HC_CONNECT;
-      h->step_deadline_ms = now + HC_CONNECT_MS;
+      /* An address that does not answer leaves the next one time to. */
+      h->step_deadline_ms = ai->ai_next && now + HC_ADDRESS_MS < h->connect_by_ms
+                                ? now + HC_ADDRESS_MS
+                                : h->connect_by_ms;
       return 0;
     }
     snprintf(h->err, sizeof(h->err), "%s", strerror(errno));
@@ -345,7 +171,9 @@ static int tls_begin(struct hc *h) {
   char err[HC_ERR_MAX];
   int r;
 
-  if (tls_cred(err, sizeof(err)) != 0) {
+  const char *ca = getenv("MUSTER_CA_FILE");
+
+  if (hc_tls_cred(ca ? ca : "", err, sizeof(err)) != 0) {
     fail(h, MUSTER_E_UNREACHABLE, "%s", err);
     return -1;
   }
@@ -353,8 +181,8 @@ static int tls_begin(struct hc *h) {
   if (r >= 0)
     r = gnutls_set_default_priority(h->tls);
   if (r >= 0)
-    r = gnutls_credentials_set(h->tls, GNUTLS_CRD_CERTIFICATE, tc.cred);
-  if (r >= 0 && !is_address(h->to->host))
+    r = gnutls_credentials_set(h->tls, GNUTLS_CRD_CERTIFICATE, hc_tls_credentials());
+  if (r >= 0 && !hc_is_address(h->to->host))
     r = gnutls_server_name_set(h->tls, GNUTLS_NAME_DNS, h->to->host, strlen(h->to->host));
   if (r < 0) {
     fail(h, r == GNUTLS_E_MEMORY_ERROR ? MUSTER_E_NOMEM : MUSTER_E_UNREACHABLE,
@@ -382,9 +210,10 @@ static void tls_failed(struct hc *h, int r) {
   (void)gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &why, 0);
   while (why.data && why.size && why.data[why.size - 1] == ' ') /* (it ends in spaces) */
     why.data[--why.size] = '\0';
+  /* (the sentence every client of the controller says) */
   fail(h, MUSTER_E_UNREACHABLE,
-       "the controller's certificate cannot be verified (%s); set MUSTER_CA_FILE to the "
-       "authority that signed it",
+       "the controller has a certificate this client cannot verify (%s): set MUSTER_CA_FILE "
+       "to the file of the CA that signed it",
        why.data ? (const char *)why.data : "unknown reason");
   gnutls_free(why.data);
 }
@@ -396,14 +225,23 @@ static ssize_t io(struct hc *h, bool sending, void *p, size_t n) {
   ssize_t r;
 
   if (h->tls) {
-    r = sending ? gnutls_record_send(h->tls, p, n) : gnutls_record_recv(h->tls, p, n);
+    /* (a warning alert and the like are not the end: read on) */
+    for (int tries = 0; tries < 8; tries++) {
+      r = sending ? gnutls_record_send(h->tls, p, n) : gnutls_record_recv(h->tls, p, n);
+      if (r >= 0 || r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED ||
+          gnutls_error_is_fatal((int)r))
+        break;
+    }
     if (r >= 0)
       return r;
     if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) {
       h->want = gnutls_record_get_direction(h->tls) ? POLLOUT : POLLIN;
       return -1;
     }
-    if (!sending && r == GNUTLS_E_PREMATURE_TERMINATION)
+    /* An end without TLS's close_notify is the end of a kept connection
+     * the controller closed, unless an answer had begun: then it may be a
+     * cut one. */
+    if (!sending && r == GNUTLS_E_PREMATURE_TERMINATION && !h->got_bytes)
       return 0;
     snprintf(h->err, sizeof(h->err), "%s", gnutls_strerror((int)r));
     return -2;
@@ -424,22 +262,28 @@ static ssize_t io(struct hc *h, bool sending, void *p, size_t n) {
 
 /* Begins POSTing body (len bytes, valid until the request is done) to
  * to->prefix + path, with the header lines headers (each ending in CRLF),
- * to end within timeout_ms. expect: the body waits for 100 Continue. An
- * answer longer than answer_max fails with MUSTER_E_TOO_LARGE. Returns 0 or
- * MUSTER_E_NOMEM (nothing started). */
+ * to end within timeout_ms. expect_ms: when not 0, the body waits that long
+ * at most for 100 Continue. An answer longer than answer_max fails with
+ * MUSTER_E_TOO_LARGE. Returns 0 or MUSTER_E_NOMEM (nothing started). */
 int hc_start(struct hc *h, const struct hc_target *to, const char *path, const char *headers,
-             const void *body, size_t len, bool expect, size_t answer_max, int64_t timeout_ms) {
+             const void *body, size_t len, int64_t expect_ms, size_t answer_max,
+             int64_t timeout_ms) {
+  static const char fixed[] =
+      "POST  HTTP/1.1\r\nHost: \r\nUser-Agent: muster-workerd/" MUSTER_VERSION
+      "\r\nContent-Length: \r\nExpect: 100-continue\r\n\r\n";
   int64_t now = util_mono_ms();
+  bool expect = expect_ms > 0;
   size_t cap;
   int n;
 
   if (h->fd >= 0 && (!h->keep || h->to != to || !still_quiet(h)))
     hc_close(h);
-  cap = strlen(to->prefix) + strlen(path) + strlen(to->host_header) + strlen(headers) + 160 +
-        (expect ? 0 : len);
+  cap = sizeof(fixed) + strlen(to->prefix) + strlen(path) + strlen(to->host_header) +
+        strlen(headers) + 24 + (expect ? 0 : len);
   if (h->out)
     explicit_bzero(h->out, h->out_len);
   free(h->out);
+  h->out_len = 0;
   h->out = malloc(cap);
   if (!h->out)
     return MUSTER_E_NOMEM;
@@ -459,6 +303,7 @@ int hc_start(struct hc *h, const struct hc_target *to, const char *path, const c
   h->body = body;
   h->body_len = expect ? len : 0;
   h->expect = expect;
+  h->expect_ms = expect_ms;
   h->out_sent = h->body_sent = 0;
   h->continued = h->retried = h->got_bytes = h->head_done = false;
   h->chunked = h->until_eof = false;
@@ -474,6 +319,8 @@ int hc_start(struct hc *h, const struct hc_target *to, const char *path, const c
   h->timeout_ms = timeout_ms;
   h->addr_at = 0;
   h->step_deadline_ms = now;
+  h->connect_by_ms = now + HC_CONNECT_MS;
+  h->resolve_wait_ms = HC_RESOLVE_POLL_MS;
   h->reused = h->fd >= 0;
   h->st = h->reused ? HC_SEND : HC_RESOLVE;
   h->want = POLLOUT;
@@ -485,8 +332,10 @@ short hc_events(const struct hc *h) {
   switch (h->st) {
   case HC_CONNECT:
     return POLLOUT;
-  case HC_HANDSHAKE:
   case HC_SEND:
+    /* (a body sent after 100 Continue listens for an early refusal) */
+    return h->want | (h->expect && h->continued ? POLLIN : 0);
+  case HC_HANDSHAKE:
   case HC_CONTINUE:
   case HC_RECV:
     return h->want;
@@ -495,22 +344,48 @@ short hc_events(const struct hc *h) {
   }
 }
 
+static int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
 /* When h next needs hc_step() whatever its socket does (INT64_MAX: never). */
 int64_t hc_deadline(const struct hc *h) {
   int64_t d = h->deadline_ms;
 
   switch (h->st) {
   case HC_RESOLVE:
+    return min64(min64(h->step_deadline_ms, h->connect_by_ms), d);
   case HC_CONNECT:
   case HC_CONTINUE:
-    return h->step_deadline_ms < d ? h->step_deadline_ms : d;
+    return min64(h->step_deadline_ms, d);
   case HC_HANDSHAKE:
+    return min64(h->connect_by_ms, d);
   case HC_SEND:
   case HC_RECV:
     return d;
   default:
     return INT64_MAX;
   }
+}
+
+/* Grows h->in to room for HC_READ_CHUNK more bytes and a NUL. The old
+ * copy is wiped (an answer may carry a token). Returns 0 or -1. */
+static int in_grow(struct hc *h) {
+  size_t cap = h->in_len + HC_READ_CHUNK * 2;
+  char *p;
+
+  if (h->in_cap - h->in_len >= HC_READ_CHUNK)
+    return 0;
+  if (!(p = malloc(cap)))
+    return -1;
+  if (h->in) {
+    memcpy(p, h->in, h->in_len);
+    explicit_bzero(h->in, h->in_cap);
+    free(h->in);
+  }
+  h->in = p;
+  h->in_cap = cap;
+  return 0;
 }
 
 /* Reads what the socket holds into h->in and parses it, until the answer is
@@ -530,23 +405,24 @@ static void receive(struct hc *h) {
       return;
     }
     if (took == 1) {
+      bool unsent = h->expect && (!h->continued || h->body_sent < h->body_len);
+
+      /* A success for a body never read is no success. */
+      if (unsent && h->status < 300) {
+        fail(h, MUSTER_E_UNREACHABLE, "the controller answered HTTP %ld before it read the body",
+             h->status);
+        return;
+      }
       /* Kept only when it is quiet: an answer that left bytes over, or one
-       * whose request body was never sent, ends it. */
-      if (!h->keep || h->in_len || (h->expect && !h->continued))
+       * whose request body was not all sent, ends it. */
+      if (!h->keep || h->in_len || unsent)
         hc_close(h);
       h->st = HC_DONE;
       return;
     }
-    if (h->in_cap - h->in_len < HC_READ_CHUNK) {
-      size_t cap = h->in_len + HC_READ_CHUNK * 2;
-      char *p = realloc(h->in, cap);
-
-      if (!p) {
-        fail(h, MUSTER_E_NOMEM, "out of memory");
-        return;
-      }
-      h->in = p;
-      h->in_cap = cap;
+    if (in_grow(h) != 0) {
+      fail(h, MUSTER_E_NOMEM, "out of memory");
+      return;
     }
     r = io(h, false, h->in + h->in_len, h->in_cap - h->in_len - 1);
     if (r == -1)
@@ -584,15 +460,19 @@ static void send_some(struct hc *h, int64_t now) {
     if (r == -1)
       return;
     if (r < 0) {
-      if (!again_fresh(h))
+      if (body) { /* (it may have answered first, and closed: read that) */
+        h->st = HC_RECV;
+        h->want = POLLIN;
+      } else if (!again_fresh(h)) {
         fail(h, MUSTER_E_UNREACHABLE, "sending the request: %s", h->err);
+      }
       return;
     }
     *sent += (size_t)r;
   }
   if (h->expect && !h->continued) {
     h->st = HC_CONTINUE;
-    h->step_deadline_ms = now + HC_CONTINUE_MS;
+    h->step_deadline_ms = now + h->expect_ms;
   } else {
     h->st = HC_RECV;
   }
@@ -614,11 +494,18 @@ void hc_step(struct hc *h, short revents, int64_t now) {
            h->err[0] ? ": " : "", h->err);
       return;
     }
+    if ((was == HC_RESOLVE || was == HC_CONNECT || was == HC_HANDSHAKE) &&
+        now >= h->connect_by_ms) {
+      fail(h, MUSTER_E_UNREACHABLE, "cannot connect to %.200s port %s within %d ms%s%s",
+           h->to->host, h->to->port, HC_CONNECT_MS, h->err[0] ? ": " : "", h->err);
+      return;
+    }
     switch (was) {
     case HC_RESOLVE:
-      r = resolve(h->to, now, h->err, sizeof(h->err));
-      if (r == 0) { /* (looked at again shortly) */
-        h->step_deadline_ms = now + HC_RESOLVE_POLL_MS;
+      r = hc_resolve(h->to, now, h->err, sizeof(h->err));
+      if (r == 0) { /* (looked at again shortly, then less often) */
+        h->step_deadline_ms = now + h->resolve_wait_ms;
+        h->resolve_wait_ms = min64(h->resolve_wait_ms * 2, HC_RESOLVE_POLL_MAX_MS);
         return;
       }
       if (r < 0) {
@@ -674,6 +561,18 @@ void hc_step(struct hc *h, short revents, int64_t now) {
       h->st = HC_SEND;
       break;
     case HC_SEND:
+      if (h->expect && h->continued && (revents & POLLIN)) {
+        /* An answer before the body is all sent (a refusal) ends the
+         * sending; a wake that brought none does not. */
+        size_t had = h->in_len;
+        bool head = h->head_done;
+
+        h->st = HC_RECV;
+        receive(h);
+        if (h->st != HC_RECV || h->in_len != had || h->head_done != head)
+          break;
+        h->st = HC_SEND;
+      }
       send_some(h, now);
       break;
     case HC_CONTINUE:
@@ -690,7 +589,8 @@ void hc_step(struct hc *h, short revents, int64_t now) {
       return;
     }
     if (h->st == was)
-      return; /* waiting on the socket */
+      return;    /* waiting on the socket */
+    revents = 0; /* (what poll() saw was for the state just left) */
   }
 }
 
@@ -702,7 +602,7 @@ void hc_free(struct hc *h) {
   if (h->in)
     explicit_bzero(h->in, h->in_cap);
   if (h->answer)
-    explicit_bzero(h->answer, h->answer_len);
+    explicit_bzero(h->answer, h->answer_cap);
   free(h->out);
   free(h->in);
   free(h->answer);
@@ -723,7 +623,7 @@ int hc_post_wait(const struct hc_target *to, const char *path, const char *heade
   hc_init(&h);
   *answer = NULL;
   *status = 0;
-  rc = hc_start(&h, to, path, headers, body, strlen(body), false, 1u << 20, timeout_ms);
+  rc = hc_start(&h, to, path, headers, body, strlen(body), 0, 1u << 20, timeout_ms);
   if (rc) {
     snprintf(err, errlen, "out of memory");
     hc_free(&h);
@@ -734,8 +634,10 @@ int hc_post_wait(const struct hc_target *to, const char *path, const char *heade
     struct pollfd p = {.fd = h.fd, .events = hc_events(&h)};
     int wait = d == INT64_MAX ? 1000 : d <= now ? 0 : d - now > 1000 ? 1000 : (int)(d - now);
 
-    if (poll(&p, h.fd >= 0 && p.events ? 1 : 0, wait) < 0 && errno != EINTR)
-      p.revents = POLLERR;
+    if (poll(&p, h.fd >= 0 && p.events ? 1 : 0, wait) < 0 && errno != EINTR) {
+      fail(&h, MUSTER_E_UNREACHABLE, "poll: %s", strerror(errno));
+      break;
+    }
     hc_step(&h, p.revents, util_mono_ms());
   }
   rc = h.rc;

@@ -8,6 +8,7 @@
 #define MUSTER_HTTP_CLIENT_H
 
 #include <gnutls/gnutls.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,11 +53,14 @@ struct hc {
   const char *body;
   size_t body_len, body_sent;
   bool expect, continued;
-  bool reused;  /* sent on a connection kept from an earlier call */
-  bool retried; /* already sent again on a new connection */
+  int64_t expect_ms; /* how long the body waits for 100 Continue */
+  bool reused;       /* sent on a connection kept from an earlier call */
+  bool retried;      /* already sent again on a new connection */
   size_t addr_at;
   short want; /* what the socket's I/O waits for (POLLIN, POLLOUT) */
   int64_t deadline_ms, step_deadline_ms, timeout_ms;
+  int64_t connect_by_ms;   /* the lookup, connect and handshake end by then */
+  int64_t resolve_wait_ms; /* the next wait for a lookup in flight */
   /* The answer. */
   char *in; /* what was read and not yet parsed */
   size_t in_len, in_cap;
@@ -72,16 +76,36 @@ struct hc {
   char err[HC_ERR_MAX];
 };
 
+/* http_target.c */
 int hc_target_parse(const char *url, struct hc_target *t);
+bool hc_is_address(const char *host);
+int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen);
+const struct addrinfo *hc_addresses(void);
+int hc_tls_cred(const char *ca, char *err, size_t errlen);
+gnutls_certificate_credentials_t hc_tls_credentials(void);
+void hc_tls_prewarm(const char *ca);
+
+/* http_client.c */
 void hc_init(struct hc *h);
-void hc_tls_prewarm(void);
 int hc_start(struct hc *h, const struct hc_target *to, const char *path, const char *headers,
-             const void *body, size_t len, bool expect, size_t answer_max, int64_t timeout_ms);
+             const void *body, size_t len, int64_t expect_ms, size_t answer_max,
+             int64_t timeout_ms);
 short hc_events(const struct hc *h);
 int64_t hc_deadline(const struct hc *h);
 void hc_step(struct hc *h, short revents, int64_t now);
 void hc_close(struct hc *h);
 void hc_free(struct hc *h);
+/* A kept connection, out of any request (a caller's pool of them). */
+struct hc_conn {
+  int fd;
+  gnutls_session_t tls;
+  const struct hc_target *to;
+};
+
+bool hc_detach(struct hc *h, struct hc_conn *c);
+void hc_attach(struct hc *h, struct hc_conn *c);
+void hc_conn_close(struct hc_conn *c);
+
 /* http_answer.c */
 int hc_answer_take(struct hc *h);
 int hc_answer_at_end(struct hc *h);

@@ -61,8 +61,9 @@ struct job_buf {
   char err[HC_ERR_MAX]; /* why no answer came */
 };
 
-/* One POST of body to url + path with bearer's token, its answer into *b.
- * Returns 0 (*code: the HTTP status) or MUSTER_E_* (b->err says why). */
+/* One POST of body to url + path with bearer's token, its answer into *b:
+ * straight to the controller, as workers reach it (no proxy). Returns 0
+ * (*code: the HTTP status) or MUSTER_E_* (b->err says why). */
 static int job_post(const char *url, const char *path, const char *bearer, const char *body,
                     struct job_buf *b, long *code) {
   char hdr[200];
@@ -148,11 +149,15 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
       free(b.p);
       break;
     }
-    if (cr == MUSTER_E_INVALID || (cr == 0 && code < 500)) {
+    if (cr == MUSTER_E_INVALID) {
+      fprintf(stderr, "muster-workerd: error: %s\n", b.err);
+      goto out;
+    }
+    if (cr == 0 && code < 500) {
       fprintf(stderr,
               "muster-workerd: error: the controller refused this job's claim of its workers "
               "(HTTP %ld): %.300s\n",
-              code, b.p ? b.p : b.err);
+              code, b.p ? b.p : "");
       free(b.p);
       goto out;
     }

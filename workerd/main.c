@@ -518,7 +518,6 @@ int main(int argc, char **argv) {
     return 1;
   if (argc == 2) {
     exec_prewarm();
-    hc_tls_prewarm();
     code = zygote_main(worker_main);
   } else {
     code = worker_main();

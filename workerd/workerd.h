@@ -65,7 +65,6 @@
 #define WD_RETRY_TOTAL_MS (10 * 60 * 1000) /* ... for at most this long */
 #define WD_KILL_GRACE_MS 5000              /* SIGTERM to SIGKILL */
 #define WD_DRAIN_MS 2000                   /* reading pipes after the child exited */
-#define WD_CONNECT_TIMEOUT_MS 2000L
 #define WD_CALL_TIMEOUT_MS 10000L
 #define WD_HEARTBEAT_DEFAULT_MS 2000
 

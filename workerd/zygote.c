@@ -73,6 +73,29 @@ static struct {
   int64_t failed_ms;
 } lk = {.fd = -1};
 
+/* Reads the certificate authorities the worker of request req (n bytes, as
+ * for zygote_fork()) will trust, when its controller's URL is https://,
+ * so that every worker inherits them (hc_tls_prewarm(), done once per CA
+ * file) instead of reading them itself. */
+static void tls_prime(const char *req, size_t n) {
+  static const char url[] = "MUSTER_CONTROLLER_URL=https://",
+                    ca_key[] = "MUSTER_CA_FILE=", ca_key_name[] = "MUSTER_CA_FILE";
+  const char *ca = getenv(ca_key_name); /* (the server's, unless the request sets one) */
+  bool https = false;
+
+  for (size_t off = 0; off < n;) {
+    size_t len = strnlen(req + off, n - off);
+
+    if (len >= strlen(url) && strncmp(req + off, url, strlen(url)) == 0)
+      https = true;
+    else if (strncmp(req + off, ca_key, strlen(ca_key)) == 0)
+      ca = req + off + strlen(ca_key);
+    off += len + 1;
+  }
+  if (https)
+    hc_tls_prewarm(ca ? ca : "");
+}
+
 /* Has the account the worker of request req (n bytes, as for zygote_fork())
  * will run its commands as looked up, unless an answer for it is kept or
  * on its way: in a child, which sends the answer down a pipe, so that a
@@ -294,6 +317,7 @@ int zygote_main(int (*run_worker)(void)) {
     }
     req[n] = '\0';
     account_prime(sock, req, (size_t)n);
+    tls_prime(req, (size_t)n);
     pid = zygote_fork(sock, req, (size_t)n, run_worker);
     if (pid == 0) {
       /* Whether a worker runs is unknown: ending makes the backend say

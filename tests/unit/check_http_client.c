@@ -33,7 +33,8 @@ static int feed(struct hc *h, const char *text, size_t step) {
 
   hc_init(h);
   h->answer_max = 100;
-  h->in = malloc(len + 1);
+  h->in_cap = len + 1;
+  h->in = malloc(h->in_cap);
   ck_assert_ptr_nonnull(h->in);
   for (size_t at = 0; at < len && took == 0; at += step) {
     size_t n = len - at < step ? len - at : step;
@@ -52,7 +53,8 @@ START_TEST(an_answer_is_read_however_it_is_framed_and_split) {
       "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
       "4;ext=1\r\n{\"a\"\r\n7\r\n: true}\r\n0\r\nX-Trailer: y\r\n\r\n";
   static const char *const interim =
-      "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+      "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 204 No Content\r\nConnection: close\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
   struct hc h;
 
   for (size_t step = 1; step <= 200; step = step * 3 + 1) {
@@ -89,6 +91,12 @@ START_TEST(a_bad_or_oversized_answer_is_an_error_that_says_so) {
   ck_assert_int_eq(feed(&h, "SSH-2.0-OpenSSH\r\n\r\n", 64), MUSTER_E_UNREACHABLE);
   ck_assert_ptr_nonnull(strstr(h.err, "status line"));
   hc_free(&h);
+  ck_assert_int_eq(feed(&h, "HTTP/1.1 20x OK\r\n\r\n", 64), MUSTER_E_UNREACHABLE);
+  ck_assert_ptr_nonnull(strstr(h.err, "status line"));
+  hc_free(&h);
+  ck_assert_int_eq(feed(&h, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n", 64),
+                   MUSTER_E_UNREACHABLE);
+  hc_free(&h);
   ck_assert_int_eq(feed(&h, "HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n", 64),
                    MUSTER_E_UNREACHABLE);
   ck_assert_ptr_nonnull(strstr(h.err, "Content-Length"));
@@ -107,6 +115,7 @@ START_TEST(a_bad_or_oversized_answer_is_an_error_that_says_so) {
     h.in_len = 40;
     ck_assert_int_eq(hc_answer_take(&h), 0);
     h.in = realloc(h.in, 100);
+    h.in_cap = 100;
     memcpy(h.in, big, 61);
     h.in_len = 61;
     ck_assert_int_eq(hc_answer_take(&h), MUSTER_E_TOO_LARGE);
@@ -121,28 +130,37 @@ END_TEST
 
 /* What the server does with each request it reads. */
 enum plan {
-  ANSWER_KEEP,        /* answers and keeps the connection */
-  ANSWER_THEN_CLOSE,  /* answers (without saying so) and closes it */
-  DROP_SECOND,        /* a connection's second request is read, then it is closed */
-  REFUSE_BEFORE_BODY, /* answers 413 as soon as the head is in, then closes */
-  NEVER_ANSWER        /* reads and keeps quiet */
+  ANSWER_KEEP,           /* answers and keeps the connection */
+  ANSWER_THEN_CLOSE,     /* answers (without saying so) and closes it */
+  DROP_SECOND,           /* a connection's second request is read, then it is closed */
+  REFUSE_BEFORE_BODY,    /* answers 413 as soon as the head is in, then closes */
+  OK_BEFORE_BODY,        /* answers 200 as soon as the head is in (wrongly) */
+  CONTINUE_THEN_READ,    /* says 100 Continue, reads the body, answers */
+  READ_WITHOUT_CONTINUE, /* reads the body without a 100 Continue, answers */
+  NEVER_ANSWER           /* reads and keeps quiet */
 };
 
+/* (plan, accepts, requests and body_bytes are shared with the server's
+ * thread: read and written with __atomic) */
 static struct {
   int fd;
   int port;
-  enum plan plan;
+  int plan;
   int accepts;
   int requests;
   size_t body_bytes; /* of the last request, as read */
   pthread_t thread;
 } srv;
 
+#define GET(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define SET(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
+
 /* Reads one request's head (and its body, unless the plan refuses it) from
  * c. Returns 0, or -1 at the connection's end. */
 static int read_request(int c) {
   char buf[65536];
-  size_t n = 0, len = 0;
+  size_t n = 0, len = 0, got;
+  char *stop = NULL;
   char *end, *cl;
 
   for (;;) {
@@ -156,17 +174,24 @@ static int read_request(int c) {
       break;
   }
   cl = strstr(buf, "Content-Length: ");
-  len = cl ? strtoul(cl + 16, NULL, 10) : 0;
-  srv.body_bytes = n - (size_t)(end + 4 - buf);
-  if (srv.plan == REFUSE_BEFORE_BODY || srv.plan == NEVER_ANSWER)
+  len = cl ? strtoul(cl + 16, &stop, 10) : 0;
+  if (cl && *stop != '\r')
+    return -1; /* (not a number: the connection is dropped) */
+  got = n - (size_t)(end + 4 - buf);
+  SET(srv.body_bytes, got);
+  if (GET(srv.plan) == REFUSE_BEFORE_BODY || GET(srv.plan) == OK_BEFORE_BODY ||
+      GET(srv.plan) == NEVER_ANSWER)
     return 0;
-  while (srv.body_bytes < len) {
+  if (GET(srv.plan) == CONTINUE_THEN_READ)
+    (void)!write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  while (got < len) {
     ssize_t r = recv(c, buf, sizeof(buf), 0);
 
     if (r <= 0)
       return -1;
-    srv.body_bytes += (size_t)r;
+    got += (size_t)r;
   }
+  SET(srv.body_bytes, got);
   return 0;
 }
 
@@ -184,17 +209,19 @@ static void *serve(void *unused) {
       return NULL;
     __atomic_add_fetch(&srv.accepts, 1, __ATOMIC_SEQ_CST);
     while (read_request(c) == 0) {
+      int plan = GET(srv.plan);
+
       __atomic_add_fetch(&srv.requests, 1, __ATOMIC_SEQ_CST);
-      if (srv.plan == DROP_SECOND && ++on_this == 2)
+      if (plan == DROP_SECOND && ++on_this == 2)
         break;
-      if (srv.plan == NEVER_ANSWER)
+      if (plan == NEVER_ANSWER)
         continue;
-      if (srv.plan == REFUSE_BEFORE_BODY) {
+      if (plan == REFUSE_BEFORE_BODY) {
         (void)!write(c, refused, sizeof(refused) - 1);
         break;
       }
       (void)!write(c, ok, sizeof(ok) - 1);
-      if (srv.plan == ANSWER_THEN_CLOSE)
+      if (plan == ANSWER_THEN_CLOSE || plan == OK_BEFORE_BODY)
         break;
     }
     close(c);
@@ -247,42 +274,43 @@ START_TEST(a_kept_connection_serves_again_or_is_replaced_unseen) {
   server_start();
   target(&to);
   hc_init(&h);
-  srv.plan = ANSWER_KEEP;
+  SET(srv.plan, ANSWER_KEEP);
   for (int i = 0; i < 3; i++) {
-    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, false, 1024, 5000), 0);
+    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
     run(&h);
     ck_assert_msg(h.rc == 0, "call %d: %s", i, h.err);
     ck_assert_int_eq(h.status, 200);
     ck_assert_str_eq(h.answer, "ok");
   }
-  ck_assert_int_eq(srv.accepts, 1);
-  ck_assert_int_eq(srv.requests, 3);
+  ck_assert_int_eq(GET(srv.accepts), 1);
+  ck_assert_int_eq(GET(srv.requests), 3);
   /* The server closes each connection after its answer: the next request
    * finds its kept connection dead and goes on a new one. */
-  srv.plan = ANSWER_THEN_CLOSE;
+  SET(srv.plan, ANSWER_THEN_CLOSE);
   for (int i = 0; i < 3; i++) {
-    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, false, 1024, 5000), 0);
+    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
     run(&h);
     ck_assert_msg(h.rc == 0, "call %d after a close: %s", i, h.err);
     ck_assert_str_eq(h.answer, "ok");
   }
-  ck_assert_int_eq(srv.requests, 6);
-  ck_assert_int_ge(srv.accepts, 3);
+  ck_assert_int_eq(GET(srv.requests), 6);
+  ck_assert_int_eq(GET(srv.accepts), 3);
   hc_free(&h);
   /* The server reads the request on the kept connection and closes it
    * unanswered (its idle timeout struck as the request came): sent again
    * on a new connection, and answered there. */
-  srv.plan = DROP_SECOND;
-  srv.accepts = srv.requests = 0;
+  SET(srv.plan, DROP_SECOND);
+  SET(srv.accepts, 0);
+  SET(srv.requests, 0);
   hc_init(&h);
   for (int i = 0; i < 3; i++) {
-    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, false, 1024, 5000), 0);
+    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
     run(&h);
     ck_assert_msg(h.rc == 0, "call %d on a dropped connection: %s", i, h.err);
     ck_assert_str_eq(h.answer, "ok");
   }
-  ck_assert_int_eq(srv.requests, 5);
-  ck_assert_int_eq(srv.accepts, 3);
+  ck_assert_int_eq(GET(srv.requests), 5);
+  ck_assert_int_eq(GET(srv.accepts), 3);
   hc_free(&h);
   server_stop();
 }
@@ -296,16 +324,58 @@ START_TEST(a_refusal_before_100_continue_keeps_the_body_unsent) {
   server_start();
   target(&to);
   hc_init(&h);
-  srv.plan = REFUSE_BEFORE_BODY;
+  SET(srv.plan, REFUSE_BEFORE_BODY);
   memset(body, 'b', sizeof(body));
-  ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), true, 1024, 5000), 0);
+  ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), 30000, 1024, 5000), 0);
   run(&h);
   ck_assert_msg(h.rc == 0, "%s", h.err);
   ck_assert_int_eq(h.status, 413);
   ck_assert_str_eq(h.answer, "no!");
-  ck_assert_uint_eq(srv.body_bytes, 0);
+  ck_assert_uint_eq(GET(srv.body_bytes), 0);
   ck_assert_uint_eq(h.body_sent, 0);
   ck_assert_int_eq(h.fd, -1); /* (not kept: the body was never sent) */
+  hc_free(&h);
+  server_stop();
+}
+END_TEST
+
+/* A large body waits for 100 Continue, then goes; where none comes, it
+ * goes when its wait is over; a success before the body was read is not
+ * taken for one. */
+START_TEST(a_large_body_goes_after_100_continue_or_its_wait) {
+  static char body[64 * 1024];
+  struct hc_target to;
+  struct hc h;
+  int64_t t0;
+
+  server_start();
+  target(&to);
+  hc_init(&h);
+  memset(body, 'b', sizeof(body));
+  SET(srv.plan, CONTINUE_THEN_READ);
+  t0 = util_mono_ms();
+  ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), 30000, 1024, 20000), 0);
+  run(&h);
+  ck_assert_msg(h.rc == 0, "%s", h.err);
+  ck_assert_int_eq(h.status, 200);
+  ck_assert_uint_eq(GET(srv.body_bytes), sizeof(body));
+  ck_assert_int_lt(util_mono_ms() - t0, 30000); /* (it did not wait out the 30 s) */
+  ck_assert_int_ge(h.fd, 0);                    /* kept */
+
+  SET(srv.plan, READ_WITHOUT_CONTINUE);
+  t0 = util_mono_ms();
+  ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), 200, 1024, 20000), 0);
+  run(&h);
+  ck_assert_msg(h.rc == 0, "%s", h.err);
+  ck_assert_int_eq(h.status, 200);
+  ck_assert_uint_eq(GET(srv.body_bytes), sizeof(body));
+  ck_assert_int_ge(util_mono_ms() - t0, 200);
+
+  SET(srv.plan, OK_BEFORE_BODY);
+  ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), 30000, 1024, 20000), 0);
+  run(&h);
+  ck_assert_int_eq(h.rc, MUSTER_E_UNREACHABLE);
+  ck_assert_msg(strstr(h.err, "answered HTTP 200 before it read the body"), "%s", h.err);
   hc_free(&h);
   server_stop();
 }
@@ -319,9 +389,9 @@ START_TEST(a_server_that_never_answers_ends_the_call_at_its_deadline) {
   server_start();
   target(&to);
   hc_init(&h);
-  srv.plan = NEVER_ANSWER;
+  SET(srv.plan, NEVER_ANSWER);
   t0 = util_mono_ms();
-  ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, false, 1024, 300), 0);
+  ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 300), 0);
   run(&h);
   ck_assert_int_eq(h.rc, MUSTER_E_UNREACHABLE);
   ck_assert_msg(strstr(h.err, "no answer within 300 ms"), "%s", h.err);
@@ -330,7 +400,7 @@ START_TEST(a_server_that_never_answers_ends_the_call_at_its_deadline) {
   server_stop();
   /* Nobody listens there now: refused, and said so. */
   hc_init(&h);
-  ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, false, 1024, 5000), 0);
+  ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
   run(&h);
   ck_assert_int_eq(h.rc, MUSTER_E_UNREACHABLE);
   ck_assert_msg(strstr(h.err, "Connection refused"), "%s", h.err);
@@ -368,6 +438,7 @@ int main(void) {
   tcase_add_test(tc, a_bad_or_oversized_answer_is_an_error_that_says_so);
   tcase_add_test(tc, a_kept_connection_serves_again_or_is_replaced_unseen);
   tcase_add_test(tc, a_refusal_before_100_continue_keeps_the_body_unsent);
+  tcase_add_test(tc, a_large_body_goes_after_100_continue_or_its_wait);
   tcase_add_test(tc, a_server_that_never_answers_ends_the_call_at_its_deadline);
   suite_add_tcase(s, tc);
   return check_run(s);

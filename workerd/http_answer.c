@@ -159,6 +159,9 @@ static int take_chunked(struct hc *h) {
       if (h->chunk_phase == CHUNK_TRAILER) {
         bool empty = n <= 2;
 
+        h->head_bytes += n;
+        if (h->head_bytes > ANSWER_HEAD_MAX)
+          return bad(h, "its trailer is too long");
         consume(h, n);
         if (empty)
           return 1;
@@ -221,6 +224,9 @@ int hc_answer_take(struct hc *h) {
     if (!end)
       return h->in_len > ANSWER_HEAD_MAX ? bad(h, "its head is too long") : 0;
     len = (size_t)(end - h->in) + 4;
+    h->head_bytes += len; /* (1xx answers count too: they cannot go on for ever) */
+    if (h->head_bytes > ANSWER_HEAD_MAX)
+      return bad(h, "its heads are too long");
     if ((rc = parse_head(h, len)) != 0)
       return rc;
     consume(h, len);

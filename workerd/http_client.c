@@ -43,6 +43,7 @@
 #define HC_RESOLVE_POLL_MS 5 /* a lookup is looked at after 5 ms, 10, 20... */
 #define HC_RESOLVE_POLL_MAX_MS 100
 #define HC_READ_CHUNK 16384
+#define HC_READS_A_STEP 16
 
 /* ------------------------------------------------------------------------ */
 /* The connection                                                           */
@@ -123,8 +124,11 @@ static bool still_quiet(struct hc *h) {
 }
 
 /* Starts over on a new connection after the kept one was found closed
- * before any answer. Returns whether it did (once per request). */
+ * before any answer (with a connect phase of its own). Returns whether it
+ * did (once per request). */
 static bool again_fresh(struct hc *h) {
+  int64_t now = util_mono_ms();
+
   if (!h->reused || h->retried || h->got_bytes)
     return false;
   hc_close(h);
@@ -132,9 +136,17 @@ static bool again_fresh(struct hc *h) {
   h->retried = true;
   h->out_sent = h->body_sent = 0;
   h->continued = false;
+  h->addr_at = 0;
   h->st = HC_RESOLVE;
-  h->step_deadline_ms = 0;
+  h->step_deadline_ms = now;
+  h->connect_by_ms = now + HC_CONNECT_MS;
+  h->resolve_wait_ms = HC_RESOLVE_POLL_MS;
   return true;
+}
+
+/* Whether GnuTLS holds bytes already read that poll() cannot see. */
+static bool tls_pending(const struct hc *h) {
+  return h->tls && gnutls_record_check_pending(h->tls) > 0;
 }
 
 /* Begins connecting to the address after h->addr_at - 1 (h->addr_at: the
@@ -212,8 +224,8 @@ static void tls_failed(struct hc *h, int r) {
     why.data[--why.size] = '\0';
   /* (the sentence every client of the controller says) */
   fail(h, MUSTER_E_UNREACHABLE,
-       "the controller has a certificate this client cannot verify (%s): set MUSTER_CA_FILE "
-       "to the file of the CA that signed it",
+       "the controller has a certificate this client cannot verify (%.100s): set "
+       "MUSTER_CA_FILE to the file of the CA that signed it",
        why.data ? (const char *)why.data : "unknown reason");
   gnutls_free(why.data);
 }
@@ -241,7 +253,8 @@ static ssize_t io(struct hc *h, bool sending, void *p, size_t n) {
     /* An end without TLS's close_notify is the end of a kept connection
      * the controller closed, unless an answer had begun: then it may be a
      * cut one. */
-    if (!sending && r == GNUTLS_E_PREMATURE_TERMINATION && !h->got_bytes)
+    if (!sending && r == GNUTLS_E_PREMATURE_TERMINATION &&
+        (!h->got_bytes || (h->head_done && h->until_eof)))
       return 0;
     snprintf(h->err, sizeof(h->err), "%s", gnutls_strerror((int)r));
     return -2;
@@ -307,6 +320,7 @@ int hc_start(struct hc *h, const struct hc_target *to, const char *path, const c
   h->out_sent = h->body_sent = 0;
   h->continued = h->retried = h->got_bytes = h->head_done = false;
   h->chunked = h->until_eof = false;
+  h->head_bytes = 0;
   h->in_len = 0;
   h->answer_len = 0;
   if (h->answer)
@@ -355,14 +369,16 @@ int64_t hc_deadline(const struct hc *h) {
   switch (h->st) {
   case HC_RESOLVE:
     return min64(min64(h->step_deadline_ms, h->connect_by_ms), d);
-  case HC_CONNECT:
   case HC_CONTINUE:
+    return tls_pending(h) ? 0 : min64(h->step_deadline_ms, d);
+  case HC_CONNECT:
     return min64(h->step_deadline_ms, d);
   case HC_HANDSHAKE:
     return min64(h->connect_by_ms, d);
-  case HC_SEND:
+  case HC_SEND: /* (bytes GnuTLS holds wake no poll(): the step is due now) */
+    return h->expect && h->continued && tls_pending(h) ? 0 : d;
   case HC_RECV:
-    return d;
+    return tls_pending(h) ? 0 : d;
   default:
     return INT64_MAX;
   }
@@ -391,7 +407,9 @@ static int in_grow(struct hc *h) {
 /* Reads what the socket holds into h->in and parses it, until the answer is
  * complete (HC_DONE) or the socket has nothing more for now. */
 static void receive(struct hc *h) {
-  for (;;) {
+  /* (a bounded number of reads a step: a peer that never stops sending
+   * holds the caller's loop no longer; the rest waits for the next) */
+  for (int reads = 0;; reads++) {
     ssize_t r;
     int took = h->in_len ? hc_answer_take(h) : 0;
 
@@ -418,6 +436,10 @@ static void receive(struct hc *h) {
       if (!h->keep || h->in_len || unsent)
         hc_close(h);
       h->st = HC_DONE;
+      return;
+    }
+    if (reads == HC_READS_A_STEP) {
+      h->want = POLLIN;
       return;
     }
     if (in_grow(h) != 0) {
@@ -549,7 +571,12 @@ void hc_step(struct hc *h, short revents, int64_t now) {
       break;
     }
     case HC_HANDSHAKE:
-      r = gnutls_handshake(h->tls);
+      /* (a warning alert is not the end: go on) */
+      for (int tries = 0; tries < 8; tries++) {
+        r = gnutls_handshake(h->tls);
+        if (r >= 0 || r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED || gnutls_error_is_fatal(r))
+          break;
+      }
       if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) {
         h->want = gnutls_record_get_direction(h->tls) ? POLLOUT : POLLIN;
         return;
@@ -561,15 +588,12 @@ void hc_step(struct hc *h, short revents, int64_t now) {
       h->st = HC_SEND;
       break;
     case HC_SEND:
-      if (h->expect && h->continued && (revents & POLLIN)) {
+      if (h->expect && h->continued && ((revents & POLLIN) || h->in_len || tls_pending(h))) {
         /* An answer before the body is all sent (a refusal) ends the
-         * sending; a wake that brought none does not. */
-        size_t had = h->in_len;
-        bool head = h->head_done;
-
+         * sending once its head is in; until then, the body goes on. */
         h->st = HC_RECV;
         receive(h);
-        if (h->st != HC_RECV || h->in_len != had || h->head_done != head)
+        if (h->st != HC_RECV || h->head_done)
           break;
         h->st = HC_SEND;
       }

@@ -65,8 +65,9 @@ struct hc {
   char *in; /* what was read and not yet parsed */
   size_t in_len, in_cap;
   bool got_bytes, head_done, chunked, until_eof, keep;
-  uint64_t left;   /* body bytes (or the current chunk's) still to come */
-  int chunk_phase; /* 0: size line, 1: data, 2: CRLF after data, 3: trailer */
+  size_t head_bytes; /* of heads (1xx included) and trailers, bounded */
+  uint64_t left;     /* body bytes (or the current chunk's) still to come */
+  int chunk_phase;   /* 0: size line, 1: data, 2: CRLF after data, 3: trailer */
   long status;
   char *answer; /* NUL-terminated */
   size_t answer_len, answer_cap, answer_max;

@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 
 #define HC_RESOLVE_KEEP_MS 60000 /* how long a name's addresses are kept */
+#define HC_RESOLVE_RETRY_MS 1000 /* how long a failed lookup stands */
+#define HC_CRED_OLD 8            /* replaced credentials kept */
 
 /* The controller's addresses: one host per worker, resolved once (an
  * address) or every minute (a name). */
@@ -32,9 +34,11 @@ static struct {
   struct addrinfo *ai;
   int64_t at_ms; /* when resolved; INT64_MAX: an address, kept for good */
   bool pending;
+  int64_t failed_ms; /* when a lookup last failed (INT64_MIN: never)... */
+  int failed_e;      /* ...and how */
   struct addrinfo hints;
   struct gaicb req;
-} rs;
+} rs = {.failed_ms = INT64_MIN};
 
 /* The TLS credentials (the authorities trusted), for the CA file they were
  * made from ("": the system's). Made once; a worker forked from the fork
@@ -47,6 +51,9 @@ static struct {
   dev_t dev;
   off_t size;
   struct timespec mtime;
+  /* credentials replaced since, which sessions may still use */
+  gnutls_certificate_credentials_t old[HC_CRED_OLD];
+  int n_old;
 } tc;
 
 /* ------------------------------------------------------------------------ */
@@ -151,21 +158,25 @@ static int lookup_done(int64_t now) {
   return e ? e : rs.ai ? 0 : EAI_NONAME;
 }
 
-/* Makes sure the addresses of to are known (hc_addresses()). Returns 1 when it does (addresses
- * older than a minute serve while newer ones are looked up), 0 while the
- * first are being looked up, or MUSTER_E_UNREACHABLE (err says why). */
+/* Makes sure the addresses of to are known (hc_addresses()). Returns 1
+ * when they are (addresses older than a minute serve while newer ones are
+ * looked up), 0 while the first are being looked up, or
+ * MUSTER_E_UNREACHABLE (err says why; a failed lookup is not tried again
+ * for a second). */
 int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen) {
   struct gaicb *list[1] = {&rs.req};
-  int e;
+  int e = 0;
 
   if (rs.pending)
-    (void)lookup_done(now);
+    e = lookup_done(now);
   if (strcmp(rs.host, to->host) != 0 || strcmp(rs.port, to->port) != 0) {
     if (rs.pending)
       return 0; /* (one host per worker: only a changed URL lands here) */
     if (rs.ai)
       freeaddrinfo(rs.ai);
     rs.ai = NULL;
+    rs.failed_ms = INT64_MIN;
+    e = 0;
     snprintf(rs.host, sizeof(rs.host), "%s", to->host);
     snprintf(rs.port, sizeof(rs.port), "%s", to->port);
   }
@@ -173,6 +184,14 @@ int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen
     return 1;
   if (rs.pending)
     return 0;
+  if (e && e != EAI_INPROGRESS) { /* the lookup just ended, and failed */
+    rs.failed_ms = now;
+    rs.failed_e = e;
+  }
+  if (!rs.ai && rs.failed_ms != INT64_MIN && now - rs.failed_ms < HC_RESOLVE_RETRY_MS) {
+    snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(rs.failed_e));
+    return MUSTER_E_UNREACHABLE;
+  }
   memset(&rs.hints, 0, sizeof(rs.hints));
   rs.hints.ai_socktype = SOCK_STREAM;
   rs.hints.ai_flags = AI_NUMERICSERV;
@@ -197,50 +216,62 @@ int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen
     return rs.ai ? 1 : MUSTER_E_UNREACHABLE;
   }
   rs.pending = true;
-  if (rs.ai)
-    return 1; /* (the last addresses serve meanwhile) */
-  e = lookup_done(now);
-  if (e == EAI_INPROGRESS)
-    return 0;
-  if (e == 0)
-    return 1;
-  snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e));
-  return MUSTER_E_UNREACHABLE;
+  return rs.ai ? 1 : 0; /* (the last addresses serve meanwhile) */
 }
 
-/* Makes the credentials (hc_tls_credentials()) for the CA file ca ("": the system's
- * authorities); a CA file changed since is read again. Returns 0, or
+/* Whether the file st describes is the one tc's credentials were read
+ * from, unchanged. */
+static bool same_file(const struct stat *st) {
+  return st->st_ino == tc.ino && st->st_dev == tc.dev && st->st_size == tc.size &&
+         st->st_mtim.tv_sec == tc.mtime.tv_sec && st->st_mtim.tv_nsec == tc.mtime.tv_nsec;
+}
+
+/* Makes the credentials (hc_tls_credentials()) for the CA file ca ("": the
+ * system's authorities); a CA file changed since is read again, and one
+ * that cannot be read then leaves the last ones in use. Credentials a
+ * session may still use are never freed (one more each time the file
+ * changes, up to HC_CRED_OLD, after which changes are no longer read). Returns 0, or
  * MUSTER_E_UNREACHABLE (err says why). */
 int hc_tls_cred(const char *ca, char *err, size_t errlen) {
+  gnutls_certificate_credentials_t fresh = NULL;
   struct stat st = {0};
+  bool same_path = tc.cred && strcmp(ca, tc.ca) == 0;
   int r;
 
   if (*ca && stat(ca, &st) != 0) {
+    if (same_path)
+      return 0; /* (the last ones serve) */
     snprintf(err, errlen, "cannot read MUSTER_CA_FILE %.200s: %s", ca, strerror(errno));
     return MUSTER_E_UNREACHABLE;
   }
-  if (tc.cred && strcmp(ca, tc.ca) == 0 && st.st_ino == tc.ino && st.st_dev == tc.dev &&
-      st.st_size == tc.size && st.st_mtim.tv_sec == tc.mtime.tv_sec &&
-      st.st_mtim.tv_nsec == tc.mtime.tv_nsec)
+  if (same_path && (same_file(&st) || tc.n_old == HC_CRED_OLD))
     return 0;
-  if (tc.cred)
-    gnutls_certificate_free_credentials(tc.cred);
-  tc.cred = NULL;
-  if (strlen(ca) >= sizeof(tc.ca) || gnutls_certificate_allocate_credentials(&tc.cred) < 0) {
+  if (strlen(ca) >= sizeof(tc.ca) || gnutls_certificate_allocate_credentials(&fresh) < 0) {
     snprintf(err, errlen, "cannot set up TLS");
-    tc.cred = NULL;
-    return MUSTER_E_UNREACHABLE;
+    return same_path ? 0 : MUSTER_E_UNREACHABLE;
   }
-  r = *ca ? gnutls_certificate_set_x509_trust_file(tc.cred, ca, GNUTLS_X509_FMT_PEM)
-          : gnutls_certificate_set_x509_system_trust(tc.cred);
+  r = *ca ? gnutls_certificate_set_x509_trust_file(fresh, ca, GNUTLS_X509_FMT_PEM)
+          : gnutls_certificate_set_x509_system_trust(fresh);
   if (r < 0 || (*ca && r == 0)) {
     snprintf(err, errlen, "cannot read the certificate authorities of %.200s: %s%s",
              *ca ? ca : "the system", r < 0 ? gnutls_strerror(r) : "it holds none",
              *ca ? "" : "; set MUSTER_CA_FILE to the file of the CA that signed the controller's");
-    gnutls_certificate_free_credentials(tc.cred);
-    tc.cred = NULL;
-    return MUSTER_E_UNREACHABLE;
+    gnutls_certificate_free_credentials(fresh);
+    if (!same_path)
+      return MUSTER_E_UNREACHABLE;
+    tc.ino = st.st_ino; /* (not read again until it changes again) */
+    tc.dev = st.st_dev;
+    tc.size = st.st_size;
+    tc.mtime = st.st_mtim;
+    return 0;
   }
+  /* Those of another path no session uses (a worker's MUSTER_CA_FILE does
+   * not change; the fork server has no sessions): they go. */
+  if (tc.cred && same_path)
+    tc.old[tc.n_old++] = tc.cred;
+  else if (tc.cred)
+    gnutls_certificate_free_credentials(tc.cred);
+  tc.cred = fresh;
   snprintf(tc.ca, sizeof(tc.ca), "%s", ca);
   tc.ino = st.st_ino;
   tc.dev = st.st_dev;

@@ -75,8 +75,13 @@ static int job_post(const char *url, const char *path, const char *bearer, const
     snprintf(b->err, sizeof(b->err), "%s is not a valid http:// or https:// URL", url);
     return MUSTER_E_INVALID;
   }
-  snprintf(hdr, sizeof(hdr), "Authorization: Bearer %s\r\nContent-Type: application/json\r\n",
-           bearer);
+  if ((size_t)snprintf(hdr, sizeof(hdr),
+                       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n",
+                       bearer) >= sizeof(hdr)) {
+    snprintf(b->err, sizeof(b->err), "the token is too long");
+    explicit_bzero(hdr, sizeof(hdr));
+    return MUSTER_E_INVALID;
+  }
   rc = hc_post_wait(&to, path, hdr, body ? body : "", 30000, code, &b->p, b->err, sizeof(b->err));
   explicit_bzero(hdr, sizeof(hdr));
   b->n = b->p ? strlen(b->p) : 0;
@@ -271,6 +276,8 @@ static void job_report_lost(const char *url, const struct job_step *s) {
   (void)job_post(url, path, s->token, body, &b, &code);
   fprintf(stderr, "muster-workerd: the controller's answer (HTTP %ld): %.400s\n", code,
           b.p ? b.p : b.err);
+  if (b.p)
+    explicit_bzero(b.p, b.n);
   free(b.p);
 }
 

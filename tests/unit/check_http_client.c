@@ -136,6 +136,7 @@ enum plan {
   REFUSE_BEFORE_BODY,    /* answers 413 as soon as the head is in, then closes */
   OK_BEFORE_BODY,        /* answers 200 as soon as the head is in (wrongly) */
   CONTINUE_THEN_READ,    /* says 100 Continue, reads the body, answers */
+  CONTINUE_THEN_REFUSE,  /* says 100 Continue, reads 16 KiB of the body, answers 413 */
   READ_WITHOUT_CONTINUE, /* reads the body without a 100 Continue, answers */
   NEVER_ANSWER           /* reads and keeps quiet */
 };
@@ -182,8 +183,10 @@ static int read_request(int c) {
   if (GET(srv.plan) == REFUSE_BEFORE_BODY || GET(srv.plan) == OK_BEFORE_BODY ||
       GET(srv.plan) == NEVER_ANSWER)
     return 0;
-  if (GET(srv.plan) == CONTINUE_THEN_READ)
+  if (GET(srv.plan) == CONTINUE_THEN_READ || GET(srv.plan) == CONTINUE_THEN_REFUSE)
     (void)!write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  if (GET(srv.plan) == CONTINUE_THEN_REFUSE)
+    len = got + 16384 < len ? got + 16384 : len;
   while (got < len) {
     ssize_t r = recv(c, buf, sizeof(buf), 0);
 
@@ -218,6 +221,17 @@ static void *serve(void *unused) {
         continue;
       if (plan == REFUSE_BEFORE_BODY) {
         (void)!write(c, refused, sizeof(refused) - 1);
+        break;
+      }
+      if (plan == CONTINUE_THEN_REFUSE) {
+        char sink[65536];
+
+        /* (then reads the rest until the client hangs up, as a server
+         * that refuses a body does, so that no reset loses the answer) */
+        (void)!write(c, refused, sizeof(refused) - 1);
+        shutdown(c, SHUT_WR);
+        while (recv(c, sink, sizeof(sink), 0) > 0)
+          ;
         break;
       }
       (void)!write(c, ok, sizeof(ok) - 1);
@@ -381,6 +395,52 @@ START_TEST(a_large_body_goes_after_100_continue_or_its_wait) {
 }
 END_TEST
 
+/* A refusal that comes while the body is being sent stops the sending,
+ * and is the call's answer (not a broken pipe). */
+START_TEST(a_refusal_while_the_body_goes_is_the_answer) {
+  static char body[32 << 20]; /* (more than the sockets' buffers hold) */
+  struct hc_target to;
+  struct hc h;
+
+  server_start();
+  target(&to);
+  hc_init(&h);
+  memset(body, 'b', sizeof(body));
+  SET(srv.plan, CONTINUE_THEN_REFUSE);
+  ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), 30000, 1024, 20000), 0);
+  run(&h);
+  ck_assert_msg(h.rc == 0, "%s", h.err);
+  ck_assert_int_eq(h.status, 413);
+  ck_assert_str_eq(h.answer, "no!");
+  ck_assert_uint_lt(h.body_sent, sizeof(body));
+  ck_assert_int_eq(h.fd, -1);
+  hc_free(&h);
+  server_stop();
+}
+END_TEST
+
+/* A URL that names its host is looked up (glibc's getaddrinfo_a), and the
+ * call goes to what the name is. */
+START_TEST(a_named_host_is_looked_up_without_blocking) {
+  struct hc_target to;
+  struct hc h;
+  char url[64];
+
+  server_start();
+  snprintf(url, sizeof(url), "http://localhost:%d", srv.port);
+  ck_assert_int_eq(hc_target_parse(url, &to), 0);
+  hc_init(&h);
+  SET(srv.plan, ANSWER_KEEP);
+  ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
+  ck_assert_int_eq(h.st, HC_RESOLVE);
+  run(&h);
+  ck_assert_msg(h.rc == 0, "%s", h.err);
+  ck_assert_str_eq(h.answer, "ok");
+  hc_free(&h);
+  server_stop();
+}
+END_TEST
+
 START_TEST(a_server_that_never_answers_ends_the_call_at_its_deadline) {
   struct hc_target to;
   struct hc h;
@@ -439,6 +499,8 @@ int main(void) {
   tcase_add_test(tc, a_kept_connection_serves_again_or_is_replaced_unseen);
   tcase_add_test(tc, a_refusal_before_100_continue_keeps_the_body_unsent);
   tcase_add_test(tc, a_large_body_goes_after_100_continue_or_its_wait);
+  tcase_add_test(tc, a_refusal_while_the_body_goes_is_the_answer);
+  tcase_add_test(tc, a_named_host_is_looked_up_without_blocking);
   tcase_add_test(tc, a_server_that_never_answers_ends_the_call_at_its_deadline);
   suite_add_tcase(s, tc);
   return check_run(s);

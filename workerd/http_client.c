@@ -44,6 +44,7 @@
 #define HC_RESOLVE_POLL_MAX_MS 100
 #define HC_READ_CHUNK 16384
 #define HC_READS_A_STEP 16
+#define HC_BODY_A_STEP (256 * 1024) /* a body sent after 100 Continue, a step */
 
 /* ------------------------------------------------------------------------ */
 /* The connection                                                           */
@@ -58,6 +59,8 @@ void hc_close(struct hc *h) {
   if (h->tls)
     gnutls_deinit(h->tls);
   h->tls = NULL;
+  hc_tls_release(h->cred);
+  h->cred = NULL;
   if (h->fd >= 0)
     close(h->fd);
   h->fd = -1;
@@ -70,9 +73,11 @@ bool hc_detach(struct hc *h, struct hc_conn *c) {
     return false;
   c->fd = h->fd;
   c->tls = h->tls;
+  c->cred = h->cred;
   c->to = h->to;
   h->fd = -1;
   h->tls = NULL;
+  h->cred = NULL;
   h->keep = false;
   return true;
 }
@@ -82,20 +87,24 @@ void hc_attach(struct hc *h, struct hc_conn *c) {
   hc_close(h);
   h->fd = c->fd;
   h->tls = c->tls;
+  h->cred = c->cred;
   h->to = c->to;
   h->keep = true;
   c->fd = -1;
   c->tls = NULL;
+  c->cred = NULL;
 }
 
 /* Closes the kept connection c. */
 void hc_conn_close(struct hc_conn *c) {
   if (c->tls)
     gnutls_deinit(c->tls);
+  hc_tls_release(c->cred);
   if (c->fd >= 0)
     close(c->fd);
   c->fd = -1;
   c->tls = NULL;
+  c->cred = NULL;
 }
 
 /* Ends h's request with rc and the reason fmt says (closing the
@@ -142,6 +151,13 @@ static bool again_fresh(struct hc *h) {
   h->connect_by_ms = now + HC_CONNECT_MS;
   h->resolve_wait_ms = HC_RESOLVE_POLL_MS;
   return true;
+}
+
+/* Whether the socket has something to read (or an end) right now. */
+static bool readable(const struct hc *h) {
+  struct pollfd p = {.fd = h->fd, .events = POLLIN};
+
+  return poll(&p, 1, 0) > 0;
 }
 
 /* Whether GnuTLS holds bytes already read that poll() cannot see. */
@@ -193,7 +209,7 @@ static int tls_begin(struct hc *h) {
   if (r >= 0)
     r = gnutls_set_default_priority(h->tls);
   if (r >= 0)
-    r = gnutls_credentials_set(h->tls, GNUTLS_CRD_CERTIFICATE, hc_tls_credentials());
+    r = gnutls_credentials_set(h->tls, GNUTLS_CRD_CERTIFICATE, h->cred = hc_tls_hold());
   if (r >= 0 && !hc_is_address(h->to->host))
     r = gnutls_server_name_set(h->tls, GNUTLS_NAME_DNS, h->to->host, strlen(h->to->host));
   if (r < 0) {
@@ -321,6 +337,7 @@ int hc_start(struct hc *h, const struct hc_target *to, const char *path, const c
   h->continued = h->retried = h->got_bytes = h->head_done = false;
   h->chunked = h->until_eof = false;
   h->head_bytes = 0;
+  h->send_more = false;
   h->in_len = 0;
   h->answer_len = 0;
   if (h->answer)
@@ -376,7 +393,7 @@ int64_t hc_deadline(const struct hc *h) {
   case HC_HANDSHAKE:
     return min64(h->connect_by_ms, d);
   case HC_SEND: /* (bytes GnuTLS holds wake no poll(): the step is due now) */
-    return h->expect && h->continued && tls_pending(h) ? 0 : d;
+    return h->send_more || (h->expect && h->continued && tls_pending(h)) ? 0 : d;
   case HC_RECV:
     return tls_pending(h) ? 0 : d;
   default:
@@ -475,10 +492,18 @@ static void send_some(struct hc *h, int64_t now) {
   const char *p = body ? h->body : h->out;
   size_t len = body ? h->body_len : h->out_len;
   size_t *sent = body ? &h->body_sent : &h->out_sent;
+  size_t moved = 0;
 
   while (*sent < len) {
-    ssize_t r = io(h, true, (void *)(p + *sent), len - *sent);
+    ssize_t r;
 
+    /* (a body that goes after 100 Continue goes a slice a step, between
+     * which an early answer is looked for: hc_step()) */
+    if (body && moved >= HC_BODY_A_STEP) {
+      h->send_more = true;
+      return;
+    }
+    r = io(h, true, (void *)(p + *sent), len - *sent);
     if (r == -1)
       return;
     if (r < 0) {
@@ -491,6 +516,7 @@ static void send_some(struct hc *h, int64_t now) {
       return;
     }
     *sent += (size_t)r;
+    moved += (size_t)r;
   }
   if (h->expect && !h->continued) {
     h->st = HC_CONTINUE;
@@ -526,6 +552,7 @@ void hc_step(struct hc *h, short revents, int64_t now) {
     case HC_RESOLVE:
       r = hc_resolve(h->to, now, h->err, sizeof(h->err));
       if (r == 0) { /* (looked at again shortly, then less often) */
+        snprintf(h->err, sizeof(h->err), "still looking up %.200s", h->to->host);
         h->step_deadline_ms = now + h->resolve_wait_ms;
         h->resolve_wait_ms = min64(h->resolve_wait_ms * 2, HC_RESOLVE_POLL_MAX_MS);
         return;
@@ -588,7 +615,8 @@ void hc_step(struct hc *h, short revents, int64_t now) {
       h->st = HC_SEND;
       break;
     case HC_SEND:
-      if (h->expect && h->continued && ((revents & POLLIN) || h->in_len || tls_pending(h))) {
+      if (h->expect && h->continued &&
+          ((revents & POLLIN) || h->in_len || tls_pending(h) || (h->send_more && readable(h)))) {
         /* An answer before the body is all sent (a refusal) ends the
          * sending once its head is in; until then, the body goes on. */
         h->st = HC_RECV;
@@ -597,6 +625,7 @@ void hc_step(struct hc *h, short revents, int64_t now) {
           break;
         h->st = HC_SEND;
       }
+      h->send_more = false;
       send_some(h, now);
       break;
     case HC_CONTINUE:

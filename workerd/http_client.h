@@ -45,6 +45,7 @@ struct hc {
   enum hc_state st;
   int fd;
   gnutls_session_t tls;
+  gnutls_certificate_credentials_t cred; /* tls's (hc_tls_hold()) */
   const struct hc_target *to;
   /* The request: out (its head, and its body unless it waits for 100
    * Continue) and then body[body_sent..] where it waits. */
@@ -66,6 +67,7 @@ struct hc {
   size_t in_len, in_cap;
   bool got_bytes, head_done, chunked, until_eof, keep;
   size_t head_bytes; /* of heads (1xx included) and trailers, bounded */
+  bool send_more;    /* a slice of the body went: the next is due at once */
   uint64_t left;     /* body bytes (or the current chunk's) still to come */
   int chunk_phase;   /* 0: size line, 1: data, 2: CRLF after data, 3: trailer */
   long status;
@@ -83,7 +85,8 @@ bool hc_is_address(const char *host);
 int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen);
 const struct addrinfo *hc_addresses(void);
 int hc_tls_cred(const char *ca, char *err, size_t errlen);
-gnutls_certificate_credentials_t hc_tls_credentials(void);
+gnutls_certificate_credentials_t hc_tls_hold(void);
+void hc_tls_release(gnutls_certificate_credentials_t c);
 void hc_tls_prewarm(const char *ca);
 
 /* http_client.c */
@@ -100,6 +103,7 @@ void hc_free(struct hc *h);
 struct hc_conn {
   int fd;
   gnutls_session_t tls;
+  gnutls_certificate_credentials_t cred; /* tls's (hc_tls_hold()) */
   const struct hc_target *to;
 };
 

@@ -9,6 +9,7 @@
  */
 #include "http_client.h"
 
+#include "log.h"
 #include "muster_errors.h"
 
 #include <arpa/inet.h>
@@ -24,7 +25,9 @@
 
 #define HC_RESOLVE_KEEP_MS 60000 /* how long a name's addresses are kept */
 #define HC_RESOLVE_RETRY_MS 1000 /* how long a failed lookup stands */
-#define HC_CRED_OLD 8            /* replaced credentials kept */
+#define HC_CRED_OLD                                                                                \
+  16 /* replaced credentials still in use (a worker has at                                         \
+        most 10 sessions: 8 calls, 2 kept) */
 
 /* The controller's addresses: one host per worker, resolved once (an
  * address) or every minute (a name). */
@@ -34,8 +37,9 @@ static struct {
   struct addrinfo *ai;
   int64_t at_ms; /* when resolved; INT64_MAX: an address, kept for good */
   bool pending;
-  int64_t failed_ms; /* when a lookup last failed (INT64_MIN: never)... */
-  int failed_e;      /* ...and how */
+  int64_t started_ms; /* when the last lookup began */
+  int64_t failed_ms;  /* when a failed lookup began (INT64_MIN: none)... */
+  int failed_e;       /* ...and how */
   struct addrinfo hints;
   struct gaicb req;
 } rs = {.failed_ms = INT64_MIN};
@@ -51,8 +55,13 @@ static struct {
   dev_t dev;
   off_t size;
   struct timespec mtime;
-  /* credentials replaced since, which sessions may still use */
-  gnutls_certificate_credentials_t old[HC_CRED_OLD];
+  int users;   /* sessions set up with cred (hc_tls_hold()) */
+  bool warned; /* that the file could not be read, once */
+  /* credentials replaced since, with the sessions that still use them */
+  struct {
+    gnutls_certificate_credentials_t cred;
+    int users;
+  } old[HC_CRED_OLD];
   int n_old;
 } tc;
 
@@ -185,8 +194,12 @@ int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen
   if (rs.pending)
     return 0;
   if (e && e != EAI_INPROGRESS) { /* the lookup just ended, and failed */
-    rs.failed_ms = now;
+    rs.failed_ms = rs.started_ms; /* (it stands a second from its start) */
     rs.failed_e = e;
+    if (!rs.ai) {
+      snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e));
+      return MUSTER_E_UNREACHABLE;
+    }
   }
   if (!rs.ai && rs.failed_ms != INT64_MIN && now - rs.failed_ms < HC_RESOLVE_RETRY_MS) {
     snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(rs.failed_e));
@@ -216,6 +229,7 @@ int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen
     return rs.ai ? 1 : MUSTER_E_UNREACHABLE;
   }
   rs.pending = true;
+  rs.started_ms = now;
   return rs.ai ? 1 : 0; /* (the last addresses serve meanwhile) */
 }
 
@@ -228,9 +242,9 @@ static bool same_file(const struct stat *st) {
 
 /* Makes the credentials (hc_tls_credentials()) for the CA file ca ("": the
  * system's authorities); a CA file changed since is read again, and one
- * that cannot be read then leaves the last ones in use. Credentials a
- * session may still use are never freed (one more each time the file
- * changes, up to HC_CRED_OLD, after which changes are no longer read). Returns 0, or
+ * that cannot be read then leaves the last ones in use (said once).
+ * Credentials a session still uses are freed only when the last such
+ * session goes (hc_tls_release()). Returns 0, or
  * MUSTER_E_UNREACHABLE (err says why). */
 int hc_tls_cred(const char *ca, char *err, size_t errlen) {
   gnutls_certificate_credentials_t fresh = NULL;
@@ -239,12 +253,15 @@ int hc_tls_cred(const char *ca, char *err, size_t errlen) {
   int r;
 
   if (*ca && stat(ca, &st) != 0) {
-    if (same_path)
-      return 0; /* (the last ones serve) */
     snprintf(err, errlen, "cannot read MUSTER_CA_FILE %.200s: %s", ca, strerror(errno));
-    return MUSTER_E_UNREACHABLE;
+    if (!same_path)
+      return MUSTER_E_UNREACHABLE;
+    if (!tc.warned)
+      LOG(LOG_WARN, "%s; the authorities read before serve", err);
+    tc.warned = true;
+    return 0;
   }
-  if (same_path && (same_file(&st) || tc.n_old == HC_CRED_OLD))
+  if (same_path && same_file(&st))
     return 0;
   if (strlen(ca) >= sizeof(tc.ca) || gnutls_certificate_allocate_credentials(&fresh) < 0) {
     snprintf(err, errlen, "cannot set up TLS");
@@ -259,19 +276,24 @@ int hc_tls_cred(const char *ca, char *err, size_t errlen) {
     gnutls_certificate_free_credentials(fresh);
     if (!same_path)
       return MUSTER_E_UNREACHABLE;
+    LOG(LOG_WARN, "%s; the authorities read before serve", err);
     tc.ino = st.st_ino; /* (not read again until it changes again) */
     tc.dev = st.st_dev;
     tc.size = st.st_size;
     tc.mtime = st.st_mtim;
     return 0;
   }
-  /* Those of another path no session uses (a worker's MUSTER_CA_FILE does
-   * not change; the fork server has no sessions): they go. */
-  if (tc.cred && same_path)
-    tc.old[tc.n_old++] = tc.cred;
-  else if (tc.cred)
+  /* The replaced ones go once no session uses them (the fork server has
+   * none: at once). */
+  if (tc.cred && tc.users && tc.n_old < HC_CRED_OLD) {
+    tc.old[tc.n_old].cred = tc.cred;
+    tc.old[tc.n_old++].users = tc.users;
+  } else if (tc.cred && !tc.users) {
     gnutls_certificate_free_credentials(tc.cred);
+  } /* (more in use than sessions can be: kept for good rather than freed under one) */
   tc.cred = fresh;
+  tc.users = 0;
+  tc.warned = false;
   snprintf(tc.ca, sizeof(tc.ca), "%s", ca);
   tc.ino = st.st_ino;
   tc.dev = st.st_dev;
@@ -295,7 +317,29 @@ const struct addrinfo *hc_addresses(void) {
   return rs.ai;
 }
 
-/* The credentials hc_tls_cred() made. */
-gnutls_certificate_credentials_t hc_tls_credentials(void) {
+/* The credentials hc_tls_cred() made, for one more session; the session
+ * gives them back with hc_tls_release() once deinited. */
+gnutls_certificate_credentials_t hc_tls_hold(void) {
+  tc.users++;
   return tc.cred;
+}
+
+/* A session set up with c (from hc_tls_hold()) is gone; replaced
+ * credentials that no session uses any more are freed. */
+void hc_tls_release(gnutls_certificate_credentials_t c) {
+  if (!c)
+    return;
+  if (c == tc.cred) {
+    tc.users--;
+    return;
+  }
+  for (int i = 0; i < tc.n_old; i++) {
+    if (tc.old[i].cred != c)
+      continue;
+    if (--tc.old[i].users == 0) {
+      gnutls_certificate_free_credentials(c);
+      tc.old[i] = tc.old[--tc.n_old];
+    }
+    return;
+  }
 }

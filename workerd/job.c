@@ -163,9 +163,13 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
               "muster-workerd: error: the controller refused this job's claim of its workers "
               "(HTTP %ld): %.300s\n",
               code, b.p ? b.p : "");
+      if (b.p)
+        explicit_bzero(b.p, b.n);
       free(b.p);
       goto out;
     }
+    if (b.p)
+      explicit_bzero(b.p, b.n);
     free(b.p);
     if (util_mono_ms() >= until) {
       fprintf(stderr,

@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -147,6 +148,7 @@ static struct {
   int fd;
   int port;
   int plan;
+  int release; /* CONTINUE_THEN_REFUSE reads on once the test sets it */
   int accepts;
   int requests;
   size_t body_bytes; /* of the last request, as read */
@@ -226,10 +228,13 @@ static void *serve(void *unused) {
       if (plan == CONTINUE_THEN_REFUSE) {
         char sink[65536];
 
-        /* (then reads the rest until the client hangs up, as a server
-         * that refuses a body does, so that no reset loses the answer) */
+        /* (then reads nothing more until the test has its answer, so the
+         * client's sending stalls; then the rest, so that no reset loses
+         * anything) */
         (void)!write(c, refused, sizeof(refused) - 1);
         shutdown(c, SHUT_WR);
+        while (!GET(srv.release))
+          usleep(1000);
         while (recv(c, sink, sizeof(sink), 0) > 0)
           ;
         break;
@@ -409,6 +414,7 @@ START_TEST(a_refusal_while_the_body_goes_is_the_answer) {
   SET(srv.plan, CONTINUE_THEN_REFUSE);
   ck_assert_int_eq(hc_start(&h, &to, "/logs", "", body, sizeof(body), 30000, 1024, 20000), 0);
   run(&h);
+  SET(srv.release, 1);
   ck_assert_msg(h.rc == 0, "%s", h.err);
   ck_assert_int_eq(h.status, 413);
   ck_assert_str_eq(h.answer, "no!");
@@ -426,6 +432,11 @@ START_TEST(a_named_host_is_looked_up_without_blocking) {
   struct hc h;
   char url[64];
 
+  struct addrinfo *ai = NULL, hints = {.ai_socktype = SOCK_STREAM};
+
+  /* (the name service answers for localhost here: its modules loaded) */
+  ck_assert_msg(getaddrinfo("localhost", "80", &hints, &ai) == 0, "localhost has no address here");
+  freeaddrinfo(ai);
   server_start();
   snprintf(url, sizeof(url), "http://localhost:%d", srv.port);
   ck_assert_int_eq(hc_target_parse(url, &to), 0);

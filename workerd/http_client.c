@@ -145,6 +145,7 @@ static bool again_fresh(struct hc *h) {
   h->retried = true;
   h->out_sent = h->body_sent = 0;
   h->continued = false;
+  h->send_more = false;
   h->addr_at = 0;
   h->st = HC_RESOLVE;
   h->step_deadline_ms = now;
@@ -503,7 +504,8 @@ static void send_some(struct hc *h, int64_t now) {
       h->send_more = true;
       return;
     }
-    r = io(h, true, (void *)(p + *sent), len - *sent);
+    r = io(h, true, (void *)(p + *sent),
+           body && len - *sent > HC_BODY_A_STEP - moved ? HC_BODY_A_STEP - moved : len - *sent);
     if (r == -1)
       return;
     if (r < 0) {
@@ -561,6 +563,7 @@ void hc_step(struct hc *h, short revents, int64_t now) {
         fail(h, r, "%s", h->err);
         return;
       }
+      h->err[0] = '\0'; /* (the addresses are in: no "still looking up") */
       if (connect_next(h, now) != 0) {
         fail(h, MUSTER_E_UNREACHABLE, "cannot connect to %s port %s: %s", h->to->host, h->to->port,
              h->err[0] ? h->err : "no address");
@@ -620,6 +623,7 @@ void hc_step(struct hc *h, short revents, int64_t now) {
         /* An answer before the body is all sent (a refusal) ends the
          * sending once its head is in; until then, the body goes on. */
         h->st = HC_RECV;
+        h->send_more = false;
         receive(h);
         if (h->st != HC_RECV || h->head_done)
           break;
@@ -664,17 +668,18 @@ void hc_free(struct hc *h) {
 
 /* POSTs body (JSON) to to->prefix + path and waits for the answer, at most
  * timeout_ms: for muster-workerd --job, which has nothing else to do
- * meanwhile. Returns 0 with *status and *answer (malloc'd, NUL-terminated;
- * the caller frees it), or MUSTER_E_UNREACHABLE / MUSTER_E_TOO_LARGE /
- * MUSTER_E_NOMEM with the reason in err. */
+ * meanwhile. Returns 0 with *status and *answer (malloc'd, NUL-terminated,
+ * *answer_len bytes before the NUL; the caller wipes and frees it), or MUSTER_E_UNREACHABLE /
+ * MUSTER_E_TOO_LARGE / MUSTER_E_NOMEM with the reason in err. */
 int hc_post_wait(const struct hc_target *to, const char *path, const char *headers,
-                 const char *body, int64_t timeout_ms, long *status, char **answer, char *err,
-                 size_t errlen) {
+                 const char *body, int64_t timeout_ms, long *status, char **answer,
+                 size_t *answer_len, char *err, size_t errlen) {
   struct hc h;
   int rc;
 
   hc_init(&h);
   *answer = NULL;
+  *answer_len = 0;
   *status = 0;
   rc = hc_start(&h, to, path, headers, body, strlen(body), 0, 1u << 20, timeout_ms);
   if (rc) {
@@ -697,6 +702,7 @@ int hc_post_wait(const struct hc_target *to, const char *path, const char *heade
   if (rc == 0) {
     *status = h.status;
     *answer = h.answer;
+    *answer_len = h.answer_len;
     h.answer = NULL;
   } else {
     snprintf(err, errlen, "%s", h.err);

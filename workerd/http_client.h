@@ -87,6 +87,7 @@ const struct addrinfo *hc_addresses(void);
 int hc_tls_cred(const char *ca, char *err, size_t errlen);
 gnutls_certificate_credentials_t hc_tls_hold(void);
 void hc_tls_release(gnutls_certificate_credentials_t c);
+int hc_tls_kept(void);
 void hc_tls_prewarm(const char *ca);
 
 /* http_client.c */
@@ -116,7 +117,7 @@ int hc_answer_take(struct hc *h);
 int hc_answer_at_end(struct hc *h);
 
 int hc_post_wait(const struct hc_target *to, const char *path, const char *headers,
-                 const char *body, int64_t timeout_ms, long *status, char **answer, char *err,
-                 size_t errlen);
+                 const char *body, int64_t timeout_ms, long *status, char **answer,
+                 size_t *answer_len, char *err, size_t errlen);
 
 #endif

@@ -225,8 +225,10 @@ int hc_resolve(const struct hc_target *to, int64_t now, char *err, size_t errlen
   rs.req.ar_service = rs.port;
   rs.req.ar_request = &rs.hints;
   if ((e = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0) {
+    if (rs.ai)
+      return 1; /* (the last addresses serve) */
     snprintf(err, errlen, "cannot look up %.200s: %s", rs.host, gai_strerror(e));
-    return rs.ai ? 1 : MUSTER_E_UNREACHABLE;
+    return MUSTER_E_UNREACHABLE;
   }
   rs.pending = true;
   rs.started_ms = now;
@@ -240,7 +242,7 @@ static bool same_file(const struct stat *st) {
          st->st_mtim.tv_sec == tc.mtime.tv_sec && st->st_mtim.tv_nsec == tc.mtime.tv_nsec;
 }
 
-/* Makes the credentials (hc_tls_credentials()) for the CA file ca ("": the
+/* Makes the credentials (hc_tls_hold()) for the CA file ca ("": the
  * system's authorities); a CA file changed since is read again, and one
  * that cannot be read then leaves the last ones in use (said once).
  * Credentials a session still uses are freed only when the last such
@@ -261,6 +263,7 @@ int hc_tls_cred(const char *ca, char *err, size_t errlen) {
     tc.warned = true;
     return 0;
   }
+  tc.warned = false; /* (said again if it goes again) */
   if (same_path && same_file(&st))
     return 0;
   if (strlen(ca) >= sizeof(tc.ca) || gnutls_certificate_allocate_credentials(&fresh) < 0) {
@@ -293,7 +296,6 @@ int hc_tls_cred(const char *ca, char *err, size_t errlen) {
   } /* (more in use than sessions can be: kept for good rather than freed under one) */
   tc.cred = fresh;
   tc.users = 0;
-  tc.warned = false;
   snprintf(tc.ca, sizeof(tc.ca), "%s", ca);
   tc.ino = st.st_ino;
   tc.dev = st.st_dev;
@@ -322,6 +324,11 @@ const struct addrinfo *hc_addresses(void) {
 gnutls_certificate_credentials_t hc_tls_hold(void) {
   tc.users++;
   return tc.cred;
+}
+
+/* How many replaced credentials sessions still use (what a test sees). */
+int hc_tls_kept(void) {
+  return tc.n_old;
 }
 
 /* A session set up with c (from hc_tls_hold()) is gone; replaced

@@ -82,9 +82,9 @@ static int job_post(const char *url, const char *path, const char *bearer, const
     explicit_bzero(hdr, sizeof(hdr));
     return MUSTER_E_INVALID;
   }
-  rc = hc_post_wait(&to, path, hdr, body ? body : "", 30000, code, &b->p, b->err, sizeof(b->err));
+  rc = hc_post_wait(&to, path, hdr, body ? body : "", 30000, code, &b->p, &b->n, b->err,
+                    sizeof(b->err));
   explicit_bzero(hdr, sizeof(hdr));
-  b->n = b->p ? strlen(b->p) : 0;
   if (rc == 0 && b->n > JOB_ANSWER_MAX) {
     snprintf(b->err, sizeof(b->err), "the answer is larger than %d bytes", JOB_ANSWER_MAX);
     rc = MUSTER_E_TOO_LARGE;

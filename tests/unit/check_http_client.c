@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <gnutls/x509.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -479,6 +480,48 @@ START_TEST(a_server_that_never_answers_ends_the_call_at_its_deadline) {
 }
 END_TEST
 
+/* Authorities replaced while a session uses them stay until it is gone;
+ * a CA file that goes away leaves the last ones in use. */
+START_TEST(replaced_authorities_outlive_the_sessions_that_use_them) {
+  char dir[] = "/tmp/muster-hc-XXXXXX", cmd[700], ca[300], other[300], err[HC_ERR_MAX];
+  gnutls_certificate_credentials_t c1, c2;
+  gnutls_x509_trust_list_t tl = NULL;
+  gnutls_session_t s1;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cmd, sizeof(cmd),
+           "bash %s/tests/tls/make_ca.sh %s/a 127.0.0.1 >/dev/null 2>&1 && "
+           "bash %s/tests/tls/make_ca.sh %s/b 127.0.0.1 >/dev/null 2>&1",
+           MUSTER_SOURCE_DIR, dir, MUSTER_SOURCE_DIR, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(ca, sizeof(ca), "%s/a/ca.pem", dir);
+  snprintf(other, sizeof(other), "%s/b/ca.pem", dir);
+  ck_assert_msg(hc_tls_cred(ca, err, sizeof(err)) == 0, "%s", err);
+  c1 = hc_tls_hold();
+  ck_assert_int_eq(gnutls_init(&s1, GNUTLS_CLIENT), 0);
+  ck_assert_int_eq(gnutls_credentials_set(s1, GNUTLS_CRD_CERTIFICATE, c1), 0);
+  /* The file is replaced (another CA at the same path): read again. */
+  ck_assert_int_eq(rename(other, ca), 0);
+  ck_assert_msg(hc_tls_cred(ca, err, sizeof(err)) == 0, "%s", err);
+  c2 = hc_tls_hold();
+  ck_assert_ptr_ne(c1, c2);
+  ck_assert_int_eq(hc_tls_kept(), 1); /* (c1, for s1) */
+  gnutls_certificate_get_trust_list(c1, &tl);
+  ck_assert_ptr_nonnull(tl);
+  gnutls_deinit(s1);
+  hc_tls_release(c1);
+  ck_assert_int_eq(hc_tls_kept(), 0); /* (freed with its last session) */
+  /* The file goes: the last authorities serve. */
+  ck_assert_int_eq(unlink(ca), 0);
+  ck_assert_int_eq(hc_tls_cred(ca, err, sizeof(err)), 0);
+  ck_assert_ptr_eq(hc_tls_hold(), c2);
+  hc_tls_release(c2);
+  hc_tls_release(c2);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(urls_are_taken_apart_or_refused) {
   struct hc_target t;
 
@@ -505,6 +548,7 @@ int main(void) {
 
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, urls_are_taken_apart_or_refused);
+  tcase_add_test(tc, replaced_authorities_outlive_the_sessions_that_use_them);
   tcase_add_test(tc, an_answer_is_read_however_it_is_framed_and_split);
   tcase_add_test(tc, a_bad_or_oversized_answer_is_an_error_that_says_so);
   tcase_add_test(tc, a_kept_connection_serves_again_or_is_replaced_unseen);

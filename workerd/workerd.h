@@ -10,6 +10,7 @@
  *   signals.c      signals, turned into bytes on a self-pipe
  *   ctl_call.c     calls to the controller, non-blocking, a slot each
  *   http_client.c  HTTP/1.1 over TCP or GnuTLS, driven by the main loop
+ *   http_target.c  the controller's URL, addresses and TLS authorities
  *   http_answer.c  reading an answer: status, framing, body
  *   client.c       the controller client: backoff, registration, heartbeats
  *   report.c       the end: the last logs, then the exit report

@@ -26,6 +26,24 @@ static void consume(struct hc *h, size_t n) {
   h->in_len -= n;
 }
 
+/* Moves *buf (its first len bytes; *cap allocated) to a new buffer of cap
+ * bytes, wiping the old one before it is freed (an answer or a request may
+ * hold a token). Returns 0 or -1 (out of memory: *buf as it was). */
+int hc_grow_wiped(char **buf, size_t *cap, size_t len, size_t new_cap) {
+  char *p = malloc(new_cap);
+
+  if (!p)
+    return -1;
+  if (*buf) {
+    memcpy(p, *buf, len);
+    explicit_bzero(*buf, *cap);
+    free(*buf);
+  }
+  *buf = p;
+  *cap = new_cap;
+  return 0;
+}
+
 /* Appends n bytes to the answer. Returns 0, MUSTER_E_TOO_LARGE or
  * MUSTER_E_NOMEM (h->err says so). */
 static int append(struct hc *h, const char *p, size_t n) {
@@ -35,22 +53,13 @@ static int append(struct hc *h, const char *p, size_t n) {
   }
   if (h->answer_len + n + 1 > h->answer_cap) {
     size_t cap = h->answer_cap ? h->answer_cap : 1024;
-    char *a;
 
     while (cap < h->answer_len + n + 1)
       cap *= 2;
-    /* (moved by hand: the old copy may hold a token, and is wiped) */
-    if (!(a = malloc(cap))) {
+    if (hc_grow_wiped(&h->answer, &h->answer_cap, h->answer_len, cap) != 0) {
       snprintf(h->err, sizeof(h->err), "out of memory");
       return MUSTER_E_NOMEM;
     }
-    if (h->answer) {
-      memcpy(a, h->answer, h->answer_len);
-      explicit_bzero(h->answer, h->answer_cap);
-      free(h->answer);
-    }
-    h->answer = a;
-    h->answer_cap = cap;
   }
   memcpy(h->answer + h->answer_len, p, n);
   h->answer_len += n;

@@ -405,21 +405,9 @@ int64_t hc_deadline(const struct hc *h) {
 /* Grows h->in to room for HC_READ_CHUNK more bytes and a NUL. The old
  * copy is wiped (an answer may carry a token). Returns 0 or -1. */
 static int in_grow(struct hc *h) {
-  size_t cap = h->in_len + HC_READ_CHUNK * 2;
-  char *p;
-
   if (h->in_cap - h->in_len >= HC_READ_CHUNK)
     return 0;
-  if (!(p = malloc(cap)))
-    return -1;
-  if (h->in) {
-    memcpy(p, h->in, h->in_len);
-    explicit_bzero(h->in, h->in_cap);
-    free(h->in);
-  }
-  h->in = p;
-  h->in_cap = cap;
-  return 0;
+  return hc_grow_wiped(&h->in, &h->in_cap, h->in_len, h->in_len + HC_READ_CHUNK * 2);
 }
 
 /* Reads what the socket holds into h->in and parses it, until the answer is

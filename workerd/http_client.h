@@ -115,6 +115,7 @@ void hc_conn_close(struct hc_conn *c);
 /* http_answer.c */
 int hc_answer_take(struct hc *h);
 int hc_answer_at_end(struct hc *h);
+int hc_grow_wiped(char **buf, size_t *cap, size_t len, size_t new_cap);
 
 int hc_post_wait(const struct hc_target *to, const char *path, const char *headers,
                  const char *body, int64_t timeout_ms, long *status, char **answer,

@@ -287,6 +287,18 @@ static void target(struct hc_target *to) {
   ck_assert_int_eq(hc_target_parse(url, to), 0);
 }
 
+/* Makes three calls with h, each of which must get the server's 200 "ok"
+ * (what says how, for the message). */
+static void three_calls(struct hc *h, const struct hc_target *to, const char *what) {
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(hc_start(h, to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
+    run(h);
+    ck_assert_msg(h->rc == 0, "call %d %s: %s", i, what, h->err);
+    ck_assert_int_eq(h->status, 200);
+    ck_assert_str_eq(h->answer, "ok");
+  }
+}
+
 START_TEST(a_kept_connection_serves_again_or_is_replaced_unseen) {
   struct hc_target to;
   struct hc h;
@@ -295,24 +307,13 @@ START_TEST(a_kept_connection_serves_again_or_is_replaced_unseen) {
   target(&to);
   hc_init(&h);
   SET(srv.plan, ANSWER_KEEP);
-  for (int i = 0; i < 3; i++) {
-    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
-    run(&h);
-    ck_assert_msg(h.rc == 0, "call %d: %s", i, h.err);
-    ck_assert_int_eq(h.status, 200);
-    ck_assert_str_eq(h.answer, "ok");
-  }
+  three_calls(&h, &to, "on a kept connection");
   ck_assert_int_eq(GET(srv.accepts), 1);
   ck_assert_int_eq(GET(srv.requests), 3);
   /* The server closes each connection after its answer: the next request
    * finds its kept connection dead and goes on a new one. */
   SET(srv.plan, ANSWER_THEN_CLOSE);
-  for (int i = 0; i < 3; i++) {
-    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
-    run(&h);
-    ck_assert_msg(h.rc == 0, "call %d after a close: %s", i, h.err);
-    ck_assert_str_eq(h.answer, "ok");
-  }
+  three_calls(&h, &to, "after a close");
   ck_assert_int_eq(GET(srv.requests), 6);
   ck_assert_int_eq(GET(srv.accepts), 3);
   hc_free(&h);
@@ -323,12 +324,7 @@ START_TEST(a_kept_connection_serves_again_or_is_replaced_unseen) {
   SET(srv.accepts, 0);
   SET(srv.requests, 0);
   hc_init(&h);
-  for (int i = 0; i < 3; i++) {
-    ck_assert_int_eq(hc_start(&h, &to, "/x", "", "{}", 2, 0, 1024, 5000), 0);
-    run(&h);
-    ck_assert_msg(h.rc == 0, "call %d on a dropped connection: %s", i, h.err);
-    ck_assert_str_eq(h.answer, "ok");
-  }
+  three_calls(&h, &to, "on a dropped connection");
   ck_assert_int_eq(GET(srv.requests), 5);
   ck_assert_int_eq(GET(srv.accepts), 3);
   hc_free(&h);

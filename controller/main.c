@@ -3,6 +3,7 @@
 #include "api.h"
 #include "backend.h"
 #include "cgroup.h"
+#include "fault.h"
 #include "hostport.h"
 #include "log.h"
 #include "muster_errors.h"
@@ -499,7 +500,9 @@ int main(int argc, char **argv) {
   }
   write_url_file();
   /* The private /tmp trees that workerds killed outright left (those still
-   * running hold theirs): common/scratch.h. */
+   * running hold theirs): common/scratch.h. The API already answers
+   * meanwhile: a large tree takes what it takes. */
+  FAULT_POINT("scratch_before_sweep");
   scratch_sweep(g.cfg.state_dir);
   rc = state_start_monitor();
   if (rc) {

@@ -134,7 +134,8 @@ check "...and records no worker" test "$(count_workers)" = "$workers_before"
 # --- a gang Slurm refuses at submission (four 2-core tasks; the partition
 # has 6 cores in all, while one such task fits): failed with Slurm's words
 mapfile -t gang < <(m launch -n 4 --cpu 2 --memory 0.25)
-wait_for 20 "${gang[0]} to fail" is_status "${gang[0]}" failed
+# (each of the gang is reported on its own: wait for all of them)
+for id in "${gang[@]}"; do wait_for 20 "$id of the gang to fail" is_status "$id" failed; done
 check "the launch with a wrong token queued nothing in Slurm (the backend's thread has since submitted a later one)" \
   test "$(login squeue -t all --noheader --format=%i | wc -l)" = "$queued_before"
 check "a gang Slurm refuses fails every worker of it, quoting Slurm" \
@@ -364,6 +365,7 @@ victim=$(m show --json "${nf[1]}" | field hostname)
 # processes of its network namespace).
 kill -9 $(ip netns pids "$MUSTER_SLURM_PREFIX-$victim") 2>/dev/null
 wait_for 120 "${nf[1]} to fail with its node" is_status "${nf[1]}" failed
+for id in "${nf[@]}"; do wait_for 30 "$id of its gang to fail too" is_status "$id" failed; done
 check "a node that dies fails its gang: 'node $victim failed (Slurm: NODE_FAIL)'" \
   bash -c "for id in ${nf[*]}; do bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' show --json \$id | grep -q 'node $victim failed (Slurm: NODE_FAIL)' || exit 1; done" ||
   for id in "${nf[@]}"; do

@@ -123,7 +123,9 @@ check "allreduce prints one summary for the job" test "$(grep -c '^{"mode"' "$tm
 "$train" --epochs 2 --quiet > "$tmp/full.out" 2>&1
 "$train" --epochs 2 --quiet --checkpoint "$tmp/ck" > /dev/null 2>&1 &
 ck_pid=$!; pids+=("$ck_pid")
-for _ in $(seq 1000); do [ -s "$tmp/ck" ] && break; sleep 0.01; done
+ck_until=$((SECONDS + 120))
+while [ ! -s "$tmp/ck" ] && [ "$SECONDS" -lt "$ck_until" ] && kill -0 "$ck_pid" 2>/dev/null; do sleep 0.01; done
+check "the first epoch's checkpoint is written (within 120 s)" test -s "$tmp/ck"
 kill -KILL "$ck_pid" 2>/dev/null; wait "$ck_pid" 2>/dev/null
 "$train" --epochs 2 --quiet --resume "$tmp/ck" > "$tmp/resumed.out" 2>&1
 a=$(field "$tmp/full.out" final_loss 2>/dev/null || echo x); b=$(field "$tmp/resumed.out" final_loss 2>/dev/null || echo y)

@@ -284,8 +284,13 @@ async function main() {
         `the sleeper went from starting/running to succeeded (${seen && seen.join(' → ')})`);
       await rowStatus(page, exiter.id, 'failed');
       const api3 = await getWorker(exiter.id);
-      const exitText = (await page.textContent(`${rowSel(exiter.id)} .c-exit`)).trim();
-      const failText = (await page.textContent(`${rowSel(exiter.id)} .c-failure`)).trim();
+      // (the status comes with the event; the exit code and the failure
+      // with the row's refetch just after it)
+      const cell = (c) => page.textContent(`${rowSel(exiter.id)} ${c}`).then((t) => t.trim());
+      const exitText = await until(async () => (await cell('.c-exit')) || false, 'the failed worker\'s exit code on its row')
+        .catch(() => cell('.c-exit'));
+      const failText = await until(async () => (await cell('.c-failure')) || false, 'the failed worker\'s failure on its row')
+        .catch(() => cell('.c-failure'));
       ok(exitText === '3', `the failed worker shows exit code 3 (got "${exitText}")`);
       const failTitle = await page.getAttribute(`${rowSel(exiter.id)} .c-failure`, 'title');
       ok(api3.failure === 'the script exited with code 3; its stderr ended with:\nreading input\nbad input: 7',
@@ -808,7 +813,10 @@ async function main() {
       const n2 = await until(async () => { const n = await count(); return n >= n1 + 4 && n; }, 'the loss chart gaining points');
       ok(n2 >= n1 + 4, `the loss chart went from ${n1} to ${n2} points while the worker posted`);
       // Its data are the run's points: the last loss drawn is the last stored.
+      // (once the worker has ended: a point it posted just before could
+      // otherwise land after the read)
       await api('DELETE', `/api/v1/workers/${w.id}`);
+      await api('POST', '/api/v1/workers/await', { ids: [w.id], wait_for_completion: true, timeout_seconds: 60 });
       const stored = await api('GET', `/api/v1/runs/${run.id}/metrics?names=loss`);
       const lastStored = stored.points[stored.points.length - 1].values.loss;
       const lastDrawn = await until(async () => {

@@ -499,11 +499,6 @@ int main(int argc, char **argv) {
     return 1;
   }
   write_url_file();
-  /* The private /tmp trees that workerds killed outright left (those still
-   * running hold theirs): common/scratch.h. The API already answers
-   * meanwhile: a large tree takes what it takes. */
-  FAULT_POINT("scratch_before_sweep");
-  scratch_sweep(g.cfg.state_dir);
   rc = state_start_monitor();
   if (rc) {
     LOG(LOG_ERROR, "could not start the monitor thread");
@@ -511,6 +506,13 @@ int main(int argc, char **argv) {
     state_cleanup();
     return 1;
   }
+  /* The private /tmp trees that workerds killed outright left (those still
+   * running hold theirs): common/scratch.h. The API and the monitor already
+   * run meanwhile (a large tree takes what it takes); a reap's own sweep
+   * (local_reap.c) may run beside it: each tree goes to whichever gets its
+   * lock. */
+  FAULT_POINT("scratch_before_sweep");
+  scratch_sweep(g.cfg.state_dir);
   if (strcmp(g.backend->name, "local") == 0) {
     char cores[48], gib[48], gpus[32];
     res_words_cores(g.cfg.cpus, cores, sizeof(cores));

@@ -768,7 +768,7 @@ check "ps does too (the name cut to its column)" \
 m ps --session "evil-$$" --json
 check "ps --json keeps the name as it is (JSON escapes it)" \
   eval '[ $RC = 0 ] && [ "$(jq -r ".[0].name" <<<"$OUT")" = "$EVIL" ]'
-for _ in $(seq 300); do m logs "$EW"; has "$OUT" "red" && break; sleep 0.1; done
+wait_for 30 "the coloured line in $EW's log" eval 'm logs "$EW"; has "$OUT" "red"'
 run 10 script -qec "$MUSTER logs $EW" /dev/null
 check "logs on a terminal writes the output's escape sequences out" \
   eval 'no_esc "$OUT" && grep -qF -- "a\x1b[31mred" <<<"$OUT"'

@@ -134,6 +134,7 @@ check "...and records no worker" test "$(count_workers)" = "$workers_before"
 # --- a gang Slurm refuses at submission (four 2-core tasks; the partition
 # has 6 cores in all, while one such task fits): failed with Slurm's words
 mapfile -t gang < <(m launch -n 4 --cpu 2 --memory 0.25)
+check "the gang's launch gave 4 worker ids" test "${#gang[@]}" -eq 4
 # (each of the gang is reported on its own: wait for all of them)
 for id in "${gang[@]}"; do wait_for 20 "$id of the gang to fail" is_status "$id" failed; done
 check "the launch with a wrong token queued nothing in Slurm (the backend's thread has since submitted a later one)" \

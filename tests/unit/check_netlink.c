@@ -110,8 +110,10 @@ static int bridge_and_veth(void) {
         return 20;
       break;
     }
+    if (waitpid(w, &rc, WNOHANG) == w)
+      return 30 + (WIFEXITED(rc) ? WEXITSTATUS(rc) : 99); /* the child ended first */
     if (tries > 10000)
-      return 21; /* (10 s) */
+      return 21; /* (10 s at least) */
     usleep(1000);
   }
   veth = nl_link_index(fd, "tv0");

@@ -816,7 +816,11 @@ async function main() {
       // (once the worker has ended: a point it posted just before could
       // otherwise land after the read)
       await api('DELETE', `/api/v1/workers/${w.id}`);
-      await api('POST', '/api/v1/workers/await', { ids: [w.id], wait_for_completion: true, timeout_seconds: 60 });
+      const ended = await api('POST', '/api/v1/workers/await', { ids: [w.id], wait_for_completion: true, timeout_seconds: 60 });
+      // (a stopped worker is among the await's failures: it did not succeed)
+      const endedAs = [...ended.workers, ...ended.failures].map((x) => x.status);
+      ok(!ended.timed_out && endedAs.length === 1 && ['stopped', 'failed', 'succeeded'].includes(endedAs[0]),
+        `the stopped worker ended (${endedAs.join(', ')}${ended.timed_out ? '; the await timed out' : ''})`);
       const stored = await api('GET', `/api/v1/runs/${run.id}/metrics?names=loss`);
       const lastStored = stored.points[stored.points.length - 1].values.loss;
       const lastDrawn = await until(async () => {

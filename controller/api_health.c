@@ -6,6 +6,7 @@
 #include "users.h"
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "lease.h"
 #include "network.h"
 #include "state.h"
@@ -114,6 +115,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
   const char *k;
   int waiters = 0, streams = 0;
   struct api_guard_stats gs;
+  struct checkpoint_stats ckst;
   uint64_t exec_refused;
 
   if (!f)
@@ -241,6 +243,16 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "to leases and heartbeat timeouts.\n"
           "# TYPE muster_unserved_seconds_total counter\nmuster_unserved_seconds_total %.3f\n",
           (double)__atomic_load_n(&g.unserved_ms, __ATOMIC_RELAXED) / 1000.0);
+  checkpointer_stats(&ckst);
+  fprintf(f,
+          "# HELP muster_db_checkpointed_pages_total Pages of the database's write-ahead log "
+          "the checkpointer thread copied into it.\n"
+          "# TYPE muster_db_checkpointed_pages_total counter\n"
+          "muster_db_checkpointed_pages_total %lld\n"
+          "# HELP muster_db_log_pages The write-ahead log's length in pages at the "
+          "checkpointer's last look.\n"
+          "# TYPE muster_db_log_pages gauge\nmuster_db_log_pages %lld\n",
+          ckst.copied_total, ckst.log_pages);
   fprintf(f,
           "# HELP muster_heartbeat_interval_seconds The heartbeat interval workers are told now "
           "(stretched past --heartbeat-interval to keep all within --heartbeat-rate).\n"

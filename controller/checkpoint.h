@@ -11,4 +11,13 @@ int checkpointer_start(const char *path);
 /* Stops it and waits for it (a no-op if it is not running). */
 void checkpointer_stop(void);
 
+/* What the checkpointer has done since the start (for /metrics): pages of
+ * the log copied into the database, and the log's length in pages at its
+ * last look (0 before its first). */
+struct checkpoint_stats {
+  long long copied_total;
+  long long log_pages;
+};
+void checkpointer_stats(struct checkpoint_stats *out);
+
 #endif

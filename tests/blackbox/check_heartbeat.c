@@ -4,7 +4,8 @@
  * the interval a worker was told (also across a controller restart), and a
  * real muster-workerd that beats at the interval its answers carry. The
  * test plays the workerd of an external-backend worker where it must see
- * the answers themselves. */
+ * the answers themselves. And the checkpointer that copies the log those
+ * writes fill. */
 #include "harness.h"
 
 #include "../check_run.h"
@@ -362,6 +363,26 @@ START_TEST(a_workerd_follows_the_interval_its_answers_tell) {
 }
 END_TEST
 
+/* The heartbeats' writes fill the database's write-ahead log; the
+ * checkpointer thread copies it into the database (outside the state
+ * lock), so that the writer's own checkpoint (at 20,000 pages, tens of
+ * milliseconds under the state lock) never comes due. */
+START_TEST(the_checkpointer_copies_the_log_the_writes_fill) {
+  json_t *ws;
+
+  start("external");
+  ws = launch_started(50, "ck");
+  for (double until = h_now() + 15; h_metric(&ctl, "muster_db_checkpointed_pages_total") <= 0;
+       usleep(100 * 1000))
+    ck_assert_msg(h_now() < until,
+                  "the checkpointer copied no page in 15 s (the log's length at its last look: "
+                  "%.0f pages)",
+                  h_metric(&ctl, "muster_db_log_pages"));
+  json_decref(ws);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("heartbeat");
   TCase *tc = tcase_create("heartbeat");
@@ -373,6 +394,7 @@ int main(void) {
   tcase_add_test(tc, a_silent_worker_is_lost_after_four_of_its_intervals);
   tcase_add_test(tc, a_restarted_controller_keeps_the_interval_its_workers_beat_at);
   tcase_add_test(tc, a_workerd_follows_the_interval_its_answers_tell);
+  tcase_add_test(tc, the_checkpointer_copies_the_log_the_writes_fill);
 #ifdef MUSTER_FAULT_INJECTION
   tcase_add_test(tc, an_interval_not_yet_written_survives_a_crash);
 #endif

@@ -83,13 +83,6 @@ void sm_heartbeat_locked(struct lw *w) {
   lw_dirty_locked(w);
 }
 
-/* At most this many rows a transaction, so that a flush holds the state
- * lock for about a millisecond (5 to 10 us a row); with more waiting, the
- * next flush comes FLUSH_BUSY_MS later (state_internal.h): up to 7,500
- * rows a second. */
-/* Workers a timeout scan judges at a time (about 50 ns each). */
-#define SCAN_SLICE 10000
-
 /* Writes the heartbeats received (and the usage sampled) since the last
  * flush, in one transaction, at most every 100 ms (every FLUSH_BUSY_MS while
  * FLUSH_MAX_ROWS or more wait): the dirty workers only
@@ -146,6 +139,15 @@ static const char *stretch_words(const struct lw *w, int64_t hb_ms, char *buf, s
   return buf;
 }
 
+int64_t scan_every_ms(void) {
+  /* Each worker judged every 100 ms while 100 ms is 10 ms a slice or
+   * more (up to 10,000 live), else a slice every 10 ms (100,000 judged a
+   * second). */
+  int64_t every = g.live_count > 0 ? 100LL * SCAN_SLICE / g.live_count : 100;
+
+  return every < 10 ? 10 : every > 100 ? 100 : every;
+}
+
 /* Fails workers that never registered or that stopped heartbeating. */
 void check_timeouts_locked(int64_t now) {
   struct lw *w;
@@ -155,10 +157,9 @@ void check_timeouts_locked(int64_t now) {
 
   /* Each look judges up to SCAN_SLICE workers, going on from where the
    * last one stopped (g.scan_next; lw_remove_locked() moves it past a
-   * worker that leaves), at most every 100 ms once there are more: each
-   * worker every live/100,000 s (1 s at 100,000). So the state lock is held
-   * for a fraction of a millisecond. */
-  if (g.live_count > SCAN_SLICE && now - g.last_scan_ms < 100)
+   * worker that leaves), every scan_every_ms() once there are more
+   * (state_internal.h). */
+  if (g.live_count > SCAN_SLICE && now - g.last_scan_ms < scan_every_ms())
     return;
   g.last_scan_ms = now;
   for (w = g.scan_next ? g.scan_next : g.head; w && n < SCAN_SLICE; w = g.scan_next, n++) {

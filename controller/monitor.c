@@ -15,17 +15,21 @@
 
 /* The earliest moment the monitor must look again, at most 100 ms away so
  * that timeouts stay prompt, sooner while many heartbeats wait to be
- * written. */
+ * written or the timeout scan goes in slices (heartbeat.c), and never less
+ * than a millisecond away: a look that ran long leaves the API's threads
+ * their turn at the state lock before the next. */
 static int64_t next_wakeup_locked(int64_t now) {
   int64_t at = now + 100;
 
+  if (g.live_count > SCAN_SLICE && g.last_scan_ms + scan_every_ms() < at)
+    at = g.last_scan_ms + scan_every_ms();
   /* (heartbeats to write come in small batches: heartbeat.c) */
   if (g.dirty.n >= FLUSH_MAX_ROWS && g.last_hb_flush_ms + FLUSH_BUSY_MS < at)
     at = g.last_hb_flush_ms + FLUSH_BUSY_MS;
   for (struct waiter *wt = g.waiters; wt; wt = wt->next)
     if (!wt->ready && wt->deadline_ms && wt->deadline_ms < at)
       at = wt->deadline_ms;
-  return at;
+  return at > now + 1 ? at : now + 1;
 }
 
 static void monitor_wait_locked(int64_t at) {

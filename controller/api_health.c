@@ -245,14 +245,14 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           (double)__atomic_load_n(&g.unserved_ms, __ATOMIC_RELAXED) / 1000.0);
   checkpointer_stats(&ckst);
   fprintf(f,
-          "# HELP muster_db_checkpointed_pages_total Pages of the database's write-ahead log "
-          "the checkpointer thread copied into it.\n"
-          "# TYPE muster_db_checkpointed_pages_total counter\n"
-          "muster_db_checkpointed_pages_total %lld\n"
-          "# HELP muster_db_log_pages The write-ahead log's length in pages at the "
-          "checkpointer's last look.\n"
-          "# TYPE muster_db_log_pages gauge\nmuster_db_log_pages %lld\n",
-          ckst.copied_total, ckst.log_pages);
+          "# HELP muster_db_log_frames The database's write-ahead log at the checkpointer's last "
+          "look: pages written since it last started over.\n"
+          "# TYPE muster_db_log_frames gauge\nmuster_db_log_frames %lld\n"
+          "# HELP muster_db_log_checkpointed_frames Of those, the ones copied into the database "
+          "by then.\n"
+          "# TYPE muster_db_log_checkpointed_frames gauge\n"
+          "muster_db_log_checkpointed_frames %lld\n",
+          ckst.log_frames, ckst.checkpointed_frames);
   fprintf(f,
           "# HELP muster_heartbeat_interval_seconds The heartbeat interval workers are told now "
           "(stretched past --heartbeat-interval to keep all within --heartbeat-rate).\n"

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <string.h>
 
 /* How often the log is copied: at 5,000 heartbeats a second it grows by
  * about 5,000 pages (20 MiB) a second. */
@@ -22,7 +23,7 @@ static struct {
   pthread_t thread;
   int running, stopping;
   sqlite3 *conn;
-  long long copied_total, log_pages; /* (atomic: read by /metrics) */
+  long long log_frames, checkpointed_frames; /* (atomic: read by /metrics) */
 } ck = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void *checkpoint_main(void *arg) {
@@ -44,9 +45,10 @@ static void *checkpoint_main(void *arg) {
     rc = sqlite3_wal_checkpoint_v2(ck.conn, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_pages, &copied);
     pthread_mutex_lock(&ck.lock);
     if (rc == SQLITE_OK && log_pages >= 0) {
-      __atomic_store_n(&ck.log_pages, (long long)log_pages, __ATOMIC_RELAXED);
-      if (copied > 0)
-        __atomic_add_fetch(&ck.copied_total, (long long)copied, __ATOMIC_RELAXED);
+      /* (copied: all the log's frames in the database now, whoever copied
+       * them, not just this call's) */
+      __atomic_store_n(&ck.log_frames, (long long)log_pages, __ATOMIC_RELAXED);
+      __atomic_store_n(&ck.checkpointed_frames, (long long)copied, __ATOMIC_RELAXED);
     }
     if (rc != SQLITE_OK && rc != SQLITE_BUSY && !warned) {
       LOG(LOG_WARN, "could not checkpoint the database's log: %s (the writer does it then)",
@@ -63,6 +65,21 @@ static void *checkpoint_main(void *arg) {
   return NULL;
 }
 
+/* Reads the database on conn once, so that conn knows it is in WAL mode;
+ * 1 if it is. */
+static int reads_the_log(sqlite3 *conn) {
+  sqlite3_stmt *s = NULL;
+  int wal = 0;
+
+  if (sqlite3_prepare_v2(conn, "PRAGMA journal_mode", -1, &s, NULL) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    const unsigned char *mode = sqlite3_column_text(s, 0);
+    wal = mode && strcmp((const char *)mode, "wal") == 0;
+  }
+  sqlite3_finalize(s);
+  return wal;
+}
+
 int checkpointer_start(const char *path) {
   if (sqlite3_open_v2(path, &ck.conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
       SQLITE_OK) {
@@ -77,7 +94,7 @@ int checkpointer_start(const char *path) {
    * reads it: until then a checkpoint on it finds no log (-1 pages) and
    * does nothing, and every checkpoint falls to the writer's own (at 20,000
    * pages, 50 to 100 ms under the state lock). */
-  if (sqlite3_exec(ck.conn, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) != SQLITE_OK) {
+  if (!reads_the_log(ck.conn)) {
     LOG(LOG_WARN, "could not open %s's log for the checkpointer: %s", path,
         sqlite3_errmsg(ck.conn));
     sqlite3_close(ck.conn);
@@ -109,6 +126,6 @@ void checkpointer_stop(void) {
 }
 
 void checkpointer_stats(struct checkpoint_stats *out) {
-  out->copied_total = __atomic_load_n(&ck.copied_total, __ATOMIC_RELAXED);
-  out->log_pages = __atomic_load_n(&ck.log_pages, __ATOMIC_RELAXED);
+  out->log_frames = __atomic_load_n(&ck.log_frames, __ATOMIC_RELAXED);
+  out->checkpointed_frames = __atomic_load_n(&ck.checkpointed_frames, __ATOMIC_RELAXED);
 }

@@ -11,12 +11,12 @@ int checkpointer_start(const char *path);
 /* Stops it and waits for it (a no-op if it is not running). */
 void checkpointer_stop(void);
 
-/* What the checkpointer has done since the start (for /metrics): pages of
- * the log copied into the database, and the log's length in pages at its
- * last look (0 before its first). */
+/* The write-ahead log at the checkpointer's last look (for /metrics; 0 and
+ * 0 before its first): its length in frames (pages written since it last
+ * started over), and how many of them are in the database by then. */
 struct checkpoint_stats {
-  long long copied_total;
-  long long log_pages;
+  long long log_frames;
+  long long checkpointed_frames;
 };
 void checkpointer_stats(struct checkpoint_stats *out);
 

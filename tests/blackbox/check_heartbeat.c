@@ -363,21 +363,21 @@ START_TEST(a_workerd_follows_the_interval_its_answers_tell) {
 }
 END_TEST
 
-/* The heartbeats' writes fill the database's write-ahead log; the
- * checkpointer thread copies it into the database (outside the state
- * lock), so that the writer's own checkpoint (at 20,000 pages, tens of
- * milliseconds under the state lock) never comes due. */
+/* The controller's writes (here a launch's) fill the database's
+ * write-ahead log; the checkpointer thread copies it into the database
+ * (outside the state lock), so that the writer's own checkpoint (at 20,000
+ * pages, tens of milliseconds under the state lock) never comes due. */
 START_TEST(the_checkpointer_copies_the_log_the_writes_fill) {
   json_t *ws;
 
   start("external");
   ws = launch_started(50, "ck");
-  for (double until = h_now() + 15; h_metric(&ctl, "muster_db_checkpointed_pages_total") <= 0;
+  for (double until = h_now() + 15; h_metric(&ctl, "muster_db_log_checkpointed_frames") <= 0;
        usleep(100 * 1000))
     ck_assert_msg(h_now() < until,
-                  "the checkpointer copied no page in 15 s (the log's length at its last look: "
-                  "%.0f pages)",
-                  h_metric(&ctl, "muster_db_log_pages"));
+                  "the checkpointer copied nothing in 15 s (the log at its last look: %.0f "
+                  "frames)",
+                  h_metric(&ctl, "muster_db_log_frames"));
   json_decref(ws);
   h_finish(&ctl);
 }

@@ -140,10 +140,11 @@ static const char *stretch_words(const struct lw *w, int64_t hb_ms, char *buf, s
 }
 
 int64_t scan_every_ms(void) {
-  /* Each worker judged every 100 ms while 100 ms is 10 ms a slice or
-   * more (up to 10,000 live), else a slice every 10 ms (100,000 judged a
-   * second). */
-  int64_t every = g.live_count > 0 ? 100LL * SCAN_SLICE / g.live_count : 100;
+  /* Each worker judged every 100 ms while that leaves 10 ms a slice or
+   * more (up to 10,000 live; a last slice partly filled counts whole),
+   * else a slice every 10 ms (100,000 judged a second). */
+  int64_t slices = ((int64_t)g.live_count + SCAN_SLICE - 1) / SCAN_SLICE;
+  int64_t every = slices > 0 ? 100 / slices : 100;
 
   return every < 10 ? 10 : every > 100 ? 100 : every;
 }

@@ -15,21 +15,29 @@
 
 /* The earliest moment the monitor must look again, at most 100 ms away so
  * that timeouts stay prompt, sooner while many heartbeats wait to be
- * written or the timeout scan goes in slices (heartbeat.c), and never less
- * than a millisecond away: a look that ran long leaves the API's threads
+ * written or the timeout scan goes in slices (heartbeat.c), and a
+ * millisecond away at least: a look that ran long leaves the API's threads
  * their turn at the state lock before the next. */
 static int64_t next_wakeup_locked(int64_t now) {
   int64_t at = now + 100;
 
   if (g.live_count > SCAN_SLICE && g.last_scan_ms + scan_every_ms() < at)
     at = g.last_scan_ms + scan_every_ms();
+  if (g.schedule_needed && !g.shutting_down && g.schedule_retry_ms < at)
+    at = g.schedule_retry_ms; /* (a failed pass's retry: sched.c) */
   /* (heartbeats to write come in small batches: heartbeat.c) */
   if (g.dirty.n >= FLUSH_MAX_ROWS && g.last_hb_flush_ms + FLUSH_BUSY_MS < at)
     at = g.last_hb_flush_ms + FLUSH_BUSY_MS;
   for (struct waiter *wt = g.waiters; wt; wt = wt->next)
     if (!wt->ready && wt->deadline_ms && wt->deadline_ms < at)
       at = wt->deadline_ms;
-  return at > now + 1 ? at : now + 1;
+  return at > now + 2 ? at : now + 2; /* (now is rounded down: 1 to 2 ms) */
+}
+
+/* Whether a scheduling pass is due now: asked for, and not held back by a
+ * failed one (sched.c). */
+static int schedule_due_locked(int64_t now) {
+  return g.schedule_needed && !g.shutting_down && now >= g.schedule_retry_ms;
 }
 
 static void monitor_wait_locked(int64_t at) {
@@ -81,7 +89,7 @@ static void *monitor_main(void *arg) {
     credit_unserved_locked(now, &last_look);
     check_timeouts_locked(now);
     leases_expire_locked(now);
-    if (g.schedule_needed && !g.shutting_down)
+    if (schedule_due_locked(now))
       schedule_locked();
     expire_waiters_locked(now);
     streams_wake_due_locked(now);
@@ -96,7 +104,7 @@ static void *monitor_main(void *arg) {
     prune_locked(now);
     if (g.stopping_monitor)
       break;
-    if (g.schedule_needed && !g.shutting_down)
+    if (schedule_due_locked(util_mono_ms()))
       continue;
     monitor_wait_locked(next_wakeup_locked(util_mono_ms()));
   }

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "muster_errors.h"
 #include "users.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,22 @@ static int wants_start(const struct lw *w) {
   if (w->status != WS_SCHEDULING)
     return 0;
   return !lw_submitted(w) || w->restart;
+}
+
+/* sm_commit(), or in a test build a commit that fails (fault point
+ * schedule_commit: the batch rolled back). */
+static int commit_pass(void) {
+  if (FAULT_FAILS("schedule_commit")) {
+    sm_rollback();
+    return MUSTER_E_DB;
+  }
+  return sm_commit();
+}
+
+/* A pass that failed: the next one in 100 ms, not at once (monitor.c). */
+static void retry_later(void) {
+  g.schedule_needed = 1;
+  g.schedule_retry_ms = util_mono_ms() + 100;
 }
 
 /* Fails w, whose backend could not act on it (what: "could not be
@@ -34,7 +51,7 @@ static int fail_one(struct lw *w, const char *what, const char *why) {
   rc = sm_fail_locked(w, failure);
   if (rc) {
     LOG(LOG_ERROR, "could not fail %s (%s): %s", id, failure, db_errmsg(g.db));
-    g.schedule_needed = 1;
+    retry_later();
   }
   return rc;
 }
@@ -82,7 +99,7 @@ static void batch_back(struct lw *w, struct lw **batch, int n) {
   sm_rollback();
   for (int i = 0; i < n; i++)
     g.backend->release(batch[i]->id);
-  g.schedule_needed = 1;
+  retry_later();
 }
 
 /* Hands the backend every worker that waits for a start, oldest first,
@@ -119,7 +136,7 @@ void schedule_locked(void) {
   accounts = calloc((size_t)cap, sizeof(*accounts));
   if (!where || !starts || !batch || !accounts) {
     LOG(LOG_ERROR, "out of memory scheduling workers");
-    g.schedule_needed = 1;
+    retry_later();
     goto out;
   }
   while (w) {
@@ -217,10 +234,10 @@ void schedule_locked(void) {
       batch[n++] = w;
     }
     FAULT_POINT("schedule_before_commit");
-    if (sm_commit() != 0) {
+    if (commit_pass() != 0) {
       for (int i = 0; i < n; i++)
         g.backend->release(batch[i]->id);
-      g.schedule_needed = 1; /* the next pass tries again */
+      retry_later(); /* the next pass tries again */
       goto out;
     }
     /* Committed: whatever crashes from here on, a workerd of another

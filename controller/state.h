@@ -237,6 +237,10 @@ struct ctl {
   struct stream *event_streams;
   struct watch *watch[4096]; /* by worker id: who waits on that worker */
   int schedule_needed;
+  /* After a scheduling pass that failed (its commit, memory): no pass
+   * before this time (monotonic ms), so that a database that keeps failing
+   * does not keep the monitor on the state lock (sched.c) */
+  int64_t schedule_retry_ms;
   int shutting_down;
   int stopping_monitor;
   pthread_t monitor;

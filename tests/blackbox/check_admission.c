@@ -279,6 +279,38 @@ START_TEST(a_restarts_launch_while_the_last_attempt_still_runs_is_accepted_then_
 }
 END_TEST
 
+#ifdef MUSTER_FAULT_INJECTION
+/* A scheduling pass whose commit keeps failing (a full disk) is tried again
+ * every 100 ms, not at once and forever on the state lock: the API still
+ * answers what needs that lock, here a stop of the worker that cannot
+ * start. */
+START_TEST(a_scheduling_pass_that_keeps_failing_leaves_the_api_answering) {
+  json_t *workers, *w;
+  char path[64];
+  double t0, took;
+  int st;
+
+  fresh();
+  ctl.extra[0] = "--backend";
+  ctl.extra[1] = "external";
+  setenv("MUSTER_FAULT", "schedule_commit:fail=100000000", 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"memory\": 0.1}");
+  snprintf(path, sizeof(path), "/api/v1/workers/%s", h_str(json_array_get(workers, 0), "id"));
+  t0 = h_now();
+  st = (int)h_http(&ctl, "DELETE", path, NULL, "", NULL, NULL);
+  took = h_now() - t0;
+  ck_assert_msg(st == 200 && took < 10, "the stop answered %d after %.1f s", st, took);
+  w = h_worker(&ctl, h_str(json_array_get(workers, 0), "id"));
+  ck_assert_str_eq(h_str(w, "status"), "stopped");
+  json_decref(w);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+#endif
+
 int main(void) {
   Suite *s = suite_create("admission");
   TCase *tc = tcase_create("admission");
@@ -290,6 +322,9 @@ int main(void) {
   tcase_add_test(tc, a_gang_that_fits_the_host_exactly_is_accepted);
   tcase_add_test(tc, a_gang_over_the_hosts_memory_or_gpus_is_refused_naming_them);
   tcase_add_test(tc, a_restarts_launch_while_the_last_attempt_still_runs_is_accepted_then_runs);
+#ifdef MUSTER_FAULT_INJECTION
+  tcase_add_test(tc, a_scheduling_pass_that_keeps_failing_leaves_the_api_answering);
+#endif
   suite_add_tcase(s, tc);
   return check_run(s);
 }

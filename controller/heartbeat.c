@@ -89,13 +89,13 @@ void sm_heartbeat_locked(struct lw *w) {
  * (g.dirty), whatever the number of live ones; all of them when all is
  * set (the controller's end). Loss detection reads last_hb_ms, never the
  * database. */
-void flush_heartbeats_locked(int64_t now, int all) {
+int flush_heartbeats_locked(int64_t now, int all) {
   struct lw *w, *end;
   int rc, n = 0;
 
   if (!g.dirty.head ||
       (!all && now - g.last_hb_flush_ms < (g.dirty.n >= FLUSH_MAX_ROWS ? FLUSH_BUSY_MS : 100)))
-    return;
+    return 0;
   g.last_hb_flush_ms = now;
   rc = db_begin(g.db);
   if (!rc && FAULT_FAILS("heartbeat_flush"))
@@ -118,13 +118,14 @@ void flush_heartbeats_locked(int64_t now, int all) {
       warned_ms = now;
     }
     db_rollback(g.db);
-    return;
+    return 1;
   }
   while (g.dirty.head && g.dirty.head != end) {
     w = g.dirty.head;
     w->hb_dirty = w->usage_dirty = 0;
     lw_clean_locked(w);
   }
+  return 1;
 }
 
 /* What a lost worker's failure says of a timeout hb_ms stretched past the

@@ -87,13 +87,18 @@ static void *monitor_main(void *arg) {
     int64_t now = util_mono_ms();
 
     credit_unserved_locked(now, &last_look);
-    check_timeouts_locked(now);
+    /* A heartbeat flush and a slice of the timeout scan in one look would
+     * hold the state lock for both: a slice waits for the next look (2 ms
+     * on), unless it is a whole interval late. (A scan of SCAN_SLICE or
+     * fewer workers is short: it never waits.) */
+    if (!flush_heartbeats_locked(now, 0) || g.live_count <= SCAN_SLICE ||
+        now - g.last_scan_ms >= 2 * scan_every_ms())
+      check_timeouts_locked(now);
     leases_expire_locked(now);
     if (schedule_due_locked(now))
       schedule_locked();
     expire_waiters_locked(now);
     streams_wake_due_locked(now);
-    flush_heartbeats_locked(now, 0);
     reap_gone_clients_locked(now);
     if (now - g.last_keepalive_ms >= 15000) {
       g.last_keepalive_ms = now;

@@ -90,7 +90,7 @@ int64_t hb_interval_ms(int beating);
  * (about 10 us a row and 170 us the commit, measured at 10,000 workers), so
  * that an await's wake or a stop waits no longer behind one; large enough
  * that rows sharing a page share its write. Up to 7,500 rows a second. */
-void flush_heartbeats_locked(int64_t now, int all);
+int flush_heartbeats_locked(int64_t now, int all); /* 1 if it wrote (or tried) */
 #define FLUSH_BUSY_MS 8
 #define FLUSH_MAX_ROWS 60
 /* Fails workers that never registered or that stopped heartbeating: all of

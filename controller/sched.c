@@ -32,10 +32,14 @@ static int commit_pass(void) {
   return sm_commit();
 }
 
-/* A pass that failed: the next one in 100 ms, not at once (monitor.c). */
+/* A pass that failed: the next one in 100 ms, not at once (monitor.c).
+ * The reasons it wrote for workers that wait may have been rolled back with
+ * it: forgotten here, the next pass writes them again. */
 static void retry_later(void) {
   g.schedule_needed = 1;
   g.schedule_retry_ms = util_mono_ms() + 100;
+  for (struct lw *w = g.queue.head; w; w = w->queue_link.next)
+    w->waiting_for[0] = '\0';
 }
 
 /* Fails w, whose backend could not act on it (what: "could not be
@@ -149,6 +153,7 @@ void schedule_locked(void) {
     rc = sm_begin();
     if (rc) {
       LOG(LOG_ERROR, "could not begin a transaction: %s", db_errmsg(g.db));
+      retry_later();
       goto out;
     }
     for (; w && n < cap; w = next) {

@@ -93,6 +93,9 @@ int64_t hb_interval_ms(int beating);
 int flush_heartbeats_locked(int64_t now, int all); /* 1 if it wrote (or tried) */
 #define FLUSH_BUSY_MS 8
 #define FLUSH_MAX_ROWS 60
+/* (a timeout slice put off by a flush runs at the next look, 2 ms on, which
+ * must come before the next flush: monitor.c) */
+_Static_assert(FLUSH_BUSY_MS > 2, "a put-off timeout slice needs a look between two flushes");
 /* Fails workers that never registered or that stopped heartbeating: all of
  * them at each of the monitor's looks while there are SCAN_SLICE or fewer,
  * else SCAN_SLICE at a time, going on where the last look stopped, every

@@ -97,6 +97,18 @@ class Controller:
                     return int(line.split()[1]) * 1024
         return 0
 
+    def children(self):
+        """The pids of the controller's child processes (its workerds, which
+        it adopts as a child subreaper, and its fork server)."""
+        pids = []
+        for tid in os.listdir("/proc/%d/task" % self.proc.pid):
+            try:
+                with open("/proc/%d/task/%s/children" % (self.proc.pid, tid)) as f:
+                    pids += [int(p) for p in f.read().split()]
+            except OSError:
+                pass  # (a thread that has ended)
+        return pids
+
     def kill9(self):
         """Kills the controller at once (a crash), leaving its workers."""
         self.proc.kill()

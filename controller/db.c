@@ -75,9 +75,10 @@ static const char *const statement_sql[ST_COUNT_] = {
                          "WHERE w.id = ?1 ORDER BY e.seq",
     [ST_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM events",
     [ST_COUNTS] = "SELECT status, count(*) FROM workers GROUP BY status",
-    [ST_LIVE_USAGE] = "SELECT id, usage_cpu_seconds, usage_memory_bytes, usage_memory_peak_bytes "
-                      "FROM workers WHERE status IN ('starting', 'running') "
-                      "AND usage_cpu_seconds IS NOT NULL ORDER BY id",
+    [ST_LIVE_USAGE] =
+        "SELECT id, usage_cpu_seconds, usage_memory_bytes, usage_memory_peak_bytes "
+        "FROM workers INDEXED BY workers_live_usage WHERE status IN ('starting', 'running') "
+        "AND usage_cpu_seconds IS NOT NULL ORDER BY id",
     [ST_SET_REF] = "UPDATE workers SET backend_ref = ?2 WHERE id = ?1 AND attempt = ?3 "
                    "AND status IN ('starting', 'running')",
     [ST_SET_WAITING] = "UPDATE workers SET waiting_for = ?2 WHERE id = ?1 "

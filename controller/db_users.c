@@ -224,8 +224,10 @@ static int usage_query(struct db *db, const char *name, int each,
                        void *arg, struct user_usage *one) {
   sqlite3_stmt *s =
       prep(db, each ? "SELECT owner, sum(cpu), sum(memory), sum(nvidia_gpu), count(*) FROM workers "
+                      "INDEXED BY workers_owner_live "
                       "WHERE status IN ('scheduling', 'starting', 'running') GROUP BY owner"
                     : "SELECT owner, sum(cpu), sum(memory), sum(nvidia_gpu), count(*) FROM workers "
+                      "INDEXED BY workers_owner_live "
                       "WHERE owner = ?1 AND status IN ('scheduling', 'starting', 'running')");
   struct user_usage u;
   char user[USER_NAME_MAX + 1];

@@ -52,12 +52,12 @@ static enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq
   json_t *ids = json_array(), *answer;
   int shutting, gone, timed_out;
 
-  state_lock();
-  waiter_remove_locked(wt);
-  shutting = g.shutting_down && wt->pending > 0 && !wt->timed_out;
+  /* Woken, it left the waiters' list and index (waiter_wake_locked()),
+   * and what woke it wrote its flags under the state lock before the
+   * resume: no other thread touches it now, and no lock is taken. */
+  shutting = wt->shut_down && wt->pending > 0 && !wt->timed_out;
   gone = wt->client_gone;
   timed_out = wt->timed_out && wt->pending > 0;
-  state_unlock();
   rq->waiter = NULL;
   rq->resume = NULL;
   rq->release = NULL;

@@ -73,8 +73,11 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
 void state_begin_shutdown(void) {
   state_lock();
   g.shutting_down = 1;
-  for (struct waiter *wt = g.waiters; wt; wt = wt->next)
+  for (struct waiter *wt = g.waiters, *next; wt; wt = next) {
+    next = wt->next; /* (a wake takes wt out of the list) */
+    wt->shut_down = 1;
     waiter_wake_locked(wt);
+  }
   streams_wake_locked(STREAM_EVENTS, NULL);
   streams_wake_locked(STREAM_LOG, NULL);
   state_unlock();

@@ -170,6 +170,7 @@ struct waiter {
   int ready; /* the answer can be built; the connection was resumed */
   int timed_out;
   int client_gone;            /* the client hung up while it waited */
+  int shut_down;              /* woken by the controller's shutdown */
   struct waiter *next, *prev; /* in g.waiters */
 };
 

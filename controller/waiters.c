@@ -137,7 +137,10 @@ void waiter_wake_locked(struct waiter *wt) {
   if (wt->ready)
     return;
   wt->ready = 1;
-  waiter_unindex(wt);
+  /* Out of the index and the list at once: from here on only its
+   * connection's thread touches it, and api_await_finish() builds the
+   * answer without the state lock (which heartbeats keep busy). */
+  waiter_remove_locked(wt);
   MHD_resume_connection(wt->conn);
 }
 
@@ -312,15 +315,18 @@ static int client_gone(struct MHD_Connection *c) {
 void reap_gone_clients_locked(int64_t now) {
   static int64_t last;
   struct stream *s, *next;
+  struct waiter *wt, *wnext;
 
   if (now - last < 1000)
     return;
   last = now;
-  for (struct waiter *wt = g.waiters; wt; wt = wt->next)
+  for (wt = g.waiters; wt; wt = wnext) {
+    wnext = wt->next; /* (a wake takes wt out of the list) */
     if (!wt->ready && client_gone(wt->conn)) {
       wt->client_gone = 1;
       waiter_wake_locked(wt);
     }
+  }
   for (s = g.streams; s; s = next) {
     next = s->next;
     if (s->suspended && client_gone(s->conn)) {
@@ -331,9 +337,13 @@ void reap_gone_clients_locked(int64_t now) {
 }
 
 void expire_waiters_locked(int64_t now) {
-  for (struct waiter *wt = g.waiters; wt; wt = wt->next)
+  struct waiter *next;
+
+  for (struct waiter *wt = g.waiters; wt; wt = next) {
+    next = wt->next; /* (a wake takes wt out of the list) */
     if (!wt->ready && wt->deadline_ms && wt->deadline_ms <= now) {
       wt->timed_out = 1;
       waiter_wake_locked(wt);
     }
+  }
 }

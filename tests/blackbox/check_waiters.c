@@ -11,6 +11,7 @@
 
 #include <check.h>
 #include <curl/curl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,45 @@ START_TEST(a_running_await_and_a_completion_await_on_one_worker_each_answer_at_t
 }
 END_TEST
 
+/* A controller told to stop answers a parked await at once, with 503 and
+ * the sentence that says to await again after its restart; an await the
+ * stop of its worker woke just before is answered as usual. */
+START_TEST(a_parked_await_is_answered_when_the_controller_shuts_down) {
+  json_t *workers;
+  struct req *parked, *woken;
+  const char *a, *b;
+
+  memset(&ctl, 0, sizeof(ctl));
+  h_start(&ctl);
+  multi = curl_multi_init();
+  workers = h_launch(&ctl, "{\"n\": 2, \"cpu\": 0.1, \"memory\": 0.01}");
+  json_decref(h_await(&ctl, workers, 0, 30));
+  a = h_str(json_array_get(workers, 0), "id");
+  b = h_str(json_array_get(workers, 1), "id");
+  parked = park_await((const char *[]){a}, 1, 1, 60);
+  woken = park_await((const char *[]){b}, 1, 1, 60);
+  wait_metric("muster_await_waiting", 2, 30);
+  stop(b);
+  /* (woken, an await leaves the count before its answer is built) */
+  wait_metric("muster_await_waiting", 1, 30);
+  kill(ctl.pid, SIGTERM);
+  for (double t0 = h_now(); !(parked->done && woken->done) && h_now() - t0 < 30;)
+    pump(50);
+  ck_assert_msg(parked->done, "the parked await was not answered within 30 s of the SIGTERM");
+  ck_assert_msg(parked->status == 503 && parked->body &&
+                    strstr(parked->body, "shutting down; await again after it restarts"),
+                "the parked await answered %ld: %s", parked->status,
+                parked->body ? parked->body : "");
+  wait_done(woken, "the await the stop woke", 1);
+  check_answer(woken, "the await the stop woke", 1, "stopped");
+  req_free(parked);
+  req_free(woken);
+  curl_multi_cleanup(multi);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("waiters");
   TCase *tc = tcase_create("waiters");
@@ -305,6 +345,7 @@ int main(void) {
   tcase_add_test(tc, parked_awaits_answer_when_the_last_worker_they_name_ends_and_no_sooner);
   tcase_add_test(tc,
                  a_running_await_and_a_completion_await_on_one_worker_each_answer_at_their_status);
+  tcase_add_test(tc, a_parked_await_is_answered_when_the_controller_shuts_down);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

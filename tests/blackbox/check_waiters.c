@@ -165,6 +165,20 @@ static void stop(const char *id) {
   ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", body, "", NULL, NULL), 200);
 }
 
+/* Starts a controller and n idle workers; returns them once running. */
+static json_t *start_with_running(int n) {
+  char body[96];
+  json_t *workers;
+
+  memset(&ctl, 0, sizeof(ctl));
+  h_start(&ctl);
+  multi = curl_multi_init();
+  snprintf(body, sizeof(body), "{\"n\": %d, \"cpu\": 0.01, \"memory\": 0.01}", n);
+  workers = h_launch(&ctl, body);
+  json_decref(h_await(&ctl, workers, 0, 30));
+  return workers;
+}
+
 static struct req *follow(const char *id) {
   char path[96];
 
@@ -183,11 +197,7 @@ START_TEST(parked_awaits_answer_when_the_last_worker_they_name_ends_and_no_soone
   const char *a, *b, *c, *d;
   struct req *p1, *p2, *p3, *p4, *p5, *p6, *fa1, *fa2, *fb;
 
-  memset(&ctl, 0, sizeof(ctl));
-  h_start(&ctl);
-  multi = curl_multi_init();
-  workers = h_launch(&ctl, "{\"n\": 4, \"cpu\": 0.01, \"memory\": 0.01}");
-  json_decref(h_await(&ctl, workers, 0, 30));
+  workers = start_with_running(4);
   a = h_str(json_array_get(workers, 0), "id");
   b = h_str(json_array_get(workers, 1), "id");
   c = h_str(json_array_get(workers, 2), "id");
@@ -306,11 +316,7 @@ START_TEST(a_parked_await_is_answered_when_the_controller_shuts_down) {
   struct req *parked, *woken;
   const char *a, *b;
 
-  memset(&ctl, 0, sizeof(ctl));
-  h_start(&ctl);
-  multi = curl_multi_init();
-  workers = h_launch(&ctl, "{\"n\": 2, \"cpu\": 0.1, \"memory\": 0.01}");
-  json_decref(h_await(&ctl, workers, 0, 30));
+  workers = start_with_running(2);
   a = h_str(json_array_get(workers, 0), "id");
   b = h_str(json_array_get(workers, 1), "id");
   parked = park_await((const char *[]){a}, 1, 1, 60);

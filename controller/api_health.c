@@ -19,6 +19,18 @@
 
 /* ---- health, metrics ---- */
 
+/* Workers by status, a new JSON object {status: count}: the live ones as
+ * the state module counts them, the ended ones from the database. */
+static json_t *status_counts(struct reader *rd) {
+  json_t *counts = db_ended_counts(rd->db);
+  long live[WS_LIVE_N];
+
+  state_live_counts(live);
+  for (int s = 0; s < WS_LIVE_N; s++)
+    json_object_set_new(counts, ws_name((enum wstatus)s), json_integer(live[s]));
+  return counts;
+}
+
 static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, const char *arg) {
   (void)rq;
   (void)arg;
@@ -42,7 +54,7 @@ static enum MHD_Result api_health(struct MHD_Connection *c, struct req *rq, cons
 
   struct reader *rd = api_reader_get();
 
-  counts = db_status_counts(rd->db);
+  counts = status_counts(rd);
   api_reader_put(rd);
   shutting = g.shutting_down;
   return api_respond_json(
@@ -127,7 +139,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
   struct usage_lines ul = {f, open_memstream(&mem_text, &mem_len),
                            open_memstream(&peak_text, &peak_len)};
 
-  counts = db_status_counts(rd->db);
+  counts = status_counts(rd);
   fprintf(f, "# HELP muster_worker_cpu_seconds CPU time of a live worker's processes.\n"
              "# TYPE muster_worker_cpu_seconds counter\n");
   if (ul.mem && ul.peak)

@@ -74,7 +74,8 @@ static const char *const statement_sql[ST_COUNT_] = {
                          "WHERE worker_id = ?1 ORDER BY seq DESC LIMIT ?2) e "
                          "WHERE w.id = ?1 ORDER BY e.seq",
     [ST_LAST_SEQ] = "SELECT coalesce(max(seq), 0) FROM events",
-    [ST_COUNTS] = "SELECT status, count(*) FROM workers GROUP BY status",
+    [ST_COUNTS] = "SELECT status, count(*) FROM workers "
+                  "WHERE status IN ('succeeded', 'failed', 'stopped') GROUP BY status",
     [ST_LIVE_USAGE] =
         "SELECT id, usage_cpu_seconds, usage_memory_bytes, usage_memory_peak_bytes "
         "FROM workers INDEXED BY workers_live_usage WHERE status IN ('starting', 'running') "

@@ -201,8 +201,10 @@ MUST_CHECK int db_worker_events(struct db *db, const char *id, int limit, json_t
 /* Largest event seq (0 if none). */
 int64_t db_last_event_seq(struct db *db);
 
-/* Counts of workers per status, as a new JSON object {status: count}. */
-json_t *db_status_counts(struct db *db);
+/* Counts of workers per status, as a new JSON object {status: count}: the
+ * ended ones (succeeded, failed, stopped) counted, every other status 0
+ * (the state module counts the live ones, state_live_counts()). */
+json_t *db_ended_counts(struct db *db);
 /* Calls fn for each live worker that has a usage sample, by id. */
 void db_live_usage(struct db *db, void (*fn)(void *arg, const char *id, const struct db_usage *u),
                    void *arg);

@@ -308,7 +308,7 @@ int db_live_workers(struct db *db, void (*fn)(void *arg, const struct db_worker_
   return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
 }
 
-json_t *db_status_counts(struct db *db) {
+json_t *db_ended_counts(struct db *db) {
   static const char *const names[] = {
 #define MUSTER_X_STATUS(sym, name, terminal) name,
       MUSTER_STATUSES(MUSTER_X_STATUS)

@@ -100,6 +100,7 @@ void state_cleanup(void) {
   memset(&g.dirty, 0, sizeof(g.dirty));
   memset(&g.queue, 0, sizeof(g.queue));
   g.live_count = g.beating = 0;
+  memset(g.live_by_status, 0, sizeof(g.live_by_status));
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;

@@ -36,6 +36,7 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
   snprintf(w->launch, sizeof(w->launch), "%s", launch ? launch : "");
   w->req = *req;
   w->status = WS_SCHEDULING; /* (not beating: g.beating stays) */
+  __atomic_add_fetch(&g.live_by_status[WS_SCHEDULING], 1, __ATOMIC_RELAXED);
   w->since_ms = util_mono_ms();
   w->last_hb_ms = w->since_ms;
   h = hash_id(id);
@@ -75,6 +76,7 @@ void lw_remove_locked(struct lw *w) {
     g.tail = w->prev;
   __atomic_sub_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
   lw_set_status_locked(w, WS_SCHEDULING); /* (no longer counted as beating) */
+  __atomic_sub_fetch(&g.live_by_status[WS_SCHEDULING], 1, __ATOMIC_RELAXED);
   if (g.scan_next == w)
     g.scan_next = w->next;
   lw_clean_locked(w);
@@ -88,12 +90,26 @@ static int beats(enum wstatus s) {
   return s == WS_STARTING || s == WS_RUNNING;
 }
 
+_Static_assert(WS_SCHEDULING == 0 && WS_STARTING == 1 && WS_RUNNING == 2 && WS_SUCCEEDED == 3,
+               "the live statuses come first (g.live_by_status)");
+
 void lw_set_status_locked(struct lw *w, enum wstatus to) {
   int d = beats(to) - beats(w->status);
 
   if (d)
     __atomic_add_fetch(&g.beating, d, __ATOMIC_RELAXED);
+  /* (a worker that ended stays in the table, terminal, until its commit
+   * drops it: it is counted by the database from then on) */
+  if (w->status < WS_LIVE_N)
+    __atomic_sub_fetch(&g.live_by_status[w->status], 1, __ATOMIC_RELAXED);
+  if (to < WS_LIVE_N)
+    __atomic_add_fetch(&g.live_by_status[to], 1, __ATOMIC_RELAXED);
   w->status = to;
+}
+
+void state_live_counts(long out[WS_LIVE_N]) {
+  for (int s = 0; s < WS_LIVE_N; s++)
+    out[s] = __atomic_load_n(&g.live_by_status[s], __ATOMIC_RELAXED);
 }
 
 /* w's link at offset off (offsetof(struct lw, ...)). */

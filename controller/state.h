@@ -39,6 +39,9 @@ enum wstatus {
       WS_COUNT_
 };
 
+/* The live statuses come first: scheduling, starting, running. */
+#define WS_LIVE_N (WS_RUNNING + 1)
+
 /* "scheduling", ...; the names used in the API and in SQLite. */
 const char *ws_name(enum wstatus s);
 /* Parses a status name; returns 0 or MUSTER_E_INVALID. */
@@ -231,7 +234,10 @@ struct ctl {
    * not (a superset, so that a pass walks these only) */
   struct lw_list queue;
   int live_count;
-  int beating;       /* live workers starting or running: they heartbeat (atomic writes) */
+  int beating; /* live workers starting or running: they heartbeat (atomic writes) */
+  /* the live workers by status (atomic writes): what /metrics and the
+   * health call count, without reading every live row */
+  int live_by_status[WS_LIVE_N];
   uint64_t launches; /* launches since start, for launch ids */
   struct waiter *waiters;
   struct stream *streams;
@@ -270,6 +276,10 @@ struct ctl {
 };
 
 extern struct ctl g;
+
+/* The live workers by status (scheduling, starting, running), without the
+ * state lock: each count as it was a moment ago. */
+void state_live_counts(long out[WS_LIVE_N]);
 
 void state_lock(void);
 void state_unlock(void);

@@ -68,16 +68,28 @@ START_TEST(a_gang_of_3_one_core_workers_on_2_cores_is_refused_at_once) {
 }
 END_TEST
 
-START_TEST(a_waiting_workers_reason_says_1_core_not_1_cores) {
-  json_t *big, *blocked, *ans;
+/* Starts a controller of cores cores, and in it one worker that takes them
+ * all (returned once running) and one more of 1 core (*blocked), which
+ * waits for room. */
+static json_t *one_running_one_blocked(const char *cores, json_t **blocked) {
+  char body[80];
+  json_t *big;
 
   fresh();
   ctl.extra[0] = "--cpus";
-  ctl.extra[1] = "2";
+  ctl.extra[1] = cores;
   h_start(&ctl);
-  big = h_launch(&ctl, "{\"n\": 1, \"cpu\": 2}");
+  snprintf(body, sizeof(body), "{\"n\": 1, \"cpu\": %s, \"memory\": 0.01}", cores);
+  big = h_launch(&ctl, body);
   json_decref(h_await(&ctl, big, 0, 20));
-  blocked = h_launch(&ctl, "{\"n\": 1, \"cpu\": 1}");
+  *blocked = h_launch(&ctl, "{\"n\": 1, \"cpu\": 1, \"memory\": 0.01}");
+  return big;
+}
+
+START_TEST(a_waiting_workers_reason_says_1_core_not_1_cores) {
+  json_t *big, *blocked, *ans;
+
+  big = one_running_one_blocked("2", &blocked);
   /* Its reason is recorded by the scheduling pass after the launch. */
   {
     const char *id = h_str(json_array_get(blocked, 0), "id");
@@ -313,6 +325,65 @@ START_TEST(a_scheduling_pass_that_keeps_failing_leaves_the_api_answering) {
 END_TEST
 #endif
 
+/* The workers by status in /metrics and in /api/v1/health, which count
+ * the live ones in memory and the ended ones in the database. */
+static void assert_counts(long scheduling, long running, long stopped) {
+  static const char *const names[] = {"scheduling", "starting", "running",
+                                      "succeeded",  "failed",   "stopped"};
+  const long want[] = {scheduling, 0, running, 0, 0, stopped};
+  json_t *health = NULL, *counts;
+
+  ck_assert_int_eq(h_http(&ctl, "GET", "/api/v1/health", NULL, NULL, &health, NULL), 200);
+  counts = json_object_get(health, "workers");
+  for (int i = 0; i < 6; i++) {
+    char metric[64];
+
+    snprintf(metric, sizeof(metric), "muster_workers{status=\"%s\"}", names[i]);
+    ck_assert_msg(h_metric(&ctl, metric) == want[i], "%s is %.0f, not %ld", metric,
+                  h_metric(&ctl, metric), want[i]);
+    ck_assert_msg(json_integer_value(json_object_get(counts, names[i])) == want[i],
+                  "the health call counts %lld %s, not %ld",
+                  (long long)json_integer_value(json_object_get(counts, names[i])), names[i],
+                  want[i]);
+  }
+  json_decref(health);
+}
+
+START_TEST(the_worker_counts_follow_each_worker_and_a_restart) {
+  json_t *first, *second, *w;
+  char body[96];
+
+  first = one_running_one_blocked("1", &second);
+  /* (it waits for the first one's core, saying so) */
+  for (double t0 = h_now();; usleep(50 * 1000)) {
+    const char *why;
+
+    w = h_worker(&ctl, h_str(json_array_get(second, 0), "id"));
+    why = h_str(w, "waiting_for");
+    if (why && why[0]) {
+      json_decref(w);
+      break;
+    }
+    json_decref(w);
+    ck_assert_msg(h_now() - t0 < 30, "the second worker never said what it waits for");
+  }
+  assert_counts(1, 1, 0);
+  snprintf(body, sizeof(body), "{\"ids\": [\"%s\"]}", h_str(json_array_get(first, 0), "id"));
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", body, "", NULL, NULL), 200);
+  json_decref(h_await(&ctl, second, 0, 30));
+  assert_counts(0, 1, 1);
+  h_kill9(&ctl);
+  h_restart(&ctl);
+  assert_counts(0, 1, 1);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", "", NULL, NULL), 200);
+  json_decref(h_await(&ctl, second, 1, 30));
+  assert_counts(0, 0, 2);
+  json_decref(first);
+  json_decref(second);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("admission");
   TCase *tc = tcase_create("admission");
@@ -326,6 +397,7 @@ int main(void) {
   tcase_add_test(tc, a_restarts_launch_while_the_last_attempt_still_runs_is_accepted_then_runs);
 #ifdef MUSTER_FAULT_INJECTION
   tcase_add_test(tc, a_scheduling_pass_that_keeps_failing_leaves_the_api_answering);
+  tcase_add_test(tc, the_worker_counts_follow_each_worker_and_a_restart);
 #endif
   suite_add_tcase(s, tc);
   return check_run(s);

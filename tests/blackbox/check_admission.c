@@ -395,9 +395,9 @@ int main(void) {
   tcase_add_test(tc, a_gang_that_fits_the_host_exactly_is_accepted);
   tcase_add_test(tc, a_gang_over_the_hosts_memory_or_gpus_is_refused_naming_them);
   tcase_add_test(tc, a_restarts_launch_while_the_last_attempt_still_runs_is_accepted_then_runs);
+  tcase_add_test(tc, the_worker_counts_follow_each_worker_and_a_restart);
 #ifdef MUSTER_FAULT_INJECTION
   tcase_add_test(tc, a_scheduling_pass_that_keeps_failing_leaves_the_api_answering);
-  tcase_add_test(tc, the_worker_counts_follow_each_worker_and_a_restart);
 #endif
   suite_add_tcase(s, tc);
   return check_run(s);

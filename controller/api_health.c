@@ -148,7 +148,11 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
     /* Each metric's lines together, as Prometheus's text format wants. */
     struct user_rows ur = {NULL, 0};
 
-    if (db_users_usage_each(rd->db, user_usage_row, &ur) == 0) {
+    /* (the sums the live table keeps: no row is read) */
+    state_lock();
+    user_live_each_locked(user_usage_row, &ur);
+    state_unlock();
+    {
       static const char *const names[] = {"muster_user_cpu", "muster_user_memory_gib",
                                           "muster_user_gpus", "muster_user_workers"};
       static const char *const help[] = {

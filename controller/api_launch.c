@@ -376,7 +376,8 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
   }
   for (int k = 0; k < ngr; k++)
     for (long i = 0; i < grs[k].lr.n; i++)
-      if (lw_add_locked(grs[k].ids[i], grs[k].tokens[i], session, launch, &grs[k].req) != 0)
+      if (lw_add_locked(grs[k].ids[i], grs[k].tokens[i], session, launch, rq->who.name,
+                        &grs[k].req) != 0)
         LOG(LOG_ERROR, "out of memory tracking %s", grs[k].ids[i]);
   streams_wake_events_locked();
   state_kick_locked();

@@ -163,9 +163,10 @@ struct db_worker_info {
   char *backend_ref; /* NULL if none */
   char *script, *code, *command_json, *args_json, *env_json, *secret_env_json;
   char *name, *role;
-  char *cwd, *path;              /* NULL if the launch gave none */
-  char run[16];                  /* the run it belongs to ("" if none) */
-  int64_t heartbeat_interval_ms; /* the interval it was last told (0: none recorded) */
+  char *cwd, *path;                 /* NULL if the launch gave none */
+  char run[16];                     /* the run it belongs to ("" if none) */
+  int64_t heartbeat_interval_ms;    /* the interval it was last told (0: none recorded) */
+  char owner[SESSION_USER_MAX + 1]; /* the user who launched it ("": the bootstrap administrator) */
 };
 
 /* Fills *out for worker id. Returns 0, MUSTER_E_NOT_FOUND, or another error.

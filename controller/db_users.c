@@ -217,53 +217,6 @@ int db_user_live_workers(struct db *db, const char *name, long *n) {
   return rc == SQLITE_ROW ? 0 : MUSTER_E_DB;
 }
 
-/* The live workers' sums of one owner (name; NULL: the bootstrap
- * administrator's), or of every owner (each=1, fn per owner). */
-static int usage_query(struct db *db, const char *name, int each,
-                       void (*fn)(void *arg, const char *user, const struct user_usage *u),
-                       void *arg, struct user_usage *one) {
-  sqlite3_stmt *s =
-      prep(db, each ? "SELECT owner, sum(cpu), sum(memory), sum(nvidia_gpu), count(*) FROM workers "
-                      "INDEXED BY workers_owner_live "
-                      "WHERE status IN ('scheduling', 'starting', 'running') GROUP BY owner"
-                    : "SELECT owner, sum(cpu), sum(memory), sum(nvidia_gpu), count(*) FROM workers "
-                      "INDEXED BY workers_owner_live "
-                      "WHERE owner = ?1 AND status IN ('scheduling', 'starting', 'running')");
-  struct user_usage u;
-  char user[USER_NAME_MAX + 1];
-  int rc;
-
-  if (!s)
-    return MUSTER_E_DB;
-  if (!each)
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
-  if (one)
-    memset(one, 0, sizeof(*one));
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    db_copy_col(s, 0, user, sizeof(user));
-    u.cpu = sqlite3_column_double(s, 1);
-    u.memory = sqlite3_column_double(s, 2);
-    u.gpus = (long)sqlite3_column_int64(s, 3);
-    u.workers = (long)sqlite3_column_int64(s, 4);
-    if (one)
-      *one = u;
-    if (fn)
-      fn(arg, user[0] ? user : USER_BOOTSTRAP, &u);
-  }
-  sqlite3_finalize(s);
-  return rc == SQLITE_DONE ? 0 : MUSTER_E_DB;
-}
-
-int db_user_usage(struct db *db, const char *name, struct user_usage *out) {
-  return usage_query(db, name, 0, NULL, NULL, out);
-}
-
-int db_users_usage_each(struct db *db,
-                        void (*fn)(void *arg, const char *user, const struct user_usage *u),
-                        void *arg) {
-  return usage_query(db, NULL, 1, fn, arg, NULL);
-}
-
 int db_worker_session(struct db *db, const char *id, char *out, size_t size) {
   sqlite3_stmt *s = prep(db, "SELECT session FROM workers WHERE id = ?1");
   int rc;

@@ -260,6 +260,7 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   o->path = dup_col(s, 24);
   db_copy_col(s, 25, o->run, sizeof(o->run));
   o->heartbeat_interval_ms = sqlite3_column_int64(s, 26);
+  db_copy_col(s, 27, o->owner, sizeof(o->owner));
 }
 
 void db_worker_info_cleanup(struct db_worker_info *o) {

@@ -101,6 +101,7 @@ void state_cleanup(void) {
   memset(&g.queue, 0, sizeof(g.queue));
   g.live_count = g.beating = 0;
   memset(g.live_by_status, 0, sizeof(g.live_by_status));
+  user_live_free_locked();
   memset(g.hash, 0, sizeof(g.hash));
   free(g.pending);
   g.pending = NULL;

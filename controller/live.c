@@ -24,12 +24,17 @@ struct lw *lw_find_locked(const char *id) {
 }
 
 struct lw *lw_new_locked(const char *id, const char *token, const char *session, const char *launch,
-                         const struct backend_req *req) {
+                         const char *owner, const struct backend_req *req) {
   struct lw *w = calloc(1, sizeof(*w));
   unsigned h;
 
   if (!w)
     return NULL;
+  w->owner = user_live_add_locked(owner, req);
+  if (!w->owner) {
+    free(w);
+    return NULL;
+  }
   snprintf(w->id, sizeof(w->id), "%s", id);
   snprintf(w->token, sizeof(w->token), "%s", token);
   snprintf(w->session, sizeof(w->session), "%s", session);
@@ -54,9 +59,9 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
 }
 
 int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
-                  const struct backend_req *req) {
+                  const char *owner, const struct backend_req *req) {
   ASSERT_LOCKED();
-  return lw_new_locked(id, token, session, launch, req) ? 0 : MUSTER_E_NOMEM;
+  return lw_new_locked(id, token, session, launch, owner, req) ? 0 : MUSTER_E_NOMEM;
 }
 
 void lw_remove_locked(struct lw *w) {
@@ -77,6 +82,7 @@ void lw_remove_locked(struct lw *w) {
   __atomic_sub_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
   lw_set_status_locked(w, WS_SCHEDULING); /* (no longer counted as beating) */
   __atomic_sub_fetch(&g.live_by_status[WS_SCHEDULING], 1, __ATOMIC_RELAXED);
+  user_live_sub_locked(w->owner, &w->req);
   if (g.scan_next == w)
     g.scan_next = w->next;
   lw_clean_locked(w);

@@ -1,4 +1,5 @@
 /* quota.c: a launch against its user's limits (users.h). */
+#include "state.h"
 #include "users.h"
 
 #include "muster_errors.h"
@@ -28,10 +29,9 @@ int quota_check_locked(struct db *db, const char *name, double cpu, double memor
     snprintf(why, size, "there is no user %s any more", name);
     return MUSTER_E_UNAUTHORIZED; /* removed since its call began */
   }
-  if (!rc)
-    rc = db_user_usage(db, name, &used);
   if (rc)
     return rc;
+  user_live_get_locked(name, &used);
   if (over(name, u.max_cpu, used.cpu, cpu, "cores", "cpu", field, why, size) ||
       over(name, u.max_memory, used.memory, memory, "GiB of memory", "memory", field, why, size) ||
       over(name, (double)u.max_gpus, (double)used.gpus, (double)gpus, "GPUs", "nvidia_gpu", field,

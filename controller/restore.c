@@ -27,7 +27,7 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
 
   if (ws_parse(info->status, &st) != 0)
     return;
-  w = lw_new_locked(info->id, info->token, info->session, info->launch_id, &req);
+  w = lw_new_locked(info->id, info->token, info->session, info->launch_id, info->owner, &req);
   if (!w)
     return;
   lw_set_status_locked(w, st);

@@ -25,6 +25,7 @@
 #include "db.h"
 #include "muster_status.h"
 #include "session_name.h"
+#include "users.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -103,6 +104,14 @@ struct lw_list {
 
 /* A worker that is not yet terminal, as the controller keeps it in memory.
  * Terminal workers live only in SQLite. */
+/* What one user's live workers hold (user_live.c), kept as the live table
+ * changes: a launch's quota check and /metrics read no rows for it. */
+struct user_live {
+  char name[USER_NAME_MAX + 1]; /* "": the bootstrap administrator */
+  struct user_usage u;
+  struct user_live *next; /* in g.users_live, by name */
+};
+
 struct lw {
   char id[16];
   char token[72];
@@ -143,8 +152,9 @@ struct lw {
   /* starting, but a queueing backend says its new attempt waits in the
    * queue (after a restart): the start timeout waits too. */
   int queued;
-  struct lw *next, *prev; /* creation order */
-  struct lw *hnext;       /* hash chain */
+  struct user_live *owner; /* its user's sums, which count it */
+  struct lw *next, *prev;  /* creation order */
+  struct lw *hnext;        /* hash chain */
 };
 
 struct watch;
@@ -238,7 +248,8 @@ struct ctl {
   /* the live workers by status (atomic writes): what /metrics and the
    * health call count, without reading every live row */
   int live_by_status[WS_LIVE_N];
-  uint64_t launches; /* launches since start, for launch ids */
+  uint64_t launches;            /* launches since start, for launch ids */
+  struct user_live *users_live; /* each user who had a live worker since the start */
   struct waiter *waiters;
   struct stream *streams;
   struct stream *event_streams;
@@ -302,9 +313,17 @@ void state_cleanup(void);
 void state_kick_locked(void);
 
 struct lw *lw_find_locked(const char *id);
-/* Adds a new scheduling worker to the live table. */
+/* Adds a new scheduling worker of owner's ("": the bootstrap
+ * administrator's) to the live table. */
 int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
-                  const struct backend_req *req) __attribute__((warn_unused_result));
+                  const char *owner, const struct backend_req *req)
+    __attribute__((warn_unused_result));
+/* What name's live workers hold ("": the bootstrap administrator's). */
+void user_live_get_locked(const char *name, struct user_usage *out);
+/* Calls fn for each user who has live workers, by name (the bootstrap
+ * administrator first, as USER_BOOTSTRAP). */
+void user_live_each_locked(void (*fn)(void *arg, const char *user, const struct user_usage *u),
+                           void *arg);
 
 int sm_begin(void) __attribute__((warn_unused_result));
 /* Moves w to status to, setting f's columns, with an events row. Illegal

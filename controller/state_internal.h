@@ -46,7 +46,7 @@ static inline unsigned state_hash_id(const char *id) {
 /* Adds a new scheduling worker to the live table. Returns it (the table
  * owns it: lw_remove_locked() frees it), or NULL when out of memory. */
 struct lw *lw_new_locked(const char *id, const char *token, const char *session, const char *launch,
-                         const struct backend_req *req);
+                         const char *owner, const struct backend_req *req);
 /* Takes w out of the live table and frees it. */
 void lw_remove_locked(struct lw *w);
 /* Sets w's status, counting the workers that heartbeat (g.beating). */
@@ -55,6 +55,16 @@ void lw_set_status_locked(struct lw *w, enum wstatus to);
 void lw_clean_locked(struct lw *w);
 /* Takes w out of the start queue (g.queue), if it is listed. */
 void lw_unqueue_locked(struct lw *w);
+
+/* user_live.c */
+
+/* Counts req in owner's sums ("": the bootstrap administrator's). Returns
+ * the sums, or NULL when out of memory. */
+struct user_live *user_live_add_locked(const char *owner, const struct backend_req *req);
+/* Takes req out of ul's sums. */
+void user_live_sub_locked(struct user_live *ul, const struct backend_req *req);
+/* Frees every user's sums (at shutdown). */
+void user_live_free_locked(void);
 
 /* waiters.c */
 

@@ -79,18 +79,12 @@ int db_user_remove(struct db *db, const char *name) __attribute__((warn_unused_r
 /* Calls fn for every user, by name. */
 int db_user_each(struct db *db, void (*fn)(void *arg, const struct db_user *u), void *arg)
     __attribute__((warn_unused_result));
-/* What a user's live workers hold. */
+/* What a user's live workers hold (the state module keeps each user's:
+ * user_live_get_locked()). */
 struct user_usage {
   double cpu, memory; /* cores, GiB */
   long gpus, workers;
 };
-/* Of name's live workers; and of every user's (fn per user that has any,
- * the bootstrap administrator's as USER_BOOTSTRAP). */
-int db_user_usage(struct db *db, const char *name, struct user_usage *out)
-    __attribute__((warn_unused_result));
-int db_users_usage_each(struct db *db,
-                        void (*fn)(void *arg, const char *user, const struct user_usage *u),
-                        void *arg) __attribute__((warn_unused_result));
 /* Checks a launch of name's that asks for cpu cores, memory GiB, gpus and
  * workers against name's limits and what their live workers hold (quota.c;
  * under the state lock, with the admission). 0, MUSTER_E_INVALID with the

@@ -8,6 +8,7 @@
 #include "../check_run.h"
 
 #include <check.h>
+#include <math.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,6 +380,28 @@ START_TEST(a_launch_past_a_users_limits_is_refused_and_changes_nothing) {
   ck_assert_int_eq(st, 201);
   ck_assert(h_metric(&ctl, "muster_user_workers{user=\"lee\"}") == 3);
   ck_assert(h_metric(&ctl, "muster_user_cpu{user=\"lee\"}") > 0.99);
+  /* A controller killed and started again holds the same against lee:
+   * what each user holds is rebuilt with the live workers, owners and all. */
+  h_kill9(&ctl);
+  h_restart(&ctl);
+  ck_assert(h_metric(&ctl, "muster_user_workers{user=\"lee\"}") == 3);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 0.5}", token, &ans, NULL);
+  ck_assert_int_eq(st, 422);
+  ck_assert_str_eq(h_str(json_object_get(ans, "error"), "message"),
+                   "lee holds 1 of their 1 cores; this launch asks for 0.5 more");
+  json_decref(ans);
+  /* Their workers stopped and ended, lee holds nothing again: as much as
+   * the limits allow goes. */
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers/stop", "{}", token, NULL, NULL), 200);
+  for (double t0 = h_now();
+       h_metric(&ctl, "muster_workers{status=\"stopped\"}") < 3 && h_now() - t0 < 30;)
+    usleep(50 * 1000);
+  st = h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 3, \"cpu\": 0.3}", token, &ans, NULL);
+  ck_assert_msg(st == 201, "lee's launch within the limits answered %ld: %s", st,
+                h_str(json_object_get(ans, "error"), "message"));
+  json_decref(ans);
+  ck_assert(h_metric(&ctl, "muster_user_workers{user=\"lee\"}") == 3);
+  ck_assert(fabs(h_metric(&ctl, "muster_user_cpu{user=\"lee\"}") - 0.9) < 1e-9);
   /* the bootstrap administrator has no limits */
   ck_assert_int_eq(
       h_http(&ctl, "POST", "/api/v1/workers", "{\"n\": 1, \"cpu\": 2}", "", NULL, NULL), 201);

@@ -1,0 +1,80 @@
+/* user_live.c: what each user's live workers hold (g.users_live), kept as
+ * the live table (live.c) adds and removes workers, under the state lock.
+ * A launch's quota check and /metrics read these sums, not the workers'
+ * rows: among 100,000 live workers of one user, the rows took 12 ms to
+ * sum, under the state lock for a launch. Calls nothing of the state
+ * module. */
+#include "state_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct user_live *find(const char *name) {
+  for (struct user_live *ul = g.users_live; ul; ul = ul->next)
+    if (strcmp(ul->name, name) == 0)
+      return ul;
+  return NULL;
+}
+
+struct user_live *user_live_add_locked(const char *owner, const struct backend_req *req) {
+  struct user_live *ul, **pp;
+
+  ASSERT_LOCKED();
+  if (!owner)
+    owner = "";
+  ul = find(owner);
+  if (!ul) {
+    ul = calloc(1, sizeof(*ul));
+    if (!ul)
+      return NULL;
+    snprintf(ul->name, sizeof(ul->name), "%s", owner);
+    /* (kept by name: the bootstrap administrator, "", first) */
+    for (pp = &g.users_live; *pp && strcmp((*pp)->name, owner) < 0; pp = &(*pp)->next)
+      ;
+    ul->next = *pp;
+    *pp = ul;
+  }
+  ul->u.cpu += req->cpu;
+  ul->u.memory += req->memory;
+  ul->u.gpus += req->ngpu;
+  ul->u.workers++;
+  return ul;
+}
+
+void user_live_sub_locked(struct user_live *ul, const struct backend_req *req) {
+  ASSERT_LOCKED();
+  ul->u.workers--;
+  ul->u.gpus -= req->ngpu;
+  ul->u.cpu -= req->cpu;
+  ul->u.memory -= req->memory;
+  /* (sums of fractions added and taken away in another order need not
+   * come back to 0 exactly: with no worker left, they are 0) */
+  if (ul->u.workers <= 0)
+    ul->u = (struct user_usage){0, 0, 0, 0};
+}
+
+void user_live_get_locked(const char *name, struct user_usage *out) {
+  struct user_live *ul;
+
+  ASSERT_LOCKED();
+  ul = find(name ? name : "");
+  *out = ul ? ul->u : (struct user_usage){0, 0, 0, 0};
+}
+
+void user_live_each_locked(void (*fn)(void *arg, const char *user, const struct user_usage *u),
+                           void *arg) {
+  ASSERT_LOCKED();
+  for (struct user_live *ul = g.users_live; ul; ul = ul->next)
+    if (ul->u.workers > 0)
+      fn(arg, ul->name[0] ? ul->name : USER_BOOTSTRAP, &ul->u);
+}
+
+void user_live_free_locked(void) {
+  while (g.users_live) {
+    struct user_live *next = g.users_live->next;
+
+    free(g.users_live);
+    g.users_live = next;
+  }
+}

@@ -101,13 +101,18 @@ class Controller:
         """The pids of the controller's child processes (its workerds, which
         it adopts as a child subreaper, and its fork server)."""
         pids = []
+        read = 0
         for tid in os.listdir("/proc/%d/task" % self.proc.pid):
             try:
                 with open("/proc/%d/task/%s/children" % (self.proc.pid, tid)) as f:
                     pids += [int(p) for p in f.read().split()]
-            except OSError:
+                read += 1
+            except FileNotFoundError:
                 pass  # (a thread that has ended)
-        return pids
+        if not read:
+            raise RuntimeError("cannot read the controller's children from /proc (a kernel"
+                               " without CONFIG_PROC_CHILDREN?)")
+        return set(pids)
 
     def kill9(self):
         """Kills the controller at once (a crash), leaving its workers."""

@@ -621,6 +621,23 @@ undo:
   return -1;
 }
 
+/* 1 if dir/cgroup.procs lists a process, 0 if none (or no such cgroup). */
+static int holds_any(const char *dir) {
+  char path[PATH_MAX];
+  long pid;
+  int any;
+  FILE *f;
+
+  if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
+    return 1; /* (cannot tell: as if it held some) */
+  f = fopen(path, "re");
+  if (!f)
+    return 0;
+  any = fscanf(f, "%ld", &pid) == 1;
+  fclose(f);
+  return any;
+}
+
 /* Sends SIGKILL to every process listed in dir/cgroup.procs. Returns how
  * many were listed (-1: no such cgroup). */
 static int kill_listed(const char *dir) {
@@ -661,7 +678,7 @@ int cg_destroy(const char *name, int timeout_ms) {
       return 0;
     if (put(dir, "cgroup.kill", "1") != 0)
       (void)kill_listed(dir); /* before Linux 5.14 */
-  } else if (dir_with(C_FREEZER, name, fz, sizeof(fz)) == 0 && is_dir(fz) && kill_listed(fz) > 0) {
+  } else if (dir_with(C_FREEZER, name, fz, sizeof(fz)) == 0 && is_dir(fz) && holds_any(fz)) {
     /* Frozen, nothing in it can fork a process that the kill misses.
      * An empty one, the usual end (its workerd reaped), is not frozen:
      * nothing can join it by forking, and a freeze and thaw each switch

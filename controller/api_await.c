@@ -46,6 +46,12 @@ static void api_waiter_free(struct waiter *wt) {
   free(wt);
 }
 
+/* The answer of a woken await has gone out, or its connection ended. */
+static void await_answered(struct req *rq) {
+  (void)rq;
+  __atomic_sub_fetch(&g.awaits_answering, 1, __ATOMIC_RELAXED);
+}
+
 /* Finishes a resumed await: its waiter is ready. */
 static enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq) {
   struct waiter *wt = rq->waiter;
@@ -60,7 +66,7 @@ static enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq
   timed_out = wt->timed_out && wt->pending > 0;
   rq->waiter = NULL;
   rq->resume = NULL;
-  rq->release = NULL;
+  rq->release = await_answered; /* (called when the answer has gone out) */
   if (gone) {
     /* Nobody to answer: close the connection, which frees it. */
     api_waiter_free(wt);
@@ -82,6 +88,8 @@ static enum MHD_Result api_await_finish(struct MHD_Connection *c, struct req *rq
 static void await_release(struct req *rq) {
   if (rq->waiter) {
     state_lock();
+    if (rq->waiter->ready) /* (woken, its answer never built) */
+      __atomic_sub_fetch(&g.awaits_answering, 1, __ATOMIC_RELAXED);
     waiter_remove_locked(rq->waiter);
     state_unlock();
     api_waiter_free(rq->waiter);

@@ -276,7 +276,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "muster_heartbeat_interval_seconds %g\n",
           (double)hb_interval_now_ms() / 1000.0);
   fprintf(f,
-          "# HELP muster_await_waiting Suspended await calls.\n"
+          "# HELP muster_await_waiting Await calls parked, waiting for their workers.\n"
           "# TYPE muster_await_waiting gauge\nmuster_await_waiting %d\n",
           waiters);
   fprintf(f,

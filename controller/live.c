@@ -64,6 +64,10 @@ int lw_add_locked(const char *id, const char *token, const char *session, const 
   return lw_new_locked(id, token, session, launch, owner, req) ? 0 : MUSTER_E_NOMEM;
 }
 
+static int beats(enum wstatus s) {
+  return s == WS_STARTING || s == WS_RUNNING;
+}
+
 void lw_remove_locked(struct lw *w) {
   struct lw **pp = &g.hash[hash_id(w->id)];
 
@@ -80,8 +84,10 @@ void lw_remove_locked(struct lw *w) {
   else
     g.tail = w->prev;
   __atomic_sub_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
-  lw_set_status_locked(w, WS_SCHEDULING); /* (no longer counted as beating) */
-  __atomic_sub_fetch(&g.live_by_status[WS_SCHEDULING], 1, __ATOMIC_RELAXED);
+  if (beats(w->status)) /* (no longer counted as beating) */
+    __atomic_sub_fetch(&g.beating, 1, __ATOMIC_RELAXED);
+  if (w->status < WS_LIVE_N)
+    __atomic_sub_fetch(&g.live_by_status[w->status], 1, __ATOMIC_RELAXED);
   user_live_sub_locked(w->owner, &w->req);
   if (g.scan_next == w)
     g.scan_next = w->next;
@@ -92,12 +98,10 @@ void lw_remove_locked(struct lw *w) {
   free(w);
 }
 
-static int beats(enum wstatus s) {
-  return s == WS_STARTING || s == WS_RUNNING;
-}
-
-_Static_assert(WS_SCHEDULING == 0 && WS_STARTING == 1 && WS_RUNNING == 2 && WS_SUCCEEDED == 3,
-               "the live statuses come first (g.live_by_status)");
+_Static_assert(WS_SCHEDULING == 0 && WS_STARTING == 1 && WS_RUNNING == 2 && WS_SUCCEEDED == 3 &&
+                   WS_FAILED == 4 && WS_STOPPED == 5 && WS_COUNT_ == 6,
+               "the live statuses come first (g.live_by_status), and the ended ones are the three "
+               "that db_ended_counts() counts (ST_COUNTS)");
 
 void lw_set_status_locked(struct lw *w, enum wstatus to) {
   int d = beats(to) - beats(w->status);

@@ -563,8 +563,12 @@ int main(int argc, char **argv) {
     ;
   LOG(LOG_INFO, "signal %d: shutting down (workers keep running)", sig);
   state_begin_shutdown();
-  /* Give woken connections a moment to send their last answers. */
-  usleep(100 * 1000);
+  /* Give woken connections a moment to send their last answers: 100 ms,
+   * and up to 2 s while an await's answer has yet to go out. */
+  for (int waited = 0; waited < 100 || (waited < 2000 &&
+                                        __atomic_load_n(&g.awaits_answering, __ATOMIC_RELAXED) > 0);
+       waited += 10)
+    usleep(10 * 1000);
   state_stop_monitor();
   api_stop();
   state_cleanup();

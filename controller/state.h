@@ -102,16 +102,19 @@ struct lw_list {
   int n;
 };
 
-/* A worker that is not yet terminal, as the controller keeps it in memory.
- * Terminal workers live only in SQLite. */
 /* What one user's live workers hold (user_live.c), kept as the live table
  * changes: a launch's quota check and /metrics read no rows for it. */
 struct user_live {
   char name[USER_NAME_MAX + 1]; /* "": the bootstrap administrator */
-  struct user_usage u;
+  /* in millionths of a core and of a GiB: integers add and subtract
+   * exactly, in any order, however long the user keeps workers live */
+  long long cpu_micro, memory_micro;
+  long gpus, workers;
   struct user_live *next; /* in g.users_live, by name */
 };
 
+/* A worker that is not yet terminal, as the controller keeps it in memory.
+ * Terminal workers live only in SQLite. */
 struct lw {
   char id[16];
   char token[72];
@@ -251,6 +254,9 @@ struct ctl {
   uint64_t launches;            /* launches since start, for launch ids */
   struct user_live *users_live; /* each user who had a live worker since the start */
   struct waiter *waiters;
+  /* awaits woken whose answer has not yet gone out (atomic): a shutdown
+   * waits for them (a while) before it closes the connections */
+  int awaits_answering;
   struct stream *streams;
   struct stream *event_streams;
   struct watch *watch[4096]; /* by worker id: who waits on that worker */

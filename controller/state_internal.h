@@ -49,7 +49,8 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
                          const char *owner, const struct backend_req *req);
 /* Takes w out of the live table and frees it. */
 void lw_remove_locked(struct lw *w);
-/* Sets w's status, counting the workers that heartbeat (g.beating). */
+/* Sets w's status, counting the workers that heartbeat (g.beating) and
+ * the live workers by status (g.live_by_status). */
 void lw_set_status_locked(struct lw *w, enum wstatus to);
 /* Takes w out of g.dirty, if it is listed (its heartbeat is written). */
 void lw_clean_locked(struct lw *w);

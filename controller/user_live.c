@@ -2,13 +2,25 @@
  * the live table (live.c) adds and removes workers, under the state lock.
  * A launch's quota check and /metrics read these sums, not the workers'
  * rows: among 100,000 live workers of one user, the rows took 12 ms to
- * sum, under the state lock for a launch. Calls nothing of the state
- * module. */
+ * sum, under the state lock for a launch. Cores and memory are summed in
+ * millionths (the launch ranges' 0.01 is 10,000 of them), as integers,
+ * so that no rounding accumulates. Calls ctl.c (g, the lock's assertion). */
 #include "state_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* x (cores or GiB, within the launch ranges) in millionths. */
+static long long micro(double x) {
+  return llround(x * 1e6);
+}
+
+static struct user_usage usage_of(const struct user_live *ul) {
+  return (struct user_usage){(double)ul->cpu_micro / 1e6, (double)ul->memory_micro / 1e6, ul->gpus,
+                             ul->workers};
+}
 
 static struct user_live *find(const char *name) {
   for (struct user_live *ul = g.users_live; ul; ul = ul->next)
@@ -35,23 +47,19 @@ struct user_live *user_live_add_locked(const char *owner, const struct backend_r
     ul->next = *pp;
     *pp = ul;
   }
-  ul->u.cpu += req->cpu;
-  ul->u.memory += req->memory;
-  ul->u.gpus += req->ngpu;
-  ul->u.workers++;
+  ul->cpu_micro += micro(req->cpu);
+  ul->memory_micro += micro(req->memory);
+  ul->gpus += req->ngpu;
+  ul->workers++;
   return ul;
 }
 
 void user_live_sub_locked(struct user_live *ul, const struct backend_req *req) {
   ASSERT_LOCKED();
-  ul->u.workers--;
-  ul->u.gpus -= req->ngpu;
-  ul->u.cpu -= req->cpu;
-  ul->u.memory -= req->memory;
-  /* (sums of fractions added and taken away in another order need not
-   * come back to 0 exactly: with no worker left, they are 0) */
-  if (ul->u.workers <= 0)
-    ul->u = (struct user_usage){0, 0, 0, 0};
+  ul->workers--;
+  ul->gpus -= req->ngpu;
+  ul->cpu_micro -= micro(req->cpu);
+  ul->memory_micro -= micro(req->memory);
 }
 
 void user_live_get_locked(const char *name, struct user_usage *out) {
@@ -59,15 +67,18 @@ void user_live_get_locked(const char *name, struct user_usage *out) {
 
   ASSERT_LOCKED();
   ul = find(name ? name : "");
-  *out = ul ? ul->u : (struct user_usage){0, 0, 0, 0};
+  *out = ul ? usage_of(ul) : (struct user_usage){0, 0, 0, 0};
 }
 
 void user_live_each_locked(void (*fn)(void *arg, const char *user, const struct user_usage *u),
                            void *arg) {
   ASSERT_LOCKED();
   for (struct user_live *ul = g.users_live; ul; ul = ul->next)
-    if (ul->u.workers > 0)
-      fn(arg, ul->name[0] ? ul->name : USER_BOOTSTRAP, &ul->u);
+    if (ul->workers > 0) {
+      struct user_usage u = usage_of(ul);
+
+      fn(arg, ul->name[0] ? ul->name : USER_BOOTSTRAP, &u);
+    }
 }
 
 void user_live_free_locked(void) {

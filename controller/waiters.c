@@ -137,6 +137,7 @@ void waiter_wake_locked(struct waiter *wt) {
   if (wt->ready)
     return;
   wt->ready = 1;
+  __atomic_add_fetch(&g.awaits_answering, 1, __ATOMIC_RELAXED);
   /* Out of the index and the list at once: from here on only its
    * connection's thread touches it, and api_await_finish() builds the
    * answer without the state lock (which heartbeats keep busy). */

@@ -308,34 +308,43 @@ START_TEST(a_running_await_and_a_completion_await_on_one_worker_each_answer_at_t
 }
 END_TEST
 
-/* A controller told to stop answers a parked await at once, with 503 and
- * the sentence that says to await again after its restart; an await the
- * stop of its worker woke just before is answered as usual. */
-START_TEST(a_parked_await_is_answered_when_the_controller_shuts_down) {
+/* A controller told to stop answers every parked await at once, with 503
+ * and the sentence that says to await again after its restart; an await
+ * the stop of its worker woke just before is answered as usual. */
+START_TEST(parked_awaits_are_answered_when_the_controller_shuts_down) {
   json_t *workers;
-  struct req *parked, *woken;
-  const char *a, *b;
+  struct req *parked[3], *woken;
+  const char *last;
 
-  workers = start_with_running(2);
-  a = h_str(json_array_get(workers, 0), "id");
-  b = h_str(json_array_get(workers, 1), "id");
-  parked = park_await((const char *[]){a}, 1, 1, 60);
-  woken = park_await((const char *[]){b}, 1, 1, 60);
-  wait_metric("muster_await_waiting", 2, 30);
-  stop(b);
-  /* (woken, an await leaves the count before its answer is built) */
-  wait_metric("muster_await_waiting", 1, 30);
+  workers = start_with_running(4);
+  for (int i = 0; i < 3; i++)
+    parked[i] = park_await((const char *[]){h_str(json_array_get(workers, i), "id")}, 1, 1, 60);
+  last = h_str(json_array_get(workers, 3), "id");
+  woken = park_await((const char *[]){last}, 1, 1, 60);
+  wait_metric("muster_await_waiting", 4, 30);
+  stop(last);
+  wait_metric("muster_await_waiting", 3, 30);
   kill(ctl.pid, SIGTERM);
-  for (double t0 = h_now(); !(parked->done && woken->done) && h_now() - t0 < 30;)
+  for (double t0 = h_now(); h_now() - t0 < 30;) {
+    int all = woken->done;
+
+    for (int i = 0; i < 3; i++)
+      all = all && parked[i]->done;
+    if (all)
+      break;
     pump(50);
-  ck_assert_msg(parked->done, "the parked await was not answered within 30 s of the SIGTERM");
-  ck_assert_msg(parked->status == 503 && parked->body &&
-                    strstr(parked->body, "shutting down; await again after it restarts"),
-                "the parked await answered %ld: %s", parked->status,
-                parked->body ? parked->body : "");
+  }
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(parked[i]->done, "parked await %d was not answered within 30 s of the SIGTERM",
+                  i);
+    ck_assert_msg(parked[i]->status == 503 && parked[i]->body &&
+                      strstr(parked[i]->body, "shutting down; await again after it restarts"),
+                  "parked await %d answered %ld: %s", i, parked[i]->status,
+                  parked[i]->body ? parked[i]->body : "");
+    req_free(parked[i]);
+  }
   wait_done(woken, "the await the stop woke", 1);
   check_answer(woken, "the await the stop woke", 1, "stopped");
-  req_free(parked);
   req_free(woken);
   curl_multi_cleanup(multi);
   json_decref(workers);
@@ -351,7 +360,7 @@ int main(void) {
   tcase_add_test(tc, parked_awaits_answer_when_the_last_worker_they_name_ends_and_no_sooner);
   tcase_add_test(tc,
                  a_running_await_and_a_completion_await_on_one_worker_each_answer_at_their_status);
-  tcase_add_test(tc, a_parked_await_is_answered_when_the_controller_shuts_down);
+  tcase_add_test(tc, parked_awaits_are_answered_when_the_controller_shuts_down);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

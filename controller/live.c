@@ -15,6 +15,13 @@ static unsigned hash_id(const char *id) {
   return state_hash_id(id) % (sizeof(g.hash) / sizeof(g.hash[0]));
 }
 
+/* Adds d to the count of live workers of status s (none for an ended one,
+ * which the database counts). */
+static void count_live(enum wstatus s, int d) {
+  if (s < WS_LIVE_N)
+    __atomic_add_fetch(&g.live_by_status[s], d, __ATOMIC_RELAXED);
+}
+
 struct lw *lw_find_locked(const char *id) {
   ASSERT_LOCKED();
   for (struct lw *w = g.hash[hash_id(id)]; w; w = w->hnext)
@@ -41,7 +48,7 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
   snprintf(w->launch, sizeof(w->launch), "%s", launch ? launch : "");
   w->req = *req;
   w->status = WS_SCHEDULING; /* (not beating: g.beating stays) */
-  __atomic_add_fetch(&g.live_by_status[WS_SCHEDULING], 1, __ATOMIC_RELAXED);
+  count_live(WS_SCHEDULING, 1);
   w->since_ms = util_mono_ms();
   w->last_hb_ms = w->since_ms;
   h = hash_id(id);
@@ -86,8 +93,7 @@ void lw_remove_locked(struct lw *w) {
   __atomic_sub_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
   if (beats(w->status)) /* (no longer counted as beating) */
     __atomic_sub_fetch(&g.beating, 1, __ATOMIC_RELAXED);
-  if (w->status < WS_LIVE_N)
-    __atomic_sub_fetch(&g.live_by_status[w->status], 1, __ATOMIC_RELAXED);
+  count_live(w->status, -1);
   user_live_sub_locked(w->owner, &w->req);
   if (g.scan_next == w)
     g.scan_next = w->next;
@@ -110,10 +116,8 @@ void lw_set_status_locked(struct lw *w, enum wstatus to) {
     __atomic_add_fetch(&g.beating, d, __ATOMIC_RELAXED);
   /* (a worker that ended stays in the table, terminal, until its commit
    * drops it: it is counted by the database from then on) */
-  if (w->status < WS_LIVE_N)
-    __atomic_sub_fetch(&g.live_by_status[w->status], 1, __ATOMIC_RELAXED);
-  if (to < WS_LIVE_N)
-    __atomic_add_fetch(&g.live_by_status[to], 1, __ATOMIC_RELAXED);
+  count_live(w->status, -1);
+  count_live(to, 1);
   w->status = to;
 }
 

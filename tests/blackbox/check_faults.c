@@ -475,7 +475,9 @@ START_TEST(a_hung_adopted_worker_is_killed_when_it_fails) {
   ctl.extra[3] = "0.3";
   h_restart(&ctl);
   ck_assert_int_eq(kill(wd, SIGSTOP), 0);
-  w = h_wait_status(&ctl, id, "failed", 10);
+  /* (judged by 4 of the 2 s interval it was told before the restart: 8 s,
+   * more if the controller stalls meanwhile) */
+  w = h_wait_status(&ctl, id, "failed", 30);
   ck_assert_ptr_nonnull(strstr(h_str(w, "failure"), "heartbeat"));
   json_decref(w);
   /* Not our child any more (the test reaps it): gone means no such pid or a

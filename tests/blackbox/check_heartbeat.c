@@ -20,9 +20,10 @@
 static struct ctl_proc ctl;
 
 /* A controller whose intervals stretch early: 2 heartbeats a second, so
- * that n starting or running workers are told max(0.5 s, n / 2 s); cpus:
- * the local backend's cores (NULL: all). */
-static void start_with(const char *backend, const char *cpus) {
+ * that n starting or running workers are told max(0.5 s, n / 2 s); a
+ * worker is lost after timeout seconds without a word (or 4 of its
+ * intervals, if longer); cpus: the local backend's cores (NULL: all). */
+static void start_with(const char *backend, const char *cpus, const char *timeout) {
   memset(&ctl, 0, sizeof(ctl));
   ctl.extra[0] = "--backend";
   ctl.extra[1] = backend;
@@ -31,7 +32,7 @@ static void start_with(const char *backend, const char *cpus) {
   ctl.extra[4] = "--heartbeat-interval";
   ctl.extra[5] = "0.5";
   ctl.extra[6] = "--heartbeat-timeout";
-  ctl.extra[7] = "3";
+  ctl.extra[7] = timeout;
   ctl.extra[8] = "--start-timeout";
   ctl.extra[9] = "600";
   if (cpus) {
@@ -42,7 +43,7 @@ static void start_with(const char *backend, const char *cpus) {
 }
 
 static void start(const char *backend) {
-  start_with(backend, NULL);
+  start_with(backend, NULL, "3");
 }
 
 /* Launches n workers in session; returns their ids (new reference). */
@@ -145,7 +146,9 @@ START_TEST(the_interval_grows_and_shrinks_with_the_live_workers) {
   json_t *one, *more, *ans;
   const char *id;
 
-  start("external");
+  /* (the test speaks for its worker between launches that a loaded
+   * machine may take seconds over: it is about intervals, not losses) */
+  start_with("external", NULL, "60");
   one = launch_started(1, "one");
   id = h_str(json_array_get(one, 0), "id");
   ans = worker_call(id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
@@ -191,7 +194,7 @@ START_TEST(workers_waiting_for_room_do_not_stretch_the_interval) {
   json_t *ws, *ans;
   const char *id;
 
-  start_with("local", "1");
+  start_with("local", "1", "3");
   ws = h_launch(&ctl, "{\"n\": 10, \"cpu\": 1, \"memory\": 0.01}"); /* 1 runs, 9 wait */
   id = h_str(json_array_get(ws, 0), "id");
   json_decref(h_wait_status(&ctl, id, "running", 60));

@@ -1,8 +1,8 @@
 /* check_leases.c: black-box tests of sessions' leases as the union of
  * their holders' parts, and of runs bound to their holder: the real
- * muster-controller and muster-workerd, driven through the REST API. Every
- * ttl here is the shortest (3 s); each wait is bounded and names what it
- * waited for. */
+ * muster-controller and muster-workerd, driven through the REST API. The
+ * ttls under test are the shortest (3 s); each wait is bounded and names
+ * what it waited for. */
 #include "harness.h"
 
 #include "../check_run.h"
@@ -31,6 +31,11 @@ static long put(const char *session, const char *holder, int ttl, int stop_worke
            ttl, holder, stop_workers ? "true" : "false");
   return h_http(&ctl, "PUT", path, body, "", out, NULL);
 }
+
+/* A part taken for as long as a loaded machine may need to launch its
+ * session's worker: the test then renews it with the short ttl it is
+ * about (a 3 s part taken first could run out before the worker runs). */
+#define SETUP_TTL 600
 
 /* DELETE holder's part; returns the status, *out the answer. */
 static long give_back(const char *session, const char *holder, int stop_workers, json_t **out) {
@@ -159,10 +164,11 @@ START_TEST(a_short_holders_death_ends_its_run_within_its_own_ttl) {
 
   start();
   ck_assert_int_eq(put("long", "day-holder", 86400, 1, NULL), 201);
-  ck_assert_int_eq(put("long", "short-holder", 3, 1, NULL), 201);
+  ck_assert_int_eq(put("long", "short-holder", SETUP_TTL, 1, NULL), 201);
   rid = new_run("long", "short-holder");
   snprintf(run_id, sizeof(run_id), "%s", rid);
   id = running_worker("long", run_id);
+  ck_assert_int_eq(put("long", "short-holder", 3, 1, NULL), 200);
   t0 = h_now();
   /* short-holder never renews from here on. */
   run = wait_run_ended(run_id, 3 + 15);
@@ -186,9 +192,11 @@ START_TEST(the_workers_stop_with_the_last_holder_and_each_is_told) {
   const char *id;
 
   start();
-  ck_assert_int_eq(put("both", "first", 3, 1, NULL), 201);
-  ck_assert_int_eq(put("both", "second", 4, 1, NULL), 201);
+  ck_assert_int_eq(put("both", "first", SETUP_TTL, 1, NULL), 201);
+  ck_assert_int_eq(put("both", "second", SETUP_TTL, 1, NULL), 201);
   id = running_worker("both", NULL);
+  ck_assert_int_eq(put("both", "first", 3, 1, NULL), 200);
+  ck_assert_int_eq(put("both", "second", 4, 1, NULL), 200);
   w = h_wait_status(&ctl, id, "stopped", 4 + 15);
   ck_assert_str_eq(h_str(w, "failure"), "stopped: the session's lease expired");
   json_decref(w);
@@ -214,11 +222,12 @@ START_TEST(a_run_without_a_lease_ends_when_its_client_is_gone) {
   long st;
 
   start();
-  ck_assert_int_eq(put("free", "no-lease-run", 3, 0, &ans), 201);
+  ck_assert_int_eq(put("free", "no-lease-run", SETUP_TTL, 0, &ans), 201);
   ck_assert(json_is_false(json_object_get(ans, "stops_workers")));
   json_decref(ans);
   snprintf(run_id, sizeof(run_id), "%s", new_run("free", "no-lease-run"));
   id = running_worker("free", run_id);
+  ck_assert_int_eq(put("free", "no-lease-run", 3, 0, NULL), 200);
   run = wait_run_ended(run_id, 3 + 15);
   ck_assert_str_eq(h_str(run, "status"), "failed");
   ck_assert_ptr_nonnull(strstr(h_str(run, "failure"), "the client that ran it is gone"));

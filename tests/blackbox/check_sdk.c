@@ -85,10 +85,10 @@ START_TEST(await_running_then_completion) {
   /* Still running when the await for running answers, even where a
    * loaded machine makes one worker's start a second later than the
    * other's. */
-  o.code = "import time; time.sleep(3)";
+  o.code = "import time; time.sleep(10)";
   ck_assert_int_eq(muster_launch(cl, &o, &ws), 0);
   ids_of(&ws, ids);
-  ck_assert_int_eq(muster_await(cl, ids, 2, 0, 20, &r), 0);
+  ck_assert_int_eq(muster_await(cl, ids, 2, 0, 60, &r), 0);
   ck_assert_int_eq(r.timed_out, 0);
   ck_assert_msg(r.failures.count == 0, "a worker failed (status %d): %s",
                 r.failures.count ? (int)r.failures.items[0].status : -1,
@@ -106,7 +106,7 @@ START_TEST(await_running_then_completion) {
   o.code = "import sys; sys.exit(3)";
   ck_assert_int_eq(muster_launch(cl, &o, &bad), 0);
   ids[2] = bad.items[0].id;
-  ck_assert_int_eq(muster_await(cl, ids, 3, 1, 20, &r), 0);
+  ck_assert_int_eq(muster_await(cl, ids, 3, 1, 60, &r), 0);
   ck_assert_int_eq(r.workers.count, 2);
   ck_assert_int_eq(r.failures.count, 1);
   ck_assert(r.failures.items[0].status == MUSTER_FAILED);
@@ -727,7 +727,7 @@ int main(void) {
   Suite *s = suite_create("sdk");
   TCase *tc = tcase_create("libmuster");
 
-  tcase_set_timeout(tc, 60);
+  tcase_set_timeout(tc, 180);
   tcase_add_test(tc, launch_returns_typed_workers);
   tcase_add_test(tc, await_running_then_completion);
   tcase_add_test(tc, a_failed_workers_failure_ends_with_its_stderrs_last_lines);

@@ -103,7 +103,7 @@ start_controller() {
   CTL_PID=$!
   CTL_PIDS+=("$CTL_PID")
   CTL_DIRS+=("$dir/state")
-  for i in $(seq 1 100); do # 10 s at most
+  for i in $(seq 1 300); do # 30 s at most
     kill -0 "$CTL_PID" 2>/dev/null || break
     if [ -s "$dir/state/url" ] && [ -s "$dir/state/token" ] &&
       curl -sf -m 1 "$(cat "$dir/state/url")/api/v1/health" >/dev/null 2>&1; then
@@ -557,17 +557,21 @@ check "  ... and still prints each worker running, exit 0" eval '[ $prog_ok = 1 
 # the progress line must not hold the answer back (its event stream is
 # cancelled, not waited out). The reference is the same await under script(1)
 # with stderr not a terminal, measured in the same loop, so that a loaded
-# machine slows both.
-worst=0 ref=0
+# machine slows both; the medians of 3 are compared, so that one run the
+# machine stalled decides nothing, while a line that holds every answer back
+# still shows.
+tty_ms=() ref_ms=() tty_rc=0
 for i in 1 2 3; do
   run 20 script -qec "env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST' '$MUSTER' await --running --timeout 15 $PIDS2" /dev/null
-  [ $MS -gt $worst ] && worst=$MS
-  [ $RC = 0 ] || worst=99999
+  [ $RC = 0 ] || tty_rc=$RC
+  tty_ms+=("$MS")
   run 20 script -qec "env -u MUSTER_URL -u MUSTER_TOKEN MUSTER_STATE_DIR='$ST' '$MUSTER' await --running --timeout 15 $PIDS2 2>/dev/null" /dev/null
-  [ $MS -gt $ref ] && ref=$MS
+  ref_ms+=("$MS")
 done
-check "await on a terminal, workers already running: answers as promptly as without one (slowest of 3: ${worst} ms; without a terminal ${ref} ms)" \
-  eval '[ $worst -lt $((ref + 3000)) ]'
+median() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
+tty_med=$(median "${tty_ms[@]}") ref_med=$(median "${ref_ms[@]}")
+check "await on a terminal, workers already running: answers as promptly as without one (median of 3: ${tty_med} ms of ${tty_ms[*]}; without a terminal ${ref_med} ms of ${ref_ms[*]}; exit status ${tty_rc})" \
+  eval '[ $tty_rc = 0 ] && [ $tty_med -lt $((ref_med + 3000)) ]'
 m await --running --timeout 15 $PIDS2
 check "await without a terminal draws no progress line" \
   eval '[ $RC = 0 ] && [[ $ERR != *"2/2"* && $ERR != *"$CR"* && $OUT != *"$CR"* ]]'

@@ -191,13 +191,28 @@ class Waiting(MusterTestCase):
     def test_on_a_terminal_the_wait_redraws_one_line_and_in_a_pipe_says_nothing(self):
         master, slave = pty.openpty()
         self.addCleanup(os.close, master)
-        p, ids, c = self.kernel("progress-tty", "import time; time.sleep(5)", stderr=slave)
+        # Workers that run until they are stopped: however late the second
+        # one starts, both run at once; they are stopped once the line said so.
+        p, ids, c = self.kernel("progress-tty", "import time; time.sleep(600)", stderr=slave)
         os.close(slave)
+        seen = b""
+        deadline = time.monotonic() + 60
+        while b"2 running of 2 workers" not in seen and time.monotonic() < deadline:
+            if not select.select([master], [], [], 1)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child's end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        self.assertIn(b"2 running of 2 workers", seen, "in 60 s")
+        _note(c.stop_workers(*ids))
         self.assertTrue(_readline(p).startswith("returned "))
         p.stdin.write("\n")
         p.stdin.flush()
         self.assertEqual(p.wait(timeout=30), 0)
-        seen = b""
         while select.select([master], [], [], 5)[0]:
             try:
                 chunk = os.read(master, 65536)
@@ -212,7 +227,7 @@ class Waiting(MusterTestCase):
         self.assertGreaterEqual(text.count("\r\x1b[K"), 2, text)
         self.assertEqual(text.replace("\r\n", "\n").count("\n"), 1, text)
         last = text.rsplit("\r\x1b[K", 1)[1]
-        self.assertRegex(last, r"^await_workers: 2 succeeded of 2 workers; done\r?\n$")
+        self.assertRegex(last, r"^await_workers: 2 stopped of 2 workers; done\r?\n$")
         self.assertIn("2 running of 2 workers", text)
 
         p2, _, _ = self.kernel("progress-pipe", "print('hi')")

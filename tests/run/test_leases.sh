@@ -64,7 +64,7 @@ start_controller() {  # with MUSTER_FAULT=$ctl_fault, if set
   MUSTER_FAULT=${ctl_fault:-} "$build/muster-controller" --listen "127.0.0.1:$port" --network host --state-dir "$tmp/state" --cpus 8 \
     --heartbeat-interval 0.5 >> "$tmp/controller.log" 2>&1 &
   ctl_pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$port/api/v1/health" > /dev/null 2>&1 && return 0
     sleep 0.1
   done
@@ -150,9 +150,10 @@ check "an ended run cannot change, even by SQL" \
 # --- two holders of one session's lease: each renews its own part with its
 # own ttl; a renewal that comes after the holder's part ran out says so
 # (201, not 200), and whether the session's workers were stopped then
-expect "a first holder's part" 201 '"previous":"none"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30, "holder": "long"}'
-expect "a renewal" 200 '"holder":"long"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 30, "holder": "long"}'
+expect "a first holder's part" 201 '"previous":"none"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 120, "holder": "long"}'
+expect "a renewal" 200 '"holder":"long"' PUT /api/v1/sessions/two/lease '{"ttl_seconds": 120, "holder": "long"}'
 two=$(call POST /api/v1/workers '{"n": 1, "cpu": 0.1, "session": "two"}' | grep -o 'w-[a-z0-9]\{10\}' | head -1)
+wait_statuses two 60 running || echo "# gave up after 60 s waiting for session two's worker to be running ($(statuses two))"
 expect "a second holder's shorter part" 201 '"holder":"short"' PUT /api/v1/sessions/two/lease "{\"ttl_seconds\": $TTL, \"holder\": \"short\"}"
 expect "a lease bound to expire" 201 '"session":"short"' PUT /api/v1/sessions/short/lease "{\"ttl_seconds\": $TTL}"
 wait_for $((TTL + 10)) "the lease of session short to run out" no_lease short

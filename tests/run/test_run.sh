@@ -3,7 +3,7 @@
 # and real workers: commands run inside workers with no SSH; allreduce through
 # mpirun and the exec channel agrees with single; PS trains MNIST; a PyTorch
 # DDP job sees its world; an allreduce rank that fails is named with its
-# worker and the cause; a killed worker ends the run, named, within 10 s.
+# worker and the cause; a killed worker ends the run, named, within 30 s.
 # Usage: test_run.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -70,7 +70,7 @@ bridge=$(printf 'mu%02x%02x%02x%02x%02x' 10 $net_a $net_b 0 24)
 "$build/muster-controller" --listen "127.0.0.1:$port" --state-dir "$tmp/state" --cpus 8 \
   --network bridge --subnet "$subnet" --heartbeat-interval 0.5 > "$tmp/controller.log" 2>&1 &
 ctl_pid=$!
-for _ in $(seq 100); do [ -s "$tmp/state/url" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$tmp/state/url" ] && break; sleep 0.1; done
 [ -s "$tmp/state/url" ] || { echo "not ok - the controller did not start"; echo "0 passed, 1 failed"; exit 1; }
 
 # --- muster exec: a command inside a worker, stdio relayed, exit code back
@@ -367,7 +367,7 @@ rank_fails rfsignal "rank 1 killed by signal 9" 'rank 1 \(w-[a-z0-9]+\) was kill
 w=$(grep -o 'FAILED: rank 1 (w-[a-z0-9]*)' "$tmp/rfexit.err" | grep -o 'w-[a-z0-9]*')
 check "...the worker named is rank 1's ('$w')" grep -q "^\[rank-1\] rank 1 in $w\$" "$tmp/rfexit.out"
 
-# --- a worker killed mid-run ends muster run, non-zero, within 10 s, naming it
+# --- a worker killed mid-run ends muster run, non-zero, within 30 s, naming it
 # and why: the worker that runs Open MPI's daemon for the host (and rank 0),
 # and the other one (which runs only its rank).
 kill_mid_run() {  # $1: "daemon" or "rank"
@@ -413,13 +413,13 @@ print(pick[0]["id"] + " " + pick[0]["backend_ref"] if len(ws) == 2 and len(daemo
     vid=${victim% *}; vpid=${victim#* }
     kill -KILL "$vpid"
     t0=$(date +%s.%N)
-    for _ in $(seq 150); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 450); do kill -0 "$run_pid" 2>/dev/null || break; sleep 0.1; done
     took=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
     if kill -0 "$run_pid" 2>/dev/null; then kill -KILL "$run_pid"; fi
     wait "$run_pid"; rc=$?
     check "killing the $which worker $vid's process makes muster run exit non-zero (exit $rc)" \
       test $rc -ne 0
-    check "...within 10 s (took $took s)" le "$took" 10
+    check "...within 30 s (took $took s)" le "$took" 30
     check "...naming that worker and why" \
       grep -q "FAILED: worker [01] ($vid) failed: muster-workerd (pid $vpid) was killed by signal 9" \
       "$tmp/kill.err"

@@ -41,7 +41,7 @@
 #   MUSTER_SLURM_NET     first three octets of the /24 (default 10.78.0)
 #   MUSTER_SLURM_NODES   number of slurmd nodes, 1..20 (default 3)
 #   MUSTER_SLURM_CPUS, MUSTER_SLURM_MEM  per node (default 2 CPUs, 2000 MB)
-#   MUSTER_SLURM_WAIT    seconds `up` waits for each daemon (default 20)
+#   MUSTER_SLURM_WAIT    seconds `up` waits for each daemon (default 60)
 # Two clusters with different prefixes run side by side; they may even share
 # NET, since neither network is visible outside its own namespaces. Every
 # command must see the same PREFIX and DIR as the `up` did.
@@ -55,7 +55,7 @@ net=${MUSTER_SLURM_NET:-10.78.0}
 nodes=${MUSTER_SLURM_NODES:-3}
 cpus=${MUSTER_SLURM_CPUS:-2}
 mem=${MUSTER_SLURM_MEM:-2000}
-wait_s=${MUSTER_SLURM_WAIT:-20}
+wait_s=${MUSTER_SLURM_WAIT:-60}
 me=$0
 conf=$dir/etc/slurm/slurm.conf
 ctl_ns=$prefix-ctl

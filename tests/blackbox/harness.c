@@ -1,5 +1,6 @@
 /* harness.c: see harness.h. */
 #include "harness.h"
+#include "harness_cleanup.h"
 
 #include "netlink.h"
 #include "subnet.h"
@@ -25,9 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CTLS 4
-static struct ctl_proc *live[MAX_CTLS];
-static int atexit_set;
+static int started_once;
 
 double h_now(void) {
   struct timespec ts;
@@ -135,40 +134,6 @@ void h_shared_dir_remove(const char *dir) {
   rmdir(dir);
 }
 
-/* Kills the worker processes of c: the test started them, through its
- * controller, so the test ends them. The pid each workerd registered is in
- * the database; a workerd that never registered is found through the local
- * backend's reference ("PID:START"), when the worker has one. */
-static void kill_workers(struct ctl_proc *c) {
-  char path[160];
-  sqlite3 *db = NULL;
-  sqlite3_stmt *st = NULL;
-
-  /* The controller may be down: read the pids from its database. */
-  snprintf(path, sizeof(path), "%s/muster.db", c->dir);
-  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, "SELECT pid, backend_ref FROM workers", -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const char *ref = (const char *)sqlite3_column_text(st, 1);
-      long pids[2] = {sqlite3_column_int64(st, 0), 0};
-      char *end;
-
-      if (ref && strchr(ref, ':') && strncmp(ref, "local:", 6) != 0) {
-        pids[1] = strtol(ref, &end, 10);
-        if (*end != ':')
-          pids[1] = 0;
-      }
-      for (int i = 0; i < 2; i++)
-        if (pids[i] > 1) {
-          kill(-(pid_t)pids[i], SIGKILL);
-          kill((pid_t)pids[i], SIGKILL);
-        }
-    }
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-}
-
 long h_workerd_pid(struct ctl_proc *c, const char *id) {
   char path[160];
   sqlite3 *db = NULL;
@@ -194,6 +159,7 @@ int h_wait_exit(struct ctl_proc *c, double timeout_s) {
   while (h_now() < until) {
     if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
       c->pid = 0;
+      hc_started(c);
       return 1;
     }
     usleep(10 * 1000);
@@ -220,121 +186,12 @@ double h_metric(struct ctl_proc *c, const char *name) {
   return v;
 }
 
-static void stop_controller(struct ctl_proc *c, int sig) {
-  if (c->pid <= 0)
-    return;
-  kill(c->pid, sig);
-  for (int i = 0; i < 100; i++) {
-    if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
-      c->pid = 0;
-      return;
-    }
-    usleep(50 * 1000);
-  }
-  kill(c->pid, SIGKILL);
-  waitpid(c->pid, NULL, 0);
-  c->pid = 0;
-}
-
-/* Reaps the workers this process adopted as subreaper (their controller
- * was killed), so that no zombie outlives the test. */
-static void reap_adopted(void) {
-  while (waitpid(-1, NULL, WNOHANG) > 0)
-    ;
-}
-
-/* Removes the cgroups the controller made (their base directories are
- * listed in STATE/cgroups), killing whatever is still in them: workers
- * outlive their controller, so its exit leaves theirs. */
-static void remove_cgroups(struct ctl_proc *c) {
-  char path[200], base[600];
-  FILE *f;
-
-  snprintf(path, sizeof(path), "%s/cgroups", c->dir);
-  f = fopen(path, "r");
-  if (!f)
-    return;
-  while (fgets(base, sizeof(base), f)) {
-    struct dirent *e;
-    DIR *d;
-
-    base[strcspn(base, "\n")] = '\0';
-    if (!base[0] || !(d = opendir(base)))
-      continue;
-    while ((e = readdir(d)) != NULL) {
-      char dir[900], procs[920];
-      long pid;
-      FILE *p;
-
-      if (e->d_type != DT_DIR || e->d_name[0] == '.')
-        continue;
-      snprintf(dir, sizeof(dir), "%s/%s", base, e->d_name);
-      snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-      for (int tries = 0; tries < 50 && rmdir(dir) != 0 && errno == EBUSY; tries++) {
-        if ((p = fopen(procs, "r")) != NULL) {
-          while (fscanf(p, "%ld", &pid) == 1)
-            if (pid > 1)
-              kill((pid_t)pid, SIGKILL);
-          fclose(p);
-        }
-        usleep(20 * 1000);
-      }
-    }
-    closedir(d);
-    if (rmdir(base) != 0 && errno != ENOENT)
-      fprintf(stderr, "could not remove the cgroup %s: %s\n", base, strerror(errno));
-  }
-  fclose(f);
-}
-
-static void cleanup_all(void) {
-  struct ctl_proc *was[MAX_CTLS] = {0};
-
-  for (int i = 0; i < MAX_CTLS; i++)
-    if (live[i]) {
-      stop_controller(live[i], SIGTERM);
-      kill_workers(live[i]);
-      was[i] = live[i];
-      live[i] = NULL;
-    }
-  usleep(100 * 1000);
-  reap_adopted();
-  /* (a test that failed half-way leaves its workers' cgroups too) */
-  for (int i = 0; i < MAX_CTLS; i++)
-    if (was[i]) {
-      remove_cgroups(was[i]);
-      h_bridge_remove(was[i]);
-    }
-}
-
 void h_subnet(int port, char *buf, size_t len) {
   int b = 128 + ((port >> 8) & 127);
 
   /* (never in 10.213.0.0/16: a controller on the default bridge may be
    * running, scripts/run.sh's) */
   snprintf(buf, len, "10.%d.%d.0/24", b == 213 ? 127 : b, port & 255);
-}
-
-void h_bridge_remove(struct ctl_proc *c) {
-  struct subnet sn;
-  char name[16], err[200];
-  int fd, idx;
-
-  if (!c->subnet[0] || subnet_parse(c->subnet, &sn, err, sizeof(err)) != 0)
-    return;
-  subnet_bridge_name(&sn, name, sizeof(name));
-  fd = nl_open();
-  if (fd < 0)
-    return;
-  idx = nl_link_index(fd, name);
-  if (idx > 0 && nl_link_del(fd, idx) != 0)
-    fprintf(stderr, "could not remove bridge %s\n", name);
-  close(fd);
-  {
-    char lock[64];
-    snprintf(lock, sizeof(lock), "/run/muster/%s.lock", name);
-    unlink(lock); /* (the controller's, which held it, is gone) */
-  }
 }
 
 static void spawn(struct ctl_proc *c) {
@@ -445,12 +302,9 @@ static void read_token(struct ctl_proc *c) {
 void h_start(struct ctl_proc *c) {
   struct timespec since;
 
-  if (!atexit_set) {
-    /* Workers orphaned by a killed controller become our children, not
-     * init's, and we reap them. */
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    atexit(cleanup_all);
-    atexit_set = 1;
+  if (!started_once) {
+    hc_init();
+    started_once = 1;
     curl_global_init(CURL_GLOBAL_DEFAULT);
   }
   if (!c->dir[0]) {
@@ -478,13 +332,9 @@ void h_start(struct ctl_proc *c) {
   snprintf(c->work, sizeof(c->work), "%s.work", c->dir);
   if (mkdir(c->work, 0777) == 0 || errno == EEXIST)
     ck_assert_int_eq(chmod(c->work, 0777), 0);
-  for (int i = 0; i < MAX_CTLS; i++)
-    if (!live[i] || live[i] == c) {
-      live[i] = c;
-      break;
-    }
   clock_gettime(CLOCK_REALTIME, &since);
   spawn(c);
+  hc_started(c);
   wait_ready(c, since);
   read_token(c);
 }
@@ -494,6 +344,7 @@ void h_restart(struct ctl_proc *c) {
 
   clock_gettime(CLOCK_REALTIME, &since);
   spawn(c);
+  hc_started(c);
   wait_ready(c, since);
 }
 
@@ -501,6 +352,7 @@ void h_kill9(struct ctl_proc *c) {
   kill(c->pid, SIGKILL);
   waitpid(c->pid, NULL, 0);
   c->pid = 0;
+  hc_started(c);
 }
 
 /* Fails the test if a sanitizer reported anything in the controller's or a
@@ -525,25 +377,8 @@ static void assert_no_sanitizer_reports(struct ctl_proc *c) {
 void h_finish(struct ctl_proc *c) {
   char cmd[700];
 
-  /* The controller first: once it is gone it starts nothing more, so the
-   * database names every worker process there is to end. */
-  stop_controller(c, SIGTERM);
-  kill_workers(c);
-  for (int i = 0; i < MAX_CTLS; i++)
-    if (live[i] == c)
-      live[i] = NULL;
-  usleep(100 * 1000);
-  reap_adopted();
-  remove_cgroups(c);
-  h_bridge_remove(c);
+  hc_end(c);
   assert_no_sanitizer_reports(c);
-  /* The sessions' /tmp overlays its killed workerds left mounted (a
-   * controller's next start would sweep them). */
-  snprintf(cmd, sizeof(cmd),
-           "for m in %s/scratch/*/merged; do mountpoint -q \"$m\" && umount -l \"$m\"; done; true",
-           c->dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not unmount the overlays in %s/scratch\n", c->dir);
   /* (DIR-slurm: a root slurm controller's job output, beside its state) */
   snprintf(cmd, sizeof(cmd), "rm -rf %s %s-slurm %s-slurm-users %s.tls %s %s", c->dir, c->dir,
            c->dir, c->dir, c->log, c->work);

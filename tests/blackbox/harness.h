@@ -2,7 +2,8 @@
  * harness.h: black-box test helpers. They start the real muster-controller
  * (and through it real muster-workerd processes) on a free loopback port,
  * talk to it over HTTP with libcurl, and clean up only what they started,
- * by pid, even when an assertion fails (an atexit handler).
+ * by pid, even when an assertion fails or Check's timeout kills the test
+ * (harness_cleanup.h).
  */
 #ifndef MUSTER_HARNESS_H
 #define MUSTER_HARNESS_H

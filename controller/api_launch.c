@@ -245,7 +245,8 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
   char msg[640], master_ip[64], stored[SESSION_STORED_MAX];
   json_t *body, *out = NULL;
   enum MHD_Result ret = MHD_NO;
-  long total = 0;
+  struct lw **held = NULL; /* the live table's entries, reserved before the commit */
+  long total = 0, nheld = 0;
   int rc, ngr = 0;
 
   memset(grs, 0, sizeof(grs));
@@ -305,6 +306,21 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
                               : api_respond_error(c, rc, field, "%s", msg);
       goto out;
     }
+  }
+  /* Every worker's entry in the live table is allocated before its row
+   * is stored: once the rows are committed, nothing may fail, or they
+   * would stay `scheduling` with nothing in memory to start them. */
+  for (int k = 0; k < ngr; k++)
+    total += grs[k].lr.n;
+  held = calloc((size_t)total, sizeof(*held));
+  for (nheld = 0; held && nheld < total; nheld++)
+    if (!(held[nheld] = lw_reserve_locked(rq->who.name)))
+      break;
+  if (nheld < total) {
+    state_unlock();
+    ret = api_respond_error(c, MUSTER_E_NOMEM, NULL,
+                            "the controller is out of memory; nothing was launched");
+    goto out;
   }
   rc = db_begin(g.db);
   if (!rc)
@@ -374,11 +390,10 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
                             "the launch could not be stored; nothing was launched");
     goto out;
   }
-  for (int k = 0; k < ngr; k++)
+  nheld = 0; /* (each one the table's now) */
+  for (int k = 0, at = 0; k < ngr; k++)
     for (long i = 0; i < grs[k].lr.n; i++)
-      if (lw_add_locked(grs[k].ids[i], grs[k].tokens[i], session, launch, rq->who.name,
-                        &grs[k].req) != 0)
-        LOG(LOG_ERROR, "out of memory tracking %s", grs[k].ids[i]);
+      lw_link_locked(held[at++], grs[k].ids[i], grs[k].tokens[i], session, launch, &grs[k].req);
   streams_wake_events_locked();
   state_kick_locked();
   state_unlock();
@@ -390,13 +405,14 @@ static enum MHD_Result api_launch(struct MHD_Connection *c, struct req *rq, cons
         json_array_append_new(out, db_worker_json(r->db, grs[k].ids[i]));
     api_reader_put(r);
   }
-  for (int k = 0; k < ngr; k++)
-    total += grs[k].lr.n;
   LOG(LOG_INFO, "launched %ld worker(s)%s in session %s", total, ngr > 1 ? " in groups" : "",
       session);
   ret = api_respond_json(c, MHD_HTTP_CREATED, json_pack("{s:o}", "workers", out));
 
 out:
+  for (long i = 0; i < nheld; i++)
+    lw_unreserve(held[i]);
+  free(held);
   json_decref(body);
   for (int k = 0; k < ngr; k++)
     group_cleanup(&grs[k]);

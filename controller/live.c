@@ -3,6 +3,7 @@
  * state_internal.h. */
 #include "state_internal.h"
 
+#include "fault.h"
 #include "muster_errors.h"
 #include "util.h"
 
@@ -30,18 +31,30 @@ struct lw *lw_find_locked(const char *id) {
   return NULL;
 }
 
-struct lw *lw_new_locked(const char *id, const char *token, const char *session, const char *launch,
-                         const char *owner, const struct backend_req *req) {
-  struct lw *w = calloc(1, sizeof(*w));
-  unsigned h;
+struct lw *lw_reserve_locked(const char *owner) {
+  struct lw *w;
 
-  if (!w)
+  ASSERT_LOCKED();
+  if (FAULT_FAILS("lw_reserve_nomem") || !(w = calloc(1, sizeof(*w))))
     return NULL;
-  w->owner = user_live_add_locked(owner, req);
+  w->owner = user_live_of_locked(owner);
   if (!w->owner) {
     free(w);
     return NULL;
   }
+  return w;
+}
+
+void lw_unreserve(struct lw *w) {
+  free(w);
+}
+
+void lw_link_locked(struct lw *w, const char *id, const char *token, const char *session,
+                    const char *launch, const struct backend_req *req) {
+  unsigned h;
+
+  ASSERT_LOCKED();
+  user_live_add_locked(w->owner, req);
   snprintf(w->id, sizeof(w->id), "%s", id);
   snprintf(w->token, sizeof(w->token), "%s", token);
   snprintf(w->session, sizeof(w->session), "%s", session);
@@ -62,13 +75,15 @@ struct lw *lw_new_locked(const char *id, const char *token, const char *session,
   g.tail = w;
   __atomic_add_fetch(&g.live_count, 1, __ATOMIC_RELAXED);
   lw_queue_locked(w);
-  return w;
 }
 
-int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
-                  const char *owner, const struct backend_req *req) {
-  ASSERT_LOCKED();
-  return lw_new_locked(id, token, session, launch, owner, req) ? 0 : MUSTER_E_NOMEM;
+struct lw *lw_new_locked(const char *id, const char *token, const char *session, const char *launch,
+                         const char *owner, const struct backend_req *req) {
+  struct lw *w = lw_reserve_locked(owner);
+
+  if (w)
+    lw_link_locked(w, id, token, session, launch, req);
+  return w;
 }
 
 static int beats(enum wstatus s) {

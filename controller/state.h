@@ -319,11 +319,17 @@ void state_cleanup(void);
 void state_kick_locked(void);
 
 struct lw *lw_find_locked(const char *id);
-/* Adds a new scheduling worker of owner's ("": the bootstrap
- * administrator's) to the live table. */
-int lw_add_locked(const char *id, const char *token, const char *session, const char *launch,
-                  const char *owner, const struct backend_req *req)
-    __attribute__((warn_unused_result));
+/* A launch's workers enter the live table in two steps, so that the only
+ * step that can fail (for memory) comes before their rows are committed:
+ * lw_reserve_locked() allocates one for owner ("": the bootstrap
+ * administrator) and returns it, or NULL when out of memory;
+ * lw_link_locked() makes it a scheduling worker in the table (which then
+ * owns it: lw_remove_locked() frees it), and cannot fail; lw_unreserve()
+ * frees one that was not linked. */
+struct lw *lw_reserve_locked(const char *owner) __attribute__((warn_unused_result));
+void lw_link_locked(struct lw *w, const char *id, const char *token, const char *session,
+                    const char *launch, const struct backend_req *req);
+void lw_unreserve(struct lw *w);
 /* What name's live workers hold ("": the bootstrap administrator's). */
 void user_live_get_locked(const char *name, struct user_usage *out);
 /* Calls fn for each user who has live workers, by name (the bootstrap

@@ -59,9 +59,11 @@ void lw_unqueue_locked(struct lw *w);
 
 /* user_live.c */
 
-/* Counts req in owner's sums ("": the bootstrap administrator's). Returns
- * the sums, or NULL when out of memory. */
-struct user_live *user_live_add_locked(const char *owner, const struct backend_req *req);
+/* owner's sums ("": the bootstrap administrator's), made at zero if it has
+ * none yet; NULL when out of memory. */
+struct user_live *user_live_of_locked(const char *owner);
+/* Counts req in ul's sums. */
+void user_live_add_locked(struct user_live *ul, const struct backend_req *req);
 /* Takes req out of ul's sums. */
 void user_live_sub_locked(struct user_live *ul, const struct backend_req *req);
 /* Frees every user's sums (at shutdown). */

@@ -29,7 +29,7 @@ static struct user_live *find(const char *name) {
   return NULL;
 }
 
-struct user_live *user_live_add_locked(const char *owner, const struct backend_req *req) {
+struct user_live *user_live_of_locked(const char *owner) {
   struct user_live *ul, **pp;
 
   ASSERT_LOCKED();
@@ -47,11 +47,15 @@ struct user_live *user_live_add_locked(const char *owner, const struct backend_r
     ul->next = *pp;
     *pp = ul;
   }
+  return ul;
+}
+
+void user_live_add_locked(struct user_live *ul, const struct backend_req *req) {
+  ASSERT_LOCKED();
   ul->cpu_micro += micro(req->cpu);
   ul->memory_micro += micro(req->memory);
   ul->gpus += req->ngpu;
   ul->workers++;
-  return ul;
 }
 
 void user_live_sub_locked(struct user_live *ul, const struct backend_req *req) {

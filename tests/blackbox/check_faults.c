@@ -681,69 +681,6 @@ START_TEST(kill9_at_random_moments_runs_nothing_twice) {
 }
 END_TEST
 
-/* A launch answered 201 whose workers the backend then cannot place or
- * take (an allocation that fails, fault) fails them, saying why, and
- * await returns: they never stay `scheduling` with nothing to retry them.
- * extra: controller options (NULL-terminated); fault: MUSTER_FAULT. */
-static void fails_saying_why(const char *const *extra, const char *fault, const char *words) {
-  json_t *workers, *ans, *w;
-
-  fresh();
-  for (int i = 0; extra[i]; i++)
-    ctl.extra[i] = extra[i];
-  setenv("MUSTER_FAULT", fault, 1);
-  h_start(&ctl);
-  unsetenv("MUSTER_FAULT");
-  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
-  ans = h_await(&ctl, workers, 1, 20);
-  ck_assert_msg(json_is_false(json_object_get(ans, "timed_out")), "%s: await timed out", fault);
-  w = h_worker(&ctl, h_str(json_array_get(workers, 0), "id"));
-  ck_assert_msg(strcmp(h_str(w, "status"), "failed") == 0, "%s: %s", fault, h_str(w, "status"));
-  ck_assert_msg(strstr(h_str(w, "failure"), words), "%s: failure \"%s\"", fault,
-                h_str(w, "failure"));
-  json_decref(w);
-  json_decref(ans);
-  json_decref(workers);
-  h_finish(&ctl);
-}
-
-START_TEST(a_worker_the_local_backend_cannot_place_or_start_fails_saying_why) {
-  static const char *const none[] = {NULL};
-
-  fails_saying_why(none, "local_place_nomem:fail=1",
-                   "could not be placed by the local backend: out of memory");
-  fails_saying_why(none, "local_submit_nomem:fail=1",
-                   "could not be started by the local backend: out of memory");
-}
-END_TEST
-
-START_TEST(a_worker_slurm_cannot_take_fails_saying_why) {
-  static const char *const slurm[] = {"--backend", "slurm", NULL};
-  char dir[] = "/tmp/muster-fake-slurm-XXXXXXXX", path[4200], *old = getenv("PATH");
-  char saved[4096];
-
-  /* Commands that answer like an empty cluster: the fault comes first. */
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(saved, sizeof(saved), "%s", old ? old : "/usr/bin:/bin");
-  for (int i = 0; i < 4; i++) {
-    static const char *const cmd[] = {"sbatch", "squeue", "scontrol", "sinfo"};
-    snprintf(path, sizeof(path), "%s/%s", dir, cmd[i]);
-    h_write_exec(path, "#!/bin/sh\nexit 0\n");
-  }
-  snprintf(path, sizeof(path), "%s:%s", dir, saved);
-  setenv("PATH", path, 1);
-  fails_saying_why(slurm, "slurm_submit_nomem:fail=1",
-                   "could not be started by the slurm backend: out of memory");
-  setenv("PATH", saved, 1);
-  for (int i = 0; i < 4; i++) {
-    static const char *const cmd[] = {"sbatch", "squeue", "scontrol", "sinfo"};
-    snprintf(path, sizeof(path), "%s/%s", dir, cmd[i]);
-    unlink(path);
-  }
-  rmdir(dir);
-}
-END_TEST
-
 int main(void) {
   Suite *s = suite_create("faults");
   TCase *tc = tcase_create("spawn_crash");
@@ -766,12 +703,6 @@ int main(void) {
   tcase_add_test(tc, a_fresh_state_directory_is_private_without_a_word_about_modes);
   tcase_add_test(tc, the_state_directory_is_private_whatever_existed);
   tcase_add_test(tc, kill9_at_random_moments_runs_nothing_twice);
-  suite_add_tcase(s, tc);
-  /* Allocations that fail after a launch was answered. */
-  tc = tcase_create("backend_failures");
-  tcase_set_timeout(tc, 180);
-  tcase_add_test(tc, a_worker_the_local_backend_cannot_place_or_start_fails_saying_why);
-  tcase_add_test(tc, a_worker_slurm_cannot_take_fails_saying_why);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -63,7 +63,11 @@ int state_init(const struct ctl_config *cfg, char *err, size_t errlen) {
     return rc;
   g.backend_started = 1;
   state_lock();
-  restore_live_locked();
+  rc = restore_live_locked(err, errlen);
+  if (rc) {
+    state_unlock();
+    return rc;
+  }
   leases_restore_locked();
   g.schedule_needed = 1;
   state_unlock();

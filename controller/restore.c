@@ -5,6 +5,7 @@
 #include "state_internal.h"
 
 #include "log.h"
+#include "muster_errors.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -14,6 +15,7 @@
 struct restore {
   struct backend_live *live;
   int n, cap;
+  int nomem; /* a worker could not be put in the live table */
 };
 
 /* Re-creates the live table from the rows an earlier controller left, and
@@ -28,8 +30,10 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   if (ws_parse(info->status, &st) != 0)
     return;
   w = lw_new_locked(info->id, info->token, info->session, info->launch_id, info->owner, &req);
-  if (!w)
+  if (!w) {
+    r->nomem = 1;
     return;
+  }
   lw_set_status_locked(w, st);
   w->attempt = info->attempt;
   w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
@@ -70,14 +74,28 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
  * anything is started or served: the recorded attempts that still run are
  * adopted; a starting worker whose attempt does not run gets a new attempt
  * (no workerd of it registered, so its script never ran; the old one, should
- * it appear, is refused); a running one whose workerd is gone failed. */
-void restore_live_locked(void) {
-  struct restore r = {NULL, 0, 0};
-  int adopted = 0, lost = 0, restarted = 0, waiting = 0;
+ * it appear, is refused); a running one whose workerd is gone failed. A
+ * live row that could not be read or put in the live table stops the
+ * start, before the backend is told anything: a worker left out would be
+ * neither started nor ended by this controller. */
+int restore_live_locked(char *err, size_t errlen) {
+  struct restore r = {NULL, 0, 0, 0};
+  int adopted = 0, lost = 0, restarted = 0, waiting = 0, rc = 0;
   int64_t restored_ms;
 
-  if (db_live_workers(g.db, restore_one, &r) != 0)
-    LOG(LOG_ERROR, "could not read live workers: %s", db_errmsg(g.db));
+  if (db_live_workers(g.db, restore_one, &r) != 0) {
+    snprintf(err, errlen, "could not read the live workers from the database: %s", db_errmsg(g.db));
+    rc = MUSTER_E_DB;
+  } else if (r.nomem) {
+    snprintf(err, errlen, "out of memory putting the live workers in the live table");
+    rc = MUSTER_E_NOMEM;
+  }
+  if (rc) {
+    for (int i = 0; i < r.n; i++)
+      free((char *)r.live[i].ref);
+    free(r.live);
+    return rc;
+  }
   g.backend->reconcile(r.live, r.n);
   /* (once, before the loop fails any: the interval for as many as were
    * restored, those that beat at it among them) */
@@ -123,4 +141,5 @@ void restore_live_locked(void) {
         "restart: %d live workers re-attached, %d lost, %d to start again (their start "
         "was not running), %d waiting to be scheduled",
         adopted, lost, restarted, waiting);
+  return 0;
 }

@@ -150,7 +150,9 @@ int secure_state_dir(char *err, size_t errlen);
 /* restore.c */
 
 /* Re-creates the live table from SQLite and reconciles it with what the
- * backend still runs. */
-void restore_live_locked(void);
+ * backend still runs. Returns 0, or MUSTER_E_DB / MUSTER_E_NOMEM with a
+ * sentence in err when a live worker could not be restored (the start
+ * stops there, the backend told nothing). */
+MUST_CHECK int restore_live_locked(char *err, size_t errlen);
 
 #endif

@@ -8,9 +8,12 @@
 #include "../check_run.h"
 
 #include <check.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct ctl_proc ctl;
@@ -48,6 +51,97 @@ START_TEST(a_launch_without_memory_to_track_it_stores_nothing) {
   json_decref(ans);
   json_decref(workers);
   ck_assert_int_eq(h_metric(&ctl, "muster_workers{status=\"running\"}"), 2);
+  h_finish(&ctl);
+}
+END_TEST
+
+/* The first 64 KiB of the file at path (malloc'ed; "" if unreadable). */
+static char *file_text(const char *path) {
+  char *text = calloc(1, 65536);
+  FILE *f = fopen(path, "r");
+
+  ck_assert_ptr_nonnull(text);
+  if (f) {
+    size_t n = fread(text, 1, 65535, f);
+
+    text[n] = '\0';
+    fclose(f);
+  }
+  return text;
+}
+
+/* The controller's exit status when started on ctl's state directory and
+ * port with MUSTER_FAULT=fault (it must end by itself within 60 s); its
+ * output goes to log. */
+static int exit_status_of_start(const char *fault, const char *log) {
+  char port[16], listen[64];
+  double until = h_now() + 60;
+  int status = -1;
+  pid_t pid;
+
+  snprintf(port, sizeof(port), "%d", ctl.port);
+  snprintf(listen, sizeof(listen), "127.0.0.1:%s", port);
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    setenv("MUSTER_FAULT", fault, 1);
+    execl(MUSTER_CONTROLLER_BIN, MUSTER_CONTROLLER_BIN, "--listen", listen, "--state-dir", ctl.dir,
+          "--workdir", ctl.work, "--subnet", ctl.subnet, (char *)NULL);
+    _exit(127);
+  }
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (h_now() > until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ck_abort_msg("a controller started with %s still ran after 60 s; see %s", fault, log);
+    }
+    usleep(20 * 1000);
+  }
+  return status;
+}
+
+/* A restart without the memory to put its live workers in its live table
+ * (fault) does not start: it says so and exits 1, before it tells the
+ * backend anything, rather than serve with a worker it would neither start
+ * nor end. Nothing is lost: the next start re-attaches the worker. */
+START_TEST(a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing) {
+  char log[200], *text;
+  json_t *workers, *w;
+  const char *id;
+  int status;
+  long wd;
+
+  fresh();
+  h_start(&ctl);
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  json_decref(h_await(&ctl, workers, 0, 60));
+  id = h_str(json_array_get(workers, 0), "id");
+  wd = h_workerd_pid(&ctl, id);
+  h_kill9(&ctl);
+  snprintf(log, sizeof(log), "%s.nomem.log", ctl.dir);
+  status = exit_status_of_start("lw_reserve_nomem:fail=1", log);
+  text = file_text(log);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                "a restart without memory for its live workers ended with status %#x: %s", status,
+                text);
+  ck_assert_msg(strstr(text, "out of memory putting the live workers in the live table"),
+                "the failed restart did not say why: %s", text);
+  free(text);
+  unlink(log);
+  ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld ended with the failed restart", id, wd);
+  h_restart(&ctl);
+  w = h_worker(&ctl, id);
+  ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0, "after the restart %s is %s: %s", id,
+                h_str(w, "status"),
+                json_is_string(json_object_get(w, "failure")) ? h_str(w, "failure") : "");
+  json_decref(w);
+  json_decref(workers);
   h_finish(&ctl);
 }
 END_TEST
@@ -121,6 +215,7 @@ int main(void) {
 
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_launch_without_memory_to_track_it_stores_nothing);
+  tcase_add_test(tc, a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing);
   tcase_add_test(tc, a_worker_the_local_backend_cannot_place_or_start_fails_saying_why);
   tcase_add_test(tc, a_worker_slurm_cannot_take_fails_saying_why);
   suite_add_tcase(s, tc);

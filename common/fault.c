@@ -15,18 +15,20 @@
 static const char *spec;
 static pthread_once_t spec_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t fails_mu = PTHREAD_MUTEX_INITIALIZER;
-/* How many times each fail=N entry (by its offset in spec) has failed. */
+/* How many times each fail=N entry (by its offset in spec) was reached,
+ * and how many of those it failed. */
 static struct {
   const char *entry;
-  long used;
+  long seen, used;
 } fails[FAULT_MAX_FAILS];
 
 static void spec_load(void) {
   spec = getenv("MUSTER_FAULT");
 }
 
-/* Whether the fail=n entry at p has failures left; uses one. */
-static int fail_once_more(const char *p, long n) {
+/* Whether the fail=n@skip entry at p fails this time: once it has been
+ * reached skip times, n times. */
+static int fail_once_more(const char *p, long n, long skip) {
   int i, yes = 0;
 
   pthread_mutex_lock(&fails_mu);
@@ -34,13 +36,30 @@ static int fail_once_more(const char *p, long n) {
     ;
   if (i < FAULT_MAX_FAILS) {
     fails[i].entry = p;
-    if (fails[i].used < n) {
+    if (fails[i].seen++ >= skip && fails[i].used < n) {
       fails[i].used++;
       yes = 1;
     }
   }
   pthread_mutex_unlock(&fails_mu);
   return yes;
+}
+
+/* The N of "fail=N" or "fail=N@SKIP" at action + 5, and SKIP (0 if not
+ * given); 0 if it is neither. */
+static long fail_count(const char *action, long *skip) {
+  char *end;
+  long n = strtol(action + 5, &end, 10);
+
+  *skip = 0;
+  if (*end == '@') {
+    const char *at = end + 1;
+
+    *skip = strtol(at, &end, 10);
+    if (end == at || *skip < 0)
+      return 0;
+  }
+  return n > 0 && (*end == '\0' || *end == ',') ? n : 0;
 }
 
 int fault_point(const char *name) {
@@ -52,7 +71,7 @@ int fault_point(const char *name) {
   for (p = spec; p && *p; p += strcspn(p, ","), p += *p == ',') {
     const char *action;
     char *end;
-    long ms, n;
+    long ms, n, skip;
 
     if (strncmp(p, name, nlen) != 0 || p[nlen] != ':')
       continue;
@@ -65,8 +84,8 @@ int fault_point(const char *name) {
       struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
       while (nanosleep(&ts, &ts) != 0)
         ;
-    } else if (strncmp(action, "fail=", 5) == 0 && (n = strtol(action + 5, &end, 10)) > 0 &&
-               (*end == '\0' || *end == ',') && fail_once_more(p, n)) {
+    } else if (strncmp(action, "fail=", 5) == 0 && (n = fail_count(action, &skip)) > 0 &&
+               fail_once_more(p, n, skip)) {
       fprintf(stderr, "fault injection: %s: fails\n", name);
       fail = 1;
     }

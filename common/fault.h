@@ -8,6 +8,7 @@
  *   delay=MS   the calling thread sleeps MS milliseconds
  *   fail=N     FAULT_FAILS("name") is true the first N times it is reached
  *              (the code then acts as if what it guards had failed)
+ *   fail=N@K   ... the N times after the first K
  * so that a test can make the race it is about happen every time instead of
  * hoping for it. Unknown names are ignored: a point only exists where the
  * code names it.

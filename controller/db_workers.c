@@ -225,10 +225,15 @@ int db_worker_page(struct db *db, const char *statuses_json, const char *session
   return db_page_ids(s, limit, ids, n, next);
 }
 
-static char *dup_col(sqlite3_stmt *s, int i) {
+/* Column i's text, malloc'ed (NULL if it is NULL); *nomem set when a
+ * text could not be copied. */
+static char *dup_col(sqlite3_stmt *s, int i, int *nomem) {
   const char *v = (const char *)sqlite3_column_text(s, i);
+  char *copy = v ? strdup(v) : NULL;
 
-  return v ? strdup(v) : NULL;
+  if (v && !copy)
+    *nomem = 1;
+  return copy;
 }
 
 static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
@@ -245,19 +250,19 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   o->memory = sqlite3_column_double(s, 9);
   o->nvidia_gpu = sqlite3_column_int(s, 10);
   o->pid = sqlite3_column_type(s, 11) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 11);
-  o->script = dup_col(s, 12);
-  o->code = dup_col(s, 13);
-  o->command_json = dup_col(s, 14);
-  o->args_json = dup_col(s, 15);
-  o->env_json = dup_col(s, 16);
-  o->secret_env_json = dup_col(s, 17);
-  o->name = dup_col(s, 18);
-  o->role = dup_col(s, 19);
+  o->script = dup_col(s, 12, &o->nomem);
+  o->code = dup_col(s, 13, &o->nomem);
+  o->command_json = dup_col(s, 14, &o->nomem);
+  o->args_json = dup_col(s, 15, &o->nomem);
+  o->env_json = dup_col(s, 16, &o->nomem);
+  o->secret_env_json = dup_col(s, 17, &o->nomem);
+  o->name = dup_col(s, 18, &o->nomem);
+  o->role = dup_col(s, 19, &o->nomem);
   o->attempt = sqlite3_column_int(s, 20);
-  o->backend_ref = dup_col(s, 21);
+  o->backend_ref = dup_col(s, 21, &o->nomem);
   db_copy_col(s, 22, o->launch_id, sizeof(o->launch_id));
-  o->cwd = dup_col(s, 23);
-  o->path = dup_col(s, 24);
+  o->cwd = dup_col(s, 23, &o->nomem);
+  o->path = dup_col(s, 24, &o->nomem);
   db_copy_col(s, 25, o->run, sizeof(o->run));
   o->heartbeat_interval_ms = sqlite3_column_int64(s, 26);
   db_copy_col(s, 27, o->owner, sizeof(o->owner));

@@ -27,6 +27,10 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   struct lw *w;
   enum wstatus st;
 
+  if (info->nomem) {
+    r->nomem = 1; /* (its backend reference may be missing) */
+    return;
+  }
   if (ws_parse(info->status, &st) != 0)
     return;
   w = lw_new_locked(info->id, info->token, info->session, info->launch_id, info->owner, &req);
@@ -51,9 +55,8 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
     int cap = r->cap ? 2 * r->cap : 64;
     struct backend_live *grown = realloc(r->live, (size_t)cap * sizeof(*grown));
     if (!grown) {
-      /* No memory to reconcile it: it stays live, and its heartbeats (or
-       * their absence) or the start timeout decide. */
-      LOG(LOG_ERROR, "out of memory reconciling %s", w->id);
+      /* (unreconciled, the backend would take it for gone) */
+      r->nomem = 1;
       return;
     }
     r->live = grown;
@@ -65,6 +68,8 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   l->attempt = info->attempt;
   l->registered = st == WS_RUNNING;
   l->ref = info->backend_ref ? strdup(info->backend_ref) : NULL;
+  if (info->backend_ref && !l->ref)
+    r->nomem = 1; /* (without it, the backend would take it for lost) */
   l->req = req;
   snprintf(l->where.bind_ip, sizeof(l->where.bind_ip), "%s", info->bind_ip);
   snprintf(l->where.gpu_indices, sizeof(l->where.gpu_indices), "%s", info->gpu_indices);
@@ -75,9 +80,11 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
  * adopted; a starting worker whose attempt does not run gets a new attempt
  * (no workerd of it registered, so its script never ran; the old one, should
  * it appear, is refused); a running one whose workerd is gone failed. A
- * live row that could not be read or put in the live table stops the
- * start, before the backend is told anything: a worker left out would be
- * neither started nor ended by this controller. */
+ * live row that could not be read, put in the live table or listed for
+ * the backend stops the start before the backend reconciles anything
+ * (its init has run, and adopts or sweeps nothing until then): a worker
+ * left out would be neither started nor ended by this controller, or be
+ * taken by the backend for lost. */
 int restore_live_locked(char *err, size_t errlen) {
   struct restore r = {NULL, 0, 0, 0};
   int adopted = 0, lost = 0, restarted = 0, waiting = 0, rc = 0;

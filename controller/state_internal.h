@@ -152,7 +152,7 @@ int secure_state_dir(char *err, size_t errlen);
 /* Re-creates the live table from SQLite and reconciles it with what the
  * backend still runs. Returns 0, or MUSTER_E_DB / MUSTER_E_NOMEM with a
  * sentence in err when a live worker could not be restored (the start
- * stops there, the backend told nothing). */
+ * stops there, before the backend reconciles anything). */
 MUST_CHECK int restore_live_locked(char *err, size_t errlen);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include "netlink.h"
 #include "subnet.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,10 +24,23 @@ static struct ctl_proc *live[MAX_CTLS];
 /* The guardian's end of the pipe (-1: there is none). */
 static int guard_fd = -1;
 
+/* Process pid's start time (clock ticks after boot), 0 if it is gone or a
+ * zombie: with the pid, it names one process, never a later one that got
+ * the pid. */
+static unsigned long long started_at(pid_t pid) {
+  unsigned long long t;
+  int zombie;
+
+  return pid > 0 && util_proc_stat(pid, &t, &zombie) == 0 && !zombie ? t : 0;
+}
+
 /* Kills the worker processes of c: the test started them, through its
- * controller, so the test ends them. The pid each workerd registered is in
- * the database; a workerd that never registered is found through the local
- * backend's reference ("PID:START"), when the worker has one. */
+ * controller, so the test ends them, and only them. The local backend's
+ * reference ("PID:START") names a workerd by pid and start time: it is
+ * killed while that very process runs, whatever its row says. The pid a
+ * workerd registered (any backend) is killed while its row is live: an
+ * ended worker's pid may have been handed to another process since.
+ * (What is left in their cgroups, remove_cgroups() ends.) */
 static void kill_workers(struct ctl_proc *c) {
   char path[160];
   sqlite3 *db = NULL;
@@ -35,15 +49,21 @@ static void kill_workers(struct ctl_proc *c) {
   /* The controller may be down: read the pids from its database. */
   snprintf(path, sizeof(path), "%s/muster.db", c->dir);
   if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, "SELECT pid, backend_ref FROM workers", -1, &st, NULL) == SQLITE_OK) {
+      sqlite3_prepare_v2(
+          db,
+          "SELECT CASE WHEN status IN ('scheduling', 'starting', 'running') THEN pid "
+          "END, backend_ref FROM workers",
+          -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
       const char *ref = (const char *)sqlite3_column_text(st, 1);
       long pids[2] = {sqlite3_column_int64(st, 0), 0};
+      unsigned long long start;
       char *end;
 
       if (ref && strchr(ref, ':') && strncmp(ref, "local:", 6) != 0) {
         pids[1] = strtol(ref, &end, 10);
-        if (*end != ':')
+        if (*end != ':' || (start = strtoull(end + 1, &end, 10), *end != '\0') || !start ||
+            started_at((pid_t)pids[1]) != start)
           pids[1] = 0;
       }
       for (int i = 0; i < 2; i++)
@@ -170,26 +190,6 @@ static void end_leftovers(struct ctl_proc *c) {
 }
 
 /* ---- the guardian ---- */
-
-/* Process pid's start time (clock ticks after boot), 0 if it is gone or a
- * zombie: with the pid, it names one process, never a later one that got
- * the pid. */
-static unsigned long long started_at(pid_t pid) {
-  char buf[1024], *end;
-  const char *f = pid > 0 ? h_proc_stat(pid, buf, sizeof(buf)) : NULL;
-  unsigned long long t;
-
-  if (!f || f[0] == 'Z')
-    return 0;
-  /* (starttime is the 20th field after the name) */
-  for (int i = 0; i < 19 && f; i++)
-    if ((f = strchr(f, ' ')) != NULL)
-      f++;
-  if (!f)
-    return 0;
-  t = strtoull(f, &end, 10);
-  return end != f && *end == ' ' ? t : 0;
-}
 
 /* What the guardian is told, one datagram each: a controller started or
  * restarted ('S', with its pid and start time; pid 0 once it ended) or

@@ -81,7 +81,8 @@ static int lines_of(struct flow *f) {
 }
 
 /* Stops the controller once line 2 is in, and continues it once line 32 is
- * in or 6 s later. */
+ * in or 6 s after a call of workerd's is seen waiting on it (so that output
+ * held back by the pause would show as a gap of seconds). */
 static void *pauser(void *arg) {
   struct flow *f = arg;
   double until = h_now() + 30, t0;
@@ -91,9 +92,9 @@ static void *pauser(void *arg) {
     usleep(2000);
   if (n < 3)
     return NULL;
-  t0 = h_now();
   f->stopped = aw_ctl_stop();
   f->waited = aw_call_waits();
+  t0 = h_now();
   while ((n = lines_of(f)) >= 0 && n < 33 && h_now() < t0 + 6)
     usleep(2000);
   f->still_stopped = aw_state_of(ctl.pid) == 'T';

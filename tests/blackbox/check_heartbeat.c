@@ -21,8 +21,9 @@ static struct ctl_proc ctl;
 
 /* A controller whose intervals stretch early: 2 heartbeats a second, so
  * that n starting or running workers are told max(0.5 s, n / 2 s); a
- * worker is lost after timeout seconds without a word (or 4 of its
- * intervals, if longer); cpus: the local backend's cores (NULL: all). */
+ * worker is lost after timeout seconds without a word (or, once it was
+ * told an interval longer than the configured 0.5 s, 4 of that interval,
+ * if longer); cpus: the local backend's cores (NULL: all). */
 static void start_with(const char *backend, const char *cpus, const char *timeout) {
   memset(&ctl, 0, sizeof(ctl));
   ctl.extra[0] = "--backend";

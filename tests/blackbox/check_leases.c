@@ -33,8 +33,8 @@ static long put(const char *session, const char *holder, int ttl, int stop_worke
 }
 
 /* A part taken for as long as a loaded machine may need to launch its
- * session's worker: the test then renews it with the short ttl it is
- * about (a 3 s part taken first could run out before the worker runs). */
+ * session's worker: a test about a short ttl renews it with that one once
+ * the worker runs (a 3 s part taken first could run out before). */
 #define SETUP_TTL 600
 
 /* DELETE holder's part; returns the status, *out the answer. */
@@ -107,16 +107,16 @@ START_TEST(another_holders_give_back_leaves_my_lease_and_workers) {
   const char *id;
 
   start();
-  ck_assert_int_eq(put("nb", "holder-a", 30, 1, &ans), 201);
+  ck_assert_int_eq(put("nb", "holder-a", SETUP_TTL, 1, &ans), 201);
   ck_assert_str_eq(h_str(ans, "previous"), "none");
   json_decref(ans);
-  ck_assert_int_eq(put("nb", "holder-b", 30, 1, NULL), 201);
+  ck_assert_int_eq(put("nb", "holder-b", SETUP_TTL, 1, NULL), 201);
   id = running_worker("nb", NULL);
   ck_assert_int_eq(give_back("nb", "holder-a", 0, &ans), 200);
   ck_assert_msg(json_is_object(json_object_get(ans, "lease")),
                 "after A gave its part back, B's part is still the session's lease");
   json_decref(ans);
-  ck_assert_int_eq(put("nb", "holder-b", 30, 1, &ans), 200);
+  ck_assert_int_eq(put("nb", "holder-b", SETUP_TTL, 1, &ans), 200);
   ck_assert_ptr_null(json_object_get(ans, "previous"));
   json_decref(ans);
   w = h_worker(&ctl, id);
@@ -133,8 +133,8 @@ START_TEST(a_clean_close_leaves_the_workers_another_holder_keeps) {
   const char *id;
 
   start();
-  ck_assert_int_eq(put("shared", "holder-a", 30, 1, NULL), 201);
-  ck_assert_int_eq(put("shared", "holder-b", 30, 1, NULL), 201);
+  ck_assert_int_eq(put("shared", "holder-a", SETUP_TTL, 1, NULL), 201);
+  ck_assert_int_eq(put("shared", "holder-b", SETUP_TTL, 1, NULL), 201);
   id = running_worker("shared", NULL);
   ck_assert_int_eq(give_back("shared", "holder-a", 1, &ans), 200);
   ck_assert(json_is_null(json_object_get(ans, "stopped")));

@@ -196,6 +196,7 @@ START_TEST(parked_awaits_answer_when_the_last_worker_they_name_ends_and_no_soone
   json_t *workers;
   const char *a, *b, *c, *d;
   struct req *p1, *p2, *p3, *p4, *p5, *p6, *fa1, *fa2, *fb;
+  double p6_at;
 
   workers = start_with_running(4);
   a = h_str(json_array_get(workers, 0), "id");
@@ -214,10 +215,14 @@ START_TEST(parked_awaits_answer_when_the_last_worker_they_name_ends_and_no_soone
   wait_metric("muster_streams_waiting", 3, 30);
   /* (parked once the others are: its 1 s may run out before a loaded
    * machine has parked the rest) */
+  p6_at = h_now();
   p6 = park_await((const char *[]){d, c, a}, 3, 1, 1);
 
-  /* p6 times out (its workers run on); p5's client hangs up. */
+  /* p6 times out (its workers run on), having waited its 1 s parked; p5's
+   * client hangs up. */
   wait_done(p6, "the await with a 1 s timeout", 30);
+  ck_assert_msg(h_now() - p6_at >= 0.9, "the await with a 1 s timeout answered after %.2f s",
+                h_now() - p6_at);
   {
     json_t *ans = json_loads(p6->body, 0, NULL);
     ck_assert_msg(ans && json_is_true(json_object_get(ans, "timed_out")),

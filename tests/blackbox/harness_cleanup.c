@@ -24,23 +24,33 @@ static struct ctl_proc *live[MAX_CTLS];
 /* The guardian's end of the pipe (-1: there is none). */
 static int guard_fd = -1;
 
-/* Process pid's start time (clock ticks after boot), 0 if it is gone or a
- * zombie: with the pid, it names one process, never a later one that got
- * the pid. */
+/* Process pid's start time (clock ticks after boot), zombie or not, 0 if
+ * there is none: with the pid, it names one process, never a later one
+ * that got the pid (which a zombie still holds). */
+static unsigned long long start_of(pid_t pid) {
+  unsigned long long t;
+  int zombie = 0;
+
+  return pid > 0 && util_proc_stat(pid, &t, &zombie) == 0 ? t : 0;
+}
+
+/* The same, 0 for a zombie too: the start time of a process that runs. */
 static unsigned long long started_at(pid_t pid) {
   unsigned long long t;
-  int zombie;
+  int zombie = 0;
 
   return pid > 0 && util_proc_stat(pid, &t, &zombie) == 0 && !zombie ? t : 0;
 }
 
 /* Kills the worker processes of c: the test started them, through its
  * controller, so the test ends them, and only them. The local backend's
- * reference ("PID:START") names a workerd by pid and start time: it is
- * killed while that very process runs, whatever its row says. The pid a
- * workerd registered (any backend) is killed while its row is live: an
- * ended worker's pid may have been handed to another process since.
- * (What is left in their cgroups, remove_cgroups() ends.) */
+ * reference ("PID:START") names a workerd by pid and start time: it and
+ * its process group are killed while that very process is there (a
+ * zombie too: its pid is not handed out again until it is reaped),
+ * whatever its row says. A worker without one (another backend) is killed
+ * by the pid its workerd registered, while its row is live: an ended
+ * worker's pid may have been handed to another process since. (What is
+ * left in their cgroups, remove_cgroups() ends.) */
 static void kill_workers(struct ctl_proc *c) {
   char path[160];
   sqlite3 *db = NULL;
@@ -61,9 +71,10 @@ static void kill_workers(struct ctl_proc *c) {
       char *end;
 
       if (ref && strchr(ref, ':') && strncmp(ref, "local:", 6) != 0) {
+        pids[0] = 0; /* (the same workerd: the reference says whether it is still that one) */
         pids[1] = strtol(ref, &end, 10);
         if (*end != ':' || (start = strtoull(end + 1, &end, 10), *end != '\0') || !start ||
-            started_at((pid_t)pids[1]) != start)
+            start_of((pid_t)pids[1]) != start)
           pids[1] = 0;
       }
       for (int i = 0; i < 2; i++)

@@ -8,8 +8,6 @@
 #include "harness.h"
 
 #include "../check_run.h"
-#include "netlink.h"
-#include "subnet.h"
 
 #include <check.h>
 #include <errno.h>
@@ -29,23 +27,6 @@ struct started {
   int bridged; /* its bridge was there while the worker ran */
   int cgroups; /* the cgroup bases its controller listed then */
 };
-
-/* 1 if the bridge of subnet is there. */
-static int bridge_there(const char *subnet) {
-  struct subnet sn;
-  char name[16], err[200];
-  int fd, idx;
-
-  if (subnet_parse(subnet, &sn, err, sizeof(err)) != 0)
-    return 0;
-  subnet_bridge_name(&sn, name, sizeof(name));
-  fd = nl_open();
-  if (fd < 0)
-    return 0;
-  idx = nl_link_index(fd, name);
-  close(fd);
-  return idx > 0;
-}
 
 /* How many of the cgroup base directories listed in DIR/cgroups are still
  * there; the first in first (size bytes). */
@@ -101,7 +82,7 @@ static void start_and_fail(int fd) {
   s.workerd = h_workerd_pid(&ctl, id);
   snprintf(s.dir, sizeof(s.dir), "%s", ctl.dir);
   snprintf(s.subnet, sizeof(s.subnet), "%s", ctl.subnet);
-  s.bridged = bridge_there(ctl.subnet);
+  s.bridged = h_bridge_there(ctl.subnet);
   s.cgroups = cgroups_left(ctl.dir, first, sizeof(first));
   if (write(fd, &s, sizeof(s)) != (ssize_t)sizeof(s))
     _exit(2);
@@ -136,7 +117,7 @@ START_TEST(a_test_that_fails_leaves_no_worker_cgroup_or_bridge) {
   for (until = h_now() + 60; h_now() < until; usleep(50 * 1000)) {
     alive = !h_gone(s.workerd, 0); /* (a zombie is gone: its parent may never reap it) */
     cgroups = cgroups_left(s.dir, left, sizeof(left));
-    bridged = s.bridged && bridge_there(s.subnet);
+    bridged = s.bridged && h_bridge_there(s.subnet);
     mounts = mounts_under(s.dir);
     if (!alive && !cgroups && !bridged && !mounts)
       break;

@@ -45,6 +45,9 @@ void h_curl_tls(struct ctl_proc *c, CURL *curl);
  * it made; a controller leaves its bridge, as docker leaves docker0). */
 void h_bridge_remove(struct ctl_proc *c);
 
+/* 1 if the bridge of subnet (a controller's --subnet) is there. */
+int h_bridge_there(const char *subnet);
+
 /* Starts a controller with a fresh state directory (or c->dir if set) on
  * c->port (a free one if 0) and waits until /api/v1/health answers (10 s at
  * most). Fails the test on error. */

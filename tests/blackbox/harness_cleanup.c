@@ -155,18 +155,38 @@ static void remove_cgroups(struct ctl_proc *c) {
   fclose(f);
 }
 
-void h_bridge_remove(struct ctl_proc *c) {
+/* The bridge of subnet: its name into name (16 bytes) and its link
+ * index (0 if it is not there, or the subnet is none); *fd is the
+ * netlink socket it was looked up on (-1 if none; the caller closes it). */
+static int bridge_of(const char *subnet, char *name, int *fd) {
   struct subnet sn;
-  char name[16], err[200];
-  int fd, idx;
+  char err[200];
+  int idx;
 
-  if (!c->subnet[0] || subnet_parse(c->subnet, &sn, err, sizeof(err)) != 0)
-    return;
-  subnet_bridge_name(&sn, name, sizeof(name));
-  fd = nl_open();
+  *fd = -1;
+  if (!subnet[0] || subnet_parse(subnet, &sn, err, sizeof(err)) != 0)
+    return 0;
+  subnet_bridge_name(&sn, name, 16);
+  *fd = nl_open();
+  idx = *fd >= 0 ? nl_link_index(*fd, name) : 0;
+  return idx > 0 ? idx : 0;
+}
+
+int h_bridge_there(const char *subnet) {
+  char name[16];
+  int fd, idx = bridge_of(subnet, name, &fd);
+
+  if (fd >= 0)
+    close(fd);
+  return idx > 0;
+}
+
+void h_bridge_remove(struct ctl_proc *c) {
+  char name[16];
+  int fd, idx = bridge_of(c->subnet, name, &fd);
+
   if (fd < 0)
     return;
-  idx = nl_link_index(fd, name);
   if (idx > 0 && nl_link_del(fd, idx) != 0)
     fprintf(stderr, "could not remove bridge %s\n", name);
   close(fd);

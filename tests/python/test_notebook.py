@@ -45,6 +45,25 @@ def _readline(p, seconds=120):
     return got[0] if got else ""
 
 
+def _read_tty(fd, seen, quiet, want=None, seconds=60):
+    """seen plus what the terminal fd gives: until want is in it (at most
+    seconds), or, without want, until it says nothing for quiet seconds."""
+    deadline = time.monotonic() + seconds
+    while (want is None or want not in seen) and time.monotonic() < deadline:
+        if not select.select([fd], [], [], quiet)[0]:
+            if want is None:
+                break
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the child's end closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
 def _columns(line):
     """The offsets where the columns of an aligned line start."""
     return [m.start() for m in re.finditer(r"(?:^|  )(\S)", line)]
@@ -195,32 +214,14 @@ class Waiting(MusterTestCase):
         # one starts, both run at once; they are stopped once the line said so.
         p, ids, c = self.kernel("progress-tty", "import time; time.sleep(600)", stderr=slave)
         os.close(slave)
-        seen = b""
-        deadline = time.monotonic() + 60
-        while b"2 running of 2 workers" not in seen and time.monotonic() < deadline:
-            if not select.select([master], [], [], 1)[0]:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child's end closed
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen = _read_tty(master, b"", 1, want=b"2 running of 2 workers")
         self.assertIn(b"2 running of 2 workers", seen, "in 60 s")
         _note(c.stop_workers(*ids))
         self.assertTrue(_readline(p).startswith("returned "))
         p.stdin.write("\n")
         p.stdin.flush()
         self.assertEqual(p.wait(timeout=30), 0)
-        while select.select([master], [], [], 5)[0]:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child's end closed
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen = _read_tty(master, seen, 5)
         text = seen.decode()
         # Redrawn in place ("\r", erase line), one line in all, its last
         # state the outcome.

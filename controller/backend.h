@@ -128,8 +128,10 @@ struct backend_ops {
   void (*release)(const char *id);
   /* After a restart, before anything is started: sets adopted on each live
    * worker whose recorded attempt still runs and takes its room back. May
-   * block. */
-  void (*reconcile)(struct backend_live *ws, int n);
+   * block. Returns 0, or MUSTER_E_NOMEM with a sentence in err when it had
+   * no memory to record a worker it would adopt: it then adopts, sweeps and
+   * ends nothing, and the start stops (the next one adopts them). */
+  int (*reconcile)(struct backend_live *ws, int n, char *err, size_t errlen);
   /* Optional (NULL: the backend's own report is the only source of refs).
    * Forms the backend_ref of a workerd from what it said when it registered
    * (its pid and start time), for a registration that beats the backend's

@@ -63,9 +63,12 @@ static void ext_release(const char *id) {
 
 /* Nothing to look at: whatever registered before the restart is trusted to
  * run on, and found out by its heartbeats if it does not. */
-static void ext_reconcile(struct backend_live *ws, int n) {
+static int ext_reconcile(struct backend_live *ws, int n, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
   for (int i = 0; i < n; i++)
     ws[i].adopted = 1;
+  return 0;
 }
 
 static void ext_usage(double *cpu_used, double *cpu_total, double *mem_used, double *mem_total) {

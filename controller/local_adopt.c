@@ -7,7 +7,9 @@
 #include "local_internal.h"
 
 #include "cgroup.h"
+#include "fault.h"
 #include "log.h"
+#include "muster_errors.h"
 #include "netlink.h"
 #include "network.h"
 
@@ -170,9 +172,8 @@ static void end_earlier_attempts(const struct backend_live *ws, int n) {
     close(fd);
 }
 
-void local_reconcile(struct backend_live *ws, int n) {
+int local_reconcile(struct backend_live *ws, int n, char *err, size_t errlen) {
   pthread_mutex_lock(&lb.mu);
-  lb.sweep = 1; /* every record of an adopted worker is made below */
   for (int i = 0; i < n; i++) {
     struct backend_live *l = &ws[i];
     unsigned long long start;
@@ -182,9 +183,14 @@ void local_reconcile(struct backend_live *ws, int n) {
     l->adopted = 0;
     if (ref_parse(l->ref, &pid, &start) != 0 || !local_proc_same(pid, start))
       continue;
-    p = lp_new(l->id);
-    if (!p)
-      continue;
+    p = FAULT_FAILS("local_adopt_nomem") ? NULL : lp_new(l->id);
+    if (!p) {
+      /* (not swept: its cgroup, owned by no record, would go, and with
+       * it a worker that runs; the records made are freed at the end) */
+      snprintf(err, errlen, "out of memory recording the local workers still running (%s)", l->id);
+      pthread_mutex_unlock(&lb.mu);
+      return MUSTER_E_NOMEM;
+    }
     l->adopted = 1;
     p->attempt = l->attempt;
     p->pid = pid;
@@ -197,6 +203,8 @@ void local_reconcile(struct backend_live *ws, int n) {
     p->gpu_mask = local_gpus_parse(l->where.gpu_indices);
     local_reserve(p);
   }
+  lb.sweep = 1; /* every record of an adopted worker is made */
   pthread_mutex_unlock(&lb.mu);
   end_earlier_attempts(ws, n);
+  return 0;
 }

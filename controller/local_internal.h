@@ -239,6 +239,6 @@ void local_probe_adopted(int64_t now);
 /* Removes cgroups no worker record owns (every 5 s, once reconciled). */
 void local_sweep_cgroups(int64_t now);
 /* The reconcile operation (backend.h). May block; before the thread runs. */
-void local_reconcile(struct backend_live *ws, int n);
+int local_reconcile(struct backend_live *ws, int n, char *err, size_t errlen);
 
 #endif

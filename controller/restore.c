@@ -97,13 +97,14 @@ int restore_live_locked(char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory putting the live workers in the live table");
     rc = MUSTER_E_NOMEM;
   }
+  if (!rc)
+    rc = g.backend->reconcile(r.live, r.n, err, errlen);
   if (rc) {
     for (int i = 0; i < r.n; i++)
       free((char *)r.live[i].ref);
     free(r.live);
     return rc;
   }
-  g.backend->reconcile(r.live, r.n);
   /* (once, before the loop fails any: the interval for as many as were
    * restored, those that beat at it among them) */
   restored_ms = hb_interval_ms(g.beating);

@@ -12,6 +12,7 @@
 #include "slurm_internal.h"
 
 #include "log.h"
+#include "muster_errors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,12 @@ static int unresolved_ended_locked(const char *id) {
 /* Tracks again the jobs of the workers whose fate is ADOPT (job[i]: the
  * index in q of worker i's job); a job whose workers were all stopped
  * meanwhile is cancelled instead of released. Called with sb.mu held; no
- * I/O. */
-static void adopt_locked(const struct sq_job *q, const long *job, const struct backend_live *ws,
-                         const struct sb_fate *f, int n) {
+ * I/O. Returns 0, or MUSTER_E_NOMEM when a job could not be tracked (the
+ * others are). */
+static int adopt_locked(const struct sq_job *q, const long *job, const struct backend_live *ws,
+                        const struct sb_fate *f, int n) {
+  int rc = 0;
+
   for (int i = 0; i < n; i++) {
     const struct sq_job *s;
     struct sb_job *j;
@@ -56,7 +60,9 @@ static void adopt_locked(const struct sq_job *q, const long *job, const struct b
     }
     if (!j) {
       LOG(LOG_ERROR, "out of memory adopting Slurm job %ld", s->id);
-      continue; /* its workers stay live; the start timeout or heartbeats decide */
+      rc = MUSTER_E_NOMEM; /* (a poll's: its workers stay live; the start timeout
+                            * or heartbeats decide) */
+      continue;
     }
     j->jobid = s->id;
     j->submitted = 1;
@@ -89,6 +95,7 @@ static void adopt_locked(const struct sq_job *q, const long *job, const struct b
     j->req = j->w[0].req;
     sb_job_append_locked(j);
   }
+  return rc;
 }
 
 /* Slurm's accounting (sacct) of the jobs of the workers squeue no longer
@@ -241,7 +248,7 @@ void sb_resolve(const struct sq_job *q, size_t nq) {
     goto out; /* tried again at the next poll */
   decide(ws, n, q, nq, job, f);
   pthread_mutex_lock(&sb.mu);
-  adopt_locked(q, job, ws, f, n);
+  (void)adopt_locked(q, job, ws, f, n); /* (said; the others go on) */
   pthread_mutex_unlock(&sb.mu);
   for (int i = 0; i < n; i++) {
     const struct sb_worker *w = &sb.unresolved[i];
@@ -273,8 +280,9 @@ out:
  * again (ws[i].why "", not adopted), or lost (why). When the queue cannot be
  * read (three tries, 2 s apart), every worker is kept as recorded and the
  * first poll that can read it decides the same way (sb_resolve). */
-void slurm_reconcile(struct backend_live *ws, int n) {
+int slurm_reconcile(struct backend_live *ws, int n, char *err, size_t errlen) {
   char words[400] = "";
+  int rc = 0;
   json_t *root = NULL;
   struct sq_job *q = NULL;
   size_t nq = 0;
@@ -285,7 +293,7 @@ void slurm_reconcile(struct backend_live *ws, int n) {
     pthread_mutex_lock(&sb.mu);
     sb.reconciled = 1;
     pthread_mutex_unlock(&sb.mu);
-    return;
+    return 0;
   }
   for (int tries = 0; tries < 3; tries++) {
     if (tries)
@@ -318,8 +326,18 @@ void slurm_reconcile(struct backend_live *ws, int n) {
       ws[i].adopted = 1;
     }
     sb.nunresolved = sb.unresolved && sb.unresolved_ref ? n : 0;
+    if (!sb.nunresolved) {
+      free(sb.unresolved);
+      free(sb.unresolved_ref);
+      sb.unresolved = NULL;
+      sb.unresolved_ref = NULL;
+      snprintf(err, errlen, "out of memory keeping the %d recorded Slurm workers", n);
+      rc = MUSTER_E_NOMEM;
+    }
+  } else if (adopt_locked(q, job, ws, f, n) != 0) {
+    snprintf(err, errlen, "out of memory tracking the Slurm jobs of the recorded workers");
+    rc = MUSTER_E_NOMEM;
   } else {
-    adopt_locked(q, job, ws, f, n);
     for (int i = 0; i < n; i++) {
       ws[i].adopted = f[i].kind == SB_FATE_ADOPT;
       if (f[i].kind == SB_FATE_LOST)
@@ -333,4 +351,5 @@ void slurm_reconcile(struct backend_live *ws, int n) {
   free(job);
   free(q);
   json_decref(root);
+  return rc;
 }

@@ -286,7 +286,7 @@ void sb_fate_decide(const struct sb_fate_in *in, struct sb_fate *f);
  * as at the restart). Not under sb.mu; the backend's thread only. */
 void sb_resolve(const struct sq_job *q, size_t nq);
 /* backend_ops.reconcile. */
-void slurm_reconcile(struct backend_live *ws, int n);
+int slurm_reconcile(struct backend_live *ws, int n, char *err, size_t errlen);
 
 /* ---- slurm_accounts.c: the accounts jobs run as, and where their output
  * goes ---- */

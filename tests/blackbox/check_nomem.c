@@ -106,13 +106,13 @@ static int exit_status_of_start(const char *fault, const char *log) {
   return status;
 }
 
-/* A restart without the memory to put its live workers in its live table
- * (fault: the third of three) does not start: it says so and exits 1,
- * before its backend reconciles anything, rather than serve with a worker
- * it would neither start nor end; what it had built is freed (the
+/* A restarted controller started with MUSTER_FAULT=fault, whose third of
+ * three live workers it then has no memory for, does not start: it says
+ * so (words) and exits 1 rather than serve with a worker it would neither
+ * start nor end, or take for lost and kill; what it had built is freed (the
  * sanitized build would say otherwise in its log). Nothing is lost: the
  * next start re-attaches the workers. */
-START_TEST(a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing) {
+static void restart_stops_and_loses_nothing(const char *fault, const char *words) {
   char log[200], *text;
   json_t *workers, *w;
   const char *id;
@@ -127,13 +127,11 @@ START_TEST(a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing
   wd = h_workerd_pid(&ctl, id);
   h_kill9(&ctl);
   snprintf(log, sizeof(log), "%s.nomem.log", ctl.dir);
-  status = exit_status_of_start("lw_reserve_nomem:fail=1@2", log);
+  status = exit_status_of_start(fault, log);
   text = file_text(log);
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1,
-                "a restart without memory for its live workers ended with status %#x: %s", status,
-                text);
-  ck_assert_msg(strstr(text, "out of memory putting the live workers in the live table"),
-                "the failed restart did not say why: %s", text);
+                "a restart with %s ended with status %#x: %s", fault, status, text);
+  ck_assert_msg(strstr(text, words), "the failed restart did not say \"%s\": %s", words, text);
   ck_assert_msg(!strstr(text, "Sanitizer") && !strstr(text, "runtime error"),
                 "the failed restart's cleanup: %s", text);
   free(text);
@@ -151,6 +149,21 @@ START_TEST(a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing
   }
   json_decref(workers);
   h_finish(&ctl);
+}
+
+/* ...before its backend reconciles anything: no room in the live table. */
+START_TEST(a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing) {
+  restart_stops_and_loses_nothing("lw_reserve_nomem:fail=1@2",
+                                  "out of memory putting the live workers in the live table");
+}
+END_TEST
+
+/* ...while the local backend adopts the workers that still run: no record
+ * for the third (its cgroup, owned by none, would have been swept, and the
+ * worker with it). */
+START_TEST(a_restart_without_memory_to_adopt_a_local_worker_stops_and_loses_nothing) {
+  restart_stops_and_loses_nothing("local_adopt_nomem:fail=1@2",
+                                  "out of memory recording the local workers still running");
 }
 END_TEST
 
@@ -224,6 +237,7 @@ int main(void) {
   tcase_set_timeout(tc, 180);
   tcase_add_test(tc, a_launch_without_memory_to_track_it_stores_nothing);
   tcase_add_test(tc, a_restart_without_memory_for_its_live_workers_stops_and_loses_nothing);
+  tcase_add_test(tc, a_restart_without_memory_to_adopt_a_local_worker_stops_and_loses_nothing);
   tcase_add_test(tc, a_worker_the_local_backend_cannot_place_or_start_fails_saying_why);
   tcase_add_test(tc, a_worker_slurm_cannot_take_fails_saying_why);
   suite_add_tcase(s, tc);

@@ -231,6 +231,8 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
       rc = sm_commit();
     else
       sm_rollback();
+    if (!rc)
+      FAULT_POINT("register_committed"); /* (a crash before the answer) */
     if (!rc && reg.rotate) {
       snprintf(w->token, sizeof(w->token), "%s", fresh);
       w->rotation_open = 1;

@@ -370,8 +370,10 @@ static enum reg_result register_answer(int64_t now, int *rc) {
     LOG(LOG_DEBUG, "registration: HTTP %ld; retrying", status);
   if ((*rc == 0 && status >= 500) || *rc == MUSTER_E_UNREACHABLE) {
     reg.retry_at_ms = backoff_next(&reg.backoff, now);
-    if (reg.retry_at_ms != INT64_MAX)
+    if (reg.retry_at_ms != INT64_MAX) {
+      *rc = 0; /* (tried again: no error, or the caller's loop would end) */
       return REG_BUSY;
+    }
     LOG(LOG_ERROR, "could not register in time (10 minutes, or MUSTER_ORPHAN_TIMEOUT); "
                    "giving up");
     *rc = MUSTER_E_TIMEOUT;

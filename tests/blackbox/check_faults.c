@@ -122,6 +122,52 @@ START_TEST(a_crash_right_after_a_spawn_runs_each_script_once) {
 }
 END_TEST
 
+/* 1a. A controller that dies between a registration's commit and its
+ * answer (fault register_committed): the workerd, told nothing, tries
+ * again, and the restarted controller answers it as the first would have.
+ * The worker runs on with the workerd that registered, never taken for
+ * lost. */
+START_TEST(a_crash_between_a_register_and_its_answer_loses_no_worker) {
+  json_t *workers, *w;
+  const char *id;
+  double up, beat = 0;
+  long wd;
+
+  fresh();
+  ctl.extra[0] = "--heartbeat-timeout";
+  ctl.extra[1] = "4";
+  setenv("MUSTER_FAULT", "register_committed:abort", 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}");
+  id = h_str(json_array_get(workers, 0), "id");
+  ck_assert_msg(h_wait_exit(&ctl, 30), "the fault point did not end the controller");
+  wd = h_workerd_pid(&ctl, id); /* (committed: the row has it) */
+  ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld ended with the controller (logs in %s)",
+                id, wd, ctl.dir);
+  h_restart(&ctl);
+  up = h_wall();
+  /* A heartbeat recorded more than the heartbeat timeout after the
+   * restart: it re-registered, or beat, and was never lost meanwhile. */
+  for (double until = h_now() + 30; h_now() < until && beat <= up + 5; usleep(100 * 1000)) {
+    w = h_worker(&ctl, id);
+    ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0, "after the restart %s is %s: %s", id,
+                  h_str(w, "status"),
+                  json_is_string(json_object_get(w, "failure")) ? h_str(w, "failure") : "");
+    beat = json_is_string(json_object_get(w, "last_heartbeat"))
+               ? h_iso_seconds(h_str(w, "last_heartbeat"))
+               : 0;
+    json_decref(w);
+  }
+  ck_assert_msg(beat > up + 5, "no heartbeat of %s recorded 5 s after the restart (logs in %s)", id,
+                ctl.dir);
+  ck_assert_int_eq(h_workerd_pid(&ctl, id), wd);
+  ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld is gone", id, wd);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* 1b. A registration that names another attempt is refused with 409. */
 START_TEST(a_registration_from_another_attempt_is_refused) {
   json_t *workers, *ans, *out = NULL;
@@ -692,6 +738,7 @@ int main(void) {
   tc = tcase_create("faults");
 
   tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, a_crash_between_a_register_and_its_answer_loses_no_worker);
   tcase_add_test(tc, a_registration_from_another_attempt_is_refused);
   tcase_add_test(tc, a_token_read_by_another_process_fails_its_worker);
   tcase_add_test(tc, an_exit_code_that_is_no_exit_status_is_refused);

@@ -172,6 +172,19 @@ static void end_earlier_attempts(const struct backend_live *ws, int n) {
     close(fd);
 }
 
+/* Forgets the records of adopted workers, giving back what they held (a
+ * reconcile that failed adopts none). lb.mu held. */
+static void drop_adopted_locked(void) {
+  for (struct lproc *p = lb.head, *next; p; p = next) {
+    next = p->next;
+    if (!p->adopted)
+      continue;
+    lb.cpu_used -= p->req.cpu;
+    lb.memory_used -= p->req.memory;
+    lp_free(p);
+  }
+}
+
 int local_reconcile(struct backend_live *ws, int n, char *err, size_t errlen) {
   pthread_mutex_lock(&lb.mu);
   for (int i = 0; i < n; i++) {
@@ -186,8 +199,9 @@ int local_reconcile(struct backend_live *ws, int n, char *err, size_t errlen) {
     p = FAULT_FAILS("local_adopt_nomem") ? NULL : lp_new(l->id);
     if (!p) {
       /* (not swept: its cgroup, owned by no record, would go, and with
-       * it a worker that runs; the records made are freed at the end) */
+       * it a worker that runs; nor probed: none is adopted) */
       snprintf(err, errlen, "out of memory recording the local workers still running (%s)", l->id);
+      drop_adopted_locked();
       pthread_mutex_unlock(&lb.mu);
       return MUSTER_E_NOMEM;
     }

@@ -30,7 +30,9 @@
  * Locking: lb.mu is a leaf lock (nothing else is taken while it is held,
  * and backend_report() is never called under it). Functions marked "(lb.mu
  * held)" expect it; the others take it themselves where they need it and
- * run on the backend's thread (or, for reconcile, before it runs).
+ * run on the backend's thread, or in reconcile (the thread runs by then,
+ * but has no adopted record to act on and sweeps nothing until reconcile
+ * has made them all).
  */
 #ifndef MUSTER_LOCAL_INTERNAL_H
 #define MUSTER_LOCAL_INTERNAL_H
@@ -238,7 +240,7 @@ void local_reap(void);
 void local_probe_adopted(int64_t now);
 /* Removes cgroups no worker record owns (every 5 s, once reconciled). */
 void local_sweep_cgroups(int64_t now);
-/* The reconcile operation (backend.h). May block; before the thread runs. */
+/* The reconcile operation (backend.h). May block; before anything starts. */
 int local_reconcile(struct backend_live *ws, int n, char *err, size_t errlen);
 
 #endif

@@ -2,7 +2,7 @@
  * local_signal.c: signals to workers' processes. A worker's process is
  * identified by its pid and its start time (backend_local.c); a pid whose
  * start time differs belongs to someone else and is never signalled. Runs
- * on the backend's thread (or in reconcile, before it runs); takes no lock.
+ * on the backend's thread (or in reconcile); takes no lock.
  */
 #include "local_internal.h"
 

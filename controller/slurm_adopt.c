@@ -98,6 +98,19 @@ static int adopt_locked(const struct sq_job *q, const long *job, const struct ba
   return rc;
 }
 
+/* Frees the jobs appended to sb.jobs after last (NULL: every one): a
+ * reconcile that failed tracks none. Called with sb.mu held. */
+static void drop_jobs_after_locked(struct sb_job *last) {
+  struct sb_job **pj = last ? &last->next : &sb.jobs;
+
+  while (*pj) {
+    struct sb_job *j = *pj;
+
+    *pj = j->next;
+    sb_job_free(j);
+  }
+}
+
 /* Slurm's accounting (sacct) of the jobs of the workers squeue no longer
  * lists (job[i] < 0): by the job id recorded as their backend_ref, into
  * acct[i] (id 0: nothing said); *o holds the words acct points into (the
@@ -309,43 +322,54 @@ int slurm_reconcile(struct backend_live *ws, int n, char *err, size_t errlen) {
   }
   pthread_mutex_lock(&sb.mu);
   if (!root || !f || !job) {
-    LOG(LOG_WARN,
-        "restart: cannot read the Slurm queue (%s); the %d recorded workers are kept and "
-        "matched with their jobs once it can be read",
-        root ? "out of memory" : words, n);
     sb.unresolved = calloc((size_t)n, sizeof(*sb.unresolved));
     sb.unresolved_ref = calloc((size_t)n, sizeof(*sb.unresolved_ref));
-    for (int i = 0; sb.unresolved && sb.unresolved_ref && i < n; i++) {
-      struct sb_worker *w = &sb.unresolved[i];
-      snprintf(w->id, sizeof(w->id), "%s", ws[i].id);
-      w->attempt = ws[i].attempt;
-      w->req = ws[i].req;
-      w->started = ws[i].registered;
-      snprintf(sb.unresolved_ref[i], sizeof(sb.unresolved_ref[i]), "%s",
-               ws[i].ref ? ws[i].ref : "");
-      ws[i].adopted = 1;
-    }
-    sb.nunresolved = sb.unresolved && sb.unresolved_ref ? n : 0;
-    if (!sb.nunresolved) {
+    if (!sb.unresolved || !sb.unresolved_ref) {
       free(sb.unresolved);
       free(sb.unresolved_ref);
       sb.unresolved = NULL;
       sb.unresolved_ref = NULL;
       snprintf(err, errlen, "out of memory keeping the %d recorded Slurm workers", n);
       rc = MUSTER_E_NOMEM;
+    } else {
+      LOG(LOG_WARN,
+          "restart: cannot read the Slurm queue (%s); the %d recorded workers are kept and "
+          "matched with their jobs once it can be read",
+          root ? "out of memory" : words, n);
+      for (int i = 0; i < n; i++) {
+        struct sb_worker *w = &sb.unresolved[i];
+        snprintf(w->id, sizeof(w->id), "%s", ws[i].id);
+        w->attempt = ws[i].attempt;
+        w->req = ws[i].req;
+        w->started = ws[i].registered;
+        snprintf(sb.unresolved_ref[i], sizeof(sb.unresolved_ref[i]), "%s",
+                 ws[i].ref ? ws[i].ref : "");
+        ws[i].adopted = 1;
+      }
+      sb.nunresolved = n;
     }
-  } else if (adopt_locked(q, job, ws, f, n) != 0) {
-    snprintf(err, errlen, "out of memory tracking the Slurm jobs of the recorded workers");
-    rc = MUSTER_E_NOMEM;
   } else {
-    for (int i = 0; i < n; i++) {
+    struct sb_job *last = sb.jobs;
+
+    while (last && last->next)
+      last = last->next;
+    if (adopt_locked(q, job, ws, f, n) != 0) {
+      drop_jobs_after_locked(last);
+      snprintf(err, errlen, "out of memory tracking the Slurm jobs of the recorded workers");
+      rc = MUSTER_E_NOMEM;
+    }
+    for (int i = 0; !rc && i < n; i++) {
       ws[i].adopted = f[i].kind == SB_FATE_ADOPT;
       if (f[i].kind == SB_FATE_LOST)
         snprintf(ws[i].why, sizeof(ws[i].why), "%s", f[i].why);
     }
   }
-  sb.reconciled = 1;
-  pthread_cond_signal(&sb.cv);
+  /* (a reconcile that failed tracks nothing, and leaves the queue and the
+   * jobs' output to the next start: nothing polled, released or pruned) */
+  if (!rc) {
+    sb.reconciled = 1;
+    pthread_cond_signal(&sb.cv);
+  }
   pthread_mutex_unlock(&sb.mu);
   free(f);
   free(job);

@@ -106,6 +106,14 @@ static int exit_status_of_start(const char *fault, const char *log) {
   return status;
 }
 
+/* Fails the test unless the workerd wd[i] of each of the three workers
+ * still runs after what (words for the message). */
+static void workerds_run(json_t *workers, const long *wd, const char *what) {
+  for (size_t i = 0; i < 3; i++)
+    ck_assert_msg(!h_gone(wd[i], 0), "worker %s's workerd %ld ended with %s (logs in %s)",
+                  h_str(json_array_get(workers, i), "id"), wd[i], what, ctl.dir);
+}
+
 /* A restarted controller started with MUSTER_FAULT=fault, whose third of
  * three live workers it then has no memory for, does not start: it says
  * so (words) and exits 1 rather than serve with a worker it would neither
@@ -115,17 +123,18 @@ static int exit_status_of_start(const char *fault, const char *log) {
 static void restart_stops_and_loses_nothing(const char *fault, const char *words) {
   char log[200], *text;
   json_t *workers, *w;
-  const char *id;
   int status;
-  long wd;
+  long wd[3];
 
   fresh();
   h_start(&ctl);
   workers = h_launch(&ctl, "{\"n\": 3, \"cpu\": 0.01, \"memory\": 0.01}");
   json_decref(h_await(&ctl, workers, 0, 60));
-  id = h_str(json_array_get(workers, 2), "id");
-  wd = h_workerd_pid(&ctl, id);
+  for (size_t i = 0; i < 3; i++)
+    wd[i] = h_workerd_pid(&ctl, h_str(json_array_get(workers, i), "id"));
   h_kill9(&ctl);
+  /* (the fault counts the workers found running: all three must be) */
+  workerds_run(workers, wd, "the kill -9");
   snprintf(log, sizeof(log), "%s.nomem.log", ctl.dir);
   status = exit_status_of_start(fault, log);
   text = file_text(log);
@@ -136,7 +145,7 @@ static void restart_stops_and_loses_nothing(const char *fault, const char *words
                 "the failed restart's cleanup: %s", text);
   free(text);
   unlink(log);
-  ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld ended with the failed restart", id, wd);
+  workerds_run(workers, wd, "the failed restart");
   h_restart(&ctl);
   for (size_t i = 0; i < 3; i++) {
     const char *each = h_str(json_array_get(workers, i), "id");

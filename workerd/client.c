@@ -462,11 +462,11 @@ static enum hb_result hb_answer(int64_t now) {
   int rc = call_take(&hb_call, &status);
 
   if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
-    if (now - wd.last_contact_ms > wd.orphan_ms) {
+    if (now - wd.away_since_ms > wd.orphan_ms) {
       LOG(LOG_ERROR,
           "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
           "ending this worker",
-          (now - wd.last_contact_ms) / 1000);
+          (now - wd.away_since_ms) / 1000);
       return HB_STOP_SILENT;
     }
     LOG(LOG_DEBUG, "heartbeat not delivered (%s); next one in %" PRId64 " ms",

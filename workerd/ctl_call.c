@@ -18,6 +18,9 @@
  * Any answer below 500 counts as contact with the controller
  * (wd.last_contact_ms); a call that got no answer marks it away
  * (wd.controller_up), which is said once, and its return said once too.
+ * The first call without an answer (or with a 5xx) since the last contact
+ * starts the time away (wd.away_since_ms) that MUSTER_ORPHAN_TIMEOUT
+ * bounds.
  */
 #include "workerd.h"
 
@@ -201,6 +204,12 @@ static void call_finished(struct call *c) {
   if (now - c->started_ms >= CALL_SLOW_MS)
     LOG(LOG_DEBUG, "POST %s ended after %" PRId64 " ms", c->what, now - c->started_ms);
   c->rc = c->hc.rc;
+  /* (the first unanswered call since the last answer starts the time
+   * away: a heartbeat interval longer than the orphan timeout is not
+   * time the controller did not answer) */
+  if ((c->rc == MUSTER_E_UNREACHABLE || (c->rc == 0 && c->hc.status >= 500)) &&
+      wd.away_since_ms <= wd.last_contact_ms)
+    wd.away_since_ms = c->started_ms;
   if (c->rc == MUSTER_E_TOO_LARGE) {
     LOG(LOG_WARN, "the controller's answer to %s was larger than 1 MiB", c->what);
   } else if (c->rc == MUSTER_E_UNREACHABLE) {

@@ -473,6 +473,9 @@ static int worker_main(void) {
   if (rc == 0 || rc == MUSTER_E_SHUTTING_DOWN)
     code = 0;
 out:
+  /* (one line for every way out with an error, those said before too) */
+  if (code != 0)
+    LOG(LOG_ERROR, "ends with exit %d: %s", code, rc ? muster_strerror(rc) : "an error");
   group_term();
   cleanup();
   return code;

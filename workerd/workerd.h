@@ -213,6 +213,8 @@ struct wd_state {
   /* The controller, as the last call found it (ctl_call.c). */
   bool controller_up;
   int64_t last_contact_ms; /* when the controller last answered (not a 5xx) */
+  int64_t away_since_ms;   /* when the first call since then that got no answer
+                            * (or a 5xx) began: the orphan timeout runs from it */
   int64_t orphan_ms;       /* give up after this long without an answer */
 
   /* What register assigned. argv and envp are NULL-terminated, owned here. */

@@ -565,6 +565,63 @@ START_TEST(an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* 9. A heartbeat interval longer than the orphan timeout                   */
+
+/* Waits (20 s at most, while workerd wd runs) until worker id's workerd log
+ * has a line matching pattern (grep -E). */
+static void wait_logged(const char *id, long wd, const char *pattern) {
+  char cmd[400];
+
+  snprintf(cmd, sizeof(cmd), "grep -qsE '%s' %s/workers/%s.log", pattern, ctl.dir, id);
+  for (double until = h_now() + 20; system(cmd) != 0; usleep(50 * 1000))
+    ck_assert_msg(h_now() < until && !h_gone(wd, 0),
+                  "worker %s's workerd %ld: no \"%s\" in its log (%s/workers)", id, wd, pattern,
+                  ctl.dir);
+}
+
+/* The orphan timeout runs from the first call that got no answer, not from
+ * the last answer: a worker told to beat every 6 s, with a 4 s orphan
+ * timeout, outlives a controller restart that one of its heartbeats found
+ * away (it was ended at once, "no answer for 6 s"). */
+START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_orphan_timeout) {
+  char id[16];
+  double up, beat = 0;
+  long wd;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = "6";
+  ctl.extra[2] = "--heartbeat-timeout";
+  ctl.extra[3] = "60";
+  ctl.orphan_timeout = "4";
+  h_start(&ctl);
+  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
+  aw_launch(NULL, NULL, id, sizeof(id));
+  wd = h_workerd_pid(&ctl, id);
+  wait_logged(id, wd, "registered as an idle worker");
+  h_kill9(&ctl);
+  wait_logged(id, wd, "cannot reach the controller");
+  h_restart(&ctl);
+  up = h_wall();
+  for (double until = h_now() + 30; h_now() < until && beat <= up; usleep(100 * 1000)) {
+    json_t *w = h_worker(&ctl, id);
+
+    ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0, "after the restart %s is %s: %s", id,
+                  h_str(w, "status"),
+                  json_is_string(json_object_get(w, "failure")) ? h_str(w, "failure") : "");
+    beat = json_is_string(json_object_get(w, "last_heartbeat"))
+               ? h_iso_seconds(h_str(w, "last_heartbeat"))
+               : 0;
+    json_decref(w);
+  }
+  ck_assert_msg(beat > up && !h_gone(wd, 0),
+                "worker %s's workerd %ld did not beat again after the restart (logs in %s/workers)",
+                id, wd, ctl.dir);
+  aw_down();
+}
+END_TEST
+
 /* One case per test, named after it, so that CK_RUN_CASE=name runs one. */
 #define ADD_TEST(s, t)                                                                             \
   do {                                                                                             \
@@ -585,5 +642,6 @@ int main(void) {
   ADD_TEST(s, after_a_restart_every_line_is_there_but_those_said_dropped);
   ADD_TEST(s, sigterm_while_registering_with_a_paused_controller);
   ADD_TEST(s, an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout);
+  ADD_TEST(s, one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_orphan_timeout);
   return check_run(s);
 }

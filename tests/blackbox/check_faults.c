@@ -128,9 +128,9 @@ END_TEST
  * The worker runs on with the workerd that registered, never taken for
  * lost. */
 START_TEST(a_crash_between_a_register_and_its_answer_loses_no_worker) {
-  json_t *workers, *w;
+  json_t *workers;
   const char *id;
-  double up, beat = 0;
+  double up;
   long wd;
 
   fresh();
@@ -149,18 +149,7 @@ START_TEST(a_crash_between_a_register_and_its_answer_loses_no_worker) {
   up = h_wall();
   /* A heartbeat recorded more than the heartbeat timeout after the
    * restart: it re-registered, or beat, and was never lost meanwhile. */
-  for (double until = h_now() + 30; h_now() < until && beat <= up + 5; usleep(100 * 1000)) {
-    w = h_worker(&ctl, id);
-    ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0, "after the restart %s is %s: %s", id,
-                  h_str(w, "status"),
-                  json_is_string(json_object_get(w, "failure")) ? h_str(w, "failure") : "");
-    beat = json_is_string(json_object_get(w, "last_heartbeat"))
-               ? h_iso_seconds(h_str(w, "last_heartbeat"))
-               : 0;
-    json_decref(w);
-  }
-  ck_assert_msg(beat > up + 5, "no heartbeat of %s recorded 5 s after the restart (logs in %s)", id,
-                ctl.dir);
+  h_wait_beat_after(&ctl, id, up + 5, 30);
   ck_assert_int_eq(h_workerd_pid(&ctl, id), wd);
   ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld is gone", id, wd);
   json_decref(workers);

@@ -134,6 +134,25 @@ void h_shared_dir_remove(const char *dir) {
   rmdir(dir);
 }
 
+void h_wait_beat_after(struct ctl_proc *c, const char *id, double after, double timeout_s) {
+  double beat = 0;
+
+  for (double until = h_now() + timeout_s; beat <= after; usleep(100 * 1000)) {
+    json_t *w = h_worker(c, id), *f = json_object_get(w, "failure");
+
+    ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0, "worker %s is %s: %s (logs in %s)",
+                  id, h_str(w, "status"), json_is_string(f) ? json_string_value(f) : "", c->dir);
+    beat = json_is_string(json_object_get(w, "last_heartbeat"))
+               ? h_iso_seconds(h_str(w, "last_heartbeat"))
+               : 0;
+    json_decref(w);
+    ck_assert_msg(beat > after || h_now() < until,
+                  "no heartbeat of worker %s stored %.1f s after the time asked in %g s (logs in "
+                  "%s)",
+                  id, h_wall() - after, timeout_s, c->dir);
+  }
+}
+
 long h_workerd_pid(struct ctl_proc *c, const char *id) {
   char path[160];
   sqlite3 *db = NULL;

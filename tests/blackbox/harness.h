@@ -124,6 +124,11 @@ double h_wall(void);
 /* Seconds since the epoch of an API time ("2026-11-24T05:15:51.123Z"), or 0. */
 double h_iso_seconds(const char *t);
 
+/* Waits (timeout_s at most) until worker id has a heartbeat stored later
+ * than after (seconds since the epoch), failing the test if it is anything
+ * but running meanwhile, or if none comes. */
+void h_wait_beat_after(struct ctl_proc *c, const char *id, double after, double timeout_s);
+
 /* Waits up to timeout_s for process pid to be gone (or a zombie: it runs
  * no more, and /proc tells a zombie apart from a live process); returns 1
  * if it is, 0 if it still runs. */

@@ -14,7 +14,11 @@
  *       (heartbeat_interval_seconds), as workerd does, for SECONDS; prints
  *       registered, heartbeats, errors, the heartbeat latency p50/p99 and
  *       the last interval told. A heartbeat that fails (a controller
- *       restarting) is tried again at the worker's next turn.
+ *       restarting) is tried again at the worker's next turn. Each
+ *       heartbeat comes on a connection of its own, closed after its
+ *       answer, while the interval is longer than the controller keeps an
+ *       idle connection (10 s), as a workerd's then does; with "fresh",
+ *       always; after a SIGUSR1, never.
  *   loadgen wakes PORT TOKEN FILE
  *       for each worker id in FILE (one a line): parks an await on it
  *       (wait_for_completion) on one connection, waits until /metrics
@@ -27,6 +31,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,11 +264,26 @@ struct wk {
   int attempt;
 };
 
+/* A workerd's kept connection is closed by the controller after this long
+ * idle (GUARD_IDLE_S, controller/api_guard.h): one beating less often than
+ * that opens a new connection for each heartbeat. */
+#define IDLE_CLOSE_S 10
+
+/* Set by SIGUSR1: every connection is kept from then on, whatever the
+ * interval (the bench's reference: what kept connections cost). */
+static volatile sig_atomic_t keep_all;
+
+static void on_usr1(int sig) {
+  (void)sig;
+  keep_all = 1;
+}
+
 struct hb {
   pthread_t t;
   struct wk *w;
   int n;
   double interval, until;
+  int fresh; /* a connection of its own for each heartbeat */
   long registered, beats, errors;
   double *lat;
   size_t nlat, cap;
@@ -324,6 +344,10 @@ static void *hb_main(void *arg) {
     h->beats++;
     if (told_interval(&c) > 0)
       h->interval = told_interval(&c);
+    if (!keep_all && (h->fresh || h->interval > IDLE_CLOSE_S)) {
+      close(c.fd);
+      c.fd = -1;
+    }
     if (h->nlat == h->cap) {
       size_t cap = h->cap ? 2 * h->cap : 4096;
       double *grown = realloc(h->lat, cap * sizeof(*grown));
@@ -340,7 +364,7 @@ static void *hb_main(void *arg) {
   return NULL;
 }
 
-static int cmd_workers(char **argv) {
+static int cmd_workers(int argc, char **argv) {
   FILE *f = fopen(argv[3], "r");
   double interval = seconds(argv[4], "INTERVAL"), secs = seconds(argv[5], "SECONDS"), t0;
   int nthreads = (int)num(argv[6], "THREADS"), n = 0, cap = 0;
@@ -365,6 +389,7 @@ static int cmd_workers(char **argv) {
     w[n++] = x;
   }
   fclose(f);
+  signal(SIGUSR1, on_usr1);
   h = calloc((size_t)nthreads, sizeof(*h));
   t0 = now_s();
   for (int i = 0; i < nthreads; i++) {
@@ -373,6 +398,7 @@ static int cmd_workers(char **argv) {
     h[i].n = hi - lo;
     h[i].interval = interval;
     h[i].until = t0 + secs;
+    h[i].fresh = argc == 8 && strcmp(argv[7], "fresh") == 0;
     pthread_create(&h[i].t, NULL, hb_main, &h[i]);
   }
   for (int i = 0; i < nthreads; i++) {
@@ -512,16 +538,17 @@ int main(int argc, char **argv) {
     port = (int)num(argv[2], "PORT");
     return cmd_get(argc, argv);
   }
-  if (argc == 7 && strcmp(argv[1], "workers") == 0) {
+  if ((argc == 7 || (argc == 8 && strcmp(argv[7], "fresh") == 0)) &&
+      strcmp(argv[1], "workers") == 0) {
     port = (int)num(argv[2], "PORT");
-    return cmd_workers(argv);
+    return cmd_workers(argc, argv);
   }
   if (argc == 5 && strcmp(argv[1], "wakes") == 0) {
     port = (int)num(argv[2], "PORT");
     return cmd_wakes(argv);
   }
   fprintf(stderr, "usage: loadgen get PORT PATH CONNECTIONS SECONDS [TOKEN]\n"
-                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS\n"
+                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS [fresh]\n"
                   "       loadgen wakes PORT TOKEN FILE\n");
   return 2;
 }

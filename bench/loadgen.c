@@ -16,9 +16,8 @@
  *       the last interval told. A heartbeat that fails (a controller
  *       restarting) is tried again at the worker's next turn. Each
  *       heartbeat comes on a connection of its own, closed after its
- *       answer, while the interval is longer than the controller keeps an
- *       idle connection (10 s), as a workerd's then does; with "fresh",
- *       always; after a SIGUSR1, never.
+ *       answer, while the interval is longer than 10 s, as a workerd's
+ *       then does; with "fresh", always; after a SIGUSR1, never.
  *   loadgen wakes PORT TOKEN FILE
  *       for each worker id in FILE (one a line): parks an await on it
  *       (wait_for_completion) on one connection, waits until /metrics
@@ -264,9 +263,9 @@ struct wk {
   int attempt;
 };
 
-/* A workerd's kept connection is closed by the controller after this long
- * idle (GUARD_IDLE_S, controller/api_guard.h): one beating less often than
- * that opens a new connection for each heartbeat. */
+/* A workerd told an interval longer than this keeps no connection between
+ * its heartbeats (CALL_KEEP_INTERVAL_MS, workerd/workerd.h): it opens one
+ * for each. */
 #define IDLE_CLOSE_S 10
 
 /* Set by SIGUSR1: every connection is kept from then on, whatever the

@@ -2,7 +2,7 @@
 controller (the external backend starts nothing; bench/loadgen.c plays their
 workerds: registers each, then heartbeats each at the interval the answers
 tell, each on a connection of its own while that interval is longer than
-the controller keeps an idle connection, 10 s, as a workerd's would be).
+10 s, as a workerd's then is).
 
 Prints, beside the same controller's cost had every worker beaten every
 2 s (today's rule before --heartbeat-rate: its CPU per heartbeat on kept
@@ -117,7 +117,7 @@ def bench_scale(build, tmp, secs, z, loadgen, loadgen_bg, end):
         wakes = loadgen(build, "wakes", ctl.port, ctl.token, wfile_wakes)
         live = int(_running(ctl))
         # The same heartbeats on connections kept open (what they cost while
-        # the interval is under the controller's 10 s idle close, as at 2 s):
+        # the interval is 10 s or less, as at 2 s):
         # the reference for the fixed interval of before.
         gen.send_signal(signal.SIGUSR1)
         time.sleep(2)
@@ -159,8 +159,8 @@ def bench_scale(build, tmp, secs, z, loadgen, loadgen_bg, end):
     print("    controller CPU %.3f cores: %.2f us per live worker per second, %.1f us per heartbeat"
           " (target: 100,000 <= 0.25 core, so <= 2.50 us), %s"
           % (cpu, cpu / n * 1e6, per_hb_us,
-             "each heartbeat on a connection of its own, as a workerd beating less often than "
-             "the controller's 10 s idle close sends it" if interval > 10 else
+             "each heartbeat on a connection of its own, as a workerd told an interval past 10 s "
+             "sends it" if interval > 10 else
              "on kept connections"))
     print("    the same heartbeats on kept connections: %.3f cores, %.1f us per heartbeat"
           % (kept, kept_hb_us))

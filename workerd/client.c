@@ -508,6 +508,7 @@ enum hb_result hb_step(int64_t now) {
     enum hb_result res = hb_answer(now); /* (which may change the interval) */
 
     wd.next_hb_ms = now + wd.hb_interval_ms;
+    calls_keep_none();
     return res;
   }
   if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {

@@ -115,6 +115,13 @@ void calls_cleanup(void) {
   explicit_bzero(cc.hdr_bytes, sizeof(cc.hdr_bytes));
 }
 
+void calls_keep_none(void) {
+  if (wd.hb_interval_ms <= CALL_KEEP_INTERVAL_MS)
+    return;
+  while (cc.n_idle)
+    hc_conn_close(&cc.idle[--cc.n_idle]);
+}
+
 /* Registers slot c, once. Returns 0 or MUSTER_E_INTERNAL. */
 MUST_CHECK static int call_setup(struct call *c) {
   if (c->ready)
@@ -205,11 +212,11 @@ static void call_finished(struct call *c) {
     LOG(LOG_DEBUG, "POST %s ended after %" PRId64 " ms", c->what, now - c->started_ms);
   c->rc = c->hc.rc;
   /* (the first unanswered call since the last answer starts the time
-   * away: a heartbeat interval longer than the orphan timeout is not
-   * time the controller did not answer) */
-  if ((c->rc == MUSTER_E_UNREACHABLE || (c->rc == 0 && c->hc.status >= 500)) &&
-      wd.away_since_ms <= wd.last_contact_ms)
-    wd.away_since_ms = c->started_ms;
+   * away, from its start or the last answer if later: a heartbeat interval
+   * longer than the orphan timeout is not time the controller did not
+   * answer) */
+  if ((c->rc == MUSTER_E_UNREACHABLE || (c->rc == 0 && c->hc.status >= 500)) && !wd.away_since_ms)
+    wd.away_since_ms = c->started_ms > wd.last_contact_ms ? c->started_ms : wd.last_contact_ms;
   if (c->rc == MUSTER_E_TOO_LARGE) {
     LOG(LOG_WARN, "the controller's answer to %s was larger than 1 MiB", c->what);
   } else if (c->rc == MUSTER_E_UNREACHABLE) {
@@ -225,8 +232,10 @@ static void call_finished(struct call *c) {
      * 502/503/504 for a controller that is gone, and one that fails every
      * call for that long is no better. (Each owner says what a 5xx means
      * for its own call.) */
-    if (c->status < 500)
+    if (c->status < 500) {
       wd.last_contact_ms = now;
+      wd.away_since_ms = 0;
+    }
     if (!wd.controller_up)
       LOG(LOG_INFO, "the controller answers again");
     wd.controller_up = true;

@@ -249,6 +249,7 @@ MUST_CHECK static int main_loop(void) {
         break;
       if (r == REG_OK) {
         register_cancel();
+        calls_keep_none();
         if (wd.argv)
           LOG(LOG_INFO, "registered; running \"%s\" with %zu more arguments", wd.argv[0],
               wd.argc - 1);

@@ -213,8 +213,8 @@ struct wd_state {
   /* The controller, as the last call found it (ctl_call.c). */
   bool controller_up;
   int64_t last_contact_ms; /* when the controller last answered (not a 5xx) */
-  int64_t away_since_ms;   /* when the first call since then that got no answer
-                            * (or a 5xx) began: the orphan timeout runs from it */
+  int64_t away_since_ms;   /* 0, or since when the calls get no answer (or a
+                            * 5xx): the orphan timeout runs from it */
   int64_t orphan_ms;       /* give up after this long without an answer */
 
   /* What register assigned. argv and envp are NULL-terminated, owned here. */
@@ -315,6 +315,14 @@ MUST_CHECK int calls_init(void);
 /* Replaces the bearer token of every later call (register's new one). */
 MUST_CHECK int calls_set_token(const char *tok);
 void calls_cleanup(void);
+/* Past this heartbeat interval, no connection is kept from one heartbeat
+ * to the next (calls_keep_none()): 100,000 workers beating every 20 s
+ * would otherwise hold 100,000 of the controller's connections. */
+#define CALL_KEEP_INTERVAL_MS 10000
+/* Closes the connections kept between calls, when the heartbeat interval
+ * is longer than CALL_KEEP_INTERVAL_MS (after a register or a heartbeat):
+ * a worker holds none of the controller's connections while it waits. */
+void calls_keep_none(void);
 MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const void *body,
                           size_t len, int64_t timeout_ms);
 void call_cancel(struct call *c);

@@ -581,17 +581,19 @@ static void wait_logged(const char *id, long wd, const char *pattern) {
 }
 
 /* The orphan timeout runs from the first call that got no answer, not from
- * the last answer: a worker told to beat every 6 s, with a 4 s orphan
+ * the last answer: a worker told to beat every 12 s, with a 4 s orphan
  * timeout, outlives a controller restart that one of its heartbeats found
- * away (it was ended at once, "no answer for 6 s"). */
+ * away (it was ended at once, "no answer for 12 s"); and once the
+ * controller is gone for good, its next heartbeat, 12 s after the first
+ * that failed, still ends it. */
 START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_orphan_timeout) {
-  char id[16];
-  double up;
+  char id[16], b1[32];
+  double up, t0, end;
   long wd;
 
   memset(&ctl, 0, sizeof(ctl));
   ctl.extra[0] = "--heartbeat-interval";
-  ctl.extra[1] = "6";
+  ctl.extra[1] = "12";
   ctl.extra[2] = "--heartbeat-timeout";
   ctl.extra[3] = "60";
   ctl.orphan_timeout = "4";
@@ -604,10 +606,20 @@ START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_
   wait_logged(id, wd, "cannot reach the controller");
   h_restart(&ctl);
   up = h_wall();
-  h_wait_beat_after(&ctl, id, up, 30);
+  h_wait_beat_after(&ctl, id, up, 40);
   ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld is gone (logs in %s/workers)", id, wd,
                 ctl.dir);
+  h_kill9(&ctl);
+  t0 = h_now();
+  end = aw_gone_after(wd, t0, 12 + 12 + 20);
+  if (end < 0)
+    kill((pid_t)wd, SIGKILL);
   aw_down();
+  ck_assert_msg(end >= 0, "the workerd still ran %s after its controller ended for good",
+                aw_secs(end, 44, b1));
+  ck_assert_msg(end >= 4,
+                "the workerd ended %s after its controller did: before its orphan timeout",
+                aw_secs(end, 44, b1));
 }
 END_TEST
 

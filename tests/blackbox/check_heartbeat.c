@@ -367,6 +367,46 @@ START_TEST(a_workerd_follows_the_interval_its_answers_tell) {
 }
 END_TEST
 
+/* Waits (5 s at most) until the controller counts no more open connections
+ * than base; what: when, for the message. */
+static void wait_connections(double base, const char *what) {
+  double open = 0;
+
+  for (double until = h_now() + 5; h_now() < until; usleep(100 * 1000))
+    if ((open = h_metric(&ctl, "muster_http_connections")) <= base)
+      return;
+  ck_assert_msg(0, "%g connections open %s, %g before the worker (for 5 s)", open, what, base);
+}
+
+/* A workerd told an interval past 10 s keeps no connection to the
+ * controller while it waits: 100,000 workers beating every 20 s would
+ * otherwise hold 100,000 of its connections, past the 60,000 it takes. The
+ * open connections fall back to those before it after its register, and
+ * after a heartbeat. */
+START_TEST(a_worker_told_a_long_interval_holds_no_connection_while_it_waits) {
+  json_t *ws;
+  const char *id;
+  double base, registered;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = "12";
+  ctl.extra[2] = "--heartbeat-timeout";
+  ctl.extra[3] = "60";
+  h_start(&ctl);
+  base = h_metric(&ctl, "muster_http_connections");
+  ws = launch(1, "long");
+  id = h_str(json_array_get(ws, 0), "id");
+  json_decref(h_await(&ctl, ws, 0, 60));
+  registered = h_wall();
+  wait_connections(base, "after its register");
+  h_wait_beat_after(&ctl, id, registered + 1, 40);
+  wait_connections(base, "after a heartbeat");
+  json_decref(ws);
+  h_finish(&ctl);
+}
+END_TEST
+
 /* The controller's writes (here a launch's) fill the database's
  * write-ahead log; the checkpointer thread copies it into the database
  * (outside the state lock), so that the writer's own checkpoint (at 20,000
@@ -398,6 +438,7 @@ int main(void) {
   tcase_add_test(tc, a_silent_worker_is_lost_after_four_of_its_intervals);
   tcase_add_test(tc, a_restarted_controller_keeps_the_interval_its_workers_beat_at);
   tcase_add_test(tc, a_workerd_follows_the_interval_its_answers_tell);
+  tcase_add_test(tc, a_worker_told_a_long_interval_holds_no_connection_while_it_waits);
   tcase_add_test(tc, the_checkpointer_copies_the_log_the_writes_fill);
 #ifdef MUSTER_FAULT_INJECTION
   tcase_add_test(tc, an_interval_not_yet_written_survives_a_crash);

@@ -266,7 +266,7 @@ struct wk {
 /* A workerd told an interval longer than this keeps no connection between
  * its heartbeats (CALL_KEEP_INTERVAL_MS, workerd/workerd.h): it opens one
  * for each. */
-#define IDLE_CLOSE_S 10
+#define KEEP_INTERVAL_S 10
 
 /* Set by SIGUSR1: every connection is kept from then on, whatever the
  * interval (the bench's reference: what kept connections cost). */
@@ -343,7 +343,7 @@ static void *hb_main(void *arg) {
     h->beats++;
     if (told_interval(&c) > 0)
       h->interval = told_interval(&c);
-    if (!keep_all && (h->fresh || h->interval > IDLE_CLOSE_S)) {
+    if (!keep_all && (h->fresh || h->interval > KEEP_INTERVAL_S)) {
       close(c.fd);
       c.fd = -1;
     }

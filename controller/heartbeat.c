@@ -18,9 +18,10 @@
 #define HB_TIMEOUT_BEATS 4
 /* The longest interval told: 5 minutes, half a workerd's default orphan
  * timeout (MUSTER_ORPHAN_TIMEOUT, 600 s, which a workerd counts from its
- * first heartbeat without an answer), so that a workerd whose controller is
- * gone for good outlives it by at most an interval more. The rate holds up
- * to 1,500,000 beating workers. */
+ * first call without an answer and judges at each heartbeat), so that a
+ * workerd whose controller is gone for good outlives it by at most the
+ * timeout and two intervals. The rate holds up to 1,500,000 beating
+ * workers. */
 #define HB_INTERVAL_MAX_MS 300000
 
 static int64_t configured_interval_ms(void) {

@@ -462,7 +462,8 @@ static enum hb_result hb_answer(int64_t now) {
   int rc = call_take(&hb_call, &status);
 
   if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
-    if (now - wd.away_since_ms > wd.orphan_ms) {
+    /* (0: an answer to another call came since: not away) */
+    if (wd.away_since_ms && now - wd.away_since_ms > wd.orphan_ms) {
       LOG(LOG_ERROR,
           "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
           "ending this worker",

@@ -54,6 +54,7 @@ static struct {
   /* The connections kept open between calls, newest last: a call takes
    * one, and gives it back when the controller keeps it open. */
   struct hc_conn idle[CALL_IDLE_CONNS];
+  int64_t idle_since[CALL_IDLE_CONNS]; /* when each came back */
   size_t n_idle;
   /* Which slot each of this round's pollfd entries is (from poll_at). */
   struct call *polled[CALL_SLOTS];
@@ -115,8 +116,22 @@ void calls_cleanup(void) {
   explicit_bzero(cc.hdr_bytes, sizeof(cc.hdr_bytes));
 }
 
+/* Closes the oldest kept connection. */
+static void drop_oldest(void) {
+  hc_conn_close(&cc.idle[0]);
+  memmove(&cc.idle[0], &cc.idle[1], sizeof(cc.idle[0]) * (CALL_IDLE_CONNS - 1));
+  memmove(&cc.idle_since[0], &cc.idle_since[1], sizeof(cc.idle_since[0]) * (CALL_IDLE_CONNS - 1));
+  cc.n_idle--;
+}
+
+/* Whether kept connections go once idle CALL_KEEP_IDLE_MS (a long
+ * interval: calls_keep_none()). */
+static bool keep_briefly(void) {
+  return wd.hb_interval_ms > CALL_KEEP_INTERVAL_MS;
+}
+
 void calls_keep_none(void) {
-  if (wd.hb_interval_ms <= CALL_KEEP_INTERVAL_MS)
+  if (!keep_briefly())
     return;
   while (cc.n_idle)
     hc_conn_close(&cc.idle[--cc.n_idle]);
@@ -200,13 +215,10 @@ static void call_finished(struct call *c) {
   /* Its connection, if kept open, goes back for any call to take (the
    * oldest kept one is closed to make room). */
   if (c->hc.fd >= 0 && c->hc.keep) {
-    if (cc.n_idle == CALL_IDLE_CONNS) {
-      hc_conn_close(&cc.idle[0]);
-      memmove(&cc.idle[0], &cc.idle[1], sizeof(cc.idle[0]) * (CALL_IDLE_CONNS - 1));
-      cc.n_idle--;
-    }
+    if (cc.n_idle == CALL_IDLE_CONNS)
+      drop_oldest();
     if (hc_detach(&c->hc, &cc.idle[cc.n_idle]))
-      cc.n_idle++;
+      cc.idle_since[cc.n_idle++] = now;
   }
   if (now - c->started_ms >= CALL_SLOW_MS)
     LOG(LOG_DEBUG, "POST %s ended after %" PRId64 " ms", c->what, now - c->started_ms);
@@ -271,6 +283,8 @@ int64_t calls_next_deadline(void) {
 
     d = t < d ? t : d;
   }
+  if (keep_briefly() && cc.n_idle && cc.idle_since[0] + CALL_KEEP_IDLE_MS < d)
+    d = cc.idle_since[0] + CALL_KEEP_IDLE_MS;
   return d;
 }
 
@@ -293,4 +307,6 @@ void calls_poll_handle(const struct pollfd *p, int64_t now) {
       call_finished(c);
   }
   cc.poll_at = -1;
+  while (keep_briefly() && cc.n_idle && now - cc.idle_since[0] >= CALL_KEEP_IDLE_MS)
+    drop_oldest();
 }

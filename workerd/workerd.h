@@ -316,12 +316,13 @@ MUST_CHECK int calls_init(void);
 MUST_CHECK int calls_set_token(const char *tok);
 void calls_cleanup(void);
 /* Past this heartbeat interval, no connection is kept from one heartbeat
- * to the next (calls_keep_none()): 100,000 workers beating every 20 s
- * would otherwise hold 100,000 of the controller's connections. */
+ * to the next, nor longer than CALL_KEEP_IDLE_MS after its call (a log
+ * POST's): 100,000 workers beating every 20 s would otherwise hold 100,000
+ * of the controller's connections. */
 #define CALL_KEEP_INTERVAL_MS 10000
+#define CALL_KEEP_IDLE_MS 2000
 /* Closes the connections kept between calls, when the heartbeat interval
- * is longer than CALL_KEEP_INTERVAL_MS (after a register or a heartbeat):
- * a worker holds none of the controller's connections while it waits. */
+ * is longer than CALL_KEEP_INTERVAL_MS (after a register or a heartbeat). */
 void calls_keep_none(void);
 MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const void *body,
                           size_t len, int64_t timeout_ms);

@@ -585,7 +585,8 @@ static void wait_logged(const char *id, long wd, const char *pattern) {
  * timeout, outlives a controller restart that one of its heartbeats found
  * away (it was ended at once, "no answer for 12 s"); and once the
  * controller is gone for good, its next heartbeat, 12 s after the first
- * that failed, still ends it. */
+ * that failed, still ends it (a time away never started or always
+ * cleared would keep it for ever). */
 START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_orphan_timeout) {
   char id[16], b1[32];
   double up, t0, end;

@@ -537,27 +537,42 @@ END_TEST
 /* ------------------------------------------------------------------------ */
 /* 8. An idle worker whose controller is gone ends by its orphan timeout    */
 
+/* Starts a controller telling the heartbeat interval interval_s (a worker
+ * lost after 60 s of silence) whose workerds end after orphan_s without an
+ * answer, and an idle worker of it (its id in id); returns its workerd. */
+static long idle_worker(const char *interval_s, const char *orphan_s, char *id, size_t len) {
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = interval_s;
+  ctl.extra[2] = "--heartbeat-timeout";
+  ctl.extra[3] = "60";
+  ctl.orphan_timeout = orphan_s;
+  h_start(&ctl);
+  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
+  aw_launch(NULL, NULL, id, len);
+  return h_workerd_pid(&ctl, id);
+}
+
+/* Kills the controller for good and returns the seconds until workerd wd
+ * ended, or -1 if it still ran after ceiling_s (it is then killed); the
+ * test's controller and files are gone after. */
+static double ended_after_kill(long wd, double ceiling_s) {
+  double end;
+
+  h_kill9(&ctl);
+  end = aw_gone_after(wd, h_now(), ceiling_s);
+  if (end < 0)
+    kill((pid_t)wd, SIGKILL);
+  aw_down();
+  return end;
+}
+
 /* The heartbeat that finds the controller gone too long decides the stop;
  * an idle worker has nothing else to wake its loop, and must act on it. */
 START_TEST(an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout) {
   char id[16], b1[32];
-  double t0, end;
-  long wd;
+  double end = ended_after_kill(idle_worker("0.3", "2", id, sizeof(id)), 20);
 
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.extra[0] = "--heartbeat-interval";
-  ctl.extra[1] = "0.3";
-  ctl.orphan_timeout = "2";
-  h_start(&ctl);
-  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
-  aw_launch(NULL, NULL, id, sizeof(id));
-  wd = h_workerd_pid(&ctl, id);
-  h_kill9(&ctl);
-  t0 = h_now();
-  end = aw_gone_after(wd, t0, 20);
-  if (end < 0)
-    kill((pid_t)wd, SIGKILL);
-  aw_down();
   ck_assert_msg(
       end >= 0 && end <= 2 + 8,
       "an idle workerd whose controller was killed ended %s after it (orphan timeout 2 s)",
@@ -589,19 +604,9 @@ static void wait_logged(const char *id, long wd, const char *pattern) {
  * cleared would keep it for ever). */
 START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_orphan_timeout) {
   char id[16], b1[32];
-  double up, t0, end;
-  long wd;
+  long wd = idle_worker("12", "4", id, sizeof(id));
+  double up, end;
 
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.extra[0] = "--heartbeat-interval";
-  ctl.extra[1] = "12";
-  ctl.extra[2] = "--heartbeat-timeout";
-  ctl.extra[3] = "60";
-  ctl.orphan_timeout = "4";
-  h_start(&ctl);
-  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
-  aw_launch(NULL, NULL, id, sizeof(id));
-  wd = h_workerd_pid(&ctl, id);
   wait_logged(id, wd, "registered as an idle worker");
   h_kill9(&ctl);
   wait_logged(id, wd, "cannot reach the controller");
@@ -610,12 +615,7 @@ START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_
   h_wait_beat_after(&ctl, id, up, 40);
   ck_assert_msg(!h_gone(wd, 0), "worker %s's workerd %ld is gone (logs in %s/workers)", id, wd,
                 ctl.dir);
-  h_kill9(&ctl);
-  t0 = h_now();
-  end = aw_gone_after(wd, t0, 12 + 12 + 20);
-  if (end < 0)
-    kill((pid_t)wd, SIGKILL);
-  aw_down();
+  end = ended_after_kill(wd, 12 + 12 + 20);
   ck_assert_msg(end >= 0, "the workerd still ran %s after its controller ended for good",
                 aw_secs(end, 44, b1));
   ck_assert_msg(end >= 4,

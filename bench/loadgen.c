@@ -17,7 +17,12 @@
  *       restarting) is tried again at the worker's next turn. Each
  *       heartbeat comes on a connection of its own, closed after its
  *       answer, while the interval is longer than 10 s, as a workerd's
- *       then does; with "fresh", always; after a SIGUSR1, never.
+ *       then does; with "fresh", always; while a SIGUSR1 says so, never. With
+ *       "hosts=K", the workers are on hosts of K each, and beat as a host
+ *       (workerd/hostbeat.c): one heartbeat call an interval for each
+ *       host, its first worker's, carrying the K-1 others' ("vouch");
+ *       heartbeats count the workers' beats, calls the calls; while a
+ *       SIGUSR2 says so, each worker beats on its own.
  *   loadgen wakes PORT TOKEN FILE
  *       for each worker id in FILE (one a line): parks an await on it
  *       (wait_for_completion) on one connection, waits until /metrics
@@ -153,6 +158,15 @@ broken:
   return 0;
 }
 
+/* How many times needle stands in text. */
+static long count_of(const char *text, const char *needle) {
+  long n = 0;
+
+  for (const char *p = text ? strstr(text, needle) : NULL; p; p = strstr(p + 1, needle))
+    n++;
+  return n;
+}
+
 /* The heartbeat interval an answer in c's buffer tells, or 0. */
 static double told_interval(const struct conn *c) {
   const char *k = c->buf ? strstr(c->buf, "\"heartbeat_interval_seconds\":") : NULL;
@@ -261,6 +275,7 @@ struct wk {
   char id[16];
   char token[72];
   int attempt;
+  int gone; /* told to stop: its workerd has ended (it beats no more) */
 };
 
 /* A workerd told an interval longer than this keeps no connection between
@@ -268,13 +283,22 @@ struct wk {
  * for each. */
 #define KEEP_INTERVAL_S 10
 
-/* Set by SIGUSR1: every connection is kept from then on, whatever the
- * interval (the bench's reference: what kept connections cost). */
+/* Turned on (and off again) by SIGUSR1: every connection is kept, whatever
+ * the interval (the bench's reference: what kept connections cost). */
 static volatile sig_atomic_t keep_all;
 
 static void on_usr1(int sig) {
   (void)sig;
-  keep_all = 1;
+  keep_all = !keep_all;
+}
+
+/* Turned on (and off again) by SIGUSR2: each worker beats on its own
+ * (hosts=K's reference: what per-worker heartbeats cost). */
+static volatile sig_atomic_t per_worker;
+
+static void on_usr2(int sig) {
+  (void)sig;
+  per_worker = !per_worker;
 }
 
 struct hb {
@@ -282,8 +306,9 @@ struct hb {
   struct wk *w;
   int n;
   double interval, until;
-  int fresh; /* a connection of its own for each heartbeat */
-  long registered, beats, errors;
+  int fresh;    /* a connection of its own for each heartbeat */
+  int per_host; /* workers a heartbeat call speaks for (1: its own) */
+  long registered, beats, calls, errors;
   double *lat;
   size_t nlat, cap;
 };
@@ -291,14 +316,22 @@ struct hb {
 static void *hb_main(void *arg) {
   struct hb *h = arg;
   struct conn c = {.fd = -1};
-  char req[1024];
+  /* (a host's call names each of its workers: 60 bytes or fewer each) */
+  size_t reqcap = 1024 + (size_t)h->per_host * 64;
+  char *req = malloc(reqcap), *body = malloc(reqcap);
   double due;
+
+  if (!req || !body) {
+    free(req);
+    free(body);
+    return NULL;
+  }
 
   for (int i = 0; i < h->n; i++) {
     char body[200];
     int len = snprintf(body, sizeof(body), "{\"ip_address\": \"127.0.0.1\", \"attempt\": %d}",
                        h->w[i].attempt);
-    int rl = snprintf(req, sizeof(req),
+    int rl = snprintf(req, reqcap,
                       "POST /api/v1/workers/%s/register HTTP/1.1\r\nHost: x\r\n"
                       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\n\r\n%s",
@@ -317,11 +350,12 @@ static void *hb_main(void *arg) {
    * only). */
   due = now_s();
   for (long k = 0; now_s() < h->until; k++) {
-    int i = (int)(k % h->n);
+    int per = per_worker ? 1 : h->per_host, units = (h->n + per - 1) / per;
+    int i = (int)(k % units) * per, sibs = h->n - i < per ? h->n - i : per;
     double t0;
-    int rl;
+    int rl, bl, a = i, nv = 0;
 
-    due += h->interval / h->n;
+    due += h->interval / units;
 
     while (now_s() < due) {
       double d = due - now_s();
@@ -330,17 +364,40 @@ static void *hb_main(void *arg) {
     }
     if (now_s() >= h->until)
       break;
-    rl = snprintf(req, sizeof(req),
+    /* The host's agent: its first worker whose workerd still runs (one
+     * told to stop has ended, and another took its part). */
+    while (a < i + sibs && h->w[a].gone)
+      a++;
+    if (a == i + sibs)
+      continue;
+    bl = snprintf(body, reqcap, "{\"exec_refused\": 0");
+    for (int j = a + 1; j < i + sibs; j++)
+      if (!h->w[j].gone)
+        bl += snprintf(body + bl, reqcap - (size_t)bl, "%s{\"id\": \"%s\", \"exec_refused\": 0}",
+                       nv++ ? ", " : ", \"vouch\": [", h->w[j].id);
+    bl += snprintf(body + bl, reqcap - (size_t)bl, nv ? "]}" : "}");
+    rl = snprintf(req, reqcap,
                   "POST /api/v1/workers/%s/heartbeat HTTP/1.1\r\nHost: x\r\n"
                   "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
-                  "Content-Length: 2\r\n\r\n{}",
-                  h->w[i].id, h->w[i].token);
+                  "Content-Length: %d\r\n\r\n%s",
+                  h->w[a].id, h->w[a].token, bl, body);
     t0 = now_s();
     if (roundtrip(&c, req, (size_t)rl) != 200) {
       h->errors++;
       continue;
     }
-    h->beats++;
+    h->calls++;
+    /* (the caller, and each worker the answer vouched for) */
+    h->beats += count_of(c.buf, "\"stop\":false,\"heartbeat_interval_seconds\"");
+    if (strstr(c.buf, "{\"stop\":true"))
+      h->w[a].gone = 1;
+    for (int j = a + 1; nv && j < i + sibs; j++) {
+      char refused[64];
+
+      snprintf(refused, sizeof(refused), "\"%s\":{\"refused\"", h->w[j].id);
+      if (!h->w[j].gone && strstr(c.buf, refused))
+        h->w[j].gone = 1; /* (beats on its own, learns it must stop, ends) */
+    }
     if (told_interval(&c) > 0)
       h->interval = told_interval(&c);
     if (!keep_all && (h->fresh || h->interval > KEEP_INTERVAL_S)) {
@@ -360,6 +417,8 @@ static void *hb_main(void *arg) {
   if (c.fd >= 0)
     close(c.fd);
   free(c.buf);
+  free(req);
+  free(body);
   return NULL;
 }
 
@@ -369,7 +428,8 @@ static int cmd_workers(int argc, char **argv) {
   int nthreads = (int)num(argv[6], "THREADS"), n = 0, cap = 0;
   struct wk *w = NULL;
   struct hb *h;
-  long reg = 0, beats = 0, errors = 0;
+  long reg = 0, beats = 0, calls = 0, errors = 0;
+  int per_host = 1;
   size_t total = 0, k = 0;
   double *all;
 
@@ -388,7 +448,10 @@ static int cmd_workers(int argc, char **argv) {
     w[n++] = x;
   }
   fclose(f);
+  if (argc == 8 && strncmp(argv[7], "hosts=", 6) == 0)
+    per_host = (int)num(argv[7] + 6, "hosts=K");
   signal(SIGUSR1, on_usr1);
+  signal(SIGUSR2, on_usr2);
   h = calloc((size_t)nthreads, sizeof(*h));
   t0 = now_s();
   for (int i = 0; i < nthreads; i++) {
@@ -398,12 +461,14 @@ static int cmd_workers(int argc, char **argv) {
     h[i].interval = interval;
     h[i].until = t0 + secs;
     h[i].fresh = argc == 8 && strcmp(argv[7], "fresh") == 0;
+    h[i].per_host = per_host;
     pthread_create(&h[i].t, NULL, hb_main, &h[i]);
   }
   for (int i = 0; i < nthreads; i++) {
     pthread_join(h[i].t, NULL);
     reg += h[i].registered;
     beats += h[i].beats;
+    calls += h[i].calls;
     errors += h[i].errors;
     total += h[i].nlat;
   }
@@ -415,8 +480,9 @@ static int cmd_workers(int argc, char **argv) {
   }
   qsort(all, total, sizeof(*all), dbl_cmp);
   printf("{\"what\": \"workers\", \"workers\": %d, \"registered\": %ld, \"heartbeats\": %ld, "
-         "\"errors\": %ld, \"hb_p50_ms\": %.3f, \"hb_p99_ms\": %.3f, \"interval_s\": %.1f}\n",
-         n, reg, beats, errors, total ? all[total / 2] * 1000 : 0,
+         "\"calls\": %ld, \"errors\": %ld, \"hb_p50_ms\": %.3f, \"hb_p99_ms\": %.3f, "
+         "\"interval_s\": %.1f}\n",
+         n, reg, beats, calls, errors, total ? all[total / 2] * 1000 : 0,
          total ? all[total * 99 / 100] * 1000 : 0, nthreads ? h[0].interval : 0);
   free(all);
   free(h);
@@ -537,7 +603,8 @@ int main(int argc, char **argv) {
     port = (int)num(argv[2], "PORT");
     return cmd_get(argc, argv);
   }
-  if ((argc == 7 || (argc == 8 && strcmp(argv[7], "fresh") == 0)) &&
+  if ((argc == 7 ||
+       (argc == 8 && (strcmp(argv[7], "fresh") == 0 || strncmp(argv[7], "hosts=", 6) == 0))) &&
       strcmp(argv[1], "workers") == 0) {
     port = (int)num(argv[2], "PORT");
     return cmd_workers(argc, argv);
@@ -547,7 +614,7 @@ int main(int argc, char **argv) {
     return cmd_wakes(argv);
   }
   fprintf(stderr, "usage: loadgen get PORT PATH CONNECTIONS SECONDS [TOKEN]\n"
-                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS [fresh]\n"
+                  "       loadgen workers PORT FILE INTERVAL SECONDS THREADS [fresh|hosts=K]\n"
                   "       loadgen wakes PORT TOKEN FILE\n");
   return 2;
 }

@@ -1,16 +1,18 @@
 """scale: part (g) of bench/controller: 100,000 simulated live workers on one
 controller (the external backend starts nothing; bench/loadgen.c plays their
-workerds: registers each, then heartbeats each at the interval the answers
-tell, each on a connection of its own while that interval is longer than
-10 s, as a workerd's then is).
+workerds: registers each, then heartbeats at the interval the answers
+tell, on hosts of z["scale_per_host"] workers that beat as one, as workerds
+do once the interval is stretched (--host-beat auto: one call a host an
+interval, its agent's, carrying the others'; each call on a connection of
+its own while that interval is longer than 10 s, as a workerd's then is).
 
 Prints, beside the same controller's cost had every worker beaten every
 2 s (today's rule before --heartbeat-rate: its CPU per heartbeat on kept
 connections, as at 2 s, measured in this run, times 0.5 heartbeats per
 worker per second):
 - controller CPU per live worker per second, and so the cores for all;
-  then the same heartbeats on kept connections (what the bench measured
-  before it opened one a heartbeat);
+  then the same heartbeats each worker's own (as before host beats), on a
+  connection of its own each, and on kept connections;
 - memory and database bytes per worker;
 - p99 of GET /api/v1/workers/{id} and of an await's wake (from the stop
   that ends the worker to the await's answer, timed by bench/loadgen.c)
@@ -64,6 +66,17 @@ def _heard_since(state, since_iso):
         db.close()
 
 
+def _cpu_window(ctl, gen, sig, window):
+    """Sends the load generator sig (a change of how its workers beat),
+    lets 2 s pass, and returns the controller's CPU seconds over the next
+    window and that window's length."""
+    gen.send_signal(sig)
+    time.sleep(2)
+    cpu0, t0 = ctl.cpu_s(), time.time()
+    time.sleep(window)
+    return ctl.cpu_s() - cpu0, time.time() - t0
+
+
 def bench_scale(build, tmp, secs, z, loadgen, loadgen_bg, end):
     state = os.path.join(tmp, "g")
     n = z["scale_n"]
@@ -96,7 +109,8 @@ def bench_scale(build, tmp, secs, z, loadgen, loadgen_bg, end):
             for row in rows:
                 f.write("%s %s %d\n" % row)
         t_reg = time.time()
-        gen = loadgen_bg(build, "workers", ctl.port, wfile, 2.0, 3600, 16)
+        gen = loadgen_bg(build, "workers", ctl.port, wfile, 2.0, 3600, 16,
+                         "hosts=%d" % z["scale_per_host"])
         _wait("every worker registered", lambda: _running(ctl) == n, 600)
         reg_s = time.time() - t_reg
         interval = _metric(ctl, "muster_heartbeat_interval_seconds")
@@ -116,15 +130,18 @@ def bench_scale(build, tmp, secs, z, loadgen, loadgen_bg, end):
             f.write("\n".join(ids[:z["scale_wakes"]]) + "\n")
         wakes = loadgen(build, "wakes", ctl.port, ctl.token, wfile_wakes)
         live = int(_running(ctl))
-        # The same heartbeats on connections kept open (what they cost while
-        # the interval is 10 s or less, as at 2 s):
-        # the reference for the fixed interval of before.
+        # The same heartbeats, each worker's own, on a connection of its
+        # own each (what workerds sent before they beat per host) ...
+        own_cpu, own_s = _cpu_window(ctl, gen, signal.SIGUSR2, window)
+        own_beats = live * own_s / interval
+        # ... and on connections kept open (what they cost while the
+        # interval is 10 s or less, as at 2 s): the reference for the fixed
+        # interval of before.
+        kept_cpu, kept_s = _cpu_window(ctl, gen, signal.SIGUSR1, window)
+        kept_beats = live * kept_s / interval
+        # (per host again, as workerds are, for the restart)
         gen.send_signal(signal.SIGUSR1)
-        time.sleep(2)
-        kept0, tk0 = ctl.cpu_s(), time.time()
-        time.sleep(window)
-        kept1, tk1 = ctl.cpu_s(), time.time()
-        kept_beats = live * (tk1 - tk0) / interval
+        gen.send_signal(signal.SIGUSR2)
         # A crash and a restart: the workers' heartbeats fail meanwhile and
         # are tried again at each worker's next turn.
         t_kill = time.time()
@@ -151,19 +168,24 @@ def bench_scale(build, tmp, secs, z, loadgen, loadgen_bg, end):
                   if f.startswith("muster.db"))
     cpu = (cpu1 - cpu0) / (t1 - t0)
     per_hb_us = (cpu1 - cpu0) / beats * 1e6
-    kept = (kept1 - kept0) / (tk1 - tk0)
-    kept_hb_us = (kept1 - kept0) / kept_beats * 1e6
+    own = own_cpu / own_s
+    own_hb_us = own_cpu / own_beats * 1e6
+    kept = kept_cpu / kept_s
+    kept_hb_us = kept_cpu / kept_beats * 1e6
     old_cores = kept_hb_us * 1e-6 * n / 2.0
     print("(g) %s simulated live workers (registered in %.0f s), told to beat every %.1f s"
           " (--heartbeat-rate 5000):" % (format(n, ","), reg_s, interval))
     print("    controller CPU %.3f cores: %.2f us per live worker per second, %.1f us per heartbeat"
           " (target: 100,000 <= 0.25 core, so <= 2.50 us), %s"
           % (cpu, cpu / n * 1e6, per_hb_us,
-             "each heartbeat on a connection of its own, as a workerd told an interval past 10 s "
-             "sends it" if interval > 10 else
-             "on kept connections"))
-    print("    the same heartbeats on kept connections: %.3f cores, %.1f us per heartbeat"
-          % (kept, kept_hb_us))
+             "beating per host, %d workers a host: one call a host, %s"
+             % (z["scale_per_host"], "on a connection of its own, as a workerd told an interval "
+                "past 10 s sends it" if interval > 10 else "on kept connections")))
+    print("    the same heartbeats each worker's own, each on a connection of its own: %.3f"
+          " cores, %.1f us per heartbeat (ratio %.2f)" % (own, own_hb_us, cpu / own if own else
+                                                          float("nan")))
+    print("    the same heartbeats each worker's own on kept connections: %.3f cores, %.1f us"
+          " per heartbeat" % (kept, kept_hb_us))
     print("    every 2 s as before (kept connections): %.1f us per heartbeat (this run) x 0.5 ="
           " %.1f us per worker per second, %.2f cores for %s (ratio %.2f)"
           % (kept_hb_us, kept_hb_us / 2, old_cores, format(n, ","),

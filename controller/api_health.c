@@ -128,7 +128,7 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
   int waiters = 0, streams = 0;
   struct api_guard_stats gs;
   struct checkpoint_stats ckst;
-  uint64_t exec_refused;
+  uint64_t exec_refused, hb_calls, hb_vouched;
 
   if (!f)
     return MHD_NO;
@@ -204,6 +204,8 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "# TYPE muster_leases_expired_total counter\nmuster_leases_expired_total %llu\n",
           (unsigned long long)g.leases_expired);
   exec_refused = g.exec_refused;
+  hb_calls = g.hb_calls;
+  hb_vouched = g.hb_vouched;
   state_unlock();
   fprintf(f, "# HELP muster_workers Workers by status.\n# TYPE muster_workers gauge\n");
   json_object_foreach(counts, k, v)
@@ -254,6 +256,13 @@ static enum MHD_Result api_metrics(struct MHD_Connection *c, struct req *rq, con
           "token held (as their heartbeats said).\n"
           "# TYPE muster_exec_refused_total counter\nmuster_exec_refused_total %llu\n",
           (unsigned long long)exec_refused);
+  fprintf(f,
+          "# HELP muster_heartbeat_calls_total Heartbeat calls answered (each a workerd's own).\n"
+          "# TYPE muster_heartbeat_calls_total counter\nmuster_heartbeat_calls_total %llu\n"
+          "# HELP muster_heartbeats_vouched_total Heartbeats one workerd's call carried for "
+          "another worker of its host.\n"
+          "# TYPE muster_heartbeats_vouched_total counter\nmuster_heartbeats_vouched_total %llu\n",
+          (unsigned long long)hb_calls, (unsigned long long)hb_vouched);
   fprintf(f,
           "# HELP muster_unserved_seconds_total Time the controller could not serve, given back "
           "to leases and heartbeat timeouts.\n"

@@ -254,10 +254,11 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
     json_decref(body);
     return api_respond_error(c, rc, NULL, "could not register %s", id);
   }
-  answer = json_pack("{s:f, s:o, s:o, s:s, s:o}", "heartbeat_interval_seconds", hb_tell_locked(w),
-                     "command", spec_command(&info), "env",
-                     spec_env(&info, ip, g.worker_url, g.api_token), "cwd",
-                     spec_cwd(&info, g.cfg.workdir), "script", spec_script(&info, g.cfg.workdir));
+  answer =
+      json_pack("{s:f, s:b, s:o, s:o, s:s, s:o}", "heartbeat_interval_seconds", hb_tell_locked(w),
+                "host_beat", hb_host_beat_now(), "command", spec_command(&info), "env",
+                spec_env(&info, ip, g.worker_url, g.api_token), "cwd",
+                spec_cwd(&info, g.cfg.workdir), "script", spec_script(&info, g.cfg.workdir));
   {
     /* The session's exec credential: the worker checks it on every exec
      * request (docs/exec-protocol.md). */
@@ -275,44 +276,106 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
   return api_respond_json(c, MHD_HTTP_OK, answer);
 }
 
+/* The most siblings one heartbeat speaks for (a host's beat: its body's
+ * "vouch"); the rest beat on their own. */
+#define VOUCH_MAX 1000
+
+/* Adds what w's workerd counts (a heartbeat's "exec_refused": the exec
+ * connections it refused before their token held, since it started; older
+ * workerds send none) to the controller's total. Called locked. */
+static void note_exec_refused(struct lw *w, const json_t *refused) {
+  json_int_t n = json_is_integer(refused) ? json_integer_value(refused) : -1;
+
+  if (n >= 0 && (uint64_t)n > w->exec_refused) {
+    g.exec_refused += (uint64_t)n - w->exec_refused;
+    w->exec_refused = (uint64_t)n;
+  }
+}
+
+/* Records the heartbeats that worker by's call carries for its host's other
+ * workers (vouch: [{"id", "exec_refused"}]) and returns what each is told,
+ * by id: the answer its own heartbeat would get, or {"refused": why} (its
+ * workerd then beats on its own, and learns its fate from its own answer).
+ * A worker vouches only for live, registered workers of its own user: a
+ * token speaks for nothing its user does not own. Called locked. */
+static json_t *vouch_locked(const struct lw *by, const json_t *vouch) {
+  json_t *out = json_object();
+  json_t *e;
+  size_t i;
+  int on = hb_host_beat_now();
+
+  if (!out)
+    return NULL;
+  json_array_foreach(vouch, i, e) {
+    const char *id = json_string_value(json_object_get(e, "id"));
+    struct lw *s = id ? lw_find_locked(id) : NULL;
+    json_t *r;
+
+    if (i >= VOUCH_MAX || !id)
+      break;
+    if (!s || s == by || s->owner != by->owner) {
+      r = json_pack("{s:s}", "refused", "not a live worker of this worker's user");
+    } else if (s->status != WS_RUNNING) {
+      r = json_pack("{s:s}", "refused", "not registered");
+    } else {
+      sm_heartbeat_locked(s);
+      note_exec_refused(s, json_object_get(e, "exec_refused"));
+      g.hb_vouched++;
+      r = json_pack("{s:b, s:f, s:b}", "stop", 0, "heartbeat_interval_seconds", hb_tell_locked(s),
+                    "host_beat", on);
+    }
+    if (json_object_set_new(out, id, r) != 0) {
+      json_decref(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
 static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id) {
   char status[16];
   struct lw *w;
-  int rc, stop;
-  double interval = 0;
-  /* What the workerd counts (its body; older ones send none): the exec
-   * connections it refused before their token held, since it started. */
+  int rc;
   json_t *body = rq->len ? json_loadb(rq->body, rq->len, 0, NULL) : NULL;
-  json_t *refused = json_object_get(body, "exec_refused");
-  json_int_t n = json_is_integer(refused) ? json_integer_value(refused) : -1;
-
-  json_decref(body);
+  json_t *vouch = json_object_get(body, "vouch");
+  json_t *answer, *vouched = NULL;
 
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
   if (rc) {
     state_unlock();
+    json_decref(body);
     return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
   }
   if (w && w->status == WS_STARTING) {
     state_unlock();
+    json_decref(body);
     return api_respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s has not registered", id);
   }
-  stop = !w;
-  if (w) {
-    sm_heartbeat_locked(w);
-    interval = hb_tell_locked(w);
+  g.hb_calls++;
+  if (!w) {
+    /* (a worker no longer live is told to stop, and nothing else) */
+    state_unlock();
+    json_decref(body);
+    return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", 1));
   }
-  if (w && n >= 0 && (uint64_t)n > w->exec_refused) {
-    g.exec_refused += (uint64_t)n - w->exec_refused;
-    w->exec_refused = (uint64_t)n;
+  sm_heartbeat_locked(w);
+  note_exec_refused(w, json_object_get(body, "exec_refused"));
+  if (json_is_array(vouch) && json_array_size(vouch) > 0 && !(vouched = vouch_locked(w, vouch))) {
+    state_unlock();
+    json_decref(body);
+    return api_respond_error(c, MUSTER_E_NOMEM, NULL,
+                             "could not answer for the workers vouched for");
   }
+  answer = json_pack("{s:b, s:f, s:b}", "stop", 0, "heartbeat_interval_seconds", hb_tell_locked(w),
+                     "host_beat", hb_host_beat_now());
   state_unlock();
-  /* (a worker no longer live is told to stop, and no interval) */
-  return api_respond_json(
-      c, MHD_HTTP_OK,
-      stop ? json_pack("{s:b}", "stop", stop)
-           : json_pack("{s:b, s:f}", "stop", stop, "heartbeat_interval_seconds", interval));
+  json_decref(body);
+  if (answer && vouched)
+    json_object_set_new(answer, "vouched", vouched);
+  else
+    json_decref(vouched);
+  return api_respond_json(c, MHD_HTTP_OK, answer);
 }
 
 void api_log_end_path(const char *id, char *buf, size_t size) {

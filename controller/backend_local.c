@@ -208,7 +208,7 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
         why, cg_confine_why());
   for (char **e = environ; *e; e++)
     n++;
-  lb.base_env = calloc(n + 1, sizeof(*lb.base_env));
+  lb.base_env = calloc(n + 2, sizeof(*lb.base_env));
   if (!lb.base_env) {
     snprintf(err, errlen, "out of memory");
     return MUSTER_E_NOMEM;
@@ -218,8 +218,12 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
    * environment: PATH, HOME, LANG. The settings meant for workerd itself
    * pass through. */
   for (char **e = environ; *e; e++)
-    if (env_to_worker(*e))
+    if (env_to_worker(*e) && strncmp(*e, "MUSTER_HOST_DIR=", 16) != 0)
       lb.base_env[lb.base_env_len++] = *e;
+  /* This controller's workerds beat together (hostbeat.c) in a directory
+   * of its state directory, out of their commands' sight. */
+  snprintf(lb.host_dir_env, sizeof(lb.host_dir_env), "MUSTER_HOST_DIR=%s/host", cfg->state_dir);
+  lb.base_env[lb.base_env_len++] = lb.host_dir_env;
   util_cond_init_monotonic(&lb.cv);
   lb.zygote_retry_ms = 0;
   lb.zygote_spent = 0;

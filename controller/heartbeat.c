@@ -195,3 +195,11 @@ void heartbeats_credit_locked(int64_t ms) {
       w->since_ms += ms; /* its start timeout: its register could not be served either */
   }
 }
+
+int hb_host_beat_now(void) {
+  if (g.cfg.host_beat != HOST_BEAT_AUTO)
+    return g.cfg.host_beat == HOST_BEAT_ON;
+  /* (per worker until the rate stretches the interval: each worker's own
+   * heartbeat judges it alone, and soonest) */
+  return hb_interval_now_ms() > configured_interval_ms();
+}

@@ -101,6 +101,7 @@ struct local_backend {
   /* The backend thread's own: */
   char **base_env;
   size_t base_env_len;
+  char host_dir_env[600]; /* MUSTER_HOST_DIR: where its workerds beat together */
   int zygote_fd;
   pid_t zygote_pid;
   int64_t zygote_retry_ms;

@@ -57,6 +57,9 @@ static void usage(FILE *out) {
                "  --heartbeat-interval S    how often workers heartbeat (default 2)\n"
                "  --heartbeat-rate N        longer intervals past N heartbeats a second from\n"
                "                            all live workers (default 5000; 0: never)\n"
+               "  --host-beat auto|on|off   one heartbeat per host for its workers: once the\n"
+               "                            rate stretches the interval (auto, the default),\n"
+               "                            always, or never\n"
                "  --stop-grace S            SIGTERM to SIGKILL on stop (default 5)\n"
                "  --cpus N                  cores the local backend hands out (default: all)\n"
                "  --memory GIB              memory the local backend hands out (default: all)\n"
@@ -218,6 +221,16 @@ static MUST_CHECK int parse_args(int argc, char **argv, struct ctl_config *cfg) 
     } else if (strcmp(a, "--heartbeat-rate") == 0) {
       NEED_VALUE();
       bad = util_parse_double(v, 0, 1e7, &cfg->heartbeat_rate);
+    } else if (strcmp(a, "--host-beat") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "auto") == 0)
+        cfg->host_beat = HOST_BEAT_AUTO;
+      else if (strcmp(v, "on") == 0)
+        cfg->host_beat = HOST_BEAT_ON;
+      else if (strcmp(v, "off") == 0)
+        cfg->host_beat = HOST_BEAT_OFF;
+      else
+        bad = 1;
     } else if (strcmp(a, "--stop-grace") == 0) {
       NEED_VALUE();
       bad = util_parse_double(v, 0, 3600, &cfg->stop_grace_s);

@@ -65,6 +65,7 @@ struct ctl_config {
   double heartbeat_timeout_s;
   double heartbeat_interval_s;
   double heartbeat_rate; /* heartbeats a second the intervals are stretched to (0: none) */
+  int host_beat;         /* enum host_beat_mode: when workerds beat per host (heartbeat.c) */
   double stop_grace_s;
   double retain_s; /* terminal workers are pruned this long after they end */
   double cpus;     /* capacity of the local backend */
@@ -290,6 +291,8 @@ struct ctl {
   uint64_t leases_expired;
   uint64_t unserved_ms;  /* time given back to leases and heartbeats (monitor.c) */
   uint64_t exec_refused; /* exec connections workerds refused before the token */
+  uint64_t hb_calls;     /* heartbeat calls answered */
+  uint64_t hb_vouched;   /* heartbeats a sibling's call carried (host beats) */
 };
 
 extern struct ctl g;
@@ -417,6 +420,13 @@ void lw_queue_locked(struct lw *w);
 double hb_tell_locked(struct lw *w);
 /* The interval a worker would be told now (no lock needed). */
 int64_t hb_interval_now_ms(void);
+
+/* --host-beat: whether a host's workerds are told to beat together (one
+ * speaks for its siblings; docs/internals/controller.md, "Liveness per
+ * host"): always, never, or once the interval is stretched (the default). */
+enum host_beat_mode { HOST_BEAT_AUTO, HOST_BEAT_ON, HOST_BEAT_OFF };
+/* What the register and heartbeat answers say now ("host_beat"). */
+int hb_host_beat_now(void);
 
 /* Wakes everything suspended so that the daemon can stop. */
 void state_begin_shutdown(void);

@@ -169,6 +169,7 @@ MUST_CHECK static int assignment_parse(json_t *ans) {
     }
     wd.hb_interval_ms = (int64_t)(s * 1000);
   }
+  wd.host_beat = json_is_true(json_object_get(ans, "host_beat"));
 
   if (cmd && !json_is_null(cmd)) {
     if (!json_is_array(cmd) || json_array_size(cmd) > WD_ARGV_MAX) {
@@ -434,6 +435,7 @@ void register_cancel(void) {
 /* Heartbeats                                                               */
 
 static struct call hb_call;
+static char *hb_body; /* the body of the heartbeat in flight */
 
 /* A heartbeat's answer may carry a new interval: the controller stretches
  * it as the number of live workers grows, so that they send at most its
@@ -488,6 +490,9 @@ static enum hb_result hb_answer(int64_t now) {
   }
   ans = json_loadb(hb_call.answer ? hb_call.answer : "", hb_call.answer_len, 0, NULL);
   hb_adopt_interval(json_object_get(ans, "heartbeat_interval_seconds"));
+  if (json_is_boolean(json_object_get(ans, "host_beat")))
+    wd.host_beat = json_is_true(json_object_get(ans, "host_beat"));
+  host_beat_answered(json_object_get(ans, "vouched"));
   stop = json_object_get(ans, "stop");
   if (!json_is_boolean(stop)) {
     LOG(LOG_WARN, "the heartbeat answer has no boolean \"stop\"");
@@ -505,19 +510,36 @@ static enum hb_result hb_answer(int64_t now) {
  * in flight, takes the answer of one that ended (the next is due an
  * interval after it). Never waits. Returns what the answer decides. */
 enum hb_result hb_step(int64_t now) {
-  if (hb_call.state == CALL_DONE) {
-    enum hb_result res = hb_answer(now); /* (which may change the interval) */
+  enum hb_result res;
 
+  if (hb_call.state == CALL_DONE) {
+    res = hb_answer(now); /* (which may change the interval) */
     wd.next_hb_ms = now + wd.hb_interval_ms;
     calls_keep_none();
     return res;
   }
+  res = host_beat_step(now);
+  if (res != HB_NONE)
+    return res;
   if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {
-    /* (the body is sent while the call is in flight: it stays) */
-    static char body[64];
-    int n = snprintf(body, sizeof(body), "{\"exec_refused\": %" PRIu64 "}", ex_refused());
+    json_t *body, *vouch;
 
-    if (call_start(&hb_call, "heartbeat", true, body, (size_t)n, WD_CALL_TIMEOUT_MS) != 0)
+    if (host_beat_covered(now)) {
+      /* (the host's agent answered for this worker lately) */
+      wd.next_hb_ms = now + wd.hb_interval_ms;
+      return HB_NONE;
+    }
+    body = json_pack("{s:I}", "exec_refused", (json_int_t)ex_refused());
+    vouch = host_beat_vouch();
+    if (body && vouch && json_array_size(vouch) > 0)
+      json_object_set(body, "vouch", vouch);
+    json_decref(vouch);
+    /* (the body is sent while the call is in flight: it stays) */
+    free(hb_body);
+    hb_body = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!hb_body ||
+        call_start(&hb_call, "heartbeat", true, hb_body, strlen(hb_body), WD_CALL_TIMEOUT_MS) != 0)
       wd.next_hb_ms = now + wd.hb_interval_ms;
     else
       wd.next_hb_ms = INT64_MAX; /* set when it ends */
@@ -525,7 +547,11 @@ enum hb_result hb_step(int64_t now) {
   return HB_NONE;
 }
 
-/* Abandons a heartbeat in flight: the worker is ending, its answer moot. */
+/* Abandons a heartbeat in flight: the worker is ending, its answer moot;
+ * and leaves the host's heartbeat. */
 void hb_cancel(void) {
   call_cancel(&hb_call);
+  free(hb_body);
+  hb_body = NULL;
+  host_beat_leave();
 }

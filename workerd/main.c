@@ -178,7 +178,7 @@ static int64_t run_deadline(void) {
   int64_t next = ex_next_deadline();
 
   if (!wd.stopping && !wd.child_done && !wd.ending)
-    next = min64(next, wd.next_hb_ms);
+    next = min64(next, min64(wd.next_hb_ms, host_beat_deadline()));
   if (wd.stopping && !wd.child_done)
     next = min64(next, wd.kill_at_ms);
   if (wd.child_done && !wd.ending)

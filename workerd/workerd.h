@@ -13,6 +13,7 @@
  *   http_target.c  the controller's URL, addresses and TLS authorities
  *   http_answer.c  reading an answer: status, framing, body
  *   client.c       the controller client: backoff, registration, heartbeats
+ *   hostbeat.c     liveness per host: one workerd beats for its host's others
  *   report.c       the end: the last logs, then the exit report
  *   logship.c      the command's output: ring buffers, shipped as logs
  *   child.c        starting children (the worker's command and exec commands)
@@ -219,6 +220,7 @@ struct wd_state {
 
   /* What register assigned. argv and envp are NULL-terminated, owned here. */
   int64_t hb_interval_ms;
+  bool host_beat; /* the last answer said to beat with this host's others */
   char **argv;
   size_t argc;
   char **envp;
@@ -349,6 +351,29 @@ int64_t register_deadline(void);
 void register_cancel(void);
 enum hb_result hb_step(int64_t now);
 void hb_cancel(void);
+
+/* ------------------------------------------------------------------------ */
+/* hostbeat.c: liveness per host                                            */
+
+/* Joins or leaves the host's heartbeat as wd.host_beat says, touches this
+ * worker's beacon, takes the agent's part if nobody has it, and reads what
+ * the agent last said for this worker. Returns HB_STOP_QUIET if that was a
+ * stop. Never waits. */
+enum hb_result host_beat_step(int64_t now);
+/* Whether the agent answers for this worker now: its own beat is skipped. */
+bool host_beat_covered(int64_t now);
+/* When host_beat_step() must next run (INT64_MAX: not joined). */
+int64_t host_beat_deadline(void);
+/* The agent's: the siblings its next heartbeat speaks for, as its body's
+ * "vouch" (a new reference), or NULL when it is not the agent or there is
+ * none. */
+json_t *host_beat_vouch(void);
+/* The agent's: writes each sibling's ack from its heartbeat's answer
+ * ("vouched", borrowed). */
+void host_beat_answered(const json_t *vouched);
+/* Leaves the host's heartbeat: its beacon and ack removed, the agent's lock
+ * given up. */
+void host_beat_leave(void);
 
 /* ------------------------------------------------------------------------ */
 /* logship.c: the worker's output, shipped as logs                          */

@@ -44,10 +44,11 @@ static inline bool env_workerd_only(const char *var) {
    * where a Slurm step's workerd reads its token. MUSTER_TOKEN_ (a
    * prefix): the tokens of a job's every worker, which jobs queued by a
    * version before the job secret carry in their environment. */
-  static const char *const list[] = {
-      "MUSTER_WORKER_TOKEN=", "MUSTER_TOKEN_",   "MUSTER_WORKER_TOKEN_FD=",
-      "MUSTER_JOB_SECRET=",   "MUSTER_BIND_IP=", "MUSTER_ORPHAN_TIMEOUT=",
-      "MUSTER_LOG_LEVEL=",    "MUSTER_NETNS=",   NULL};
+  static const char *const list[] = {"MUSTER_WORKER_TOKEN=",    "MUSTER_TOKEN_",
+                                     "MUSTER_WORKER_TOKEN_FD=", "MUSTER_JOB_SECRET=",
+                                     "MUSTER_BIND_IP=",         "MUSTER_ORPHAN_TIMEOUT=",
+                                     "MUSTER_LOG_LEVEL=",       "MUSTER_NETNS=",
+                                     "MUSTER_HOST_DIR=",        NULL};
   return env_in(var, list);
 }
 

@@ -246,6 +246,7 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
       w->ref_known = 1;
     if (!w->reg_pid && f.pid > 0)
       w->reg_pid = f.pid;
+    w->host_hash = hb_host_hash(hostname);
     sm_heartbeat_locked(w);
     rc = db_worker_info(g.db, id, &info);
   }
@@ -270,6 +271,14 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
   }
   if (reg.rotate)
     json_object_set_new(answer, "token", json_string(w->token));
+  {
+    /* The workerds of one user beat together (a vouch across users is
+     * refused): each user's its own group on a host. */
+    char group[16];
+
+    snprintf(group, sizeof(group), "%08x", (unsigned)hb_host_hash(info.owner));
+    json_object_set_new(answer, "host_beat_group", json_string(group));
+  }
   db_worker_info_cleanup(&info);
   state_unlock();
   json_decref(body);
@@ -292,41 +301,70 @@ static void note_exec_refused(struct lw *w, const json_t *refused) {
   }
 }
 
-/* Records the heartbeats that worker by's call carries for its host's other
- * workers (vouch: [{"id", "exec_refused"}]) and returns what each is told,
- * by id: the answer its own heartbeat would get, or {"refused": why} (its
- * workerd then beats on its own, and learns its fate from its own answer).
- * A worker vouches only for live, registered workers of its own user: a
- * token speaks for nothing its user does not own. Called locked. */
-static json_t *vouch_locked(const struct lw *by, const json_t *vouch) {
-  json_t *out = json_object();
-  json_t *e;
-  size_t i;
-  int on = hb_host_beat_now();
+/* What one vouch is answered: ok (with the interval told) or why not. */
+struct vouch_result {
+  const char *id; /* borrowed from the body */
+  json_int_t pid;
+  const char *why; /* NULL: vouched for */
+  double interval;
+};
 
-  if (!out)
-    return NULL;
+/* Records the heartbeats that worker by's call carries for its host's other
+ * workers (vouch: [{"id", "pid", "exec_refused"}]) into r (n of them, at
+ * most VOUCH_MAX; the rest are left out). A worker is vouched for only if it
+ * is running, of by's own user (a token speaks for nothing its user does
+ * not own), registered from by's hostname by the workerd with that pid (not
+ * an earlier attempt's, nor a beacon forged for one gone), and has used
+ * the token its register traded for (until then, its own heartbeat must
+ * close the old one's window). Called locked. */
+static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouch_result *r) {
+  size_t i, n = 0;
+  json_t *e;
+
   json_array_foreach(vouch, i, e) {
     const char *id = json_string_value(json_object_get(e, "id"));
-    struct lw *s = id ? lw_find_locked(id) : NULL;
-    json_t *r;
+    json_t *pid = json_object_get(e, "pid");
+    struct lw *s;
 
-    if (i >= VOUCH_MAX || !id)
+    if (n == VOUCH_MAX)
       break;
-    if (!s || s == by || s->owner != by->owner) {
-      r = json_pack("{s:s}", "refused", "not a live worker of this worker's user");
-    } else if (s->status != WS_RUNNING) {
-      r = json_pack("{s:s}", "refused", "not registered");
-    } else {
+    if (!id)
+      continue;
+    r[n] = (struct vouch_result){id, json_is_integer(pid) ? json_integer_value(pid) : 0, NULL, 0};
+    s = lw_find_locked(id);
+    if (!s || s == by || s->owner != by->owner || s->host_hash != by->host_hash)
+      r[n].why = "not a live worker of this worker's user and host";
+    else if (s->status != WS_RUNNING)
+      r[n].why = "not registered";
+    else if (r[n].pid != (json_int_t)s->reg_pid)
+      r[n].why = "not its registered muster-workerd";
+    else if (s->rotation_open)
+      r[n].why = "its new token is not used yet";
+    if (!r[n].why) {
       sm_heartbeat_locked(s);
       note_exec_refused(s, json_object_get(e, "exec_refused"));
       g.hb_vouched++;
-      r = json_pack("{s:b, s:f, s:b}", "stop", 0, "heartbeat_interval_seconds", hb_tell_locked(s),
-                    "host_beat", on);
+      r[n].interval = hb_tell_locked(s);
     }
-    if (json_object_set_new(out, id, r) != 0) {
+    n++;
+  }
+  return n;
+}
+
+/* The answers to n vouches, by id (what each one's own heartbeat would
+ * have been answered, its pid echoed; or why not); NULL when out of
+ * memory. */
+static json_t *vouched_json(const struct vouch_result *r, size_t n, int host_beat) {
+  json_t *out = json_object();
+
+  for (size_t i = 0; out && i < n; i++) {
+    json_t *v = r[i].why
+                    ? json_pack("{s:s, s:I}", "refused", r[i].why, "pid", r[i].pid)
+                    : json_pack("{s:b, s:f, s:b, s:I}", "stop", 0, "heartbeat_interval_seconds",
+                                r[i].interval, "host_beat", host_beat, "pid", r[i].pid);
+    if (json_object_set_new(out, r[i].id, v) != 0) {
       json_decref(out);
-      return NULL;
+      out = NULL;
     }
   }
   return out;
@@ -335,21 +373,27 @@ static json_t *vouch_locked(const struct lw *by, const json_t *vouch) {
 static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, const char *id) {
   char status[16];
   struct lw *w;
-  int rc;
+  int rc, host_beat;
+  double interval;
   json_t *body = rq->len ? json_loadb(rq->body, rq->len, 0, NULL) : NULL;
   json_t *vouch = json_object_get(body, "vouch");
   json_t *answer, *vouched = NULL;
+  size_t nv = json_is_array(vouch) ? json_array_size(vouch) : 0, n = 0;
+  struct vouch_result *r = NULL;
 
+  nv = nv > VOUCH_MAX ? VOUCH_MAX : nv;
+  if (nv && !(r = calloc(nv, sizeof(*r)))) {
+    json_decref(body);
+    return api_respond_error(c, MUSTER_E_NOMEM, NULL, "the controller is out of memory");
+  }
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
-  if (rc) {
+  if (rc || (w && w->status == WS_STARTING)) {
     state_unlock();
     json_decref(body);
-    return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
-  }
-  if (w && w->status == WS_STARTING) {
-    state_unlock();
-    json_decref(body);
+    free(r);
+    if (rc)
+      return api_respond_error(c, rc, NULL, "worker calls need that worker's own token");
     return api_respond_error(c, MUSTER_E_CONFLICT, "status", "worker %s has not registered", id);
   }
   g.hb_calls++;
@@ -357,20 +401,30 @@ static enum MHD_Result api_heartbeat(struct MHD_Connection *c, struct req *rq, c
     /* (a worker no longer live is told to stop, and nothing else) */
     state_unlock();
     json_decref(body);
+    free(r);
     return api_respond_json(c, MHD_HTTP_OK, json_pack("{s:b}", "stop", 1));
   }
   sm_heartbeat_locked(w);
   note_exec_refused(w, json_object_get(body, "exec_refused"));
-  if (json_is_array(vouch) && json_array_size(vouch) > 0 && !(vouched = vouch_locked(w, vouch))) {
-    state_unlock();
-    json_decref(body);
-    return api_respond_error(c, MUSTER_E_NOMEM, NULL,
-                             "could not answer for the workers vouched for");
+  interval = hb_tell_locked(w);
+  host_beat = hb_host_beat_now();
+  /* A host's agent speaks for the others once an interval: more often is
+   * no honest workerd's, and each vouch costs a lookup under the lock. */
+  if (nv && util_mono_ms() - w->last_vouch_ms >= w->hb_interval_ms / 2) {
+    w->last_vouch_ms = util_mono_ms();
+    n = vouch_locked(w, vouch, r);
   }
-  answer = json_pack("{s:b, s:f, s:b}", "stop", 0, "heartbeat_interval_seconds", hb_tell_locked(w),
-                     "host_beat", hb_host_beat_now());
   state_unlock();
+  /* (the answers are written outside the lock) */
+  if (n && !(vouched = vouched_json(r, n, host_beat))) {
+    json_decref(body);
+    free(r);
+    return api_respond_error(c, MUSTER_E_NOMEM, NULL, "the controller is out of memory");
+  }
+  answer = json_pack("{s:b, s:f, s:b}", "stop", 0, "heartbeat_interval_seconds", interval,
+                     "host_beat", host_beat);
   json_decref(body);
+  free(r);
   if (answer && vouched)
     json_object_set_new(answer, "vouched", vouched);
   else

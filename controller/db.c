@@ -20,7 +20,7 @@
 #define INFO_COLS                                                                                  \
   "id, status, token, session, master_ip, bind_ip, gpu_indices, kernel, cpu, memory, "             \
   "nvidia_gpu, pid, script, code, command, args, env, secret_env, name, role, attempt, "           \
-  "backend_ref, launch_id, cwd, path, run, heartbeat_interval_ms, owner"
+  "backend_ref, launch_id, cwd, path, run, heartbeat_interval_ms, owner, hostname"
 
 static const char *const statement_sql[ST_COUNT_] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",

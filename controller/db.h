@@ -167,6 +167,7 @@ struct db_worker_info {
   char run[16];                     /* the run it belongs to ("" if none) */
   int64_t heartbeat_interval_ms;    /* the interval it was last told (0: none recorded) */
   char owner[SESSION_USER_MAX + 1]; /* the user who launched it ("": the bootstrap administrator) */
+  char hostname[256];               /* the one it registered with ("": none) */
   int nomem; /* one of the malloc'ed texts could not be copied (it reads NULL) */
 };
 

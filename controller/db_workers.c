@@ -266,6 +266,7 @@ static void row_to_info(sqlite3_stmt *s, struct db_worker_info *o) {
   db_copy_col(s, 25, o->run, sizeof(o->run));
   o->heartbeat_interval_ms = sqlite3_column_int64(s, 26);
   db_copy_col(s, 27, o->owner, sizeof(o->owner));
+  db_copy_col(s, 28, o->hostname, sizeof(o->hostname));
 }
 
 void db_worker_info_cleanup(struct db_worker_info *o) {

@@ -203,3 +203,11 @@ int hb_host_beat_now(void) {
    * heartbeat judges it alone, and soonest) */
   return hb_interval_now_ms() > configured_interval_ms();
 }
+
+uint32_t hb_host_hash(const char *s) {
+  uint32_t h = 2166136261u;
+
+  for (const char *p = s ? s : ""; *p; p++)
+    h = (h ^ (unsigned char)*p) * 16777619u;
+  return h;
+}

@@ -125,6 +125,8 @@ struct lw {
    * by the first call made with the new token. */
   int rotation_open;
   uint64_t exec_refused; /* its workerd's count, as its last heartbeat said */
+  uint32_t host_hash;    /* hb_host_hash() of the hostname it registered with */
+  int64_t last_vouch_ms; /* when its heartbeat last spoke for others (host beats) */
   char session[SESSION_STORED_MAX];
   char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;
@@ -427,6 +429,8 @@ int64_t hb_interval_now_ms(void);
 enum host_beat_mode { HOST_BEAT_AUTO, HOST_BEAT_ON, HOST_BEAT_OFF };
 /* What the register and heartbeat answers say now ("host_beat"). */
 int hb_host_beat_now(void);
+/* A hostname (NULL: none) or user name, as a number to compare (FNV-1a). */
+uint32_t hb_host_hash(const char *s);
 
 /* Wakes everything suspended so that the daemon can stop. */
 void state_begin_shutdown(void);

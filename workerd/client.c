@@ -170,6 +170,15 @@ MUST_CHECK static int assignment_parse(json_t *ans) {
     wd.hb_interval_ms = (int64_t)(s * 1000);
   }
   wd.host_beat = json_is_true(json_object_get(ans, "host_beat"));
+  {
+    const char *g = json_string_value(json_object_get(ans, "host_beat_group"));
+
+    /* (hex, or "0" from a controller that sends none) */
+    snprintf(wd.host_group, sizeof(wd.host_group), "%s",
+             g && strlen(g) < sizeof(wd.host_group) && strspn(g, "0123456789abcdef") == strlen(g)
+                 ? g
+                 : "0");
+  }
 
   if (cmd && !json_is_null(cmd)) {
     if (!json_is_array(cmd) || json_array_size(cmd) > WD_ARGV_MAX) {
@@ -525,8 +534,11 @@ enum hb_result hb_step(int64_t now) {
     json_t *body, *vouch;
 
     if (host_beat_covered(now)) {
-      /* (the host's agent answered for this worker lately) */
-      wd.next_hb_ms = now + wd.hb_interval_ms;
+      /* (the host's agent answered for this worker lately: its own beat
+       * is due when that cover ends, unless a new answer renews it) */
+      int64_t until = host_beat_covered_until();
+
+      wd.next_hb_ms = now + wd.hb_interval_ms < until ? now + wd.hb_interval_ms : until;
       return HB_NONE;
     }
     body = json_pack("{s:I}", "exec_refused", (json_int_t)ex_refused());

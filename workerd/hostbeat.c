@@ -9,16 +9,20 @@
  *
  *   D/agent.lock  flock()ed by the agent, for as long as it lives
  *   D/ID          a workerd's beacon: its time says it is alive (touched at
- *                 every tick); its text, its exec_refused count
+ *                 every tick); its text, "REFUSED PID TICK": its exec
+ *                 refusals, its pid, its tick in ms
  *   D/ID.ack      the agent's word after each answer that spoke for ID:
- *                 "ok MS B" (its interval, and whether to go on beating
- *                 with the host: 1 or 0) or "refused"
+ *                 "ok MS B PID" (the interval told, whether to go on beating
+ *                 with the host: 1 or 0, and the pid it was for) or
+ *                 "refused PID"
  *
  * D is MUSTER_HOST_DIR (the local backend's: in its state directory), else
- * one per controller and hostname under /run/muster/host (root) or
- * /tmp/muster-host-UID; a directory another account could write is not
- * used. Nothing in it is a secret: a beacon holds no token, and the
- * controller takes a vouch only for workers of the voucher's own user.
+ * one per controller and hostname under /run/muster/host (root),
+ * $XDG_RUNTIME_DIR or /tmp/muster-host-UID; in it, one directory per user
+ * (the register answer's host_beat_group). A directory another account
+ * could write is not used. Nothing in it is a secret: a beacon holds no
+ * token, and the controller takes a vouch only for a running worker of the
+ * voucher's own user and host, registered by the pid the beacon names.
  */
 #include "workerd.h"
 
@@ -42,12 +46,19 @@
 #define VOUCH_MAX 1000
 /* A beacon untouched this long is a workerd gone (kill -9): removed. */
 #define BEACON_GONE_MS (10 * 60 * 1000)
+/* A file of the agent's left without its beacon (an ack written as its
+ * workerd left, a temporary one of a crash) is removed this old. */
+#define STRAY_MS 60000
+/* A directory that could not be joined is tried again this much later. */
+#define JOIN_RETRY_MS 60000
 
 static struct {
   bool joined;        /* the beacon is there */
+  bool said;          /* a failure to join was logged (once at INFO) */
   char dir[PATH_MAX]; /* D */
   int lock_fd;        /* >= 0: this workerd is the agent */
-  uint64_t refused;   /* the exec_refused the beacon says */
+  char beacon[64];    /* the beacon's text, as written */
+  int64_t join_at_ms; /* not before this (a failed join) */
   int64_t next_tick_ms;
   int64_t covered_until_ms; /* an "ok" ack came: no beat of its own until then */
   struct timespec ack_seen; /* the ack last read (its mtime) */
@@ -67,6 +78,10 @@ static int64_t real_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t mtime_ms(const struct stat *st) {
+  return (int64_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
+}
+
 /* A directory of ours: made if absent, and taken only if it is a directory
  * (not a link) owned by this account that nobody else may write. */
 static int own_dir(const char *path) {
@@ -77,40 +92,53 @@ static int own_dir(const char *path) {
   if (lstat(path, &st) != 0)
     return -1;
   if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
-    LOG(LOG_INFO, "%s is not a directory of this account's alone: this worker beats on its own",
-        path);
+    errno = EPERM;
     return -1;
   }
   return 0;
 }
 
-/* Chooses and makes D. */
+/* Where the directories of this account's host beats go. */
+static int base_dir(char *base, size_t size) {
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+  if (geteuid() == 0) {
+    snprintf(base, size, "/run/muster/host");
+    return own_dir("/run/muster") == 0 && own_dir(base) == 0 ? 0 : -1;
+  }
+  /* (made by root for this account alone, where there is one: nobody
+   * else can make it first, as in /tmp) */
+  if (xdg && xdg[0] == '/' && strlen(xdg) + 16 < size) {
+    snprintf(base, size, "%s/muster-host", xdg);
+    if (own_dir(base) == 0)
+      return 0;
+  }
+  snprintf(base, size, "/tmp/muster-host-%u", (unsigned)geteuid());
+  return own_dir(base);
+}
+
+/* Chooses and makes D: the host's directory, then the user's in it. */
 static int dir_setup(void) {
   const char *given = getenv("MUSTER_HOST_DIR");
-  char host[256] = "", base[PATH_MAX];
+  char host[256] = "", base[PATH_MAX], at[PATH_MAX];
   uint64_t h = 1469598103934665603ULL; /* FNV-1a of the controller's URL */
 
   if (given && *given) {
-    if (strlen(given) >= sizeof(hb.dir))
+    if (strlen(given) >= sizeof(at))
       return -1;
-    snprintf(hb.dir, sizeof(hb.dir), "%s", given);
-    return own_dir(hb.dir);
-  }
-  for (const char *p = wd.url; *p; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-  if (gethostname(host, sizeof(host) - 1) != 0 || strchr(host, '/'))
-    return -1;
-  if (geteuid() == 0) {
-    if (own_dir("/run/muster") != 0 || own_dir("/run/muster/host") != 0)
-      return -1;
-    snprintf(base, sizeof(base), "/run/muster/host");
+    snprintf(at, sizeof(at), "%s", given);
   } else {
-    snprintf(base, sizeof(base), "/tmp/muster-host-%u", (unsigned)geteuid());
-    if (own_dir(base) != 0)
+    for (const char *p = wd.url; *p; p++)
+      h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    if (gethostname(host, sizeof(host) - 1) != 0 || strchr(host, '/') || host[0] == '.')
+      return -1;
+    if (base_dir(base, sizeof(base)) != 0 ||
+        snprintf(at, sizeof(at), "%s/%016" PRIx64 "-%s", base, h, host) >= (int)sizeof(at))
       return -1;
   }
-  if (snprintf(hb.dir, sizeof(hb.dir), "%s/%016" PRIx64 "-%s", base, h, host) >=
-      (int)sizeof(hb.dir))
+  if (own_dir(at) != 0)
+    return -1;
+  if (snprintf(hb.dir, sizeof(hb.dir), "%s/g-%s", at, wd.host_group) >= (int)sizeof(hb.dir))
     return -1;
   return own_dir(hb.dir);
 }
@@ -127,7 +155,7 @@ static int write_file(const char *name, const char *text) {
 
   if (path_of(tmp, sizeof(tmp), ".", name) != 0 || path_of(path, sizeof(path), name, "") != 0)
     return -1;
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0)
     return -1;
   ok = write(fd, text, len) == (ssize_t)len;
@@ -139,16 +167,38 @@ static int write_file(const char *name, const char *text) {
   return 0;
 }
 
-/* The beacon: written when its count changes, touched otherwise. */
-static int beacon_touch(void) {
-  char text[32], path[PATH_MAX];
-  uint64_t n = ex_refused();
+/* Reads D/NAME (a regular file: never a FIFO's wait) into text; its stat in
+ * *st. Returns 0 or -1. */
+static int read_file(const char *name, char *text, size_t size, struct stat *st) {
+  char path[PATH_MAX];
+  ssize_t n;
+  int fd;
 
-  if (!hb.joined || n != hb.refused) {
-    snprintf(text, sizeof(text), "%" PRIu64 "\n", n);
+  if (path_of(path, sizeof(path), name, "") != 0)
+    return -1;
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    close(fd);
+    return -1;
+  }
+  n = read(fd, text, size - 1);
+  close(fd);
+  text[n > 0 ? n : 0] = '\0';
+  return n > 0 ? 0 : -1;
+}
+
+/* The beacon: written when its text changes, touched otherwise. */
+static int beacon_touch(void) {
+  char text[sizeof(hb.beacon)], path[PATH_MAX];
+
+  snprintf(text, sizeof(text), "%" PRIu64 " %ld %" PRId64 "\n", ex_refused(), (long)getpid(),
+           tick_ms());
+  if (!hb.joined || strcmp(text, hb.beacon) != 0) {
     if (write_file(wd.id, text) != 0)
       return -1;
-    hb.refused = n;
+    snprintf(hb.beacon, sizeof(hb.beacon), "%s", text);
     hb.joined = true;
     return 0;
   }
@@ -157,14 +207,30 @@ static int beacon_touch(void) {
   return utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
 }
 
-static void join(void) {
-  if (dir_setup() != 0 || beacon_touch() != 0) {
-    LOG(LOG_INFO, "could not join this host's heartbeat in %s: this worker beats on its own",
-        hb.dir[0] ? hb.dir : "(no directory)");
-    hb.joined = false;
+/* Removes D when nothing but the agent's lock and stray temporary files is
+ * left in it (the last one out). */
+static void dir_remove_if_empty(void) {
+  char path[PATH_MAX];
+  struct dirent *e;
+  bool other = false;
+  DIR *d = opendir(hb.dir);
+
+  if (!d)
     return;
+  while (!other && (e = readdir(d)))
+    other = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            strcmp(e->d_name, "agent.lock") != 0 && e->d_name[0] != '.';
+  closedir(d);
+  if (other)
+    return;
+  if ((d = opendir(hb.dir))) {
+    while ((e = readdir(d)))
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+          path_of(path, sizeof(path), e->d_name, "") == 0)
+        unlink(path);
+    closedir(d);
   }
-  LOG(LOG_DEBUG, "joined this host's heartbeat in %s", hb.dir);
+  rmdir(hb.dir); /* (fails if another joined meanwhile: it stays theirs) */
 }
 
 void host_beat_leave(void) {
@@ -181,7 +247,23 @@ void host_beat_leave(void) {
   hb.lock_fd = -1;
   hb.joined = false;
   hb.covered_until_ms = 0;
-  rmdir(hb.dir); /* (the last one out; ENOTEMPTY otherwise) */
+  dir_remove_if_empty();
+}
+
+/* Joins the host's heartbeat: D made, the beacon written. On failure this
+ * worker beats on its own, and tries again a minute later (said once). */
+static void join(int64_t now) {
+  if (dir_setup() == 0 && beacon_touch() == 0) {
+    LOG(LOG_DEBUG, "joined this host's heartbeat in %s", hb.dir);
+    hb.next_tick_ms = now;
+    return;
+  }
+  LOG(hb.said ? LOG_DEBUG : LOG_INFO,
+      "could not join this host's heartbeat in %s (%s): this worker beats on its own",
+      hb.dir[0] ? hb.dir : "its directory", strerror(errno));
+  hb.said = true;
+  hb.joined = false;
+  hb.join_at_ms = now + JOIN_RETRY_MS;
 }
 
 /* Becomes the agent if nobody is. */
@@ -191,7 +273,7 @@ static void agent_try(void) {
 
   if (hb.lock_fd >= 0 || path_of(path, sizeof(path), "agent.lock", "") != 0)
     return;
-  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0)
     return;
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -203,112 +285,114 @@ static void agent_try(void) {
   LOG(LOG_INFO, "beating for this host's workers (%s)", hb.dir);
 }
 
-/* Reads the agent's word for this worker, if new. Returns HB_STOP_QUIET when
- * the controller asked it to stop. */
-static enum hb_result ack_read(int64_t now) {
-  char path[PATH_MAX], text[64];
+/* Reads the agent's word for this worker, if new and for this workerd. */
+static void ack_read(int64_t now) {
+  char name[WD_ID_MAX + 8], text[80];
   struct stat st;
-  ssize_t n;
-  long long ms;
-  int fd, on;
+  long long ms, pid;
+  int on;
 
-  if (path_of(path, sizeof(path), wd.id, ".ack") != 0 || stat(path, &st) != 0)
-    return HB_NONE;
+  snprintf(name, sizeof(name), "%s.ack", wd.id);
+  if (read_file(name, text, sizeof(text), &st) != 0)
+    return;
   if (st.st_ino == hb.ack_ino && st.st_mtim.tv_sec == hb.ack_seen.tv_sec &&
       st.st_mtim.tv_nsec == hb.ack_seen.tv_nsec)
-    return HB_NONE;
+    return;
   hb.ack_ino = st.st_ino;
   hb.ack_seen = st.st_mtim;
-  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0)
-    return HB_NONE;
-  n = read(fd, text, sizeof(text) - 1);
-  close(fd);
-  text[n > 0 ? n : 0] = '\0';
-  if (sscanf(text, "ok %lld %d", &ms, &on) == 2 && ms >= 100 && ms <= 3600 * 1000) {
-    /* covered for an interval and a half: the agent's next answer is due
-     * within one; past that, this worker beats on its own again */
+  if (sscanf(text, "ok %lld %d %lld", &ms, &on, &pid) == 3 && pid == (long long)getpid() &&
+      ms >= 100 && ms <= 3600 * 1000) {
+    /* The interval grows by at most twice an ack (a file is not the
+     * controller's own word). Covered for two intervals and a second: the
+     * agent's next answer is due within one (the rest to spare for a
+     * loaded host); past that, this worker beats on its own again, well
+     * inside its timeout (4 intervals once stretched). */
+    if (ms > 2 * wd.hb_interval_ms)
+      ms = 2 * wd.hb_interval_ms;
     if ((int64_t)ms != wd.hb_interval_ms)
       LOG(LOG_DEBUG, "heartbeat interval now %.1f s", (double)ms / 1000);
     wd.hb_interval_ms = ms;
-    hb.covered_until_ms = now + ms + ms / 2;
+    hb.covered_until_ms = now + 2 * ms + 1000;
     if (!on) {
       /* (the controller no longer wants host beats: this worker leaves at
        * its next step and beats on its own) */
       wd.host_beat = false;
       hb.covered_until_ms = 0;
+      wd.next_hb_ms = now;
     }
-    return HB_NONE;
+  } else if (sscanf(text, "refused %lld", &pid) == 1 && pid == (long long)getpid()) {
+    /* its own heartbeat learns why, now */
+    hb.covered_until_ms = 0;
+    wd.next_hb_ms = now;
   }
-  if (strncmp(text, "stop", 4) == 0) {
-    LOG(LOG_INFO, "the controller asked this worker to stop");
-    return HB_STOP_QUIET;
-  }
-  hb.covered_until_ms = 0; /* "refused": its own heartbeat learns why */
-  return HB_NONE;
 }
 
 enum hb_result host_beat_step(int64_t now) {
-  if (wd.host_beat != hb.joined) {
-    if (wd.host_beat)
-      join();
-    else
-      host_beat_leave();
-    hb.next_tick_ms = now;
+  if (!wd.host_beat && hb.joined)
+    host_beat_leave();
+  if (wd.host_beat && !hb.joined) {
+    if (now < hb.join_at_ms)
+      return HB_NONE;
+    join(now);
   }
   if (!hb.joined || now < hb.next_tick_ms)
     return HB_NONE;
   hb.next_tick_ms = now + tick_ms();
   if (beacon_touch() != 0) {
-    LOG(LOG_INFO, "could not touch this worker's beacon in %s: it beats on its own", hb.dir);
+    LOG(LOG_INFO, "could not touch this worker's beacon in %s (%s): it beats on its own", hb.dir,
+        strerror(errno));
     host_beat_leave();
-    wd.host_beat = false; /* (until an answer says so again) */
+    hb.join_at_ms = now + JOIN_RETRY_MS;
     return HB_NONE;
   }
   /* (while the agent answers for it, nobody need take its part) */
   if (!host_beat_covered(now))
     agent_try();
-  return hb.lock_fd >= 0 ? HB_NONE : ack_read(now);
+  if (hb.lock_fd < 0)
+    ack_read(now);
+  return HB_NONE;
 }
 
 bool host_beat_covered(int64_t now) {
   return hb.joined && hb.lock_fd < 0 && now < hb.covered_until_ms;
 }
 
+int64_t host_beat_covered_until(void) {
+  return hb.joined && hb.lock_fd < 0 ? hb.covered_until_ms : 0;
+}
+
 int64_t host_beat_deadline(void) {
-  return hb.joined || wd.host_beat != hb.joined ? hb.next_tick_ms : INT64_MAX;
+  if (hb.joined)
+    return hb.next_tick_ms;
+  return wd.host_beat ? hb.join_at_ms : INT64_MAX;
 }
 
 /* One sibling's beacon, if fresh: appended to vouch. Stale ones of workerds
  * gone are removed. */
 static void vouch_one(json_t *vouch, const char *id, int64_t real_now) {
-  char path[PATH_MAX], text[32];
+  char text[64], path[PATH_MAX];
+  unsigned long long refused;
+  long long pid, tick;
   struct stat st;
   int64_t age;
-  ssize_t n;
-  int fd;
 
-  if (path_of(path, sizeof(path), id, "") != 0 || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+  if (read_file(id, text, sizeof(text), &st) != 0 ||
+      sscanf(text, "%llu %lld %lld", &refused, &pid, &tick) != 3 || tick < 1 || tick > 60000)
     return;
-  age = real_now - ((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000);
+  age = real_now - mtime_ms(&st);
   if (age > BEACON_GONE_MS) {
-    unlink(path);
+    if (path_of(path, sizeof(path), id, "") == 0)
+      unlink(path);
     if (path_of(path, sizeof(path), id, ".ack") == 0)
       unlink(path);
     return;
   }
   /* fresh: touched within two of its ticks and a second (a hung workerd's
    * beacon ages, is left out, and its heartbeat timeout runs) */
-  if (age > 2 * tick_ms() + 1000)
+  if (age > 2 * tick + 1000)
     return;
-  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0)
-    return;
-  n = read(fd, text, sizeof(text) - 1);
-  close(fd);
-  text[n > 0 ? n : 0] = '\0';
-  json_array_append_new(vouch, json_pack("{s:s, s:I}", "id", id, "exec_refused",
-                                         (json_int_t)strtoull(text, NULL, 10)));
+  json_array_append_new(vouch, json_pack("{s:s, s:I, s:I}", "id", id, "pid", (json_int_t)pid,
+                                         "exec_refused", (json_int_t)(refused & INT64_MAX)));
 }
 
 static bool beacon_there(const char *id) {
@@ -318,20 +402,25 @@ static bool beacon_there(const char *id) {
   return path_of(path, sizeof(path), id, "") == 0 && lstat(path, &st) == 0;
 }
 
-/* An ack whose beacon is gone (its workerd left as the agent wrote it) is
- * removed once a minute old. */
-static void ack_stray(const char *name, int64_t real_now) {
+/* An ack whose beacon is gone (its workerd left as the agent wrote it), or
+ * a temporary file of a crash, is removed once a minute old. */
+static void stray_remove(const char *name, int64_t real_now) {
   char id[WD_ID_MAX + 1], path[PATH_MAX];
   size_t n = strlen(name);
   struct stat st;
 
-  if (n < 5 || n - 4 > WD_ID_MAX || strcmp(name + n - 4, ".ack") != 0)
+  if (name[0] != '.') {
+    if (n < 5 || n - 4 > WD_ID_MAX || strcmp(name + n - 4, ".ack") != 0)
+      return;
+    memcpy(id, name, n - 4);
+    id[n - 4] = '\0';
+    if (beacon_there(id))
+      return;
+  } else if (strncmp(name, ".w-", 3) != 0) {
     return;
-  memcpy(id, name, n - 4);
-  id[n - 4] = '\0';
-  if (beacon_there(id) || path_of(path, sizeof(path), name, "") != 0 || lstat(path, &st) != 0)
-    return;
-  if (real_now - ((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000) > 60000)
+  }
+  if (path_of(path, sizeof(path), name, "") == 0 && lstat(path, &st) == 0 &&
+      real_now - mtime_ms(&st) > STRAY_MS)
     unlink(path);
 }
 
@@ -356,8 +445,8 @@ json_t *host_beat_vouch(void) {
   while (vouch && json_array_size(vouch) < VOUCH_MAX && (e = readdir(d))) {
     if (id_like(e->d_name) && strcmp(e->d_name, wd.id) != 0)
       vouch_one(vouch, e->d_name, real_now);
-    else if (e->d_name[0] == 'w')
-      ack_stray(e->d_name, real_now);
+    else if (e->d_name[0] == 'w' || e->d_name[0] == '.')
+      stray_remove(e->d_name, real_now);
   }
   closedir(d);
   return vouch;
@@ -366,24 +455,22 @@ json_t *host_beat_vouch(void) {
 void host_beat_answered(const json_t *vouched) {
   const char *id;
   json_t *v;
-  char name[WD_ID_MAX + 8], text[48];
+  char name[WD_ID_MAX + 8], text[64];
 
   if (!hb.joined || hb.lock_fd < 0 || !json_is_object(vouched))
     return;
   json_object_foreach((json_t *)vouched, id, v) {
     json_t *iv = json_object_get(v, "heartbeat_interval_seconds");
+    json_t *pid = json_object_get(v, "pid");
     double s = json_number_value(iv);
 
-    if (!id_like(id) || strcmp(id, wd.id) == 0)
+    if (!id_like(id) || strcmp(id, wd.id) == 0 || !json_is_integer(pid))
       continue;
-    if (json_is_true(json_object_get(v, "stop")))
-      snprintf(text, sizeof(text), "stop\n");
-    else if (json_is_false(json_object_get(v, "stop")) && json_is_number(iv) && s >= 0.1 &&
-             s <= 3600)
-      snprintf(text, sizeof(text), "ok %lld %d\n", (long long)(s * 1000),
-               !json_is_false(json_object_get(v, "host_beat")));
+    if (json_is_false(json_object_get(v, "stop")) && json_is_number(iv) && s >= 0.1 && s <= 3600)
+      snprintf(text, sizeof(text), "ok %lld %d %lld\n", (long long)(s * 1000),
+               !json_is_false(json_object_get(v, "host_beat")), (long long)json_integer_value(pid));
     else
-      snprintf(text, sizeof(text), "refused\n");
+      snprintf(text, sizeof(text), "refused %lld\n", (long long)json_integer_value(pid));
     snprintf(name, sizeof(name), "%s.ack", id);
     /* (not for a workerd that left since: its ack would stay behind) */
     if (!beacon_there(id))

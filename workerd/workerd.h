@@ -220,7 +220,8 @@ struct wd_state {
 
   /* What register assigned. argv and envp are NULL-terminated, owned here. */
   int64_t hb_interval_ms;
-  bool host_beat; /* the last answer said to beat with this host's others */
+  bool host_beat;     /* the last answer said to beat with this host's others */
+  char host_group[9]; /* whose: the register answer's host_beat_group (hex) */
   char **argv;
   size_t argc;
   char **envp;
@@ -362,6 +363,8 @@ void hb_cancel(void);
 enum hb_result host_beat_step(int64_t now);
 /* Whether the agent answers for this worker now: its own beat is skipped. */
 bool host_beat_covered(int64_t now);
+/* Until when it does (0: not covered). */
+int64_t host_beat_covered_until(void);
 /* When host_beat_step() must next run (INT64_MAX: not joined). */
 int64_t host_beat_deadline(void);
 /* The agent's: the siblings its next heartbeat speaks for, as its body's

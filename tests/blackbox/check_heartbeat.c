@@ -67,21 +67,6 @@ static json_t *launch_started(int n, const char *session) {
   return ws;
 }
 
-/* POSTs a worker's own call (register or heartbeat) with its token;
- * returns the answer (new reference) after checking its status. */
-static json_t *worker_call(const char *id, const char *what, const char *body) {
-  char path[160], auth[200];
-  json_t *out = NULL;
-  long st;
-
-  h_worker_token(&ctl, id, auth, sizeof(auth));
-  snprintf(path, sizeof(path), "/api/v1/workers/%s/%s", id, what);
-  st = h_http(&ctl, "POST", path, body, auth, &out, NULL);
-  ck_assert_msg(st == 200, "%s of %s: HTTP %ld", what, id, st);
-  ck_assert_ptr_nonnull(out);
-  return out;
-}
-
 static double told(json_t *answer) {
   json_t *v = json_object_get(answer, "heartbeat_interval_seconds");
 
@@ -152,13 +137,13 @@ START_TEST(the_interval_grows_and_shrinks_with_the_live_workers) {
   start_with("external", NULL, "60");
   one = launch_started(1, "one");
   id = h_str(json_array_get(one, 0), "id");
-  ans = worker_call(id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
+  ans = h_worker_call(&ctl, id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
   ck_assert_double_eq_tol(told(ans), 0.5, 1e-9); /* 1 live: the configured 0.5 s */
   json_decref(ans);
   ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 0.5, 1e-9);
 
   more = launch_started(9, "more"); /* 10 live at 2 a second: every 5 s */
-  ans = worker_call(id, "heartbeat", "{}");
+  ans = h_worker_call(&ctl, id, "heartbeat", "{}");
   ck_assert(json_is_false(json_object_get(ans, "stop")));
   ck_assert_double_eq_tol(told(ans), 5.0, 1e-9);
   json_decref(ans);
@@ -166,7 +151,7 @@ START_TEST(the_interval_grows_and_shrinks_with_the_live_workers) {
   wait_stored_interval(id, 5000, 10);
 
   stop_session("more");
-  ans = worker_call(id, "heartbeat", "{}");
+  ans = h_worker_call(&ctl, id, "heartbeat", "{}");
   ck_assert_double_eq_tol(told(ans), 0.5, 1e-9);
   json_decref(ans);
   ck_assert_double_eq_tol(h_metric(&ctl, "muster_heartbeat_interval_seconds"), 0.5, 1e-9);
@@ -183,7 +168,7 @@ static json_t *register_one_of_four(const char **id) {
   json_t *ws = launch_started(4, "four"), *ans;
 
   *id = h_str(json_array_get(ws, 0), "id");
-  ans = worker_call(*id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
+  ans = h_worker_call(&ctl, *id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
   ck_assert_double_eq_tol(told(ans), 2.0, 1e-9);
   json_decref(ans);
   return ws;
@@ -220,11 +205,11 @@ START_TEST(a_lost_answer_shortening_the_interval_loses_no_worker) {
   one = launch_started(1, "one");
   more = launch_started(9, "more"); /* 10 live: every 5 s */
   id = h_str(json_array_get(one, 0), "id");
-  ans = worker_call(id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
+  ans = h_worker_call(&ctl, id, "register", "{\"ip_address\": \"127.0.0.1\", \"attempt\": 1}");
   ck_assert_double_eq_tol(told(ans), 5.0, 1e-9);
   json_decref(ans);
   stop_session("more");
-  ans = worker_call(id, "heartbeat", "{}"); /* tells 0.5 s: taken as lost */
+  ans = h_worker_call(&ctl, id, "heartbeat", "{}"); /* tells 0.5 s: taken as lost */
   told_at = h_now();
   ck_assert_double_eq_tol(told(ans), 0.5, 1e-9);
   json_decref(ans);
@@ -236,7 +221,7 @@ START_TEST(a_lost_answer_shortening_the_interval_loses_no_worker) {
   ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0, "%s after 4.5 s: %s",
                 h_str(w, "status"), h_str(w, "failure"));
   json_decref(w);
-  ans = worker_call(id, "heartbeat", "{}");
+  ans = h_worker_call(&ctl, id, "heartbeat", "{}");
   ck_assert(json_is_false(json_object_get(ans, "stop")));
   json_decref(ans);
   json_decref(more);

@@ -8,6 +8,7 @@
 #include "../check_run.h"
 
 #include <check.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,12 +19,8 @@
 static struct ctl_proc ctl;
 
 /* A controller whose workerds always beat per host, every 0.5 s; a worker
- * is lost after 5 s without a word. n idle workers, running; their ids in
- * ids. Returns the workers (new reference). */
-static json_t *start_running(int n, const char **ids) {
-  char body[160];
-  json_t *ws;
-
+ * is lost after 5 s without a word. */
+static void start_on(void) {
   memset(&ctl, 0, sizeof(ctl));
   ctl.extra[0] = "--host-beat";
   ctl.extra[1] = "on";
@@ -32,12 +29,26 @@ static json_t *start_running(int n, const char **ids) {
   ctl.extra[4] = "--heartbeat-timeout";
   ctl.extra[5] = "5";
   h_start(&ctl);
-  snprintf(body, sizeof(body), "{\"n\": %d, \"cpu\": 0.01, \"memory\": 0.01}", n);
+}
+
+/* n idle workers of cpu cores each, running; their ids in ids. Returns the
+ * workers (new reference). */
+static json_t *launch_running(int n, double cpu, const char **ids) {
+  char body[160];
+  json_t *ws;
+
+  snprintf(body, sizeof(body), "{\"n\": %d, \"cpu\": %g, \"memory\": 0.01}", n, cpu);
   ws = h_launch(&ctl, body);
   json_decref(h_await(&ctl, ws, 0, 60));
   for (int i = 0; i < n; i++)
     ids[i] = h_str(json_array_get(ws, (size_t)i), "id");
   return ws;
+}
+
+/* start_on() and launch_running(). */
+static json_t *start_running(int n, const char **ids) {
+  start_on();
+  return launch_running(n, 0.01, ids);
 }
 
 /* Waits (30 s at most) until the controller counts more than `more`
@@ -52,23 +63,24 @@ static double wait_vouched(double since, double more, const char *what) {
   return v;
 }
 
-/* The pid holding the host directory's lock (the agent's workerd), from
- * /proc/locks; 0 if none does (10 s at most). */
+/* The pid holding the lock of the host's directory of the controller's
+ * workers (the agent's workerd), from /proc/locks; 0 if none does (10 s at
+ * most). */
 static long agent_pid(void) {
-  char path[200], line[256];
-  struct stat st;
+  char pattern[200], line[256];
 
-  snprintf(path, sizeof(path), "%s/host/agent.lock", ctl.dir);
+  snprintf(pattern, sizeof(pattern), "%s/host/g-*/agent.lock", ctl.dir);
   for (double until = h_now() + 10; h_now() < until; usleep(100 * 1000)) {
-    FILE *f = fopen("/proc/locks", "r");
+    glob_t gl;
+    struct stat st;
+    FILE *f;
     long pid = 0;
 
-    if (stat(path, &st) != 0 || !f) {
-      if (f)
-        fclose(f);
+    if (glob(pattern, 0, NULL, &gl) != 0)
       continue;
-    }
-    while (!pid && fgets(line, sizeof(line), f)) {
+    f = gl.gl_pathc == 1 && stat(gl.gl_pathv[0], &st) == 0 ? fopen("/proc/locks", "r") : NULL;
+    globfree(&gl);
+    while (f && !pid && fgets(line, sizeof(line), f)) {
       long p;
       unsigned long long ino;
 
@@ -77,7 +89,8 @@ static long agent_pid(void) {
           ino == (unsigned long long)st.st_ino)
         pid = p;
     }
-    fclose(f);
+    if (f)
+      fclose(f);
     if (pid)
       return pid;
   }
@@ -89,7 +102,7 @@ static long agent_pid(void) {
 static int agent_of(const char **ids, int n, long *pid) {
   wait_vouched(0, n - 1, "after the start");
   *pid = agent_pid();
-  ck_assert_msg(*pid > 0, "no workerd holds %s/host/agent.lock", ctl.dir);
+  ck_assert_msg(*pid > 0, "no workerd holds %s/host/g-*/agent.lock", ctl.dir);
   for (int i = 0; i < n; i++)
     if (h_workerd_pid(&ctl, ids[i]) == *pid)
       return i;
@@ -129,8 +142,10 @@ START_TEST(a_hosts_workers_beat_in_one_call) {
   t0 = h_wall();
   v1 = wait_vouched(v0, 30, "over ten intervals");
   c1 = h_metric(&ctl, "muster_heartbeat_calls_total");
-  /* one call carries three: per-worker beats would be 4 calls an interval */
-  ck_assert_msg(c1 - c0 <= (v1 - v0) / 3 + 3,
+  /* one call carries three (per-worker beats would be 4 calls an interval
+   * where this is 1): fewer than half as many calls, whatever a loaded
+   * machine's late answer makes a sibling send on its own */
+  ck_assert_msg(c1 - c0 <= (v1 - v0) * 2 / 3,
                 "%g heartbeat calls for %g heartbeats vouched for: the workers beat on their own",
                 c1 - c0, v1 - v0);
   others_run_on(ids, 4, -1, t0 + 1, "while they beat per host");
@@ -157,7 +172,6 @@ START_TEST(a_hung_sibling_is_lost_and_the_others_run_on) {
   ck_assert_msg(strstr(h_str(w, "failure"), "heartbeat") != NULL,
                 "the hung worker failed for another reason: %s", h_str(w, "failure"));
   json_decref(w);
-  kill((pid_t)pid, SIGCONT);
   others_run_on(ids, 3, hung, t + 6, "after a sibling hung");
   json_decref(ws);
   h_finish(&ctl);
@@ -176,7 +190,6 @@ START_TEST(a_hung_agents_siblings_beat_on_their_own) {
   ck_assert_int_eq(kill((pid_t)agent, SIGSTOP), 0);
   t = h_wall();
   json_decref(h_wait_status(&ctl, ids[a], "failed", 40));
-  kill((pid_t)agent, SIGCONT);
   others_run_on(ids, 3, a, t + 6, "after their agent hung");
   json_decref(ws);
   h_finish(&ctl);
@@ -249,6 +262,168 @@ START_TEST(host_beats_follow_the_stretch_of_the_interval) {
 }
 END_TEST
 
+/* Registers worker id (external backend: the test plays its workerd) from
+ * hostname host with pid. */
+static void register_as(const char *id, const char *host, int pid) {
+  char body[200];
+
+  json_decref(h_wait_status(&ctl, id, "starting", 30));
+  snprintf(body, sizeof(body),
+           "{\"ip_address\": \"127.0.0.1\", \"hostname\": \"%s\", \"pid\": %d, "
+           "\"attempt\": 1}",
+           host, pid);
+  json_decref(h_worker_call(&ctl, id, "register", body));
+}
+
+/* One external worker launched with token (a user's; "": the
+ * administrator's); its id (a static buffer of k's). */
+static const char *launch_one(const char *token, int k) {
+  static char ids[8][16];
+  json_t *ans = NULL;
+
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/workers",
+                          "{\"n\": 1, \"cpu\": 0.01, \"memory\": 0.01}", token, &ans, NULL),
+                   201);
+  snprintf(ids[k], sizeof(ids[k]), "%s",
+           h_str(json_array_get(json_object_get(ans, "workers"), 0), "id"));
+  json_decref(ans);
+  return ids[k];
+}
+
+/* The controller takes a vouch only for a running worker of the caller's
+ * own user and hostname, registered by the pid the vouch names: a worker of
+ * another user, of another host, of another workerd (an earlier attempt, a
+ * forged beacon) or not registered is refused and lost in its time; one
+ * vouched for stays running though it never beats itself. A second vouch
+ * within half an interval is not taken. */
+START_TEST(a_vouch_counts_only_for_the_callers_user_host_and_workerd) {
+  char token[128], body[1024];
+  const char *a, *b, *other_user, *other_host, *other_pid, *unreg;
+  json_t *ans = NULL, *v;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--backend";
+  ctl.extra[1] = "external";
+  ctl.extra[2] = "--heartbeat-interval";
+  ctl.extra[3] = "0.5";
+  ctl.extra[4] = "--heartbeat-timeout";
+  ctl.extra[5] = "4";
+  ctl.extra[6] = "--start-timeout";
+  ctl.extra[7] = "600";
+  h_start(&ctl);
+  ck_assert_int_eq(h_http(&ctl, "POST", "/api/v1/users", "{\"name\": \"ivy\"}", "", &ans, NULL),
+                   201);
+  snprintf(token, sizeof(token), "%s", h_str(ans, "token"));
+  json_decref(ans);
+  a = launch_one("", 0);
+  b = launch_one("", 1);
+  other_user = launch_one(token, 2);
+  other_host = launch_one("", 3);
+  other_pid = launch_one("", 4);
+  unreg = launch_one("", 5);
+  register_as(a, "h1", 100);
+  register_as(b, "h1", 101);
+  register_as(other_user, "h1", 102);
+  register_as(other_host, "h2", 103);
+  register_as(other_pid, "h1", 104);
+  json_decref(h_wait_status(&ctl, unreg, "starting", 30));
+  snprintf(body, sizeof(body),
+           "{\"vouch\": [{\"id\": \"%s\", \"pid\": 101}, {\"id\": \"%s\", \"pid\": 102}, "
+           "{\"id\": \"%s\", \"pid\": 103}, {\"id\": \"%s\", \"pid\": 999}, "
+           "{\"id\": \"%s\", \"pid\": 0}, {\"id\": \"w-nosuch\", \"pid\": 1}]}",
+           b, other_user, other_host, other_pid, unreg);
+  ans = h_worker_call(&ctl, a, "heartbeat", body);
+  v = json_object_get(ans, "vouched");
+  ck_assert_msg(json_is_false(json_object_get(json_object_get(v, b), "stop")),
+                "the worker of the same user, host and workerd is not vouched for: %s",
+                json_dumps(ans, 0));
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(v, b), "pid")), 101);
+  {
+    const char *refused[] = {other_user, other_host, other_pid, unreg, "w-nosuch"};
+
+    for (int i = 0; i < 5; i++)
+      ck_assert_msg(json_is_string(json_object_get(json_object_get(v, refused[i]), "refused")),
+                    "%s is not refused: %s", refused[i], json_dumps(ans, 0));
+  }
+  json_decref(ans);
+  /* (at once again: too soon, not taken) */
+  ans = h_worker_call(&ctl, a, "heartbeat", body);
+  ck_assert_msg(!json_object_get(ans, "vouched"), "a second vouch at once was taken");
+  json_decref(ans);
+  /* a beats, vouching for all, until the refused are lost */
+  for (double until = h_now() + 40;; usleep(500 * 1000)) {
+    json_t *w = h_worker(&ctl, other_pid);
+    int lost = strcmp(h_str(w, "status"), "failed") == 0;
+
+    json_decref(w);
+    ck_assert_msg(h_now() < until, "%s, vouched for with the wrong pid, not lost in 40 s",
+                  other_pid);
+    json_decref(h_worker_call(&ctl, a, "heartbeat", body));
+    if (lost)
+      break;
+  }
+  json_decref(h_wait_status(&ctl, other_user, "failed", 20));
+  json_decref(h_wait_status(&ctl, other_host, "failed", 20));
+  {
+    json_t *w = h_worker(&ctl, b);
+
+    ck_assert_msg(strcmp(h_str(w, "status"), "running") == 0,
+                  "%s, vouched for and never beating itself, is %s: %s", b, h_str(w, "status"),
+                  h_str(w, "failure"));
+    json_decref(w);
+  }
+  h_finish(&ctl);
+}
+END_TEST
+
+/* The CPU seconds process pid has used (user and system). */
+static double cpu_s(long pid) {
+  char buf[1024];
+  const char *f = h_proc_stat(pid, buf, sizeof(buf));
+  unsigned long ut = 0, st = 0;
+
+  ck_assert_msg(f &&
+                    sscanf(f, "%*s %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2,
+                "no /proc/%ld/stat to read", pid);
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* A host directory that cannot be used (here a file where it would be)
+ * leaves each worker beating on its own, and its workerd idle between
+ * tries, not spinning on them. */
+START_TEST(an_unusable_host_directory_leaves_each_worker_beating_on_its_own) {
+  const char *ids[2];
+  char path[200];
+  long pid[2];
+  double cpu0[2], t;
+  json_t *ws;
+  FILE *f;
+
+  start_on();
+  snprintf(path, sizeof(path), "%s/host", ctl.dir);
+  ck_assert_ptr_nonnull(f = fopen(path, "w"));
+  fclose(f);
+  /* (half a core each: a spinning workerd is held to what its cgroup
+   * allows) */
+  ws = launch_running(2, 0.5, ids);
+  for (int i = 0; i < 2; i++) {
+    pid[i] = h_workerd_pid(&ctl, ids[i]);
+    ck_assert_int_gt(pid[i], 0);
+    cpu0[i] = cpu_s(pid[i]);
+  }
+  t = h_wall();
+  others_run_on(ids, 2, -1, t + 3, "beating on their own");
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(cpu_s(pid[i]) - cpu0[i] < (h_wall() - t) / 4,
+                  "workerd %ld used %.2f s of CPU in %.1f s: it spins", pid[i],
+                  cpu_s(pid[i]) - cpu0[i], h_wall() - t);
+  ck_assert_msg(h_metric(&ctl, "muster_heartbeats_vouched_total") == 0,
+                "heartbeats vouched for without a host directory");
+  json_decref(ws);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hostbeat");
   TCase *tc = tcase_create("hostbeat");
@@ -259,6 +434,8 @@ int main(void) {
   tcase_add_test(tc, a_hung_agents_siblings_beat_on_their_own);
   tcase_add_test(tc, the_agents_end_hands_the_beat_to_another);
   tcase_add_test(tc, host_beats_follow_the_stretch_of_the_interval);
+  tcase_add_test(tc, a_vouch_counts_only_for_the_callers_user_host_and_workerd);
+  tcase_add_test(tc, an_unusable_host_directory_leaves_each_worker_beating_on_its_own);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

@@ -637,3 +637,16 @@ char *h_json_text(const char *text) {
   ck_assert_ptr_nonnull(s);
   return s;
 }
+
+json_t *h_worker_call(struct ctl_proc *c, const char *id, const char *what, const char *body) {
+  char path[160], auth[200];
+  json_t *out = NULL;
+  long st;
+
+  h_worker_token(c, id, auth, sizeof(auth));
+  snprintf(path, sizeof(path), "/api/v1/workers/%s/%s", id, what);
+  st = h_http(c, "POST", path, body, auth, &out, NULL);
+  ck_assert_msg(st == 200, "%s of %s: HTTP %ld", what, id, st);
+  ck_assert_ptr_nonnull(out);
+  return out;
+}

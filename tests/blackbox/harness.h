@@ -153,6 +153,10 @@ void h_shared_dir_remove(const char *dir);
 /* Worker id's own token, as its workerd holds it (read from c's database),
  * into auth. */
 void h_worker_token(struct ctl_proc *c, const char *id, char *auth, size_t len);
+/* POSTs worker id's own call `what` (register, heartbeat) with its token
+ * and body, as its workerd would; returns the answer (new reference) after
+ * checking that it is a 200. */
+json_t *h_worker_call(struct ctl_proc *c, const char *id, const char *what, const char *body);
 
 /* Starts a shell command (from fmt) in the background: a client of the
  * controller under test. Returns its pid, to wait for or kill. */

@@ -307,6 +307,7 @@ struct vouch_result {
   json_int_t pid;
   const char *why; /* NULL: vouched for */
   double interval;
+  int64_t cover_ms;
 };
 
 /* Records the heartbeats that worker by's call carries for its host's other
@@ -318,6 +319,7 @@ struct vouch_result {
  * the token its register traded for (until then, its own heartbeat must
  * close the old one's window). Called locked. */
 static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouch_result *r) {
+  int64_t stamp = util_mono_ms();
   size_t i, n = 0;
   json_t *e;
 
@@ -330,7 +332,8 @@ static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouc
       break;
     if (!id)
       continue;
-    r[n] = (struct vouch_result){id, json_is_integer(pid) ? json_integer_value(pid) : 0, NULL, 0};
+    r[n] =
+        (struct vouch_result){id, json_is_integer(pid) ? json_integer_value(pid) : 0, NULL, 0, 0};
     s = lw_find_locked(id);
     if (!s || s == by || s->owner != by->owner || s->host_hash != by->host_hash)
       r[n].why = "not a live worker of this worker's user and host";
@@ -340,11 +343,14 @@ static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouc
       r[n].why = "not its registered muster-workerd";
     else if (s->rotation_open)
       r[n].why = "its new token is not used yet";
+    else if (s->last_hb_ms >= stamp)
+      r[n].why = "vouched for already"; /* (named twice in one call) */
     if (!r[n].why) {
       sm_heartbeat_locked(s);
       note_exec_refused(s, json_object_get(e, "exec_refused"));
       g.hb_vouched++;
       r[n].interval = hb_tell_locked(s);
+      r[n].cover_ms = hb_cover_ms_locked(s);
     }
     n++;
   }
@@ -360,8 +366,9 @@ static json_t *vouched_json(const struct vouch_result *r, size_t n, int host_bea
   for (size_t i = 0; out && i < n; i++) {
     json_t *v = r[i].why
                     ? json_pack("{s:s, s:I}", "refused", r[i].why, "pid", r[i].pid)
-                    : json_pack("{s:b, s:f, s:b, s:I}", "stop", 0, "heartbeat_interval_seconds",
-                                r[i].interval, "host_beat", host_beat, "pid", r[i].pid);
+                    : json_pack("{s:b, s:f, s:b, s:I, s:I}", "stop", 0,
+                                "heartbeat_interval_seconds", r[i].interval, "host_beat", host_beat,
+                                "pid", r[i].pid, "cover_ms", (json_int_t)r[i].cover_ms);
     if (json_object_set_new(out, r[i].id, v) != 0) {
       json_decref(out);
       out = NULL;

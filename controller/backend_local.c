@@ -222,7 +222,7 @@ static int local_init(const struct ctl_config *cfg, char *err, size_t errlen) {
       lb.base_env[lb.base_env_len++] = *e;
   /* This controller's workerds beat together (hostbeat.c) in a directory
    * of its state directory, out of their commands' sight. */
-  snprintf(lb.host_dir_env, sizeof(lb.host_dir_env), "MUSTER_HOST_DIR=%s/host", cfg->state_dir);
+  snprintf(lb.host_dir_env, sizeof(lb.host_dir_env), "MUSTER_HOST_DIR=%s/host", lb.cfg.state_dir);
   lb.base_env[lb.base_env_len++] = lb.host_dir_env;
   util_cond_init_monotonic(&lb.cv);
   lb.zygote_retry_ms = 0;

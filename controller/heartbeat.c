@@ -211,3 +211,15 @@ uint32_t hb_host_hash(const char *s) {
     h = (h ^ (unsigned char)*p) * 16777619u;
   return h;
 }
+
+int64_t hb_cover_ms_locked(const struct lw *w) {
+  int64_t i = w->hb_interval_ms, t = hb_timeout_ms(judged_interval_ms(w));
+  int64_t cover = 2 * i + 1000;
+
+  ASSERT_LOCKED();
+  /* (its own beat, due when the cover ends, must still come within its
+   * timeout of the vouch: an interval and two seconds to spare) */
+  if (cover > t - i - 2000)
+    cover = t - i - 2000;
+  return cover > 0 ? cover : 0;
+}

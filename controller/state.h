@@ -429,6 +429,11 @@ int64_t hb_interval_now_ms(void);
 enum host_beat_mode { HOST_BEAT_AUTO, HOST_BEAT_ON, HOST_BEAT_OFF };
 /* What the register and heartbeat answers say now ("host_beat"). */
 int hb_host_beat_now(void);
+/* How long a worker just vouched for may skip its own heartbeats, counted
+ * from the start of the call that vouched: two intervals and a second, or
+ * less where its timeout would not leave its own beat, due when that ends,
+ * an interval and two seconds (0: none). Called locked. */
+int64_t hb_cover_ms_locked(const struct lw *w);
 /* A hostname (NULL: none) or user name, as a number to compare (FNV-1a). */
 uint32_t hb_host_hash(const char *s);
 

@@ -12,8 +12,10 @@
  *                 every tick); its text, "REFUSED PID TICK": its exec
  *                 refusals, its pid, its tick in ms
  *   D/ID.ack      the agent's word after each answer that spoke for ID:
- *                 "ok MS B PID" (the interval told, whether to go on beating
- *                 with the host: 1 or 0, and the pid it was for) or
+ *                 "ok MS B PID SENT COVER" (the interval told, whether to
+ *                 go on beating with the host: 1 or 0, the pid it was for,
+ *                 when the call started, in ms of the wall clock, and for
+ *                 how long after that the worker may skip its own beats) or
  *                 "refused PID"
  *
  * D is MUSTER_HOST_DIR (the local backend's: in its state directory), else
@@ -56,7 +58,9 @@ static struct {
   bool joined;        /* the beacon is there */
   bool said;          /* a failure to join was logged (once at INFO) */
   char dir[PATH_MAX]; /* D */
-  int lock_fd;        /* >= 0: this workerd is the agent */
+  int lock_fd;        /* D/agent.lock, open while joined */
+  bool agent;         /* lock_fd is flock()ed: this workerd is the agent */
+  int64_t sent_ms;    /* the wall clock when the agent's vouching call started */
   char beacon[64];    /* the beacon's text, as written */
   int64_t join_at_ms; /* not before this (a failed join) */
   int64_t next_tick_ms;
@@ -208,28 +212,30 @@ static int beacon_touch(void) {
 }
 
 /* Removes D when nothing but the agent's lock and stray temporary files is
- * left in it (the last one out). */
+ * left in it (the last one out): only the names seen so, so that a
+ * workerd joining meanwhile keeps its files (and D, which rmdir() then
+ * leaves). */
 static void dir_remove_if_empty(void) {
-  char path[PATH_MAX];
+  char names[16][NAME_MAX + 1], path[PATH_MAX];
   struct dirent *e;
-  bool other = false;
+  int n = 0;
   DIR *d = opendir(hb.dir);
 
   if (!d)
     return;
-  while (!other && (e = readdir(d)))
-    other = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
-            strcmp(e->d_name, "agent.lock") != 0 && e->d_name[0] != '.';
-  closedir(d);
-  if (other)
-    return;
-  if ((d = opendir(hb.dir))) {
-    while ((e = readdir(d)))
-      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
-          path_of(path, sizeof(path), e->d_name, "") == 0)
-        unlink(path);
-    closedir(d);
+  while ((e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    if (n == 16 || (strcmp(e->d_name, "agent.lock") != 0 && e->d_name[0] != '.')) {
+      closedir(d);
+      return;
+    }
+    snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
   }
+  closedir(d);
+  for (int i = 0; i < n; i++)
+    if (path_of(path, sizeof(path), names[i], "") == 0)
+      unlink(path);
   rmdir(hb.dir); /* (fails if another joined meanwhile: it stays theirs) */
 }
 
@@ -245,51 +251,76 @@ void host_beat_leave(void) {
   if (hb.lock_fd >= 0)
     close(hb.lock_fd); /* (the lock goes with it: another takes over) */
   hb.lock_fd = -1;
+  hb.agent = false;
   hb.joined = false;
   hb.covered_until_ms = 0;
   dir_remove_if_empty();
 }
 
-/* Joins the host's heartbeat: D made, the beacon written. On failure this
- * worker beats on its own, and tries again a minute later (said once). */
+/* Opens D/agent.lock (made if absent). */
+static int lock_open(void) {
+  char path[PATH_MAX];
+
+  if (path_of(path, sizeof(path), "agent.lock", "") != 0)
+    return -1;
+  hb.lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  return hb.lock_fd >= 0 ? 0 : -1;
+}
+
+/* Joins the host's heartbeat: D made, the beacon written, the lock open.
+ * On failure this worker beats on its own, and tries again a minute later
+ * (said once). D removed by the last one out as this one came is made
+ * again at once. */
 static void join(int64_t now) {
-  if (dir_setup() == 0 && beacon_touch() == 0) {
-    LOG(LOG_DEBUG, "joined this host's heartbeat in %s", hb.dir);
-    hb.next_tick_ms = now;
-    return;
+  int e = 0;
+
+  for (int tries = 0; tries < 2; tries++) {
+    if (dir_setup() == 0 && beacon_touch() == 0 && lock_open() == 0) {
+      LOG(LOG_DEBUG, "joined this host's heartbeat in %s", hb.dir);
+      hb.next_tick_ms = now;
+      return;
+    }
+    e = errno;
+    if (hb.joined)
+      host_beat_leave(); /* (the beacon, if it was written) */
+    if (e != ENOENT)
+      break;
   }
   LOG(hb.said ? LOG_DEBUG : LOG_INFO,
       "could not join this host's heartbeat in %s (%s): this worker beats on its own",
-      hb.dir[0] ? hb.dir : "its directory", strerror(errno));
+      hb.dir[0] ? hb.dir : "its directory", strerror(e));
   hb.said = true;
   hb.joined = false;
   hb.join_at_ms = now + JOIN_RETRY_MS;
 }
 
-/* Becomes the agent if nobody is. */
+/* Becomes the agent if nobody is: one flock() a tick on the open lock,
+ * which must still be D's (not one the last one out removed: then the
+ * lock is opened again). */
 static void agent_try(void) {
   char path[PATH_MAX];
-  int fd;
+  struct stat held, named;
 
-  if (hb.lock_fd >= 0 || path_of(path, sizeof(path), "agent.lock", "") != 0)
+  if (hb.agent || hb.lock_fd < 0 || flock(hb.lock_fd, LOCK_EX | LOCK_NB) != 0)
     return;
-  fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  if (fd < 0)
-    return;
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    close(fd);
+  if (path_of(path, sizeof(path), "agent.lock", "") != 0 || fstat(hb.lock_fd, &held) != 0 ||
+      lstat(path, &named) != 0 || held.st_ino != named.st_ino || held.st_dev != named.st_dev ||
+      held.st_nlink == 0) {
+    close(hb.lock_fd);
+    if (lock_open() != 0)
+      hb.lock_fd = -1;
     return;
   }
-  hb.lock_fd = fd;
+  hb.agent = true;
   hb.covered_until_ms = 0;
   LOG(LOG_INFO, "beating for this host's workers (%s)", hb.dir);
 }
 
 /* Reads the agent's word for this worker, if new and for this workerd. */
 static void ack_read(int64_t now) {
-  char name[WD_ID_MAX + 8], text[80];
+  char name[WD_ID_MAX + 8], text[128];
   struct stat st;
-  long long ms, pid;
+  long long ms, pid, sent, cover;
   int on;
 
   snprintf(name, sizeof(name), "%s.ack", wd.id);
@@ -300,19 +331,24 @@ static void ack_read(int64_t now) {
     return;
   hb.ack_ino = st.st_ino;
   hb.ack_seen = st.st_mtim;
-  if (sscanf(text, "ok %lld %d %lld", &ms, &on, &pid) == 3 && pid == (long long)getpid() &&
-      ms >= 100 && ms <= 3600 * 1000) {
+  if (sscanf(text, "ok %lld %d %lld %lld %lld", &ms, &on, &pid, &sent, &cover) == 5 &&
+      pid == (long long)getpid() && ms >= 100 && ms <= 3600 * 1000 && cover >= 0) {
     /* The interval grows by at most twice an ack (a file is not the
-     * controller's own word). Covered for two intervals and a second: the
-     * agent's next answer is due within one (the rest to spare for a
-     * loaded host); past that, this worker beats on its own again, well
-     * inside its timeout (4 intervals once stretched). */
+     * controller's own word), the cover no longer than two intervals and
+     * a second. The cover counts from the agent's call: the controller
+     * sized it so that this worker's own beat, due when it ends, comes
+     * within its timeout. */
+    int64_t left;
+
     if (ms > 2 * wd.hb_interval_ms)
       ms = 2 * wd.hb_interval_ms;
+    if (cover > 2 * ms + 1000)
+      cover = 2 * ms + 1000;
+    left = sent + cover - real_ms();
     if ((int64_t)ms != wd.hb_interval_ms)
       LOG(LOG_DEBUG, "heartbeat interval now %.1f s", (double)ms / 1000);
     wd.hb_interval_ms = ms;
-    hb.covered_until_ms = now + 2 * ms + 1000;
+    hb.covered_until_ms = left > 0 ? now + (left < cover ? left : cover) : 0;
     if (!on) {
       /* (the controller no longer wants host beats: this worker leaves at
        * its next step and beats on its own) */
@@ -320,8 +356,10 @@ static void ack_read(int64_t now) {
       hb.covered_until_ms = 0;
       wd.next_hb_ms = now;
     }
-  } else if (sscanf(text, "refused %lld", &pid) == 1 && pid == (long long)getpid()) {
-    /* its own heartbeat learns why, now */
+  } else if (sscanf(text, "refused %lld", &pid) == 1 && pid == (long long)getpid() &&
+             hb.covered_until_ms > now) {
+    /* the end of its cover: its own heartbeat learns why, now (not at each
+     * refusal: one that lasts would double its beats) */
     hb.covered_until_ms = 0;
     wd.next_hb_ms = now;
   }
@@ -345,20 +383,18 @@ enum hb_result host_beat_step(int64_t now) {
     hb.join_at_ms = now + JOIN_RETRY_MS;
     return HB_NONE;
   }
-  /* (while the agent answers for it, nobody need take its part) */
-  if (!host_beat_covered(now))
-    agent_try();
-  if (hb.lock_fd < 0)
+  agent_try();
+  if (!hb.agent)
     ack_read(now);
   return HB_NONE;
 }
 
 bool host_beat_covered(int64_t now) {
-  return hb.joined && hb.lock_fd < 0 && now < hb.covered_until_ms;
+  return hb.joined && !hb.agent && now < hb.covered_until_ms;
 }
 
 int64_t host_beat_covered_until(void) {
-  return hb.joined && hb.lock_fd < 0 ? hb.covered_until_ms : 0;
+  return hb.joined && !hb.agent ? hb.covered_until_ms : 0;
 }
 
 int64_t host_beat_deadline(void) {
@@ -439,8 +475,9 @@ json_t *host_beat_vouch(void) {
   int64_t real_now = real_ms();
   DIR *d;
 
-  if (!hb.joined || hb.lock_fd < 0 || !(d = opendir(hb.dir)))
+  if (!hb.joined || !hb.agent || !(d = opendir(hb.dir)))
     return NULL;
+  hb.sent_ms = real_now; /* (the call starts now) */
   vouch = json_array();
   while (vouch && json_array_size(vouch) < VOUCH_MAX && (e = readdir(d))) {
     if (id_like(e->d_name) && strcmp(e->d_name, wd.id) != 0)
@@ -455,20 +492,23 @@ json_t *host_beat_vouch(void) {
 void host_beat_answered(const json_t *vouched) {
   const char *id;
   json_t *v;
-  char name[WD_ID_MAX + 8], text[64];
+  char name[WD_ID_MAX + 8], text[128];
 
-  if (!hb.joined || hb.lock_fd < 0 || !json_is_object(vouched))
+  if (!hb.joined || !hb.agent || !json_is_object(vouched))
     return;
   json_object_foreach((json_t *)vouched, id, v) {
     json_t *iv = json_object_get(v, "heartbeat_interval_seconds");
     json_t *pid = json_object_get(v, "pid");
+    json_t *cover = json_object_get(v, "cover_ms");
     double s = json_number_value(iv);
 
     if (!id_like(id) || strcmp(id, wd.id) == 0 || !json_is_integer(pid))
       continue;
-    if (json_is_false(json_object_get(v, "stop")) && json_is_number(iv) && s >= 0.1 && s <= 3600)
-      snprintf(text, sizeof(text), "ok %lld %d %lld\n", (long long)(s * 1000),
-               !json_is_false(json_object_get(v, "host_beat")), (long long)json_integer_value(pid));
+    if (json_is_false(json_object_get(v, "stop")) && json_is_number(iv) && s >= 0.1 && s <= 3600 &&
+        json_is_integer(cover))
+      snprintf(text, sizeof(text), "ok %lld %d %lld %lld %lld\n", (long long)(s * 1000),
+               !json_is_false(json_object_get(v, "host_beat")), (long long)json_integer_value(pid),
+               (long long)hb.sent_ms, (long long)json_integer_value(cover));
     else
       snprintf(text, sizeof(text), "refused %lld\n", (long long)json_integer_value(pid));
     snprintf(name, sizeof(name), "%s.ack", id);

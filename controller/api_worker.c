@@ -319,7 +319,7 @@ struct vouch_result {
  * the token its register traded for (until then, its own heartbeat must
  * close the old one's window). Called locked. */
 static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouch_result *r) {
-  int64_t stamp = util_mono_ms();
+  uint32_t seq = ++g.vouch_seq;
   size_t i, n = 0;
   json_t *e;
 
@@ -343,9 +343,10 @@ static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouc
       r[n].why = "not its registered muster-workerd";
     else if (s->rotation_open)
       r[n].why = "its new token is not used yet";
-    else if (s->last_hb_ms >= stamp)
+    else if (s->vouch_seq == seq)
       r[n].why = "vouched for already"; /* (named twice in one call) */
     if (!r[n].why) {
+      s->vouch_seq = seq;
       sm_heartbeat_locked(s);
       note_exec_refused(s, json_object_get(e, "exec_refused"));
       g.hb_vouched++;

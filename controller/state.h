@@ -127,6 +127,7 @@ struct lw {
   uint64_t exec_refused; /* its workerd's count, as its last heartbeat said */
   uint32_t host_hash;    /* hb_host_hash() of the hostname it registered with */
   int64_t last_vouch_ms; /* when its heartbeat last spoke for others (host beats) */
+  uint32_t vouch_seq;    /* the vouching call (g.vouch_seq) that last spoke for it */
   char session[SESSION_STORED_MAX];
   char launch[16]; /* the launch (gang) it came from */
   enum wstatus status;
@@ -295,6 +296,7 @@ struct ctl {
   uint64_t exec_refused; /* exec connections workerds refused before the token */
   uint64_t hb_calls;     /* heartbeat calls answered */
   uint64_t hb_vouched;   /* heartbeats a sibling's call carried (host beats) */
+  uint32_t vouch_seq;    /* vouching calls so far (each worker named once a call) */
 };
 
 extern struct ctl g;

@@ -371,7 +371,12 @@ __attribute__((noreturn)) static void child_run(const struct child_spec *cs) {
   struct sigaction dfl;
   sigset_t none;
   ssize_t n;
+  int lock_fd = host_beat_lock_fd();
 
+  /* The host's lock is workerd's alone: a child that hung before its exec
+   * must not hold it past workerd's end. */
+  if (lock_fd >= 0)
+    close(lock_fd);
   /* Both sides call setpgid, so that the group exists before either the
    * parent signals it or the command starts children. */
   if (cs->own_group && setpgid(0, 0) != 0) {

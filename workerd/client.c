@@ -527,7 +527,7 @@ enum hb_result hb_step(int64_t now) {
     calls_keep_none();
     return res;
   }
-  res = host_beat_step(now);
+  res = host_beat_step(now, ex_refused());
   if (res != HB_NONE)
     return res;
   if (hb_call.state == CALL_IDLE && now >= wd.next_hb_ms) {

@@ -62,6 +62,7 @@ static struct {
   bool agent;         /* lock_fd is flock()ed: this workerd is the agent */
   int64_t sent_ms;    /* the wall clock when the agent's vouching call started */
   char beacon[64];    /* the beacon's text, as written */
+  uint64_t refused;   /* the exec refusals it says (host_beat_step()'s caller's count) */
   int64_t join_at_ms; /* not before this (a failed join) */
   int64_t next_tick_ms;
   int64_t covered_until_ms; /* an "ok" ack came: no beat of its own until then */
@@ -82,8 +83,13 @@ static int64_t real_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A file's time in ms (a time past any year of use, a file's set so,
+ * clamped). */
 static int64_t mtime_ms(const struct stat *st) {
-  return (int64_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
+  int64_t s = st->st_mtim.tv_sec;
+
+  s = s < 0 ? 0 : s > (1LL << 40) ? (1LL << 40) : s;
+  return s * 1000 + st->st_mtim.tv_nsec / 1000000;
 }
 
 /* A directory of ours: made if absent, and taken only if it is a directory
@@ -197,7 +203,7 @@ static int read_file(const char *name, char *text, size_t size, struct stat *st)
 static int beacon_touch(void) {
   char text[sizeof(hb.beacon)], path[PATH_MAX];
 
-  snprintf(text, sizeof(text), "%" PRIu64 " %ld %" PRId64 "\n", ex_refused(), (long)getpid(),
+  snprintf(text, sizeof(text), "%" PRIu64 " %ld %" PRId64 "\n", hb.refused, (long)getpid(),
            tick_ms());
   if (!hb.joined || strcmp(text, hb.beacon) != 0) {
     if (write_file(wd.id, text) != 0)
@@ -294,21 +300,35 @@ static void join(int64_t now) {
   hb.join_at_ms = now + JOIN_RETRY_MS;
 }
 
-/* Becomes the agent if nobody is: one flock() a tick on the open lock,
- * which must still be D's (not one the last one out removed: then the
- * lock is opened again). */
-static void agent_try(void) {
+/* Whether the open lock is D/agent.lock still (not a file the last one
+ * out, or a cleaner of old files, removed, another made anew). */
+static bool lock_is_ds(void) {
   char path[PATH_MAX];
   struct stat held, named;
 
-  if (hb.agent || hb.lock_fd < 0 || flock(hb.lock_fd, LOCK_EX | LOCK_NB) != 0)
+  return path_of(path, sizeof(path), "agent.lock", "") == 0 && fstat(hb.lock_fd, &held) == 0 &&
+         lstat(path, &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev &&
+         held.st_nlink > 0;
+}
+
+/* Becomes the agent if nobody is: one flock() a tick on the open lock,
+ * which must be D's (else it is opened again). The agent checks that its
+ * lock still is, and keeps its time fresh for cleaners of old files. */
+static void agent_try(void) {
+  if (hb.lock_fd < 0 && lock_open() != 0)
     return;
-  if (path_of(path, sizeof(path), "agent.lock", "") != 0 || fstat(hb.lock_fd, &held) != 0 ||
-      lstat(path, &named) != 0 || held.st_ino != named.st_ino || held.st_dev != named.st_dev ||
-      held.st_nlink == 0) {
+  if (hb.agent && lock_is_ds()) {
+    futimens(hb.lock_fd, NULL);
+    return;
+  }
+  if (!hb.agent && flock(hb.lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return;
+  if (!lock_is_ds()) {
+    if (hb.agent)
+      LOG(LOG_INFO, "this host's lock file was replaced: no longer beating for its workers");
+    hb.agent = false;
     close(hb.lock_fd);
-    if (lock_open() != 0)
-      hb.lock_fd = -1;
+    lock_open(); /* (-1 on failure: tried again at the next tick) */
     return;
   }
   hb.agent = true;
@@ -321,6 +341,7 @@ static void ack_read(int64_t now) {
   char name[WD_ID_MAX + 8], text[128];
   struct stat st;
   long long ms, pid, sent, cover;
+  int64_t was = hb.covered_until_ms;
   int on;
 
   snprintf(name, sizeof(name), "%s.ack", wd.id);
@@ -332,7 +353,8 @@ static void ack_read(int64_t now) {
   hb.ack_ino = st.st_ino;
   hb.ack_seen = st.st_mtim;
   if (sscanf(text, "ok %lld %d %lld %lld %lld", &ms, &on, &pid, &sent, &cover) == 5 &&
-      pid == (long long)getpid() && ms >= 100 && ms <= 3600 * 1000 && cover >= 0) {
+      pid == (long long)getpid() && ms >= 100 && ms <= 3600 * 1000 && cover >= 0 &&
+      cover <= 7200 * 1000 && sent > real_ms() - 86400000LL && sent < real_ms() + 86400000LL) {
     /* The interval grows by at most twice an ack (a file is not the
      * controller's own word), the cover no longer than two intervals and
      * a second. The cover counts from the agent's call: the controller
@@ -354,18 +376,30 @@ static void ack_read(int64_t now) {
        * its next step and beats on its own) */
       wd.host_beat = false;
       hb.covered_until_ms = 0;
-      wd.next_hb_ms = now;
+    }
+    /* Its own beat comes no later than this answer allows: when the new
+     * cover ends; at once if it ended one; an interval on, the one it now
+     * tells (shorter, it may be, than the one the beat was set by). Not
+     * while one of its own is in flight (INT64_MAX): its answer sets it. */
+    if (wd.next_hb_ms != INT64_MAX) {
+      int64_t due = hb.covered_until_ms > now ? hb.covered_until_ms : was > now ? now : now + ms;
+
+      if (due < wd.next_hb_ms)
+        wd.next_hb_ms = due;
     }
   } else if (sscanf(text, "refused %lld", &pid) == 1 && pid == (long long)getpid() &&
              hb.covered_until_ms > now) {
     /* the end of its cover: its own heartbeat learns why, now (not at each
-     * refusal: one that lasts would double its beats) */
+     * refusal: one that lasts would double its beats), unless one is in
+     * flight */
     hb.covered_until_ms = 0;
-    wd.next_hb_ms = now;
+    if (wd.next_hb_ms != INT64_MAX)
+      wd.next_hb_ms = now;
   }
 }
 
-enum hb_result host_beat_step(int64_t now) {
+enum hb_result host_beat_step(int64_t now, uint64_t refused) {
+  hb.refused = refused;
   if (!wd.host_beat && hb.joined)
     host_beat_leave();
   if (wd.host_beat && !hb.joined) {
@@ -518,4 +552,8 @@ void host_beat_answered(const json_t *vouched) {
     if (write_file(name, text) != 0)
       LOG(LOG_DEBUG, "could not write %s/%s", hb.dir, name);
   }
+}
+
+int host_beat_lock_fd(void) {
+  return hb.lock_fd;
 }

@@ -357,10 +357,11 @@ void hb_cancel(void);
 /* hostbeat.c: liveness per host                                            */
 
 /* Joins or leaves the host's heartbeat as wd.host_beat says, touches this
- * worker's beacon, takes the agent's part if nobody has it, and reads what
- * the agent last said for this worker. Returns HB_STOP_QUIET if that was a
- * stop. Never waits. */
-enum hb_result host_beat_step(int64_t now);
+ * worker's beacon (which says refused, its exec refusals: ex_refused()),
+ * takes the agent's part if nobody has it, and reads what the agent last
+ * said for this worker. Returns HB_NONE (the agent's word is no stop).
+ * Never waits. */
+enum hb_result host_beat_step(int64_t now, uint64_t refused);
 /* Whether the agent answers for this worker now: its own beat is skipped. */
 bool host_beat_covered(int64_t now);
 /* Until when it does (0: not covered). */
@@ -377,6 +378,8 @@ void host_beat_answered(const json_t *vouched);
 /* Leaves the host's heartbeat: its beacon and ack removed, the agent's lock
  * given up. */
 void host_beat_leave(void);
+/* The open descriptor of the host's lock (-1: none), for a child to close. */
+int host_beat_lock_fd(void);
 
 /* ------------------------------------------------------------------------ */
 /* logship.c: the worker's output, shipped as logs                          */

@@ -319,7 +319,7 @@ struct vouch_result {
  * the token its register traded for (until then, its own heartbeat must
  * close the old one's window). Called locked. */
 static size_t vouch_locked(const struct lw *by, const json_t *vouch, struct vouch_result *r) {
-  uint32_t seq = ++g.vouch_seq;
+  uint32_t seq = ++g.vouch_seq ? g.vouch_seq : ++g.vouch_seq; /* (0: no call's) */
   size_t i, n = 0;
   json_t *e;
 

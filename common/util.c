@@ -16,14 +16,12 @@ void util_now_iso(char *buf, size_t size) {
 }
 
 void util_iso_after(int64_t ms, char *buf, size_t size) {
-  struct timespec ts;
   struct tm tm;
   char base[24];
   int64_t at;
   time_t sec;
 
-  clock_gettime(CLOCK_REALTIME, &ts);
-  at = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000L + ms;
+  at = util_wall_ms() + ms;
   sec = (time_t)(at / 1000);
   gmtime_r(&sec, &tm);
   strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
@@ -35,6 +33,21 @@ int64_t util_mono_ms(void) {
 
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t util_wall_ms(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint32_t util_fnv1a(const char *s) {
+  uint32_t h = 2166136261u;
+
+  for (const char *p = s ? s : ""; *p; p++)
+    h = (h ^ (unsigned char)*p) * 16777619u;
+  return h;
 }
 
 void util_cond_init_monotonic(pthread_cond_t *cv) {

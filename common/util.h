@@ -19,6 +19,12 @@ void util_iso_after(int64_t ms, char *buf, size_t size);
 
 /* Milliseconds of CLOCK_MONOTONIC; for deadlines and durations only. */
 int64_t util_mono_ms(void);
+/* Milliseconds of the wall clock (CLOCK_REALTIME), as file times are. */
+int64_t util_wall_ms(void);
+
+/* FNV-1a of a string (NULL: ""): for hash tables and short names, never
+ * for secrets. */
+uint32_t util_fnv1a(const char *s);
 
 /* How workerd's exit report begins when a signal it did not get from the
  * controller ended it (a Slurm cancel, a time limit, a kill by hand); the

@@ -246,7 +246,7 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
       w->ref_known = 1;
     if (!w->reg_pid && f.pid > 0)
       w->reg_pid = f.pid;
-    w->host_hash = hb_host_hash(hostname);
+    w->host_hash = util_fnv1a(hostname);
     sm_heartbeat_locked(w);
     rc = db_worker_info(g.db, id, &info);
   }
@@ -276,7 +276,7 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
      * refused): each user's its own group on a host. */
     char group[16];
 
-    snprintf(group, sizeof(group), "%08x", (unsigned)hb_host_hash(info.owner));
+    snprintf(group, sizeof(group), "%08x", (unsigned)util_fnv1a(info.owner));
     json_object_set_new(answer, "host_beat_group", json_string(group));
   }
   db_worker_info_cleanup(&info);

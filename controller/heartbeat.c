@@ -204,14 +204,6 @@ int hb_host_beat_now(void) {
   return hb_interval_now_ms() > configured_interval_ms();
 }
 
-uint32_t hb_host_hash(const char *s) {
-  uint32_t h = 2166136261u;
-
-  for (const char *p = s ? s : ""; *p; p++)
-    h = (h ^ (unsigned char)*p) * 16777619u;
-  return h;
-}
-
 int64_t hb_cover_ms_locked(const struct lw *w) {
   int64_t i = w->hb_interval_ms, t = hb_timeout_ms(judged_interval_ms(w));
   int64_t cover = 2 * i + 1000;

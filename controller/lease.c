@@ -6,6 +6,7 @@
 #include "log.h"
 #include "muster_errors.h"
 #include "state.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +34,7 @@ static struct lease *buckets[LEASE_BUCKETS];
 static int nleases;
 
 static unsigned bucket_of(const char *s) {
-  unsigned h = 2166136261u;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 16777619u;
-  return h % LEASE_BUCKETS;
+  return util_fnv1a(s) % LEASE_BUCKETS;
 }
 
 static struct lease **find_slot(const char *session) {

@@ -21,11 +21,7 @@ struct local_backend lb = {.mu = PTHREAD_MUTEX_INITIALIZER, .zygote_fd = -1};
 /* ---- the table (lb.mu held) ---- */
 
 static unsigned lp_hash(const char *id) {
-  unsigned h = 2166136261u;
-
-  for (; *id; id++)
-    h = (h ^ (unsigned char)*id) * 16777619u;
-  return h % LP_HASH;
+  return util_fnv1a(id) % LP_HASH;
 }
 
 struct lproc *lp_find(const char *id) {

@@ -41,7 +41,7 @@ static void restore_one(void *arg, const struct db_worker_info *info) {
   lw_set_status_locked(w, st);
   w->attempt = info->attempt;
   w->reg_pid = st == WS_RUNNING && info->pid > 0 ? info->pid : 0;
-  w->host_hash = hb_host_hash(info->hostname);
+  w->host_hash = util_fnv1a(info->hostname);
   /* It beats at the interval it was last told (written with its heartbeats,
    * a fraction of a second late when the flush keeps up;
    * restore_live_locked() takes the longer of it and the interval of the

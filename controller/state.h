@@ -436,8 +436,6 @@ int hb_host_beat_now(void);
  * less where its timeout would not leave its own beat, due when that ends,
  * an interval and two seconds (0: none). Called locked. */
 int64_t hb_cover_ms_locked(const struct lw *w);
-/* A hostname (NULL: none) or user name, as a number to compare (FNV-1a). */
-uint32_t hb_host_hash(const char *s);
 
 /* Wakes everything suspended so that the daemon can stop. */
 void state_begin_shutdown(void);

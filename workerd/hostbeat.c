@@ -76,13 +76,6 @@ static int64_t tick_ms(void) {
   return t < 200 ? 200 : t > 5000 ? 5000 : t;
 }
 
-static int64_t real_ms(void) {
-  struct timespec ts;
-
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A file's time in ms (a time past any year of use, a file's set so,
  * clamped). */
 static int64_t mtime_ms(const struct stat *st) {
@@ -131,19 +124,17 @@ static int base_dir(char *base, size_t size) {
 static int dir_setup(void) {
   const char *given = getenv("MUSTER_HOST_DIR");
   char host[256] = "", base[PATH_MAX], at[PATH_MAX];
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a of the controller's URL */
 
   if (given && *given) {
     if (strlen(given) >= sizeof(at))
       return -1;
     snprintf(at, sizeof(at), "%s", given);
   } else {
-    for (const char *p = wd.url; *p; p++)
-      h = (h ^ (unsigned char)*p) * 1099511628211ULL;
     if (gethostname(host, sizeof(host) - 1) != 0 || strchr(host, '/') || host[0] == '.')
       return -1;
     if (base_dir(base, sizeof(base)) != 0 ||
-        snprintf(at, sizeof(at), "%s/%016" PRIx64 "-%s", base, h, host) >= (int)sizeof(at))
+        snprintf(at, sizeof(at), "%s/%08x-%s", base, (unsigned)util_fnv1a(wd.url), host) >=
+            (int)sizeof(at))
       return -1;
   }
   if (own_dir(at) != 0)
@@ -354,7 +345,8 @@ static void ack_read(int64_t now) {
   hb.ack_seen = st.st_mtim;
   if (sscanf(text, "ok %lld %d %lld %lld %lld", &ms, &on, &pid, &sent, &cover) == 5 &&
       pid == (long long)getpid() && ms >= 100 && ms <= 3600 * 1000 && cover >= 0 &&
-      cover <= 7200 * 1000 && sent > real_ms() - 86400000LL && sent < real_ms() + 86400000LL) {
+      cover <= 7200 * 1000 && sent > util_wall_ms() - 86400000LL &&
+      sent < util_wall_ms() + 86400000LL) {
     /* The interval grows by at most twice an ack (a file is not the
      * controller's own word), the cover no longer than two intervals and
      * a second. The cover counts from the agent's call: the controller
@@ -366,7 +358,7 @@ static void ack_read(int64_t now) {
       ms = 2 * wd.hb_interval_ms;
     if (cover > 2 * ms + 1000)
       cover = 2 * ms + 1000;
-    left = sent + cover - real_ms();
+    left = sent + cover - util_wall_ms();
     if ((int64_t)ms != wd.hb_interval_ms)
       LOG(LOG_DEBUG, "heartbeat interval now %.1f s", (double)ms / 1000);
     wd.hb_interval_ms = ms;
@@ -506,7 +498,7 @@ static bool id_like(const char *s) {
 json_t *host_beat_vouch(void) {
   json_t *vouch;
   struct dirent *e;
-  int64_t real_now = real_ms();
+  int64_t real_now = util_wall_ms();
   DIR *d;
 
   if (!hb.joined || !hb.agent || !(d = opendir(hb.dir)))

@@ -126,6 +126,21 @@ static void others_run_on(const char **ids, int n, int skip, double after, const
   }
 }
 
+/* Sends sig to pid, the workerd of ids[i] (one of 3 running workers),
+ * waits for that worker to fail and for the two others to beat 6 s later,
+ * running; what: after what, for the message. Returns the failed worker
+ * (new reference). */
+static json_t *lose_one(const char **ids, int i, long pid, int sig, const char *what) {
+  json_t *w;
+  double t;
+
+  ck_assert_int_eq(kill((pid_t)pid, sig), 0);
+  t = h_wall();
+  w = h_wait_status(&ctl, ids[i], "failed", 40);
+  others_run_on(ids, 3, i, t + 6, what);
+  return w;
+}
+
 /* Four workers on one host: their heartbeats reach the controller in one
  * call an interval, the agent's, which speaks for the three others; all
  * four stay running, each heartbeat stored. */
@@ -163,17 +178,13 @@ START_TEST(a_hung_sibling_is_lost_and_the_others_run_on) {
   json_t *ws = start_running(3, ids), *w;
   long agent, pid;
   int hung = (agent_of(ids, 3, &agent) + 1) % 3;
-  double t;
 
   pid = h_workerd_pid(&ctl, ids[hung]);
   ck_assert_int_gt(pid, 0);
-  ck_assert_int_eq(kill((pid_t)pid, SIGSTOP), 0);
-  t = h_wall();
-  w = h_wait_status(&ctl, ids[hung], "failed", 40);
+  w = lose_one(ids, hung, pid, SIGSTOP, "after a sibling hung");
   ck_assert_msg(strstr(h_str(w, "failure"), "heartbeat") != NULL,
                 "the hung worker failed for another reason: %s", h_str(w, "failure"));
   json_decref(w);
-  others_run_on(ids, 3, hung, t + 6, "after a sibling hung");
   json_decref(ws);
   h_finish(&ctl);
 }
@@ -186,12 +197,8 @@ START_TEST(a_hung_agents_siblings_beat_on_their_own) {
   json_t *ws = start_running(3, ids);
   long agent;
   int a = agent_of(ids, 3, &agent);
-  double t;
 
-  ck_assert_int_eq(kill((pid_t)agent, SIGSTOP), 0);
-  t = h_wall();
-  json_decref(h_wait_status(&ctl, ids[a], "failed", 40));
-  others_run_on(ids, 3, a, t + 6, "after their agent hung");
+  json_decref(lose_one(ids, a, agent, SIGSTOP, "after their agent hung"));
   json_decref(ws);
   h_finish(&ctl);
 }
@@ -204,15 +211,11 @@ START_TEST(the_agents_end_hands_the_beat_to_another) {
   json_t *ws = start_running(3, ids);
   long agent, next;
   int a = agent_of(ids, 3, &agent);
-  double t;
 
-  ck_assert_int_eq(kill((pid_t)agent, SIGKILL), 0);
-  t = h_wall();
-  json_decref(h_wait_status(&ctl, ids[a], "failed", 40));
+  json_decref(lose_one(ids, a, agent, SIGKILL, "after their agent's end"));
   next = agent_pid();
   ck_assert_msg(next > 0 && next != agent, "no other workerd took the lock (holder %ld)", next);
   wait_vouched(h_metric(&ctl, "muster_heartbeats_vouched_total"), 4, "after the agent's end");
-  others_run_on(ids, 3, a, t + 6, "after their agent's end");
   json_decref(ws);
   h_finish(&ctl);
 }

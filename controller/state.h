@@ -125,7 +125,7 @@ struct lw {
    * by the first call made with the new token. */
   int rotation_open;
   uint64_t exec_refused; /* its workerd's count, as its last heartbeat said */
-  uint32_t host_hash;    /* hb_host_hash() of the hostname it registered with */
+  uint32_t host_hash;    /* util_fnv1a() of the hostname it registered with */
   int64_t last_vouch_ms; /* when its heartbeat last spoke for others (host beats) */
   uint32_t vouch_seq;    /* the vouching call (g.vouch_seq) that last spoke for it */
   char session[SESSION_STORED_MAX];

@@ -5,7 +5,7 @@
  *
  * Registration sends the worker's address and reads its assignment (the
  * command, environment, cwd, exec token) into wd; it is retried with a
- * backoff of 100 ms doubling to 5 s, for 10 minutes (backoff_next()). A
+ * backoff of 100 ms doubling to 5 s, for the orphan timeout (backoff_next()). A
  * heartbeat's answer may stop the worker (hb_step()). The address itself,
  * unless MUSTER_BIND_IP gives it, is the one that packets toward the
  * controller leave from (ip_toward_controller()), searched for with the same
@@ -91,9 +91,11 @@ MUST_CHECK int ip_toward_controller(char *ip, size_t size) {
 /* ------------------------------------------------------------------------ */
 /* Backoff                                                                  */
 
-/* Starts a backoff that gives up 10 minutes from now. */
+/* Starts a backoff that gives up 10 minutes from now (3 s in a test that
+ * must see it give up, or outlast it). */
 void backoff_init(struct backoff *b) {
-  b->give_up_ms = util_mono_ms() + WD_RETRY_TOTAL_MS;
+  b->give_up_ms =
+      util_mono_ms() + (FAULT_FAILS("workerd_retry_total_3s") ? 3000 : WD_RETRY_TOTAL_MS);
   b->delay_ms = WD_RETRY_FIRST_MS;
 }
 
@@ -324,8 +326,7 @@ static struct {
 
 /* Prepares the registration: the worker's address, hostname, exec port and
  * pid, tried by register_step() until the controller answers, with backoff
- * for 10 minutes (or the orphan timeout, if shorter), since the controller
- * may be restarting. Returns 0 or MUSTER_E_NOMEM. */
+ * for the orphan timeout, since the controller may be restarting. Returns 0 or MUSTER_E_NOMEM. */
 MUST_CHECK int register_begin(void) {
   char host[256];
   json_t *req;
@@ -343,10 +344,9 @@ MUST_CHECK int register_begin(void) {
   if (!reg.body)
     return MUSTER_E_NOMEM;
   backoff_init(&reg.backoff);
-  /* A controller that never answers is no better while registering than
-   * later: the orphan timeout bounds this wait too. */
-  if (reg.backoff.give_up_ms > util_mono_ms() + wd.orphan_ms)
-    reg.backoff.give_up_ms = util_mono_ms() + wd.orphan_ms;
+  /* A controller that does not answer is worth the same patience while
+   * registering as later: the orphan timeout (10 minutes by default). */
+  reg.backoff.give_up_ms = util_mono_ms() + wd.orphan_ms;
   reg.retry_at_ms = 0;
   return 0;
 }
@@ -378,14 +378,15 @@ static enum reg_result register_answer(int64_t now, int *rc) {
   }
   if (*rc == 0 && status >= 500)
     LOG(LOG_DEBUG, "registration: HTTP %ld; retrying", status);
-  if ((*rc == 0 && status >= 500) || *rc == MUSTER_E_UNREACHABLE) {
+  /* (an answer past 1 MiB is none of the controller's: a proxy's) */
+  if ((*rc == 0 && status >= 500) || *rc == MUSTER_E_UNREACHABLE || *rc == MUSTER_E_TOO_LARGE) {
     reg.retry_at_ms = backoff_next(&reg.backoff, now);
     if (reg.retry_at_ms != INT64_MAX) {
       *rc = 0; /* (tried again: no error, or the caller's loop would end) */
       return REG_BUSY;
     }
-    LOG(LOG_ERROR, "could not register in time (10 minutes, or MUSTER_ORPHAN_TIMEOUT); "
-                   "giving up");
+    LOG(LOG_ERROR, "could not register within MUSTER_ORPHAN_TIMEOUT (%" PRId64 " s); giving up",
+        wd.orphan_ms / 1000);
     *rc = MUSTER_E_TIMEOUT;
     return REG_FAILED;
   }
@@ -461,6 +462,19 @@ static void hb_adopt_interval(const json_t *v) {
   wd.hb_interval_ms = (int64_t)(s * 1000);
 }
 
+/* Whether the controller has been away (no answer of its own to any call)
+ * longer than MUSTER_ORPHAN_TIMEOUT, counted from the first call that got
+ * none: the worker must end (said in the log). */
+static bool orphan_expired(int64_t now) {
+  if (!wd.away_since_ms || now - wd.away_since_ms <= wd.orphan_ms)
+    return false;
+  LOG(LOG_ERROR,
+      "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
+      "ending this worker",
+      (now - wd.away_since_ms) / 1000);
+  return true;
+}
+
 /* The heartbeat's answer: a stop, or an answer saying that the controller
  * no longer knows this worker, or that it was not heard from for too long. A
  * controller that cannot be reached is not an error: the next interval tries
@@ -472,20 +486,20 @@ static enum hb_result hb_answer(int64_t now) {
   long status;
   int rc = call_take(&hb_call, &status);
 
-  if (rc == MUSTER_E_UNREACHABLE || (rc == 0 && status >= 500)) {
-    /* (0: an answer to another call came since: not away) */
-    if (wd.away_since_ms && now - wd.away_since_ms > wd.orphan_ms) {
-      LOG(LOG_ERROR,
-          "no answer from the controller itself for %" PRId64 " s (MUSTER_ORPHAN_TIMEOUT); "
-          "ending this worker",
-          (now - wd.away_since_ms) / 1000);
+  if (rc == MUSTER_E_UNREACHABLE || rc == MUSTER_E_TOO_LARGE || (rc == 0 && status >= 500)) {
+    /* (none of these is the controller's answer, an answer past 1 MiB
+     * included: ctl_call.c; 0 away: an answer to another call came since) */
+    if (orphan_expired(now))
       return HB_STOP_SILENT;
-    }
     LOG(LOG_DEBUG, "heartbeat not delivered (%s); next one in %" PRId64 " ms",
-        rc ? "unreachable" : "server error", wd.hb_interval_ms);
+        rc == MUSTER_E_TOO_LARGE ? "an answer past 1 MiB"
+        : rc                     ? "unreachable"
+                                 : "server error",
+        wd.hb_interval_ms);
     return HB_NONE;
   }
   if (rc) {
+    /* (out of memory here: the controller may well have answered) */
     LOG(LOG_WARN, "heartbeat failed: %s", muster_strerror(rc));
     return HB_NONE;
   }
@@ -550,11 +564,17 @@ enum hb_result hb_step(int64_t now) {
     free(hb_body);
     hb_body = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!hb_body ||
-        call_start(&hb_call, "heartbeat", true, hb_body, strlen(hb_body), WD_CALL_TIMEOUT_MS) != 0)
+    if (!hb_body || call_start(&hb_call, "heartbeat", true, hb_body, strlen(hb_body),
+                               WD_CALL_TIMEOUT_MS) != 0) {
+      /* (out of memory: no heartbeat goes, and none fails, so the time
+       * away is judged here, or a controller gone meanwhile would keep
+       * this worker for ever) */
       wd.next_hb_ms = now + wd.hb_interval_ms;
-    else
+      if (orphan_expired(now))
+        return HB_STOP_SILENT;
+    } else {
       wd.next_hb_ms = INT64_MAX; /* set when it ends */
+    }
   }
   return HB_NONE;
 }

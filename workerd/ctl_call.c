@@ -24,6 +24,7 @@
  */
 #include "workerd.h"
 
+#include "fault.h"
 #include "log.h"
 #include "muster_errors.h"
 #include "util.h"
@@ -223,11 +224,22 @@ static void call_finished(struct call *c) {
   if (now - c->started_ms >= CALL_SLOW_MS)
     LOG(LOG_DEBUG, "POST %s ended after %" PRId64 " ms", c->what, now - c->started_ms);
   c->rc = c->hc.rc;
+  /* (tests: a proxy in front of the controller answers every heartbeat
+   * with more than 1 MiB) */
+  if (c->rc == 0 && strcmp(c->what, "heartbeat") == 0 &&
+      FAULT_FAILS("workerd_heartbeat_too_large")) {
+    snprintf(c->hc.err, sizeof(c->hc.err), "the answer is larger than 1 MiB (fault injected)");
+    c->rc = MUSTER_E_TOO_LARGE;
+  }
   /* (the first unanswered call since the last answer starts the time
    * away, from its start or the last answer if later: a heartbeat interval
    * longer than the orphan timeout is not time the controller did not
-   * answer) */
-  if ((c->rc == MUSTER_E_UNREACHABLE || (c->rc == 0 && c->hc.status >= 500)) && !wd.away_since_ms)
+   * answer. An answer past 1 MiB is not one from the controller as far as
+   * anyone can tell: a proxy in front of a controller that is gone could
+   * send it for ever.) */
+  if ((c->rc == MUSTER_E_UNREACHABLE || c->rc == MUSTER_E_TOO_LARGE ||
+       (c->rc == 0 && c->hc.status >= 500)) &&
+      !wd.away_since_ms)
     wd.away_since_ms = c->started_ms > wd.last_contact_ms ? c->started_ms : wd.last_contact_ms;
   if (c->rc == MUSTER_E_TOO_LARGE) {
     LOG(LOG_WARN, "the controller's answer to %s was larger than 1 MiB", c->what);

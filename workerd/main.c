@@ -18,7 +18,8 @@
  * signal.
  *
  * The controller may restart at any moment. workerd survives that: register
- * and the exit report retry with backoff for 10 minutes, logs stay buffered
+ * and the exit report retry with backoff for MUSTER_ORPHAN_TIMEOUT (10
+ * minutes by default; the report 10 minutes at least), logs stay buffered
  * (up to 8 MiB per stream) until the next POST gets through, and heartbeats
  * are simply tried again at the next interval, so a worker re-attaches by
  * being heard again. SIGTERM always works: the command gets it at once,
@@ -453,7 +454,7 @@ static int worker_main(void) {
     struct backoff b;
 
     /* The host's name or route may not be there yet on a node that is still
-     * coming up; that is worth the same patience as the controller itself. */
+     * coming up; that is worth 10 minutes of patience. */
     backoff_init(&b);
     while ((rc = ip_toward_controller(wd.ip, sizeof(wd.ip))) == MUSTER_E_UNREACHABLE) {
       rc = backoff_wait(&b);

@@ -5,12 +5,13 @@
  * The report comes after the last output, since it tells a followed log
  * that it is whole. How hard it tries depends on why the worker ends:
  *   - its command ended by itself: the result must not be lost, so both are
- *     retried with backoff for 10 minutes (the controller may be restarting);
+ *     retried with backoff for 10 minutes, or MUSTER_ORPHAN_TIMEOUT if
+ *     longer (the controller may be restarting);
  *   - SIGTERM or SIGINT stopped it (a Slurm cancel, a node shutdown, the
  *     local backend's stop): whoever sent it waits for the worker to end
  *     within the stop grace, so the report gets until 5 s after the signal
  *     (1 s at least) and no second try; the controller's reconcile learns the
- *     rest, as after a crash. A signal during the 10 minutes cuts them to
+ *     rest, as after a crash. A signal during those retries cuts them to
  *     that; a second one ends the report at once;
  *   - the controller asked it to stop: one try each, 10 s at most (it knows
  *     the outcome; the report only says that the output is all in);
@@ -111,6 +112,16 @@ MUST_CHECK int report_begin(int64_t now) {
     return MUSTER_E_NOMEM;
   rp.state = RS_SHIP;
   backoff_init(&rp.backoff);
+  /* (a user who set a longer MUSTER_ORPHAN_TIMEOUT, so that workers ride
+   * out a longer outage of the controller, gets their results after it:
+   * until the timeout from the time away began, as the heartbeats that
+   * end here would have judged it, 10 minutes from now at least) */
+  {
+    int64_t orphan_end = (wd.away_since_ms ? wd.away_since_ms : now) + wd.orphan_ms;
+
+    if (orphan_end > rp.backoff.give_up_ms)
+      rp.backoff.give_up_ms = orphan_end;
+  }
   rp.deadline_ms = rp.backoff.give_up_ms;
   if (wd.mode == FINISH_QUIET) {
     rp.deadline_ms = now + WD_CALL_TIMEOUT_MS;
@@ -167,7 +178,8 @@ static enum report_result exit_answer(int64_t now) {
     return report_abandon("the controller did not take the exit report");
   rp.retry_at_ms = backoff_next(&rp.backoff, now);
   if (rp.retry_at_ms == INT64_MAX)
-    return report_abandon("could not report the exit in 10 minutes");
+    return report_abandon("could not report the exit in time (10 minutes, or "
+                          "MUSTER_ORPHAN_TIMEOUT if longer)");
   return REPORT_BUSY;
 }
 
@@ -182,7 +194,8 @@ enum report_result report_step(int64_t now) {
       return report_abandon("no answer from the controller within the stop grace");
     if (wd.mode == FINISH_QUIET)
       return report_abandon("no answer from the controller in 10 s");
-    return report_abandon("no answer from the controller in 10 minutes");
+    return report_abandon("no answer from the controller in time (10 minutes, or "
+                          "MUSTER_ORPHAN_TIMEOUT if longer)");
   }
   if (rp.state == RS_SHIP) {
     /* After a failed try, no report either: it would mark the log whole

@@ -127,8 +127,9 @@ struct stream {
 
 /* How the worker ends, decided by the first reason to stop. */
 enum finish_mode {
-  FINISH_REPORT, /* flush logs and report the exit, retrying for 10 minutes (or
-                    until the stop grace, when a signal stops the worker) */
+  FINISH_REPORT, /* flush logs and report the exit, retrying for 10 minutes or
+                    MUSTER_ORPHAN_TIMEOUT if longer (or until the stop grace, when a
+                    signal stops the worker) */
   FINISH_QUIET,  /* the controller asked us to stop: one last flush and one try at the
                     report (it says the output is all in) */
   FINISH_SILENT  /* the controller no longer knows us: say nothing more */

@@ -226,24 +226,35 @@ START_TEST(sigterm_ends_the_worker_within_its_grace_when_the_controller_hangs) {
 }
 END_TEST
 
-START_TEST(a_script_that_ended_by_itself_still_obeys_sigterm) {
-  char id[16], code[1000], ready[PATHLEN], go[PATHLEN], ended[PATHLEN], b1[32];
-  double t0, wd_end;
+/* Launches a script that waits for GO and then ends with exit status
+ * status, kills its controller (kill -9), lets the script end, and returns
+ * its workerd, which is left with an exit to report; the worker's id in id. */
+static long ended_while_controller_gone(int status, char *id, size_t len) {
+  char code[1000], ready[PATHLEN], go[PATHLEN], ended[PATHLEN];
   long wd;
 
-  aw_up();
   aw_in_tmp(ready, "READY");
   aw_in_tmp(go, "GO");
   aw_in_tmp(ended, "ENDED");
   snprintf(code, sizeof(code),
-           "echo > %s; while [ ! -e %s ]; do sleep 0.05; done; echo bye; echo > %s; exit 0", ready,
-           go, ended);
-  aw_launch("sh", code, id, sizeof(id));
+           "echo > %s; while [ ! -e %s ]; do sleep 0.05; done; echo bye; echo > %s; exit %d", ready,
+           go, ended, status);
+  aw_launch("sh", code, id, len);
   ck_assert_msg(aw_file_after(ready, h_now(), 20) >= 0, "the script did not start in 20 s");
   wd = h_workerd_pid(&ctl, id);
   h_kill9(&ctl);
   aw_touch("GO");
   ck_assert_msg(aw_file_after(ended, h_now(), 20) >= 0, "the script did not end in 20 s");
+  return wd;
+}
+
+START_TEST(a_script_that_ended_by_itself_still_obeys_sigterm) {
+  char id[16], b1[32];
+  double t0, wd_end;
+  long wd;
+
+  aw_up();
+  wd = ended_while_controller_gone(0, id, sizeof(id));
   /* Its end is workerd's to see: the script is reaped, workerd lives on (it
    * has an exit to report, and a line to ship). */
   for (double until = h_now() + 10; aw_children_of(wd) > 0; usleep(10000))
@@ -624,6 +635,113 @@ START_TEST(one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_
 }
 END_TEST
 
+#ifdef MUSTER_FAULT_INJECTION
+/* The seconds that worker id's workerd log says it went without an answer
+ * ("no answer from the controller itself for N s"), or -1 if it says not. */
+static long said_away_s(const char *id) {
+  char path[300], line[1024];
+  const char *key = "no answer from the controller itself for ";
+  long secs = -1;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/workers/%s.log", ctl.dir, id);
+  f = fopen(path, "r");
+  while (f && secs < 0 && fgets(line, sizeof(line), f)) {
+    const char *p = strstr(line, key);
+    char *end;
+
+    if (p) {
+      secs = strtol(p + strlen(key), &end, 10);
+      if (end == p + strlen(key))
+        secs = -1;
+    }
+  }
+  if (f)
+    fclose(f);
+  return secs;
+}
+
+/* An answer past 1 MiB is no answer from the controller as far as a
+ * workerd can tell (a proxy in front of a controller that is gone may send
+ * one for ever): a worker whose every heartbeat gets one ends after its
+ * orphan timeout, named in its log. (Such a heartbeat skipped the check,
+ * and the worker ran on for ever.) */
+START_TEST(a_worker_whose_heartbeats_get_only_oversized_answers_ends_after_its_orphan_timeout) {
+  char id[16], b1[32];
+  long wd, away;
+  double t0, end;
+
+  setenv("MUSTER_FAULT", "workerd_heartbeat_too_large:fail=1000000000", 1);
+  wd = idle_worker("0.3", "5", id, sizeof(id));
+  unsetenv("MUSTER_FAULT");
+  t0 = h_now();
+  wait_logged(id, wd, "larger than 1 MiB");
+  end = aw_gone_after(wd, t0, 30);
+  if (end < 0)
+    kill((pid_t)wd, SIGKILL);
+  ck_assert_msg(end >= 0 && end <= 5 + 10,
+                "worker %s's workerd, every heartbeat of which got an answer past 1 MiB, ended "
+                "%s after it ran (orphan timeout 5 s; logs in %s/workers)",
+                id, aw_secs(end, 30, b1), ctl.dir);
+  away = said_away_s(id);
+  ck_assert_msg(away >= 5,
+                "worker %s's workerd ended saying it went %ld s without an answer (-1: not "
+                "saying it), not the 5 s of its orphan timeout (%s/workers)",
+                id, away, ctl.dir);
+  aw_down();
+}
+END_TEST
+
+/* A command that ended by itself has its exit reported for 10 minutes, or
+ * for MUSTER_ORPHAN_TIMEOUT if longer: a user who set a longer timeout, so
+ * that workers ride out a longer outage of the controller, gets the result
+ * after it. Here the 10 minutes are 3 s (the fault point
+ * workerd_retry_total_3s), the orphan timeout 30 s, and the controller is
+ * gone for 6 s after the command ended. (workerd gave up at 3 s: the
+ * worker ended "lost", its exit code unknown.) */
+START_TEST(an_exit_is_reported_after_an_outage_longer_than_the_retries_within_the_orphan_timeout) {
+  char id[16], b1[32], cmd[400];
+  double t0, gone;
+  json_t *w;
+  long wd;
+
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.extra[0] = "--heartbeat-interval";
+  ctl.extra[1] = "0.3";
+  ctl.extra[2] = "--heartbeat-timeout";
+  ctl.extra[3] = "60";
+  ctl.orphan_timeout = "30";
+  setenv("MUSTER_FAULT", "workerd_retry_total_3s:fail=1000000000", 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  snprintf(aw_tmp, sizeof(aw_tmp), "%s", ctl.work);
+  wd = ended_while_controller_gone(7, id, sizeof(id));
+  /* (twice the 3 s of retries, and the script's own end: workerd must
+   * still be trying) */
+  t0 = h_now();
+  gone = aw_gone_after(wd, t0, 6);
+  ck_assert_msg(gone < 0,
+                "worker %s's workerd gave up its exit report %s after its script ended, its "
+                "controller away, although its orphan timeout is 30 s (logs in %s/workers)",
+                id, aw_secs(gone, 6, b1), ctl.dir);
+  snprintf(cmd, sizeof(cmd),
+           "grep -qs 'fault injection: workerd_retry_total_3s: fails' %s/workers/%s.log", ctl.dir,
+           id);
+  ck_assert_msg(system(cmd) == 0,
+                "worker %s's workerd was not told that its retries last 3 s (%s/workers)", id,
+                ctl.dir);
+  h_restart(&ctl);
+  w = h_wait_status(&ctl, id, "failed", 40);
+  ck_assert_msg(json_integer_value(json_object_get(w, "exit_code")) == 7 &&
+                    json_is_integer(json_object_get(w, "exit_code")),
+                "worker %s ended without its script's exit code 7 (failure %s; logs in %s/workers)",
+                id, h_str(w, "failure") ? h_str(w, "failure") : "none", ctl.dir);
+  json_decref(w);
+  aw_down();
+}
+END_TEST
+#endif
+
 /* One case per test, named after it, so that CK_RUN_CASE=name runs one. */
 #define ADD_TEST(s, t)                                                                             \
   do {                                                                                             \
@@ -645,5 +763,10 @@ int main(void) {
   ADD_TEST(s, sigterm_while_registering_with_a_paused_controller);
   ADD_TEST(s, an_idle_worker_whose_controller_is_gone_ends_after_its_orphan_timeout);
   ADD_TEST(s, one_failed_heartbeat_never_ends_a_worker_beating_less_often_than_its_orphan_timeout);
+#ifdef MUSTER_FAULT_INJECTION
+  ADD_TEST(s, a_worker_whose_heartbeats_get_only_oversized_answers_ends_after_its_orphan_timeout);
+  ADD_TEST(s,
+           an_exit_is_reported_after_an_outage_longer_than_the_retries_within_the_orphan_timeout);
+#endif
   return check_run(s);
 }

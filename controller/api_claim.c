@@ -6,11 +6,16 @@
  * slurmd's spool, /proc/PID/environ of its processes), and the steps all
  * run as one account. Its first process (muster-workerd --job) claims the
  * tokens before any step runs, and hands each step's muster-workerd its
- * own through a pipe. The claim mints new tokens: the job's secret is dead
- * once claimed, so a step that reads it later gets nothing from it.
- * See api_internal.h. */
+ * own through a pipe. The claim mints new tokens, derived from the secret
+ * and a claim key the launcher picked at random and sends with each try:
+ * the same claim made again with the same key (its answer lost) gets the
+ * same ones, until the first of them is traded by its worker's register;
+ * any other claim with the secret gets nothing, so a step that reads it
+ * gets nothing from it, and a thief who claims first fails the launcher's
+ * claim, visibly. See api_internal.h. */
 #include "api_internal.h"
 
+#include "fault.h"
 #include "job_secret.h"
 #include "log.h"
 #include "muster_errors.h"
@@ -70,11 +75,54 @@ static int claim_parse(json_t *body, const char *id, struct claimed **out, int *
   return 0;
 }
 
+/* The body's "claim_key" into key (claim_key.n + 1 bytes): none gives "",
+ * else 32 to 128 hex digits, which the launcher picks at random and keeps
+ * for its tries. Returns 0 or MUSTER_E_INVALID. */
+static int claim_key_parse(json_t *body, char *key, size_t size) {
+  json_t *v = json_object_get(body, "claim_key");
+  const char *s = json_string_value(v);
+  size_t len = s ? strlen(s) : 0;
+
+  key[0] = '\0';
+  if (!v)
+    return 0;
+  if (!s || len < 32 || len > 128 || len >= size || strspn(s, "0123456789abcdef") != len)
+    return MUSTER_E_INVALID;
+  memcpy(key, s, len + 1);
+  return 0;
+}
+
+/* Whether secret's claim was made already with claim_key, one of 32 hex
+ * digits or more, and is made again (its answer lost: a reset, a timeout,
+ * a controller that crashed before answering): every worker named live on
+ * the job's attempt, one at least, still holds the token that claim gave
+ * it (derived from both), which no register has traded yet. Only the
+ * launcher knows its key: anyone else who read the secret gets nothing.
+ * Puts those tokens in cl[].fresh. Called locked. */
+static int claimed_before_locked(const char *secret, const char *claim_key, struct claimed *cl,
+                                 int n) {
+  int live = 0, same = strlen(claim_key) >= 32;
+
+  for (int i = 0; i < n && same; i++) {
+    if (!cl[i].live)
+      continue;
+    live++;
+    if (job_claimed_token(g.api_token, secret, claim_key, cl[i].id, cl[i].attempt, cl[i].fresh) !=
+            0 ||
+        !util_secret_equal(cl[i].token, cl[i].fresh))
+      same = 0;
+  }
+  return live > 0 && same;
+}
+
 /* Checks the job's secret against the workers' current tokens, and mints
- * new tokens for those live on the job's attempt (database, then memory).
- * Returns 0, MUSTER_E_FORBIDDEN (not this job's secret, or claimed
- * already), or another error. Called locked. */
-static int claim_locked(const char *secret, struct claimed *cl, int n) {
+ * new tokens for those live on the job's attempt (database, then memory),
+ * derived from the secret; or gives the same ones to the same claim made
+ * again before any was traded (*again set). Returns 0, MUSTER_E_FORBIDDEN
+ * (not this job's secret, or claimed already and since registered), or
+ * another error. Called locked. */
+static int claim_locked(const char *secret, const char *claim_key, struct claimed *cl, int n,
+                        int *again) {
   struct job_member *m = calloc((size_t)n, sizeof(*m));
   char want[JOB_SECRET_LEN + 1];
   int rc = 0;
@@ -109,11 +157,18 @@ static int claim_locked(const char *secret, struct claimed *cl, int n) {
     }
     m[i] = (struct job_member){cl[i].id, cl[i].attempt, cl[i].token};
   }
-  if (!rc && (job_secret(m, n, want) != 0 || !util_secret_equal(secret, want)))
-    rc = MUSTER_E_FORBIDDEN;
+  *again = 0;
+  if (!rc && (job_secret(m, n, want) != 0 || !util_secret_equal(secret, want))) {
+    *again = claimed_before_locked(secret, claim_key, cl, n);
+    rc = *again ? 0 : MUSTER_E_FORBIDDEN;
+    explicit_bzero(want, sizeof(want));
+    free(m);
+    return rc;
+  }
   explicit_bzero(want, sizeof(want));
   for (int i = 0; i < n && !rc; i++)
-    if (cl[i].live && util_random_hex(cl[i].fresh, 24) != 0)
+    if (cl[i].live && job_claimed_token(g.api_token, secret, claim_key, cl[i].id, cl[i].attempt,
+                                        cl[i].fresh) != 0)
       rc = MUSTER_E_INTERNAL;
   if (!rc && (rc = db_begin(g.db)) == 0) {
     for (int i = 0; i < n && !rc; i++)
@@ -132,11 +187,12 @@ static int claim_locked(const char *secret, struct claimed *cl, int n) {
 }
 
 static enum MHD_Result api_claim(struct MHD_Connection *c, struct req *rq, const char *id) {
-  const char *secret = api_bearer(c), *why = NULL;
+  const char *secret = api_bearer(c), *why = NULL, *field = "workers";
   struct claimed *cl = NULL;
   enum MHD_Result ret = MHD_NO;
   json_t *body, *answer, *list;
-  int n = 0, rc;
+  char claim_key[129];
+  int n = 0, rc, again = 0;
 
   if (!secret)
     return api_respond_error(c, MUSTER_E_UNAUTHORIZED, NULL, "a claim needs its job's secret");
@@ -144,12 +200,19 @@ static enum MHD_Result api_claim(struct MHD_Connection *c, struct req *rq, const
   if (!body)
     return ret;
   rc = claim_parse(body, id, &cl, &n, &why);
+  if (!rc && claim_key_parse(body, claim_key, sizeof(claim_key)) != 0) {
+    why = "claim_key must be 32 to 128 lowercase hex digits";
+    field = "claim_key";
+    rc = MUSTER_E_INVALID;
+    free(cl);
+    cl = NULL;
+  }
   json_decref(body);
   if (rc)
-    return api_respond_error(c, rc, rc == MUSTER_E_INVALID ? "workers" : NULL, "%s",
+    return api_respond_error(c, rc, rc == MUSTER_E_INVALID ? field : NULL, "%s",
                              why ? why : "out of memory");
   state_lock();
-  rc = claim_locked(secret, cl, n);
+  rc = claim_locked(secret, claim_key, cl, n, &again);
   if (rc) {
     /* (at most one warning in CLAIM_WARN_MS, under the state lock: a
      * flood of refusals is unauthenticated and must not flood the log) */
@@ -176,16 +239,19 @@ static enum MHD_Result api_claim(struct MHD_Connection *c, struct req *rq, const
     return api_respond_error(c, rc, NULL,
                              rc == MUSTER_E_FORBIDDEN
                                  ? "this is not the job's secret, or its job claimed its "
-                                   "workers already"
+                                   "workers already and one of them has registered since"
                                  : "could not claim the job's workers");
   }
+  /* (tests: a controller that dies after the claim, before its answer) */
+  FAULT_POINT("claim_committed");
   answer = json_object();
   list = json_array();
   json_object_set_new(answer, "workers", list);
   for (int i = 0; i < n; i++)
     if (cl[i].live)
       json_array_append_new(list, json_pack("{s:s, s:s}", "id", cl[i].id, "token", cl[i].fresh));
-  LOG(LOG_INFO, "%s: its job claimed the tokens of %zu workers", id, json_array_size(list));
+  LOG(LOG_INFO, "%s: its job claimed the tokens of %zu workers%s", id, json_array_size(list),
+      again ? " again (the first claim's answer was lost)" : "");
   explicit_bzero(cl, (size_t)n * sizeof(*cl));
   free(cl);
   return api_respond_json(c, MHD_HTTP_OK, answer);

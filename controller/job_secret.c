@@ -4,6 +4,7 @@
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,41 +36,48 @@ int job_secret(const struct job_member *m, int n, char out[JOB_SECRET_LEN + 1]) 
   return 0;
 }
 
-/* The first nhex / 2 bytes of HMAC-SHA256(key, data) into out in hex. */
-static int hmac_hex(const char *key, const unsigned char *data, int len, char *out, int nhex) {
+/* The first nhex / 2 bytes of HMAC-SHA256(key, data) into out in hex,
+ * data being what fmt formats (at most 255 bytes; wiped after). Returns 0,
+ * or -1 with out empty. */
+__attribute__((format(printf, 4, 5))) static int hmac_hex(const char *key, char *out, int nhex,
+                                                          const char *fmt, ...) {
   unsigned char md[EVP_MAX_MD_SIZE];
+  char data[256];
   unsigned mdlen = 0;
+  va_list ap;
+  int len, ok;
 
+  va_start(ap, fmt);
+  len = vsnprintf(data, sizeof(data), fmt, ap);
+  va_end(ap);
+  ok = len >= 0 && (size_t)len < sizeof(data) &&
+       HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)data, (size_t)len, md,
+            &mdlen) &&
+       mdlen >= (unsigned)nhex / 2;
   out[0] = '\0';
-  if (len < 0 || !HMAC(EVP_sha256(), key, (int)strlen(key), data, (size_t)len, md, &mdlen) ||
-      mdlen < (unsigned)nhex / 2)
-    return -1;
-  for (int i = 0; i < nhex / 2; i++)
+  for (int i = 0; ok && i < nhex / 2; i++)
     snprintf(out + 2 * i, 3, "%02x", md[i]);
+  explicit_bzero(data, sizeof(data));
   explicit_bzero(md, sizeof(md));
-  return 0;
+  return ok ? 0 : -1;
 }
 
 int job_rotated_token(const char *key, const char *id, const char *old,
                       char out[ROTATED_TOKEN_LEN + 1]) {
-  unsigned char data[256];
-  int len = snprintf((char *)data, sizeof(data), "muster rotated token v1\n%s\n%s", id, old);
-  int rc = len >= 0 && (size_t)len < sizeof(data) ? hmac_hex(key, data, len, out, ROTATED_TOKEN_LEN)
-                                                  : -1;
+  return hmac_hex(key, out, ROTATED_TOKEN_LEN, "muster rotated token v1\n%s\n%s", id, old);
+}
 
-  explicit_bzero(data, sizeof(data));
-  if (rc)
-    out[0] = '\0';
-  return rc;
+int job_claimed_token(const char *key, const char *secret, const char *claim_key, const char *id,
+                      int attempt, char out[CLAIMED_TOKEN_LEN + 1]) {
+  return hmac_hex(key, out, CLAIMED_TOKEN_LEN, "muster claimed token v1\n%s\n%d\n%s\n%s", id,
+                  attempt, secret, claim_key);
 }
 
 int run_token(const char *key, const char *run, char out[RUN_TOKEN_LEN + 1]) {
-  unsigned char data[128];
-  int len = snprintf((char *)data, sizeof(data), "muster run token v1\n%s", run);
-
   memcpy(out, "mr_", 3);
-  if (len < 0 || (size_t)len >= sizeof(data) ||
-      hmac_hex(key, data, len, out + 3, RUN_TOKEN_LEN - 3) != 0) {
+  /* (as before: its data under 128 bytes) */
+  if (strlen("muster run token v1\n") + strlen(run) >= 128 ||
+      hmac_hex(key, out + 3, RUN_TOKEN_LEN - 3, "muster run token v1\n%s", run) != 0) {
     out[0] = '\0';
     return -1;
   }

@@ -217,8 +217,9 @@ void sb_submit_job(struct sb_job *j) {
       envp[nenv++] = acct_env[i];
   }
   /* One secret for the job, no worker's token: every step of the job can
-   * read its environment. Its launcher claims the tokens with it (once:
-   * the claim mints new ones) before any step runs. */
+   * read its environment. Its launcher claims the tokens with it before
+   * any step runs (the claim mints new ones: only the same claim, with the
+   * launcher's own key, is answered again, and only until a register). */
   {
     struct job_member *m = calloc((size_t)j->n, sizeof(*m));
     char secret[JOB_SECRET_LEN + 1];

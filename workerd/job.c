@@ -12,9 +12,13 @@
  *      root's alone: muster-workerd is root-owned, mode 0711, and main()
  *      refuses to run a job otherwise) and takes the secret out of its
  *      environment;
- *   2. claims the workers' tokens with it (POST /api/v1/workers/{id}/claim):
- *      the controller mints new tokens, so the secret is dead once claimed,
- *      and a step that finds it later gets nothing from it;
+ *   2. claims the workers' tokens with it (POST /api/v1/workers/{id}/claim,
+ *      with a claim key of its own, picked at random; made again while the
+ *      controller cannot be reached, or answers 5xx: the same claim with
+ *      the same key gets the same tokens until a register trades one):
+ *      the controller mints new tokens, so the secret is dead once a step
+ *      has registered, before any command runs, and a step that finds it
+ *      later gets nothing from it;
  *   3. starts one `srun ... muster-workerd` step per "#@" line of SCRIPT,
  *      handing that step's token through srun's stdin (a pipe), never
  *      through an environment or a command line; each workerd reads it
@@ -127,13 +131,24 @@ static int job_read_script(const char *path, struct job_step *st) {
  * Retries while the controller cannot be reached or answers 5xx. Returns 0
  * or -1 (said on stderr). */
 static int job_claim(const char *url, const char *secret, struct job_step *st, int n) {
-  char path[700];
+  char path[700], key[65];
   json_t *body = json_object(), *ws = json_array(), *ans = NULL;
   int64_t until = util_mono_ms() + JOB_CLAIM_MS, wait_ms = 500;
   char *text;
   long code = 0;
   int rc = -1;
 
+  /* (the claim key: this launcher's alone, in its non-dumpable memory and
+   * in each try's body; the same claim made again with it, its answer
+   * lost, gets the same tokens, and no other process that read the secret
+   * can claim them) */
+  if (util_random_hex(key, 32) != 0) {
+    fprintf(stderr, "muster-workerd: error: no random bytes for the job's claim key\n");
+    json_decref(body);
+    json_decref(ws);
+    return -1;
+  }
+  json_object_set_new(body, "claim_key", json_string(key));
   json_object_set_new(body, "workers", ws);
   for (int i = 0; i < n; i++)
     json_array_append_new(ws, json_pack("{s:s, s:i}", "id", st[i].id, "attempt", st[i].attempt));
@@ -200,7 +215,10 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
   }
 out:
   json_decref(ans); /* (its strings held tokens: freed, as libc frees) */
+  if (text)
+    explicit_bzero(text, strlen(text));
   free(text);
+  explicit_bzero(key, sizeof(key));
   return rc;
 }
 

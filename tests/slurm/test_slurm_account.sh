@@ -9,7 +9,9 @@
 #     can look (every /proc/PID/environ, the memory of every process of its
 #     account, `scontrol write batch_script`, its own environment) and
 #     tries each one it finds on its sibling (register, heartbeat, and the
-#     job's claim), gets nowhere; the sibling runs to its end.
+#     job's claim), gets nowhere; the sibling runs to its end;
+#   - a job's claim whose answer was lost (its controller crashed after
+#     committing it) is made again, and its worker runs.
 #
 # usage: tests/slurm/test_slurm_account.sh BUILD_DIR   (as root; ctest runs it)
 set -uo pipefail
@@ -42,12 +44,23 @@ trap cluster_cleanup EXIT
 trap 'exit 130' INT TERM
 
 bash "$cluster" up >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log"; echo "not ok - the Slurm cluster came up"; exit 1; }
-bash "$cluster" exec "$build/muster-controller" --backend slurm --listen 0.0.0.0:8470 \
-  --advertise-url "http://$net.1:8470" --state-dir "$tmp/state" --workdir "$tmp" \
-  --start-timeout 60 >>"$tmp/controller.log" 2>&1 &
-ctl_pid=$!
-wait_for 20 "the controller to answer" login curl -sf http://127.0.0.1:8470/api/v1/health ||
-  { tail -20 "$tmp/controller.log"; exit 1; }
+# ctl_up [FAULTS]: starts the test's controller (MUSTER_FAULT=FAULTS when
+# given) and waits until it answers; its pid in ctl_pid.
+ctl_up() {
+  MUSTER_FAULT=${1:-} bash "$cluster" exec "$build/muster-controller" --backend slurm \
+    --listen 0.0.0.0:8470 --advertise-url "http://$net.1:8470" --state-dir "$tmp/state" \
+    --workdir "$tmp" --start-timeout 60 >>"$tmp/controller.log" 2>&1 &
+  ctl_pid=$!
+  wait_for 20 "the controller to answer" login curl -sf http://127.0.0.1:8470/api/v1/health ||
+    { tail -20 "$tmp/controller.log"; exit 1; }
+}
+# ctl_down: ends it (SIGTERM), or reaps it if it is gone.
+ctl_down() {
+  kill -TERM "$ctl_pid" 2>/dev/null
+  wait "$ctl_pid" 2>/dev/null
+}
+
+ctl_up
 
 # --- a worker's code runs as the account, never as root: its command, its
 # step's muster-workerd (the command's parent) and its Slurm job
@@ -284,19 +297,70 @@ check "...its output in its log" bash -c "bash '$cluster' exec env MUSTER_URL=ht
 # trade) is no workerd of this job: the worker fails, saying so. Played by
 # a workerd told to keep its token (the fault point register_keeps_token,
 # which every workerd of this controller's jobs gets).
-kill -TERM "$ctl_pid" 2>/dev/null
-wait "$ctl_pid" 2>/dev/null
-MUSTER_FAULT=register_keeps_token:fail=1 bash "$cluster" exec "$build/muster-controller" \
-  --backend slurm --listen 0.0.0.0:8470 --advertise-url "http://$net.1:8470" \
-  --state-dir "$tmp/state" --workdir "$tmp" --start-timeout 60 >>"$tmp/controller.log" 2>&1 &
-ctl_pid=$!
-wait_for 20 "the restarted controller to answer" login curl -sf http://127.0.0.1:8470/api/v1/health ||
-  { tail -20 "$tmp/controller.log"; exit 1; }
+ctl_down
+ctl_up register_keeps_token:fail=1
 kept=$(m launch --cpu 1 --memory 0.25 --no-path -- sleep 30)
 m await --timeout 90 "$kept" >/dev/null 2>&1
 why=$(m show --json "$kept" 2>/dev/null | python3 -c 'import json,sys; w=json.load(sys.stdin); print(w["status"], w.get("failure") or "")' 2>/dev/null)
 check "a register that keeps its step's token fails the worker, saying so ($why)" \
   bash -c "[[ '${why//\'/}' == failed*without\ trading\ the\ token* ]]"
+
+# --- a claim whose answer was lost is made again, and gets the same
+# tokens: the controller dies (the fault point claim_committed, abort)
+# after it committed the job's claim, before answering; the job's launcher
+# makes the claim again of the restarted controller, and the worker runs
+# to its end. (The secret was dead once claimed: the launcher was refused,
+# and the worker failed at its start timeout.)
+ctl_down
+ctl_up claim_committed:abort
+again=$(m launch --cpu 1 --memory 0.25 --no-path -- echo ran-after-its-claim-was-made-again)
+wait_for 90 "the controller to die after committing the job's claim" \
+  grep -q 'fault injection: claim_committed: killed' "$tmp/controller.log"
+check "the controller died after committing the job's claim, before answering it" \
+  grep -q 'fault injection: claim_committed: killed' "$tmp/controller.log"
+# A thief who read the job's secret (here from slurmctld's saved state,
+# root's alone) and claims while the launcher is held (SIGSTOP) gets
+# nothing: the claim made again needs the launcher's own key. (Once any
+# claim with the secret was taken again, a partial one naming only the
+# workers not yet registered gave their tokens away.)
+jobid=$(login squeue --noheader --format='%i %k' | awk -v w="$again" 'index($2, w) {print $1; exit}')
+secret=$(cat "$MUSTER_SLURM_DIR"/state/hash.*/job."${jobid:-none}"/environment 2>/dev/null |
+  tr '\0' '\n' | sed -n 's/^MUSTER_JOB_SECRET=\([0-9a-f]*\)$/\1/p' | head -1)
+launcher=$(python3 - "${jobid:-none}" <<'PY'
+import os, sys
+want = ("SLURM_JOB_ID=%s" % sys.argv[1]).encode()
+for p in os.listdir("/proc"):
+    try:
+        cmd = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")
+        env = open("/proc/%s/environ" % p, "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if any(c.endswith(b"muster-workerd") for c in cmd) and b"--job" in cmd and want in env:
+        print(p)
+        break
+PY
+)
+check "the thief has the job's secret and the launcher is found (job ${jobid:-none}, pid ${launcher:-none})" \
+  test -n "$secret" -a -n "$launcher"
+[ -n "$launcher" ] && kill -STOP "$launcher"
+ctl_down
+ctl_up
+thief_claim() {
+  login curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $secret" \
+    -H 'Content-Type: application/json' -d "$1" "http://127.0.0.1:8470/api/v1/workers/$again/claim"
+}
+code=$(thief_claim "{\"workers\": [{\"id\": \"$again\", \"attempt\": 1}], \"claim_key\": \"$(printf '7%.0s' $(seq 64))\"}")
+check "...its claim with the secret and a key of its own is refused ($code)" test "$code" = 403
+code=$(thief_claim "{\"workers\": [{\"id\": \"$again\", \"attempt\": 1}]}")
+check "...and with no key ($code)" test "$code" = 403
+[ -n "$launcher" ] && kill -CONT "$launcher"
+m await --timeout 90 "$again" >/dev/null 2>&1
+how=$(m show --json "$again" 2>/dev/null | python3 -c 'import json,sys; w=json.load(sys.stdin); print(w["status"], w.get("failure") or "")' 2>/dev/null)
+check "...its job made the claim again and its worker ran to its end ($how)" \
+  bash -c "[[ '${how//\'/}' == succeeded* ]]"
+check "...its output in its log" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$again' | grep -q ran-after-its-claim-was-made-again"
+check "...the restarted controller says it answered the same claim again" \
+  grep -q "$again: its job claimed the tokens of 1 workers again" "$tmp/controller.log"
 
 if grep -q 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"; then
   echo "not ok - the controller's log has a sanitizer report"

@@ -234,12 +234,14 @@ static enum MHD_Result api_claim(struct MHD_Connection *c, struct req *rq, const
     }
   }
   state_unlock();
+  explicit_bzero(claim_key, sizeof(claim_key));
   if (rc) {
     free(cl);
     return api_respond_error(c, rc, NULL,
                              rc == MUSTER_E_FORBIDDEN
                                  ? "this is not the job's secret, or its job claimed its "
-                                   "workers already and one of them has registered since"
+                                   "workers already, with another key or none, or one of "
+                                   "them has registered since"
                                  : "could not claim the job's workers");
   }
   /* (tests: a controller that dies after the claim, before its answer) */

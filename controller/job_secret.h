@@ -9,8 +9,8 @@
  * database), it reveals no token, and a claim mints new tokens (derived
  * from it and the launcher's own claim key: job_claimed_token), so the
  * secret no longer matches them once claimed: it is good only for the
- * same claim again, with the same key, whose answer was lost, and for
- * nothing once any of the job's workers registered. */
+ * same claim again, with the same key, whose answer was lost, until a
+ * register trades the token of a worker it names that is still live. */
 #ifndef MUSTER_JOB_SECRET_H
 #define MUSTER_JOB_SECRET_H
 

@@ -16,9 +16,9 @@
  *      with a claim key of its own, picked at random; made again while the
  *      controller cannot be reached, or answers 5xx: the same claim with
  *      the same key gets the same tokens until a register trades one):
- *      the controller mints new tokens, so the secret is dead once a step
- *      has registered, before any command runs, and a step that finds it
- *      later gets nothing from it;
+ *      the controller mints new tokens, so the secret is dead once claimed
+ *      for anyone without the key, and a step that finds it gets nothing
+ *      from it;
  *   3. starts one `srun ... muster-workerd` step per "#@" line of SCRIPT,
  *      handing that step's token through srun's stdin (a pipe), never
  *      through an environment or a command line; each workerd reads it
@@ -148,7 +148,13 @@ static int job_claim(const char *url, const char *secret, struct job_step *st, i
     json_decref(ws);
     return -1;
   }
-  json_object_set_new(body, "claim_key", json_string(key));
+  if (json_object_set_new(body, "claim_key", json_string(key)) != 0) {
+    fprintf(stderr, "muster-workerd: error: out of memory for the job's claim\n");
+    explicit_bzero(key, sizeof(key));
+    json_decref(body);
+    json_decref(ws);
+    return -1;
+  }
   json_object_set_new(body, "workers", ws);
   for (int i = 0; i < n; i++)
     json_array_append_new(ws, json_pack("{s:s, s:i}", "id", st[i].id, "attempt", st[i].attempt));

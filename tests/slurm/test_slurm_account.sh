@@ -307,60 +307,76 @@ check "a register that keeps its step's token fails the worker, saying so ($why)
 
 # --- a claim whose answer was lost is made again, and gets the same
 # tokens: the controller dies (the fault point claim_committed, abort)
-# after it committed the job's claim, before answering; the job's launcher
-# makes the claim again of the restarted controller, and the worker runs
-# to its end. (The secret was dead once claimed: the launcher was refused,
-# and the worker failed at its start timeout.)
+# after it committed the claim of a job of two workers, before answering;
+# the job's launcher makes the claim again of the restarted controller,
+# and both workers run to their end. (The secret was dead once claimed:
+# the launcher was refused, and the workers failed at their start timeout.)
 ctl_down
 ctl_up claim_committed:abort
-again=$(m launch --cpu 1 --memory 0.25 --no-path -- echo ran-after-its-claim-was-made-again)
+mapfile -t gang < <(login curl -s -m 30 -X POST -H "Authorization: Bearer $(cat "$tmp/state/token")" \
+  -H 'Content-Type: application/json' -d '{"groups": [{"n": 1, "cpu": 1, "memory": 0.25, "role": "first", "command": ["/bin/echo", "ran-after-its-claim-was-made-again"]}, {"n": 1, "cpu": 1, "memory": 0.25, "role": "second", "command": ["/bin/echo", "second-ran"]}]}' \
+  http://127.0.0.1:8470/api/v1/workers | python3 -c 'import json,sys; [print(w["id"]) for w in json.load(sys.stdin)["workers"]]')
+again=${gang[0]:-none} second=${gang[1]:-none}
 wait_for 90 "the controller to die after committing the job's claim" \
   grep -q 'fault injection: claim_committed: killed' "$tmp/controller.log"
-check "the controller died after committing the job's claim, before answering it" \
+check "the controller died after committing the claim of a job of two workers, before answering it" \
   grep -q 'fault injection: claim_committed: killed' "$tmp/controller.log"
 # A thief who read the job's secret (here from slurmctld's saved state,
 # root's alone) and claims while the launcher is held (SIGSTOP) gets
-# nothing: the claim made again needs the launcher's own key. (Once any
-# claim with the secret was taken again, a partial one naming only the
-# workers not yet registered gave their tokens away.)
+# nothing: the claim made again needs the launcher's own key. (Had any
+# claim with the secret been taken again, one naming only the worker not
+# yet registered would have given its token away.) The launcher is this
+# cluster's: its job's id, and its controller's address.
 jobid=$(login squeue --noheader --format='%i %k' | awk -v w="$again" 'index($2, w) {print $1; exit}')
 secret=$(cat "$MUSTER_SLURM_DIR"/state/hash.*/job."${jobid:-none}"/environment 2>/dev/null |
   tr '\0' '\n' | sed -n 's/^MUSTER_JOB_SECRET=\([0-9a-f]*\)$/\1/p' | head -1)
-launcher=$(python3 - "${jobid:-none}" <<'PY'
+launcher=$(python3 - "${jobid:-none}" "http://$net.1:8470" <<'PY'
 import os, sys
-want = ("SLURM_JOB_ID=%s" % sys.argv[1]).encode()
+want = {("SLURM_JOB_ID=%s" % sys.argv[1]).encode(), ("MUSTER_CONTROLLER_URL=%s" % sys.argv[2]).encode()}
+found = []
 for p in os.listdir("/proc"):
     try:
         cmd = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")
-        env = open("/proc/%s/environ" % p, "rb").read().split(b"\0")
+        env = set(open("/proc/%s/environ" % p, "rb").read().split(b"\0"))
     except OSError:
         continue
-    if any(c.endswith(b"muster-workerd") for c in cmd) and b"--job" in cmd and want in env:
-        print(p)
-        break
+    if any(c.endswith(b"muster-workerd") for c in cmd) and b"--job" in cmd and want <= env:
+        found.append(p)
+print(found[0] if len(found) == 1 else "")
 PY
 )
-check "the thief has the job's secret and the launcher is found (job ${jobid:-none}, pid ${launcher:-none})" \
+check "the thief has the job's secret and its launcher is found (job ${jobid:-none}, pid ${launcher:-none})" \
   test -n "$secret" -a -n "$launcher"
-[ -n "$launcher" ] && kill -STOP "$launcher"
+if [ -n "$launcher" ]; then
+  kill -STOP "$launcher"
+  trap 'kill -CONT "$launcher" 2>/dev/null; cluster_cleanup' EXIT
+fi
 ctl_down
 ctl_up
-thief_claim() {
-  login curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $secret" \
-    -H 'Content-Type: application/json' -d "$1" "http://127.0.0.1:8470/api/v1/workers/$again/claim"
+thief_claim() { # thief_claim ID BODY: the HTTP status of a claim on worker ID's path
+  login curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $secret" \
+    -H 'Content-Type: application/json' -d "$2" "http://127.0.0.1:8470/api/v1/workers/$1/claim"
 }
-code=$(thief_claim "{\"workers\": [{\"id\": \"$again\", \"attempt\": 1}], \"claim_key\": \"$(printf '7%.0s' $(seq 64))\"}")
-check "...its claim with the secret and a key of its own is refused ($code)" test "$code" = 403
-code=$(thief_claim "{\"workers\": [{\"id\": \"$again\", \"attempt\": 1}]}")
-check "...and with no key ($code)" test "$code" = 403
-[ -n "$launcher" ] && kill -CONT "$launcher"
-m await --timeout 90 "$again" >/dev/null 2>&1
+key=$(printf '7%.0s' $(seq 64))
+code=$(thief_claim "$second" "{\"workers\": [{\"id\": \"$second\", \"attempt\": 1}]}")
+check "...its claim of the second worker alone, with no key, is refused ($code)" test "$code" = 403
+code=$(thief_claim "$second" "{\"workers\": [{\"id\": \"$second\", \"attempt\": 1}], \"claim_key\": \"$key\"}")
+check "...and with a key of its own ($code)" test "$code" = 403
+code=$(thief_claim "$again" "{\"workers\": [{\"id\": \"$again\", \"attempt\": 1}, {\"id\": \"$second\", \"attempt\": 1}], \"claim_key\": \"$key\"}")
+check "...and so is its claim of both ($code)" test "$code" = 403
+if [ -n "$launcher" ]; then
+  kill -CONT "$launcher"
+  trap cluster_cleanup EXIT
+fi
+m await --timeout 90 "$again" "$second" >/dev/null 2>&1
 how=$(m show --json "$again" 2>/dev/null | python3 -c 'import json,sys; w=json.load(sys.stdin); print(w["status"], w.get("failure") or "")' 2>/dev/null)
-check "...its job made the claim again and its worker ran to its end ($how)" \
+check "...its job made the claim again and its first worker ran to its end ($how)" \
   bash -c "[[ '${how//\'/}' == succeeded* ]]"
-check "...its output in its log" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$again' | grep -q ran-after-its-claim-was-made-again"
+how=$(m show --json "$second" 2>/dev/null | python3 -c 'import json,sys; w=json.load(sys.stdin); print(w["status"], w.get("failure") or "")' 2>/dev/null)
+check "...and its second ($how)" bash -c "[[ '${how//\'/}' == succeeded* ]]"
+check "...the first's output in its log" bash -c "bash '$cluster' exec env MUSTER_URL=http://127.0.0.1:8470 MUSTER_TOKEN=$(cat "$tmp/state/token") '$build/muster' logs '$again' | grep -q ran-after-its-claim-was-made-again"
 check "...the restarted controller says it answered the same claim again" \
-  grep -q "$again: its job claimed the tokens of 1 workers again" "$tmp/controller.log"
+  grep -q "$again: its job claimed the tokens of 2 workers again" "$tmp/controller.log"
 
 if grep -q 'ERROR: AddressSanitizer\|runtime error' "$tmp/controller.log"; then
   echo "not ok - the controller's log has a sanitizer report"

@@ -10,13 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAULT_MAX_FAILS 16 /* fail=N points counted */
+#define FAULT_MAX_FAILS 16 /* fail=N and delay=MS*N entries counted */
 
 static const char *spec;
 static pthread_once_t spec_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t fails_mu = PTHREAD_MUTEX_INITIALIZER;
-/* How many times each fail=N entry (by its offset in spec) was reached,
- * and how many of those it failed. */
+/* How many times each fail=N or delay=MS*N entry (by its offset in spec)
+ * was reached, and how many of those it failed or slept. */
 static struct {
   const char *entry;
   long seen, used;
@@ -80,8 +80,13 @@ int fault_point(const char *name) {
       fprintf(stderr, "fault injection: %s: killed\n", name);
       kill(getpid(), SIGKILL);
     } else if (strncmp(action, "delay=", 6) == 0 && (ms = strtol(action + 6, &end, 10)) > 0 &&
-               (*end == '\0' || *end == ',')) {
+               (*end == '\0' || *end == ',' || *end == '*')) {
       struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+      /* (delay=MS*N: the first N times only) */
+      if (*end == '*' && ((n = strtol(end + 1, &end, 10)) <= 0 || (*end != '\0' && *end != ',') ||
+                          !fail_once_more(p, n, 0)))
+        continue;
       while (nanosleep(&ts, &ts) != 0)
         ;
     } else if (strncmp(action, "fail=", 5) == 0 && (n = fail_count(action, &skip)) > 0 &&

@@ -6,6 +6,7 @@
  * MUSTER_FAULT once, a comma-separated list of "name:action" where action is
  *   abort      the process dies at once with SIGKILL, as if by kill -9
  *   delay=MS   the calling thread sleeps MS milliseconds
+ *   delay=MS*N ... the first N times it is reached only
  *   fail=N     FAULT_FAILS("name") is true the first N times it is reached
  *              (the code then acts as if what it guards had failed)
  *   fail=N@K   ... the N times after the first K

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,8 +245,10 @@ static enum MHD_Result api_register(struct MHD_Connection *c, struct req *rq, co
   if (!rc) {
     if (f.backend_ref)
       w->ref_known = 1;
-    if (!w->reg_pid && f.pid > 0)
+    if (!w->reg_pid && f.pid > 0) {
       w->reg_pid = f.pid;
+      w->log_end[0] = w->log_end[1] = 0; /* (its workerd's streams start) */
+    }
     w->host_hash = util_fnv1a(hostname);
     sm_heartbeat_locked(w);
     rc = db_worker_info(g.db, id, &info);
@@ -617,14 +620,51 @@ static int log_append_capped(int fd, const char *data, size_t n) {
   return write_all(fd, note, sizeof(note) - 1);
 }
 
+/* Where worker id's stream k (0 stdout, 1 stderr) has been delivered up to
+ * (lw.log_end), or 0 if it is not live. */
+static uint64_t log_end_of(const char *id, int k) {
+  struct lw *w;
+  uint64_t end;
+
+  state_lock();
+  w = lw_find_locked(id);
+  end = w ? w->log_end[k] : 0;
+  state_unlock();
+  return end;
+}
+
+/* Records that worker id's stream k has been delivered up to end. */
+static void log_end_set(const char *id, int k, uint64_t end) {
+  struct lw *w;
+
+  state_lock();
+  w = lw_find_locked(id);
+  if (w && end > w->log_end[k])
+    w->log_end[k] = end;
+  state_unlock();
+}
+
 static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, const char *id) {
   const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+  const char *pos_text = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "pos");
+  const char *gap_text = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "gap");
   char path[700], status[16];
+  struct stat st;
   struct lw *w;
-  int rc, fd;
+  long pos = -1, gap = -1;
+  size_t skip = 0;
+  int rc, fd, k = stream && strcmp(stream, "stderr") == 0;
 
   if (api_log_path(id, stream, path, sizeof(path)) != 0)
     return api_respond_error(c, MUSTER_E_INVALID, "stream", "stream must be stdout or stderr");
+  if (pos_text && util_parse_long(pos_text, 0, LONG_MAX, &pos) != 0)
+    return api_respond_error(c, MUSTER_E_INVALID, "pos",
+                             "pos must be a whole number: the position in the stream of the "
+                             "body's first byte");
+  if (gap_text && (pos_text || util_parse_long(gap_text, 0, LONG_MAX, &gap) != 0))
+    return api_respond_error(c, MUSTER_E_INVALID, "gap",
+                             "gap must be a whole number, without pos: the position in the "
+                             "stream where the bytes that a notice says were dropped end");
   state_lock();
   rc = worker_auth_locked(c, id, &w, status, sizeof(status));
   state_unlock();
@@ -635,14 +675,44 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
   fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0)
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not open the log: %s", strerror(errno));
-  /* A runaway worker must not fill the disk: the log stops at the cap. */
-  if (flock(fd, LOCK_EX) != 0 || log_append_capped(fd, rq->body, rq->len) != 0) {
+  /* A runaway worker must not fill the disk: the log stops at the cap.
+   * With pos, what an earlier POST of the same bytes delivered (one of the
+   * two had its answer come after the workerd gave up waiting) is left out,
+   * and a notice of dropped bytes (gap) whose gap an earlier one closed;
+   * the lock on the file orders them. A write that fails leaves nothing,
+   * or the POST sent again would add it twice. */
+  if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0) {
     int err = errno;
+    close(fd);
+    return api_respond_error(c, MUSTER_E_IO, NULL, "could not lock the log: %s", strerror(err));
+  }
+  if (pos >= 0 || gap >= 0) {
+    uint64_t end = log_end_of(id, k), at = (uint64_t)(pos >= 0 ? pos : gap);
+
+    if (gap >= 0 && end >= at)
+      skip = rq->len;
+    else if (pos >= 0 && end > at)
+      skip = end - at < rq->len ? (size_t)(end - at) : rq->len;
+  }
+  if (log_append_capped(fd, rq->len ? rq->body + skip : rq->body, rq->len - skip) != 0) {
+    int err = errno;
+
+    if (ftruncate(fd, st.st_size) != 0)
+      LOG(LOG_ERROR, "%s: could not take a failed write out of %s: %s", id, path, strerror(errno));
     close(fd);
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not append to the log: %s",
                              strerror(err));
   }
+  if (pos >= 0 || gap >= 0)
+    log_end_set(id, k, pos >= 0 ? (uint64_t)pos + rq->len : (uint64_t)gap);
   close(fd);
+  /* Tests: its answer comes late (after the workerd gave up waiting). */
+  FAULT_POINT("log_appended_answer_slow");
+  if (skip > 0)
+    LOG(LOG_INFO,
+        "%s: left out %zu bytes of %s that an earlier POST of the same bytes delivered (one of "
+        "the two was answered after its workerd gave up waiting)",
+        id, skip, k ? "stderr" : "stdout");
   state_lock();
   streams_wake_logs_locked(id);
   state_unlock();

@@ -135,6 +135,11 @@ struct lw {
   int restart;   /* starting, but its attempt is not running: start anew */
   int ref_known; /* the backend reported the attempt's process */
   long reg_pid;  /* the pid its workerd registered with (0: none yet) */
+  /* stdout, stderr: the position in the stream just past the last byte its
+   * workerd's log POSTs delivered (their pos, api_log_append()): a POST
+   * sent again after its answer was lost (a timeout) adds only what is
+   * new. Not kept across a controller restart. */
+  uint64_t log_end[2];
   struct backend_req req;
   char waiting_for[160];
   int64_t since_ms;            /* when it entered its current status */

@@ -8,7 +8,9 @@
  * holds 64 KiB or 200 ms after its oldest byte, or at once while an exec
  * command's end waits for its output to be in the log (streams_ship_soon()),
  * in POSTs of at most 512 KiB, one in flight per stream (ctl_call.c), so a
- * stream's bytes arrive in order. Nothing waits on a POST: the pipes are
+ * stream's bytes arrive in order, each naming where its first byte is in
+ * the stream (pos: the controller leaves out what a POST of the same bytes
+ * delivered, one whose answer came too late). Nothing waits on a POST: the pipes are
  * read while it flies, into the ring behind the bytes it carries (a copy).
  * While the controller is away the bytes stay; a full ring drops its oldest
  * and says how many in a notice line, sent before the bytes that follow the
@@ -173,7 +175,7 @@ static void ship_failed(int64_t started_ms, int64_t now) {
  * else a copy of the ring's oldest bytes (at most 512 KiB, up to the ring's
  * end). */
 static void stream_ship(struct stream *s, int64_t now) {
-  char suffix[32];
+  char suffix[64];
   int rc;
 
   /* Tests: what a stopping worker ships (its last words) reaches the
@@ -188,6 +190,9 @@ static void stream_ship(struct stream *s, int64_t now) {
                      s->dropped);
 
     s->notice_n = s->dropped;
+    /* (where the gap ends: a notice sent again, its answer lost, is left
+     * out) */
+    snprintf(suffix, sizeof(suffix), "logs?stream=%s&gap=%" PRIu64, s->name, s->appended - s->len);
     rc = call_start(&s->call, suffix, false, s->notice, (size_t)k, WD_CALL_TIMEOUT_MS);
   } else {
     size_t n = s->len;
@@ -203,6 +208,9 @@ static void stream_ship(struct stream *s, int64_t now) {
     memcpy(s->send, s->ring + s->start, n);
     s->sent = s->inflight = n;
     s->post_appended = s->appended;
+    /* (where its first byte is in the stream: the controller leaves out
+     * what a POST of the same bytes delivered, one whose answer was lost) */
+    snprintf(suffix, sizeof(suffix), "logs?stream=%s&pos=%" PRIu64, s->name, s->appended - s->len);
     rc = call_start(&s->call, suffix, false, s->send, n, WD_CALL_TIMEOUT_MS);
   }
   if (rc) {

@@ -89,7 +89,7 @@ struct call {
   enum call_state state;
   bool ready;    /* registered with ctl_call.c, at the slot's first call */
   struct hc hc;  /* its connection, kept for the slot's life */
-  char what[32]; /* the URL's last part, for the logs */
+  char what[64]; /* the URL's last part, for the logs */
   char *answer;  /* CALL_DONE: the answer's body (hc's), NUL-terminated, or NULL */
   size_t answer_len;
   int rc;      /* CALL_DONE: 0 or MUSTER_E_* (call_take()) */

@@ -314,6 +314,56 @@ START_TEST(an_exec_commands_output_is_in_the_workers_log_when_exec_returns) {
 }
 END_TEST
 
+/* How many times needle is in text. */
+static int count_of(const char *text, const char *needle) {
+  int n = 0;
+
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+    n++;
+  return n;
+}
+
+/* A log POST that the controller delivered but answered after the workerd
+ * gave up waiting (10 s) is sent again: the controller adds only what is
+ * new, and says so, and the line is in the worker's log once. (It was
+ * there twice.) The first POST's answer is held 11 s after it was stored
+ * (log_appended_answer_slow, once); heartbeats are given a minute, since
+ * the held thread holds its other connections too. */
+START_TEST(a_log_post_sent_again_after_its_answer_was_lost_adds_its_lines_once) {
+  char grep[400], *text = NULL;
+  json_t *workers;
+  const char *id;
+  int n = 0, said = 0;
+
+  fresh();
+  setenv("MUSTER_FAULT", "log_appended_answer_slow:delay=11000*1", 1);
+  ctl.extra[0] = "--heartbeat-timeout";
+  ctl.extra[1] = "60";
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"bash\", \"code\": "
+                           "\"echo said-once; sleep 120\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  snprintf(grep, sizeof(grep), "grep -qs '%s: left out .* that an earlier POST' %s", id, ctl.log);
+  /* (until the line is there twice, or once and the controller said it
+   * left the second out: the held POST has ended either way) */
+  for (double until = h_now() + 60; n < 2 && !(n == 1 && said); usleep(100 * 1000)) {
+    ck_assert_msg(h_now() < until,
+                  "after 60 s worker %s's log holds \"said-once\" %d times, and the controller "
+                  "%s that it left a POST sent again out (%s)",
+                  id, n, said ? "said" : "did not say", ctl.log);
+    free(text);
+    text = log_from(id, 0);
+    n = count_of(text, "said-once\n");
+    said = system(grep) == 0;
+  }
+  ck_assert_msg(n == 1, "worker %s's log holds its one line %d times: \"%s\"", id, n, text);
+  free(text);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("logs");
   TCase *tc = tcase_create("logs");
@@ -324,6 +374,7 @@ int main(void) {
   tcase_add_test(tc, a_stopped_workers_last_output_reaches_logs_follow);
   tcase_add_test(tc, a_followed_log_of_a_worker_whose_workerd_died_still_ends);
   tcase_add_test(tc, an_exec_commands_output_is_in_the_workers_log_when_exec_returns);
+  tcase_add_test(tc, a_log_post_sent_again_after_its_answer_was_lost_adds_its_lines_once);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

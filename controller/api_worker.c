@@ -708,7 +708,12 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
   close(fd);
   /* Tests: its answer comes late (after the workerd gave up waiting). */
   FAULT_POINT("log_appended_answer_slow");
-  if (skip > 0)
+  if (skip > 0 && gap >= 0)
+    LOG(LOG_INFO,
+        "%s: left out a notice of dropped %s bytes whose gap an earlier POST closed (one of the "
+        "two was answered after its workerd gave up waiting)",
+        id, k ? "stderr" : "stdout");
+  else if (skip > 0)
     LOG(LOG_INFO,
         "%s: left out %zu bytes of %s that an earlier POST of the same bytes delivered (one of "
         "the two was answered after its workerd gave up waiting)",

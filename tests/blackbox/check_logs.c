@@ -4,7 +4,9 @@
  * must show a stopped worker's last output, which its workerd ships after
  * the stop was recorded, and still end by itself when a workerd dies
  * before it can say that its output is all in; and what a command run
- * through the exec channel writes, which is in the worker's log too. Real
+ * through the exec channel writes, which is in the worker's log too; a log
+ * POST sent again after a late answer, whose lines are there once; and the
+ * exit report (which marks the log whole), never given up once answered. Real
  * controller, real workerd processes; the ordering is made certain with the
  * fault points of test builds. */
 #include "harness.h"
@@ -364,6 +366,44 @@ START_TEST(a_log_post_sent_again_after_its_answer_was_lost_adds_its_lines_once) 
 }
 END_TEST
 
+/* The exit report's answer is taken whatever the time: a loop that comes
+ * to it only at the report's deadline (a loaded host; the fault point
+ * workerd_exit_answer_late) still finds the report taken, and says so.
+ * (It gave it up: "ending without the exit report", and exited 1.) */
+START_TEST(an_exit_report_answered_in_time_is_never_given_up) {
+  char path[300], *text = NULL;
+  json_t *workers, *w;
+  const char *id;
+
+  fresh();
+  setenv("MUSTER_FAULT", "workerd_exit_answer_late:fail=1", 1);
+  h_start(&ctl);
+  unsetenv("MUSTER_FAULT");
+  workers = h_launch(&ctl, "{\"n\": 1, \"cpu\": 0.1, \"kernel\": \"bash\", \"code\": "
+                           "\"echo done\"}");
+  id = h_str(json_array_get(workers, 0), "id");
+  w = h_wait_status(&ctl, id, "succeeded", 60);
+  snprintf(path, sizeof(path), "%s/workers/%s.log", ctl.dir, id);
+  /* (until its workerd says how its report ended, either way) */
+  for (double until = h_now() + 30;; usleep(50 * 1000)) {
+    free(text);
+    text = slurp(path);
+    if (strstr(text, "reported the exit") || strstr(text, "without the exit report"))
+      break;
+    ck_assert_msg(h_now() < until,
+                  "worker %s's workerd did not say how its report ended in 30 s: %s", id, path);
+  }
+  ck_assert_msg(strstr(text, "fault injection: workerd_exit_answer_late: fails"),
+                "worker %s's workerd never came to its exit report's answer late: %s", id, path);
+  ck_assert_msg(strstr(text, "reported the exit") && !strstr(text, "without the exit report"),
+                "worker %s's workerd gave up an exit report the controller took: \"%s\"", id, text);
+  free(text);
+  json_decref(w);
+  json_decref(workers);
+  h_finish(&ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("logs");
   TCase *tc = tcase_create("logs");
@@ -375,6 +415,7 @@ int main(void) {
   tcase_add_test(tc, a_followed_log_of_a_worker_whose_workerd_died_still_ends);
   tcase_add_test(tc, an_exec_commands_output_is_in_the_workers_log_when_exec_returns);
   tcase_add_test(tc, a_log_post_sent_again_after_its_answer_was_lost_adds_its_lines_once);
+  tcase_add_test(tc, an_exit_report_answered_in_time_is_never_given_up);
   suite_add_tcase(s, tc);
   return check_run(s);
 }

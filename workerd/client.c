@@ -378,8 +378,7 @@ static enum reg_result register_answer(int64_t now, int *rc) {
   }
   if (*rc == 0 && status >= 500)
     LOG(LOG_DEBUG, "registration: HTTP %ld; retrying", status);
-  /* (an answer past 1 MiB is none of the controller's: a proxy's) */
-  if ((*rc == 0 && status >= 500) || *rc == MUSTER_E_UNREACHABLE || *rc == MUSTER_E_TOO_LARGE) {
+  if (call_unanswered(*rc, status)) {
     reg.retry_at_ms = backoff_next(&reg.backoff, now);
     if (reg.retry_at_ms != INT64_MAX) {
       *rc = 0; /* (tried again: no error, or the caller's loop would end) */
@@ -486,9 +485,8 @@ static enum hb_result hb_answer(int64_t now) {
   long status;
   int rc = call_take(&hb_call, &status);
 
-  if (rc == MUSTER_E_UNREACHABLE || rc == MUSTER_E_TOO_LARGE || (rc == 0 && status >= 500)) {
-    /* (none of these is the controller's answer, an answer past 1 MiB
-     * included: ctl_call.c; 0 away: an answer to another call came since) */
+  if (call_unanswered(rc, status)) {
+    /* (0 away: an answer to another call came since) */
     if (orphan_expired(now))
       return HB_STOP_SILENT;
     LOG(LOG_DEBUG, "heartbeat not delivered (%s); next one in %" PRId64 " ms",

@@ -208,6 +208,14 @@ MUST_CHECK int call_take(struct call *c, long *status) {
   return c->rc;
 }
 
+/* Whether a call that ended with rc (and, for rc 0, status) got no answer
+ * of the controller's own: none came (refused, timed out, reset), or one
+ * past 1 MiB or a 5xx (a proxy's, for a controller that may be gone). Such
+ * calls start the time away (MUSTER_ORPHAN_TIMEOUT) and are tried again. */
+bool call_unanswered(int rc, long status) {
+  return rc == MUSTER_E_UNREACHABLE || rc == MUSTER_E_TOO_LARGE || (rc == 0 && status >= 500);
+}
+
 /* Records how c's request ended, and the contact it means. */
 static void call_finished(struct call *c) {
   int64_t now = util_mono_ms();
@@ -234,12 +242,8 @@ static void call_finished(struct call *c) {
   /* (the first unanswered call since the last answer starts the time
    * away, from its start or the last answer if later: a heartbeat interval
    * longer than the orphan timeout is not time the controller did not
-   * answer. An answer past 1 MiB is not one from the controller as far as
-   * anyone can tell: a proxy in front of a controller that is gone could
-   * send it for ever.) */
-  if ((c->rc == MUSTER_E_UNREACHABLE || c->rc == MUSTER_E_TOO_LARGE ||
-       (c->rc == 0 && c->hc.status >= 500)) &&
-      !wd.away_since_ms)
+   * answer) */
+  if (call_unanswered(c->rc, c->hc.status) && !wd.away_since_ms)
     wd.away_since_ms = c->started_ms > wd.last_contact_ms ? c->started_ms : wd.last_contact_ms;
   if (c->rc == MUSTER_E_TOO_LARGE) {
     LOG(LOG_WARN, "the controller's answer to %s was larger than 1 MiB", c->what);

@@ -332,6 +332,7 @@ MUST_CHECK int call_start(struct call *c, const char *suffix, bool json, const v
                           size_t len, int64_t timeout_ms);
 void call_cancel(struct call *c);
 MUST_CHECK int call_take(struct call *c, long *status);
+bool call_unanswered(int rc, long status);
 void calls_poll_add(struct pollfd *p, int *n);
 int64_t calls_next_deadline(void);
 void calls_poll_handle(const struct pollfd *p, int64_t now);

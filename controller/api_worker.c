@@ -633,14 +633,18 @@ static uint64_t log_end_of(const char *id, int k) {
   return end;
 }
 
-/* Records that worker id's stream k has been delivered up to end. */
-static void log_end_set(const char *id, int k, uint64_t end) {
+/* Records that worker id's stream k has been delivered up to end (when
+ * end is not 0), and wakes the followers of its log: one hold of the state
+ * lock, taken while the log's flock is held, so that a POST of the same
+ * bytes that waits for the flock finds end. */
+static void log_appended(const char *id, int k, uint64_t end) {
   struct lw *w;
 
   state_lock();
   w = lw_find_locked(id);
   if (w && end > w->log_end[k])
     w->log_end[k] = end;
+  streams_wake_logs_locked(id);
   state_unlock();
 }
 
@@ -703,8 +707,7 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
     return api_respond_error(c, MUSTER_E_IO, NULL, "could not append to the log: %s",
                              strerror(err));
   }
-  if (pos >= 0 || gap >= 0)
-    log_end_set(id, k, pos >= 0 ? (uint64_t)pos + rq->len : (uint64_t)gap);
+  log_appended(id, k, pos >= 0 ? (uint64_t)pos + rq->len : gap >= 0 ? (uint64_t)gap : 0);
   close(fd);
   /* Tests: its answer comes late (after the workerd gave up waiting). */
   FAULT_POINT("log_appended_answer_slow");
@@ -718,9 +721,6 @@ static enum MHD_Result api_log_append(struct MHD_Connection *c, struct req *rq, 
         "%s: left out %zu bytes of %s that an earlier POST of the same bytes delivered (one of "
         "the two was answered after its workerd gave up waiting)",
         id, skip, k ? "stderr" : "stdout");
-  state_lock();
-  streams_wake_logs_locked(id);
-  state_unlock();
   return api_respond_empty(c, MHD_HTTP_NO_CONTENT);
 }
 
